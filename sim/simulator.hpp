@@ -1,0 +1,41 @@
+// The program simulator: runs every rank's ops on the engine. Compute ops take the device cost
+// model's time; collectives and sends rendezvous with their peers and then take the network's
+// time; memory effects are accounted per rank and tier, with peaks by category and
+// out-of-memory verdicts. A deadlock ends the run with the waiting ops named, never a hang.
+#pragma once
+
+#include <vector>
+
+#include "hw_models/cluster.hpp"
+#include "sim/network.hpp"
+#include "strategies/program.hpp"
+#include "traces/timeline.hpp"
+
+namespace stratasim::sim {
+
+/// Attached from outside to see the run as it happens (statistics, trace writers).
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  virtual void on_span(const traces::Span& span) { (void)span; }
+  virtual void on_memory(const traces::MemorySample& sample) { (void)sample; }
+};
+
+struct SimOptions {
+  /// Record every span and memory sample in the returned Timeline (reports and exports need
+  /// them; a benchmark may switch them off and keep only the summary figures).
+  bool record_spans = true;
+  bool record_memory = true;
+  /// Extra observers, called in order.
+  std::vector<Observer*> observers;
+};
+
+/// Simulates one iteration of `program` on `cluster` with the analytical network.
+traces::Timeline simulate(const strategies::Program& program, const hw::ClusterSpec& cluster,
+                          const SimOptions& options = {});
+
+/// The same with a given network model.
+traces::Timeline simulate(const strategies::Program& program, const hw::ClusterSpec& cluster,
+                          Network& network, const SimOptions& options = {});
+
+}  // namespace stratasim::sim

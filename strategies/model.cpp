@@ -1,0 +1,82 @@
+#include "strategies/model.hpp"
+
+namespace stratasim::strategies {
+
+std::int64_t TransformerModel::layer_parameters() const {
+  const std::int64_t h = hidden, kv = kv_hidden(), f = ffn_hidden;
+  const std::int64_t b = bias ? 1 : 0;
+  std::int64_t qkv = h * (h + 2 * kv) + b * (h + 2 * kv);
+  std::int64_t projection = h * h + b * h;
+  std::int64_t up_width = activation == Activation::swiglu ? 2 * f : f;  // SwiGLU: gate and up
+  std::int64_t mlp = h * up_width + b * up_width + f * h + b * h;
+  std::int64_t norms = 2 * (norm == Norm::layernorm ? 2 * h : h);
+  return qkv + projection + mlp + norms;
+}
+
+std::int64_t TransformerModel::embedding_parameters() const {
+  std::int64_t words = static_cast<std::int64_t>(vocab) * hidden;
+  std::int64_t positions =
+      position_embedding == PositionEmbedding::learned ? std::int64_t{max_seq_len} * hidden : 0;
+  return words + positions;
+}
+
+std::int64_t TransformerModel::head_parameters() const {
+  std::int64_t final_norm = norm == Norm::layernorm ? 2 * std::int64_t{hidden} : hidden;
+  return final_norm + (tied_embeddings ? 0 : static_cast<std::int64_t>(vocab) * hidden);
+}
+
+std::int64_t TransformerModel::parameters() const {
+  return layers * layer_parameters() + embedding_parameters() + head_parameters();
+}
+
+void TransformerModel::validate() const {
+  using config::ValidationError;
+  if (layers < 1) throw ValidationError("layers", "expected at least 1 layer");
+  if (hidden < 1) throw ValidationError("hidden", "expected a positive hidden size");
+  if (heads < 1) throw ValidationError("heads", "expected at least 1 head");
+  if (hidden % heads != 0) {
+    throw ValidationError("heads", "must divide hidden (" + std::to_string(hidden) + "), got " +
+                                       std::to_string(heads));
+  }
+  if (kv_heads < 1 || heads % kv_heads != 0) {
+    throw ValidationError("kv_heads", "must divide heads (" + std::to_string(heads) + "), got " +
+                                          std::to_string(kv_heads));
+  }
+  if (ffn_hidden < 1) throw ValidationError("ffn_hidden", "expected a positive size");
+  if (vocab < 1) throw ValidationError("vocab", "expected a positive vocabulary size");
+  if (max_seq_len < 1) throw ValidationError("max_seq_len", "expected a positive length");
+}
+
+TransformerModel read_model(const config::Document& doc, const std::string& path) {
+  config::ObjectReader r(doc, path, "a model");
+  TransformerModel m;
+  r.choice("type", {"transformer"});
+  m.name = r.string("name");
+  m.source = r.string_or("source", "");
+  constexpr std::int64_t kBig = 1 << 24;
+  m.layers = static_cast<int>(r.integer_in("layers", 1, 100'000));
+  m.hidden = static_cast<int>(r.integer_in("hidden", 1, kBig));
+  m.heads = static_cast<int>(r.integer_in("heads", 1, kBig));
+  m.kv_heads = static_cast<int>(r.integer_in_or("kv_heads", 1, kBig, m.heads));
+  m.ffn_hidden = static_cast<int>(r.integer_in("ffn_hidden", 1, kBig));
+  m.vocab = static_cast<int>(r.integer_in("vocab", 1, 1 << 30));
+  m.activation = r.choice_or("activation", {"gelu", "swiglu"}, "gelu") == "gelu"
+                     ? Activation::gelu
+                     : Activation::swiglu;
+  m.tied_embeddings = r.boolean_or("tied_embeddings", false);
+  m.position_embedding =
+      r.choice_or("position_embedding", {"learned", "rotary"}, "learned") == "learned"
+          ? PositionEmbedding::learned
+          : PositionEmbedding::rotary;
+  m.max_seq_len = static_cast<int>(r.integer_in_or("max_seq_len", 1, kBig, m.max_seq_len));
+  m.norm = r.choice_or("norm", {"layernorm", "rmsnorm"}, "layernorm") == "layernorm"
+               ? Norm::layernorm
+               : Norm::rmsnorm;
+  m.bias = r.boolean_or("bias", true);
+  m.causal = r.boolean_or("causal", true);
+  r.finish();
+  doc.validated(path, [&] { m.validate(); });
+  return m;
+}
+
+}  // namespace stratasim::strategies

@@ -1,0 +1,51 @@
+// Models that strategies lower into programs. The transformer family covers GPT, Llama and
+// BERT: decoder or encoder, GELU or SwiGLU MLP, grouped-query attention, tied or untied
+// embeddings.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "hw_models/config_reader.hpp"
+
+namespace stratasim::strategies {
+
+enum class Activation { gelu, swiglu };
+enum class PositionEmbedding { learned, rotary };
+enum class Norm { layernorm, rmsnorm };
+
+struct TransformerModel {
+  std::string name;
+  std::string source;
+  int layers = 0;
+  int hidden = 0;
+  int heads = 0;
+  int kv_heads = 0;  // grouped-query attention when < heads
+  int ffn_hidden = 0;
+  int vocab = 0;
+  Activation activation = Activation::gelu;
+  bool tied_embeddings = false;  // the LM head reuses the word embedding matrix
+  PositionEmbedding position_embedding = PositionEmbedding::learned;
+  int max_seq_len = 2048;  // rows of the learned position table; longest sequence
+  Norm norm = Norm::layernorm;
+  bool bias = true;    // linear layers carry biases
+  bool causal = true;  // decoder (causal attention) or encoder
+
+  int head_dim() const { return hidden / heads; }
+  /// Width of the K (and of the V) projection: kv_heads * head_dim.
+  int kv_hidden() const { return kv_heads * head_dim(); }
+
+  // Parameter counts, in elements.
+  std::int64_t layer_parameters() const;      // one transformer layer
+  std::int64_t embedding_parameters() const;  // word embeddings plus a learned position table
+  std::int64_t head_parameters() const;       // final norm plus an untied LM head
+  std::int64_t parameters() const;            // the whole model
+
+  /// Checks shapes; throws config::ValidationError with the offending key's path.
+  void validate() const;
+};
+
+/// Reads a model from the object at `path` of `doc` (strict; validated).
+TransformerModel read_model(const config::Document& doc, const std::string& path);
+
+}  // namespace stratasim::strategies

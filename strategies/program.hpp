@@ -1,0 +1,261 @@
+// The Program: per-rank lists of typed ops, the contract between strategies and the back ends
+// (the simulator in sim/ and the CUDA executor in exec/). Nothing downstream knows what a
+// pipeline schedule or a parallel strategy is: it sees ops, their streams, dependencies,
+// collectives over communicator groups, and memory effects.
+//
+// Semantics (as on CUDA):
+// - ops of one (rank, stream) run one after another in issue order;
+// - an op also waits for its dependencies (ops of the same rank, any stream), like CUDA events;
+// - a collective starts when every member of its group has reached it; the k-th collective a
+//   rank issues on a group matches the k-th of every other member;
+// - the k-th Send from rank a to rank b matches the k-th Recv at b from a; both start when
+//   both are reached (a rendezvous, as NCCL send/recv);
+// - memory effects change a rank's allocation of a category on a tier when the op starts or
+//   ends; `initial_memory` is what each rank holds before its first op.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "hw_models/dtype.hpp"
+#include "hw_models/units.hpp"
+
+namespace stratasim::strategies {
+
+enum class Stream : std::uint8_t { compute, tp_comm, dp_comm, pp_send, pp_recv, copy, host };
+inline constexpr int kStreamCount = 7;
+std::string_view name_of(Stream s);
+
+enum class Phase : std::uint8_t { forward, backward, optimizer, other };
+std::string_view name_of(Phase p);
+
+enum class MemoryTier : std::uint8_t { device, host, nvme };
+inline constexpr int kMemoryTierCount = 3;
+std::string_view name_of(MemoryTier t);
+
+enum class MemoryCategory : std::uint8_t {
+  parameters,
+  gradients,
+  optimizer_states,
+  activations,
+  workspace,
+  comm_buffers
+};
+inline constexpr int kMemoryCategoryCount = 6;
+std::string_view name_of(MemoryCategory c);
+
+// ---- Kernels: pieces of work with real meaning that the simulator costs and the executor runs.
+
+/// C[m, n] = A[m, k] * B[k, n], `batch` independent times.
+struct Gemm {
+  std::int64_t m = 0, n = 0, k = 0, batch = 1;
+  DType dtype = DType::bf16;
+};
+
+/// Fused attention core (softmax(QK^T)V), forward or backward.
+struct Attention {
+  std::int64_t batch = 0, heads = 0, kv_heads = 0, seq_q = 0, seq_kv = 0, head_dim = 0;
+  bool causal = true;
+  DType dtype = DType::bf16;
+  bool backward = false;
+};
+
+/// Memory-bound work: norms, activations, dropout, residual adds, softmax.
+struct Elementwise {
+  std::int64_t elements = 0;
+  Bytes bytes_read;
+  Bytes bytes_written;
+};
+
+enum class OptimizerKind : std::uint8_t { adam, sgd };
+
+/// One optimizer update of `params` parameters stored in mixed precision (`dtype` weights).
+struct OptimizerStep {
+  std::int64_t params = 0;
+  OptimizerKind kind = OptimizerKind::adam;
+  DType dtype = DType::bf16;
+  bool on_host = false;
+};
+
+/// A copy between memory tiers (or within one).
+struct Copy {
+  Bytes bytes;
+  MemoryTier from = MemoryTier::device;
+  MemoryTier to = MemoryTier::device;
+};
+
+/// Work whose duration was measured (layer tables, imported traces).
+struct Measured {
+  Time duration;
+};
+
+using KernelWork = std::variant<Gemm, Attention, Elementwise, OptimizerStep, Copy, Measured>;
+
+struct Kernel {
+  KernelWork work;
+  std::string name;  // e.g. "qkv", "fc1.dgrad", "attention.bwd"
+};
+
+/// FLOPs of matrix work by the Megatron convention (2 per multiply-add; attention counts the
+/// full seq_q x seq_kv score matrix, causal or not; a backward pass counts twice its forward).
+/// Zero for elementwise, optimizer, copy and measured kernels.
+Flops matmul_flops(const Kernel& k);
+
+// ---- Ops.
+
+struct Compute {
+  std::uint32_t kernels = 0;  // index into Program::kernel_lists
+};
+
+enum class CollectiveKind : std::uint8_t {
+  all_reduce,
+  reduce_scatter,
+  all_gather,
+  broadcast,
+  reduce,
+  all_to_all
+};
+std::string_view name_of(CollectiveKind k);
+
+/// `bytes` is the collective's size as nccl-tests counts it: the whole buffer (the input of an
+/// all-reduce or reduce-scatter, the output of an all-gather).
+struct Collective {
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  DType dtype = DType::bf16;
+  std::uint32_t group = 0;  // index into Program::groups
+  Bytes bytes;
+};
+
+struct Send {
+  std::int32_t peer = 0;
+  Bytes bytes;
+};
+
+struct Recv {
+  std::int32_t peer = 0;
+  Bytes bytes;
+};
+
+using Work = std::variant<Compute, Collective, Send, Recv>;
+
+struct MemoryEffect {
+  Bytes delta;  // + allocates, - releases
+  MemoryCategory category = MemoryCategory::activations;
+  MemoryTier tier = MemoryTier::device;
+  bool at_end = true;  // applied when the op ends (else when it starts)
+};
+
+struct ResidentMemory {
+  MemoryCategory category;
+  MemoryTier tier;
+  Bytes bytes;
+};
+
+using OpId = std::uint32_t;
+
+struct Op {
+  Work work;
+  std::int32_t rank = 0;
+  Stream stream = Stream::compute;
+  // Provenance: which phase, microbatch and layers the op belongs to, and a readable label.
+  Phase phase = Phase::other;
+  std::int16_t layer_begin = -1;  // first layer covered, -1 when none
+  std::int16_t layer_end = -1;    // one past the last layer covered
+  std::int32_t microbatch = -1;   // -1 when the op belongs to no microbatch
+  std::uint32_t label = 0;        // index into Program::labels
+  // Ranges in Program::deps and Program::effects.
+  std::uint32_t deps_begin = 0;
+  std::uint32_t effects_begin = 0;
+  std::uint16_t deps_count = 0;
+  std::uint16_t effects_count = 0;
+};
+
+struct Group {
+  std::vector<std::int32_t> ranks;  // members in ring order
+  std::string name;                 // e.g. "tp 3", "dp 0", "pp 12", "embedding 0"
+};
+
+/// Provenance given to ops when they are added.
+struct OpInfo {
+  Stream stream = Stream::compute;
+  Phase phase = Phase::other;
+  std::int32_t microbatch = -1;
+  std::int16_t layer_begin = -1;
+  std::int16_t layer_end = -1;
+  std::string_view label;
+};
+
+class Program {
+ public:
+  explicit Program(int world_size = 1);
+
+  int world_size() const { return world_size_; }
+  const std::vector<Group>& groups() const { return groups_; }
+  const std::vector<std::vector<Kernel>>& kernel_lists() const { return kernel_lists_; }
+  const std::vector<std::string>& labels() const { return labels_; }
+  const std::vector<Op>& ops() const { return ops_; }
+  std::size_t op_count() const { return ops_.size(); }
+  const Op& op(OpId id) const { return ops_[id]; }
+
+  /// Ops of one rank, in issue order; ids are first_op(rank) + index.
+  std::span<const Op> ops_of(int rank) const;
+  OpId first_op(int rank) const { return rank_begin_[static_cast<std::size_t>(rank)]; }
+  std::span<const OpId> deps_of(const Op& op) const;
+  std::span<const MemoryEffect> effects_of(const Op& op) const;
+  const std::vector<ResidentMemory>& initial_memory(int rank) const {
+    return initial_memory_[static_cast<std::size_t>(rank)];
+  }
+  const std::string& label_of(const Op& op) const { return labels_[op.label]; }
+  const std::vector<Kernel>& kernels_of(const Compute& c) const { return kernel_lists_[c.kernels]; }
+
+  /// "rank 3 op 120 (compute, 'fwd layers 0-5', microbatch 2)": for error messages.
+  std::string describe(OpId id) const;
+
+  // ---- Building. Ranks are built in order 0, 1, ..., world_size - 1.
+  std::uint32_t add_group(std::vector<std::int32_t> ranks, std::string name);
+  std::uint32_t add_kernels(std::vector<Kernel> kernels);
+  std::uint32_t intern_label(std::string_view label);
+  /// Starts the ops of `rank`; every earlier rank is finished.
+  void begin_rank(int rank);
+  void add_initial_memory(int rank, ResidentMemory m);
+  /// Adds an op to the rank begun last and returns its id.
+  OpId add(Work work, const OpInfo& info, std::span<const OpId> deps = {},
+           std::span<const MemoryEffect> effects = {});
+  /// Marks the end of building (ranks not begun get no ops).
+  void finish();
+
+ private:
+  int world_size_;
+  int building_rank_ = -1;
+  std::vector<Group> groups_;
+  std::vector<std::vector<Kernel>> kernel_lists_;
+  std::vector<std::string> labels_;
+  struct LabelHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, std::uint32_t, LabelHash, std::equal_to<>> label_ids_;
+  std::vector<Op> ops_;
+  std::vector<OpId> deps_;
+  std::vector<MemoryEffect> effects_;
+  std::vector<OpId> rank_begin_;  // world_size + 1 offsets into ops_
+  std::vector<std::vector<ResidentMemory>> initial_memory_;
+};
+
+/// Raised by validate() with a message naming the offending op(s).
+class ProgramError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Checks that every receive has its send (and sizes agree), that collective membership and
+/// order agree on every member of each group, that dependencies are acyclic and stay within a
+/// rank, and that ranks, groups and kernel lists are in range. Throws ProgramError.
+void validate(const Program& program);
+
+}  // namespace stratasim::strategies

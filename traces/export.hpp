@@ -1,0 +1,30 @@
+// Writers of a run's files: the Chrome trace (opens in Perfetto and chrome://tracing),
+// memory.csv, and the atomic writing of an output folder.
+#pragma once
+
+#include <filesystem>
+#include <iosfwd>
+
+#include "strategies/program.hpp"
+#include "traces/report.hpp"
+#include "traces/timeline.hpp"
+
+namespace stratasim::traces {
+
+/// Chrome trace event format: pid = rank, tid = stream, one complete ("X") event per op with
+/// its label, phase, microbatch and layers; memory per rank and tier as counter ("C") events;
+/// process and thread names as metadata. Timestamps in microseconds with picosecond digits.
+void write_chrome_trace(std::ostream& out, const strategies::Program& program,
+                        const Timeline& timeline);
+
+/// memory.csv: rank,tier,time_s,total_bytes,op,label — one row per change of allocation.
+void write_memory_csv(std::ostream& out, const strategies::Program& program,
+                      const Timeline& timeline);
+
+/// Writes report.json, timeline.json and memory.csv into `dir` (created if needed). Files are
+/// written to a temporary folder beside it first and moved into place only when all are
+/// complete, so a failure leaves nothing half-written. Throws std::runtime_error on failure.
+void write_outputs(const std::filesystem::path& dir, const strategies::Program& program,
+                   const Timeline& timeline, const Report& report, const ReportContext& context);
+
+}  // namespace stratasim::traces

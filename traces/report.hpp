@@ -1,0 +1,75 @@
+// The report of one iteration: time, throughput, FLOP rates, bubble, exposed communication and
+// memory per rank. Computed from a Program and its Timeline alone, so predicted and measured
+// runs are reported the same way. report.json keys are fixed (see to_json).
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "strategies/program.hpp"
+#include "traces/timeline.hpp"
+
+namespace stratasim::traces {
+
+/// What a report needs to know beyond the Program and the Timeline.
+struct ReportContext {
+  std::string experiment;                // name
+  std::int64_t samples_per_iteration = 0;  // global batch
+  std::int64_t tokens_per_iteration = 0;   // global batch * sequence length
+  FlopRate device_peak;                    // dense peak of one device for the training dtype
+  Bytes device_capacity;                   // device memory of one device
+  std::vector<int> stage_of_rank;          // pipeline stage of each rank
+  /// Lines describing the setup for the summary, e.g. {"model", "gpt3-175b, 174.6 B params"}.
+  std::vector<std::pair<std::string, std::string>> setup;
+};
+
+struct RankReport {
+  int rank = 0;
+  int stage = 0;
+  Bytes peak_memory;          // device tier
+  MemoryBreakdown breakdown;  // at the peak
+  bool fits = true;
+  double compute_busy_s = 0;  // compute-stream time in forward/backward within the pipeline
+  double exposed_comm_s = 0;  // communication with no compute running
+};
+
+struct Report {
+  bool completed = true;
+  std::string problem;
+  double iteration_time_s = 0;
+  double pipeline_time_s = 0;   // first forward start to last backward end
+  double optimizer_time_s = 0;  // longest optimizer-phase compute time of a rank
+  double tokens_per_s = 0;
+  double samples_per_s = 0;
+  double model_flops_per_iteration = 0;     // forward/backward matmul FLOPs, no recomputation
+  double hardware_flops_per_iteration = 0;  // all matmul FLOPs executed, recomputation included
+  double model_tflops_per_device = 0;
+  double mfu = 0;
+  double hfu = 0;
+  double bubble_fraction = 0;  // 1 - mean over ranks of compute_busy_s / pipeline_time_s
+  double exposed_comm_s = 0;   // mean over ranks
+  Bytes peak_memory;           // max over ranks, device tier
+  bool fits = true;
+  std::vector<RankReport> ranks;
+  std::vector<OutOfMemory> out_of_memory;
+};
+
+Report make_report(const strategies::Program& program, const Timeline& timeline,
+                   const ReportContext& context);
+
+/// report.json: iteration_time_s, pipeline_time_s, optimizer_time_s, tokens_per_s,
+/// samples_per_s, model_flops_per_iteration, hardware_flops_per_iteration,
+/// model_tflops_per_device, mfu, hfu, bubble_fraction, exposed_comm_s, peak_memory_bytes,
+/// fits, ranks [{rank, stage, peak_memory_bytes, memory_breakdown {parameters, gradients,
+/// optimizer_states, activations, workspace, comm_buffers}, fits}], plus experiment,
+/// completed, problem and out_of_memory.
+nlohmann::json to_json(const Report& report, const ReportContext& context);
+
+/// The readable summary printed by `stratasim simulate`.
+void print_summary(std::ostream& out, const Report& report, const ReportContext& context);
+
+}  // namespace stratasim::traces
