@@ -1,1 +1,297 @@
-int main() { return 0; }
+// The stratasim command line. Exit codes: 0 success (an out-of-memory verdict is a result, not
+// a failure), 2 bad input (arguments or configs; the message names the file and JSON path),
+// 3 the simulation could not complete (a deadlock or an invalid program), 1 anything else.
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "hw_models/cluster.hpp"
+#include "sim/simulator.hpp"
+#include "strategies/experiment.hpp"
+#include "strategies/lowering.hpp"
+#include "strategies/program.hpp"
+#include "traces/export.hpp"
+#include "traces/report.hpp"
+
+namespace fs = std::filesystem;
+using namespace stratasim;
+
+namespace {
+
+constexpr int kExitBadInput = 2;
+constexpr int kExitSimulationFailed = 3;
+
+struct BadInput : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+fs::path config_dir() {
+  if (const char* env = std::getenv("STRATASIM_CONFIG_DIR"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  return STRATASIM_CONFIG_DIR;
+}
+
+// An experiment given by path, or by name from the catalog ("gpt3-175b-a100-1024").
+fs::path resolve_experiment(const std::string& given) {
+  fs::path path(given);
+  std::error_code ec;
+  if (fs::exists(path, ec)) return path;
+  if (path.extension().empty() && path.parent_path().empty()) {
+    fs::path catalog = config_dir() / "experiments" / (given + ".json");
+    if (fs::exists(catalog, ec)) return catalog;
+  }
+  return path;  // loading reports "no such file" with the name given
+}
+
+std::string with_commas(std::int64_t v) {
+  std::string digits = std::to_string(v < 0 ? -v : v), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return v < 0 ? "-" + out : out;
+}
+
+std::string billions(std::int64_t params) {
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(params >= 10'000'000'000 ? 1 : 2);
+  s << static_cast<double>(params) / 1e9 << " B";
+  return s.str();
+}
+
+struct SimulateArgs {
+  std::string experiment;
+  std::optional<int> tp, pp, dp, micro_batch, seq_len;
+  std::optional<std::int64_t> global_batch;
+  std::optional<std::string> schedule;
+  bool sequence_parallel = false;
+  std::vector<std::string> sets;
+  std::string out;
+  bool quiet = false;
+};
+
+std::vector<strategies::Override> overrides_of(const SimulateArgs& a) {
+  std::vector<strategies::Override> o;
+  auto flag = [&](const char* name, const char* path, nlohmann::json value) {
+    o.push_back({path, value, "command line (" + std::string(name) + " " + value.dump() + ")"});
+  };
+  if (a.tp) flag("--tp", "parallelism.tp", *a.tp);
+  if (a.pp) flag("--pp", "parallelism.pp", *a.pp);
+  if (a.dp) {
+    flag("--dp", "parallelism.dp", *a.dp);
+  } else if (a.tp || a.pp) {
+    // A new tp or pp with no --dp: derive dp from the cluster again.
+    o.push_back({"parallelism.dp", nullptr, "command line (--tp/--pp without --dp)"});
+  }
+  if (a.micro_batch) flag("--micro-batch", "parallelism.micro_batch", *a.micro_batch);
+  if (a.global_batch) flag("--global-batch", "training.global_batch", *a.global_batch);
+  if (a.seq_len) flag("--seq-len", "training.seq_len", *a.seq_len);
+  if (a.schedule) flag("--schedule", "parallelism.schedule", *a.schedule);
+  if (a.sequence_parallel) flag("--sequence-parallel", "parallelism.sequence_parallel", true);
+  for (const auto& s : a.sets) {
+    auto eq = s.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw BadInput("--set expects dotted.key=value, got \"" + s + "\"");
+    }
+    std::string key = s.substr(0, eq);
+    o.push_back({key, config::parse_override_value(s.substr(eq + 1)),
+                 "command line (--set " + s + ")"});
+  }
+  return o;
+}
+
+void check_out_dir(const std::string& out) {
+  if (out.empty()) return;
+  std::error_code ec;
+  fs::path dir(out);
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
+    throw BadInput("--out " + out + ": exists and is not a directory");
+  }
+  fs::path parent = fs::absolute(dir, ec).parent_path();
+  if (!fs::is_directory(parent, ec)) {
+    throw BadInput("--out " + out + ": its parent folder " + parent.string() + " does not exist");
+  }
+}
+
+int simulate_command(const SimulateArgs& args) {
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
+  check_out_dir(args.out);
+  const auto experiment = strategies::load_experiment(resolve_experiment(args.experiment),
+                                                      overrides_of(args));
+  const auto program = strategies::lower(experiment);
+  try {
+    strategies::validate(program);
+  } catch (const strategies::ProgramError& e) {
+    std::cerr << "error: the lowered program is invalid: " << e.what() << "\n";
+    return kExitSimulationFailed;
+  }
+  const auto& cluster = experiment.cluster;
+  const auto timeline = sim::simulate(program, cluster);
+
+  const auto layout = strategies::layout_of(experiment);
+  traces::ReportContext context;
+  context.experiment = experiment.name;
+  context.samples_per_iteration = experiment.training.global_batch;
+  context.tokens_per_iteration = experiment.tokens_per_iteration();
+  context.device_peak = cluster.device.peak(experiment.training.dtype);
+  context.device_capacity = cluster.device.memory_capacity;
+  for (int r = 0; r < program.world_size(); ++r) context.stage_of_rank.push_back(layout.stage(r));
+  const auto& m = experiment.model;
+  const auto& p = experiment.parallelism;
+  context.setup = {
+      {"model", m.name + ": " + std::to_string(m.layers) + " layers, hidden " +
+                    std::to_string(m.hidden) + ", " + std::to_string(m.heads) + " heads, " +
+                    billions(m.parameters()) + " parameters"},
+      {"cluster", cluster.name + ": " + std::to_string(cluster.nodes) + " x " +
+                      std::to_string(cluster.devices_per_node) + " " + cluster.device.name + " (" +
+                      with_commas(cluster.world_size()) + " devices)"},
+      {"parallelism", "tp " + std::to_string(p.tp) + " x pp " + std::to_string(p.pp) + " x dp " +
+                          std::to_string(p.dp) + ", " + std::string(strategies::name_of(p.schedule)) +
+                          ", micro batch " + std::to_string(p.micro_batch) + ", " +
+                          with_commas(experiment.microbatches()) + " microbatches per pipeline" +
+                          (p.sequence_parallel ? ", sequence parallel" : "")},
+      {"training", "global batch " + with_commas(experiment.training.global_batch) + " x " +
+                       with_commas(experiment.training.seq_len) + " tokens, " +
+                       std::string(name_of(experiment.training.dtype)) + ", adam" +
+                       (experiment.training.flash_attention ? ", flash attention" : "")},
+  };
+  const auto report = traces::make_report(program, timeline, context);
+  const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
+  if (!args.quiet) {
+    traces::print_summary(std::cout, report, context);
+    std::cout << "simulated " << with_commas(static_cast<std::int64_t>(program.op_count()))
+              << " ops (" << with_commas(static_cast<std::int64_t>(timeline.events))
+              << " events) in " << std::fixed << std::setprecision(2) << elapsed << " s\n";
+  }
+  if (!args.out.empty()) {
+    traces::write_outputs(args.out, program, timeline, report, context);
+    if (!args.quiet) {
+      std::cout << "wrote " << (fs::path(args.out) / "report.json").string() << ", timeline.json"
+                << " (open it at https://ui.perfetto.dev), memory.csv\n";
+    }
+  }
+  if (!timeline.completed) {
+    std::cerr << "error: the simulation did not complete: " << timeline.problem << "\n";
+    return kExitSimulationFailed;
+  }
+  return 0;
+}
+
+int list_command(const std::string& what) {
+  const std::map<std::string, fs::path> folders = {
+      {"devices", config_dir() / "hardware" / "devices"},
+      {"clusters", config_dir() / "hardware" / "clusters"},
+      {"models", config_dir() / "models"},
+      {"experiments", config_dir() / "experiments"}};
+  const fs::path folder = folders.at(what);
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
+    if (entry.path().extension() == ".json") files.push_back(entry.path());
+  }
+  if (ec) throw BadInput("cannot list " + folder.string() + ": " + ec.message());
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    std::ostringstream line;
+    if (what == "devices") {
+      auto d = hw::load_device(f);
+      line << d.name << "  " << to_string(d.peak(DType::bf16)) << " bf16, "
+           << to_string(d.memory_capacity) << " at " << to_string(d.memory_bandwidth);
+    } else if (what == "clusters") {
+      auto c = hw::load_cluster(f);
+      line << c.name << "  " << c.nodes << " x " << c.devices_per_node << " " << c.device.name
+           << ", " << to_string(c.intra_node.bandwidth) << " in node, "
+           << to_string(c.inter_node.bandwidth) << " between nodes";
+    } else if (what == "models") {
+      auto doc = config::Document::load(f);
+      auto m = strategies::read_model(doc, "");
+      line << m.name << "  " << billions(m.parameters()) << " parameters, " << m.layers
+           << " layers, hidden " << m.hidden;
+    } else {
+      auto e = strategies::load_experiment(f);
+      line << e.name << "  " << e.description;
+    }
+    std::cout << line.str() << "\n    " << f.string() << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "stratasim: simulate distributed deep-learning training before reserving the cluster.\n"
+      "It predicts iteration time, throughput, MFU, pipeline bubble and per-device memory\n"
+      "for data, tensor and pipeline parallelism on GPU clusters.",
+      "stratasim"};
+  app.set_version_flag("--version", std::string("stratasim ") + STRATASIM_VERSION);
+  app.require_subcommand(1);
+  app.footer(
+      "Examples:\n"
+      "  stratasim simulate configs/experiments/gpt3-175b-a100-1024.json\n"
+      "  stratasim simulate gpt3-175b-a100-1024 --tp 4 --pp 32 --out out/\n"
+      "  stratasim simulate gpt3-175b-a100-1024 --set cluster.inter_node.bandwidth=\"400 Gb/s\"\n"
+      "  stratasim list models");
+
+  SimulateArgs sim_args;
+  auto* simulate = app.add_subcommand("simulate", "Simulate one training iteration of an experiment");
+  simulate->add_option("experiment", sim_args.experiment,
+                       "Experiment JSON file, or the name of one in configs/experiments")
+      ->required();
+  simulate->add_option("--tp", sim_args.tp, "Tensor-parallel degree")->check(CLI::PositiveNumber);
+  simulate->add_option("--pp", sim_args.pp, "Pipeline stages")->check(CLI::PositiveNumber);
+  simulate->add_option("--dp", sim_args.dp, "Data-parallel degree (default: the remaining devices)")
+      ->check(CLI::PositiveNumber);
+  simulate->add_option("--micro-batch", sim_args.micro_batch, "Samples per microbatch")
+      ->check(CLI::PositiveNumber);
+  simulate->add_option("--global-batch", sim_args.global_batch, "Samples per iteration")
+      ->check(CLI::PositiveNumber);
+  simulate->add_option("--seq-len", sim_args.seq_len, "Tokens per sample")->check(CLI::PositiveNumber);
+  simulate->add_option("--schedule", sim_args.schedule, "Pipeline schedule: 1f1b or gpipe");
+  simulate->add_flag("--sequence-parallel", sim_args.sequence_parallel,
+                     "Megatron sequence parallelism");
+  simulate->add_option("--set", sim_args.sets,
+                       "Override any config value: dotted.key=value (repeatable), e.g. "
+                       "training.seq_len=4096 or cluster.inter_node.bandwidth=\"400 Gb/s\"");
+  simulate->add_option("--out", sim_args.out,
+                       "Write report.json, timeline.json (Chrome trace for Perfetto) and memory.csv here");
+  simulate->add_flag("--quiet", sim_args.quiet, "Print nothing on success");
+
+  std::string list_what;
+  auto* list = app.add_subcommand("list", "List the shipped devices, clusters, models or experiments");
+  list->add_option("what", list_what, "devices, clusters, models or experiments")
+      ->required()
+      ->check(CLI::IsMember({"devices", "clusters", "models", "experiments"}));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : kExitBadInput;
+  }
+  try {
+    if (simulate->parsed()) return simulate_command(sim_args);
+    if (list->parsed()) return list_command(list_what);
+  } catch (const config::ConfigError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const BadInput& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -137,6 +137,9 @@ std::filesystem::path Document::file_of(const std::string& path) const {
 
 void Document::fail(const std::string& path, const std::string& message) const {
   const Origin& o = origin_of(path);
+  if (o.file.empty() && !o.prefix.empty()) {
+    throw ConfigError(o.source, path, message);  // an override: its own path is the full one
+  }
   std::string relative = path.substr(std::min(path.size(), o.prefix.size()));
   if (!relative.empty() && relative.front() == '.') relative.erase(0, 1);
   throw ConfigError(o.source, relative, message);
@@ -170,7 +173,17 @@ void Document::inline_reference(const std::string& path) {
 void Document::set(const std::string& path, nlohmann::json value, const std::string& origin) {
   nlohmann::json* node = &root_;
   std::string walked;
-  for (const auto& part : split_path(path)) {
+  auto parts = split_path(path);
+  if (value.is_null()) {  // null removes the key, so that its default (or derivation) applies
+    parts.pop_back();
+    for (const auto& part : parts) {
+      if (!node->is_object() || !node->contains(part)) return;
+      node = &(*node)[part];
+    }
+    if (node->is_object()) node->erase(path.substr(path.rfind('.') + 1));
+    return;
+  }
+  for (const auto& part : parts) {
     if (!node->is_object()) {
       throw ConfigError(origin, "", "cannot set '" + path + "': '" + walked + "' is " +
                                         describe(*node) + ", not an object");

@@ -67,7 +67,8 @@ class Document {
   void inline_reference(const std::string& path);
 
   /// Sets the value at a dotted path, creating missing objects on the way; `origin` names the
-  /// override in errors (e.g. "command line (--set training.seq_len=4096)").
+  /// override in errors (e.g. "command line (--set training.seq_len=4096)"). A null value
+  /// removes the key instead.
   void set(const std::string& path, nlohmann::json value, const std::string& origin);
 
   /// Throws a ConfigError for `path`, naming the file (or override) the value came from and

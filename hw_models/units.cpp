@@ -43,7 +43,7 @@ std::optional<Quantity> split(std::string_view text) {
 // `unit`, which is consumed; 1 when there is none.
 double take_prefix(std::string_view& unit, bool allow_binary) {
   static constexpr std::string_view kPrefixes = "kMGTPE";  // powers 1..6 of 1000 (or 1024)
-  if (unit.size() < 2) return 1;
+  if (unit.empty()) return 1;
   char c = unit.front() == 'K' ? 'k' : unit.front();
   std::size_t index = kPrefixes.find(c);
   if (index == std::string_view::npos) return 1;

@@ -173,7 +173,7 @@ OpId Program::add(Work work, const OpInfo& info, std::span<const OpId> deps,
   op.microbatch = info.microbatch;
   op.layer_begin = info.layer_begin;
   op.layer_end = info.layer_end;
-  op.label = intern_label(info.label);
+  op.label = info.label_id != OpInfo::kNoLabel ? info.label_id : intern_label(info.label);
   op.deps_begin = static_cast<std::uint32_t>(deps_.size());
   op.deps_count = static_cast<std::uint16_t>(deps.size());
   deps_.insert(deps_.end(), deps.begin(), deps.end());

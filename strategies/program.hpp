@@ -188,6 +188,10 @@ struct OpInfo {
   std::int16_t layer_begin = -1;
   std::int16_t layer_end = -1;
   std::string_view label;
+  /// An id from Program::intern_label, used instead of `label` when set (saves a lookup per op
+  /// when building millions of ops).
+  std::uint32_t label_id = kNoLabel;
+  static constexpr std::uint32_t kNoLabel = 0xFFFFFFFFu;
 };
 
 class Program {

@@ -1,0 +1,121 @@
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "hw_models/cluster.hpp"
+#include "hw_models/config_reader.hpp"
+#include "test_paths.hpp"
+
+using namespace stratasim;
+using config::ConfigError;
+
+namespace {
+
+std::filesystem::path write_temp(const std::string& name, const std::string& text) {
+  auto dir = std::filesystem::temp_directory_path() / "stratasim-test-config";
+  std::filesystem::create_directories(dir);
+  auto path = dir / name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// The ConfigError raised by `f`, or a failure if none is.
+template <class F>
+ConfigError error_of(F&& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e;
+  }
+  FAIL("expected a ConfigError");
+  return ConfigError("", "", "");
+}
+
+}  // namespace
+
+TEST_CASE("unknown keys are errors with a suggestion") {
+  auto doc = config::Document::from_json(nlohmann::json{{"name", "x"}, {"layres", 3}}, "model.json");
+  config::ObjectReader r(doc, "");
+  r.string("name");
+  r.integer_or("layers", 1);
+  auto e = error_of([&] { r.finish(); });
+  CHECK(e.source() == "model.json");
+  CHECK(e.path() == "layres");
+  CHECK(std::string(e.what()).find("did you mean 'layers'") != std::string::npos);
+}
+
+TEST_CASE("wrong types and out-of-range values name the path") {
+  auto doc = config::Document::from_json(
+      nlohmann::json{{"a", {{"b", "three"}}}, {"c", 0}, {"bw", 900}}, "x.json");
+  config::ObjectReader r(doc, "");
+  auto inner = r.object("a");
+  auto e1 = error_of([&] { inner.integer("b"); });
+  CHECK(e1.path() == "a.b");
+  CHECK(e1.message().find("expected an integer") != std::string::npos);
+  auto e2 = error_of([&] { r.integer_in("c", 1, 10); });
+  CHECK(e2.path() == "c");
+  auto e3 = error_of([&] { r.bandwidth("bw"); });
+  CHECK(e3.message().find("such as \"900 GB/s\"") != std::string::npos);
+  auto e4 = error_of([&] { r.integer("missing"); });
+  CHECK(e4.message().find("missing required key") != std::string::npos);
+}
+
+TEST_CASE("malformed JSON reports the line and column") {
+  auto path = write_temp("bad.json", "{\n  \"name\": \"x\",\n  \"nodes\": ,\n}\n");
+  auto e = error_of([&] { config::Document::load(path); });
+  CHECK(e.source() == path.string());
+  CHECK(e.message().find("malformed JSON at line 3") != std::string::npos);
+}
+
+TEST_CASE("a missing file is an error naming it") {
+  auto e = error_of([] { config::Document::load("/nonexistent/stratasim/x.json"); });
+  CHECK(e.source() == "/nonexistent/stratasim/x.json");
+  CHECK(e.message() == "no such file");
+}
+
+TEST_CASE("errors inside an inlined file name that file and the path within it") {
+  auto device = write_temp("dev.json", R"({"name": "d", "kind": "gpu",
+    "peak_flops": {"bf16": "100 TFLOP/s"}, "memory": {"capacity": "lots", "bandwidth": "1 TB/s"}})");
+  auto cluster = write_temp("cl.json", R"({"name": "c", "nodes": 1, "devices_per_node": 2,
+    "device": "dev.json", "intra_node": {"bandwidth": "100 GB/s", "latency": "1 us"},
+    "inter_node": {"bandwidth": "10 GB/s", "latency": "5 us"}})");
+  auto e = error_of([&] { hw::load_cluster(cluster); });
+  CHECK(e.source() == device.string());
+  CHECK(e.path() == "memory.capacity");
+}
+
+TEST_CASE("overrides are reported as coming from the command line") {
+  auto doc = config::Document::from_json(nlohmann::json{{"p", {{"tp", 2}}}}, "e.json");
+  doc.set("p.tp", "eight", "command line (--tp eight)");
+  config::ObjectReader r(doc, "p");
+  auto e = error_of([&] { r.integer("tp"); });
+  CHECK(e.source() == "command line (--tp eight)");
+  doc.set("p.tp", nullptr, "removed");
+  CHECK(doc.find("p.tp") == nullptr);
+  CHECK(config::parse_override_value("4") == nlohmann::json(4));
+  CHECK(config::parse_override_value("400 Gb/s") == nlohmann::json("400 Gb/s"));
+}
+
+TEST_CASE("every shipped device and cluster loads and matches its datasheet figures") {
+  // hw-peaks in ../shared/reference/published.json: A100 312 TFLOP/s dense bf16 and 2.039 TB/s
+  // (80 GB); H100 SXM5 989.4 TFLOP/s and 3.35 TB/s.
+  auto a100 = hw::load_device(testing::configs_dir() / "hardware/devices/a100-sxm4-80gb.json");
+  CHECK(a100.peak(DType::bf16).flops_per_second() == doctest::Approx(312e12));
+  CHECK(a100.memory_bandwidth.bytes_per_second() == doctest::Approx(2.039e12));
+  auto h100 = hw::load_device(testing::configs_dir() / "hardware/devices/h100-sxm5-80gb.json");
+  CHECK(h100.peak(DType::bf16).flops_per_second() == doctest::Approx(989.4e12));
+  CHECK(h100.memory_bandwidth.bytes_per_second() == doctest::Approx(3.35e12));
+  int clusters = 0;
+  for (const auto& f : std::filesystem::directory_iterator(testing::configs_dir() / "hardware/clusters")) {
+    CAPTURE(f.path());
+    auto c = hw::load_cluster(f.path());
+    CHECK(c.world_size() > 0);
+    ++clusters;
+  }
+  CHECK(clusters >= 10);
+  // DGX A100: 8 x 200 Gb/s HDR, one per GPU = 25 GB/s per device.
+  auto pod = hw::load_cluster(testing::configs_dir() / "hardware/clusters/dgx-a100-128.json");
+  CHECK(pod.world_size() == 1024);
+  CHECK(pod.inter_node.bandwidth.bytes_per_second() == doctest::Approx(25e9));
+}
