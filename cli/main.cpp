@@ -45,7 +45,7 @@ fs::path resolve_experiment(const std::string& given) {
   fs::path path(given);
   std::error_code ec;
   if (fs::exists(path, ec)) return path;
-  if (path.extension().empty() && path.parent_path().empty()) {
+  if (path.parent_path().empty()) {
     fs::path catalog = config_dir() / "experiments" / (given + ".json");
     if (fs::exists(catalog, ec)) return catalog;
   }
@@ -77,8 +77,41 @@ struct SimulateArgs {
   bool sequence_parallel = false;
   std::vector<std::string> sets;
   std::string out;
+  std::string trace_ranks = "auto";
   bool quiet = false;
 };
+
+constexpr int kTraceAllUpTo = 256;  // ranks: above this the trace holds one rank per stage
+
+// The ranks timeline.json and memory.csv cover: "all", "stages" (tensor- and data-parallel
+// rank 0 of every pipeline stage), a comma-separated list, or "auto" (all up to 256 ranks).
+std::vector<std::int32_t> trace_ranks(const std::string& spec, const strategies::RankLayout& layout) {
+  const int world = layout.world_size();
+  std::string mode = spec == "auto" ? (world <= kTraceAllUpTo ? "all" : "stages") : spec;
+  std::vector<std::int32_t> ranks;
+  if (mode == "all") return ranks;
+  if (mode == "stages") {
+    for (int s = 0; s < layout.pp; ++s) ranks.push_back(layout.rank(0, 0, s));
+    return ranks;
+  }
+  std::stringstream list(mode);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    int rank = -1;
+    try {
+      std::size_t used = 0;
+      rank = std::stoi(item, &used);
+      if (used != item.size()) rank = -1;
+    } catch (const std::exception&) {
+    }
+    if (rank < 0 || rank >= world) {
+      throw BadInput("--trace-ranks expects all, stages or ranks from 0 to " +
+                     std::to_string(world - 1) + " separated by commas, got \"" + item + "\"");
+    }
+    ranks.push_back(rank);
+  }
+  return ranks;
+}
 
 std::vector<strategies::Override> overrides_of(const SimulateArgs& a) {
   std::vector<strategies::Override> o;
@@ -129,6 +162,9 @@ int simulate_command(const SimulateArgs& args) {
   check_out_dir(args.out);
   const auto experiment = strategies::load_experiment(resolve_experiment(args.experiment),
                                                       overrides_of(args));
+  const auto layout = strategies::layout_of(experiment);
+  traces::ExportOptions export_options;
+  export_options.ranks = trace_ranks(args.trace_ranks, layout);
   const auto program = strategies::lower(experiment);
   try {
     strategies::validate(program);
@@ -139,7 +175,6 @@ int simulate_command(const SimulateArgs& args) {
   const auto& cluster = experiment.cluster;
   const auto timeline = sim::simulate(program, cluster);
 
-  const auto layout = strategies::layout_of(experiment);
   traces::ReportContext context;
   context.experiment = experiment.name;
   context.samples_per_iteration = experiment.training.global_batch;
@@ -175,10 +210,16 @@ int simulate_command(const SimulateArgs& args) {
               << " events) in " << std::fixed << std::setprecision(2) << elapsed << " s\n";
   }
   if (!args.out.empty()) {
-    traces::write_outputs(args.out, program, timeline, report, context);
+    traces::write_outputs(args.out, program, timeline, report, context, export_options);
     if (!args.quiet) {
       std::cout << "wrote " << (fs::path(args.out) / "report.json").string() << ", timeline.json"
-                << " (open it at https://ui.perfetto.dev), memory.csv\n";
+                << " (open it at https://ui.perfetto.dev) and memory.csv";
+      if (!export_options.ranks.empty()) {
+        std::cout << " for ranks";
+        for (auto r : export_options.ranks) std::cout << ' ' << r;
+        std::cout << " (--trace-ranks all for every rank)";
+      }
+      std::cout << "\n";
     }
   }
   if (!timeline.completed) {
@@ -266,6 +307,10 @@ int main(int argc, char** argv) {
                        "training.seq_len=4096 or cluster.inter_node.bandwidth=\"400 Gb/s\"");
   simulate->add_option("--out", sim_args.out,
                        "Write report.json, timeline.json (Chrome trace for Perfetto) and memory.csv here");
+  simulate->add_option("--trace-ranks", sim_args.trace_ranks,
+                       "Ranks in timeline.json and memory.csv: all, stages (rank 0 of each "
+                       "pipeline stage), or a list like 0,8,16; default all up to 256 ranks, "
+                       "else stages");
   simulate->add_flag("--quiet", sim_args.quiet, "Print nothing on success");
 
   std::string list_what;

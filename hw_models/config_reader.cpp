@@ -211,7 +211,8 @@ bool ObjectReader::has(std::string_view key) {
 const nlohmann::json* ObjectReader::optional(std::string_view key) {
   known_.emplace(key);
   auto it = object_->find(key);
-  return it == object_->end() ? nullptr : &*it;
+  // null stands for "not set": the default (or a derived value) applies.
+  return it == object_->end() || it->is_null() ? nullptr : &*it;
 }
 
 const nlohmann::json& ObjectReader::require(std::string_view key) {

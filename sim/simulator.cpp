@@ -1,1 +1,675 @@
-// (being written)
+#include "sim/simulator.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "sim/cost.hpp"
+#include "sim/engine.hpp"
+
+namespace stratasim::sim {
+
+namespace {
+
+using strategies::Collective;
+using strategies::Compute;
+using strategies::kMemoryCategoryCount;
+using strategies::kMemoryTierCount;
+using strategies::kStreamCount;
+using strategies::MemoryTier;
+using strategies::Op;
+using strategies::OpId;
+using strategies::Program;
+using strategies::Recv;
+using strategies::Send;
+using traces::MemorySample;
+using traces::Span;
+using traces::Timeline;
+
+constexpr std::uint32_t kNone = 0xFFFFFFFFu;
+
+enum OpKind : std::uint8_t { kCompute, kCollective, kSend, kRecv };
+enum OpFlags : std::uint8_t { kStartEffects = 1, kEndEffects = 2 };
+enum OpStatus : std::uint8_t { kWaiting, kStarted, kDone };
+
+/// The hot, per-op state of a run, packed in 20 bytes.
+struct OpState {
+  std::uint32_t next = kNone;      // next op on the same (rank, stream)
+  std::uint32_t succ = 0;          // start of the op's successors in succ_ (ends at the next op's)
+  std::uint32_t payload = 0;       // compute: kernel list; communication: instance
+  std::uint32_t pending = 0;       // unfinished predecessors (stream and dependencies)
+  std::uint8_t kind = kCompute;    // OpKind
+  std::uint8_t flags = 0;          // OpFlags
+  std::uint8_t status = kWaiting;  // OpStatus
+  std::uint8_t unused = 0;
+};
+
+/// One rendezvous: a collective's k-th call on a group, or the k-th message of a channel.
+struct Instance {
+  Time start;
+  std::uint32_t arrived = 0;
+  std::uint32_t expected = 0;
+};
+
+/// A rank's allocation on one tier.
+struct TierState {
+  std::array<std::int64_t, kMemoryCategoryCount> by_category{};
+  std::int64_t total = 0;
+  bool out_of_memory = false;
+  OpId oom_op = 0;
+  Time oom_time;
+};
+
+class Simulator {
+ public:
+  Simulator(const Program& program, const hw::ClusterSpec& cluster, Network& network,
+            const SimOptions& options)
+      : program_(program),
+        cluster_(cluster),
+        network_(network),
+        options_(options),
+        n_(static_cast<std::uint32_t>(program.op_count())),
+        world_(program.world_size()),
+        notify_spans_(options.record_spans || !options.observers.empty()),
+        notify_memory_(options.record_memory || !options.observers.empty()) {}
+
+  Timeline run() {
+    setup();
+    timeline_.world_size = world_;
+    if (options_.record_spans) timeline_.spans.resize(n_);
+    if (options_.record_memory) {
+      // At most one sample per rank and tier at the start and one per op and phase with
+      // effects (more only where one op changes several tiers at once).
+      std::size_t samples = static_cast<std::size_t>(world_) * kMemoryTierCount;
+      for (const OpState& st : ops_) {
+        samples += static_cast<std::size_t>((st.flags & kStartEffects) != 0) +
+                   static_cast<std::size_t>((st.flags & kEndEffects) != 0);
+      }
+      timeline_.memory.reserve(samples);
+    }
+    apply_initial_memory();
+
+    engine_.reserve(static_cast<std::size_t>(world_) * kStreamCount + 16);
+    for (OpId id = 0; id < n_; ++id) {
+      if (ops_[id].pending == 0) start_op(id);
+    }
+
+    std::vector<TransferId> finished;
+    std::uint64_t completions = 0;
+    for (;;) {
+      const Time network_next = network_.next_completion();
+      const Time engine_next = engine_.next_time();
+      if (network_next == Time::infinity() && engine_next == Time::infinity()) break;
+      if (network_next <= engine_next) {
+        // Ties go to the network, so that equal inputs always give equal orders.
+        finished.clear();
+        engine_.advance_to(network_next);
+        now_ = engine_.now();  // a network never moves the clock back
+        network_.advance_to(network_next, finished);
+        if (finished.empty()) {
+          throw std::logic_error("simulate: the network announced a completion at " +
+                                 to_string(network_next) + " but finished nothing");
+        }
+        completions += finished.size();
+        for (TransferId t : finished) complete_instance(t);
+      } else {
+        const Event e = engine_.pop();
+        now_ = e.time;
+        const OpId id = e.target;
+        finish_op(id, now_ - list_time_[ops_[id].payload]);
+        release_successors(id);
+      }
+    }
+
+    timeline_.events = engine_.processed() + completions;
+    timeline_.completed = done_ == n_;
+    if (!timeline_.completed) {
+      timeline_.problem = describe_deadlock();
+      if (options_.record_spans) {
+        std::size_t kept = 0;
+        for (OpId id = 0; id < n_; ++id) {
+          if (ops_[id].status == kDone) timeline_.spans[kept++] = timeline_.spans[id];
+        }
+        timeline_.spans.resize(kept);
+      }
+    }
+    emit_out_of_memory();
+    return std::move(timeline_);
+  }
+
+ private:
+  // ---- Setup: flat arrays for the hot loop.
+
+  void setup() {
+    const auto& ops = program_.ops();
+    // Ranks own consecutive ranges of ops that cover them all (Program::finish was called).
+    for (int r = 0; r < world_; ++r) {
+      const OpId end = r + 1 < world_ ? program_.first_op(r + 1) : n_;
+      if (program_.first_op(r) > end || (r == 0 && program_.first_op(0) != 0) ||
+          (r + 1 == world_ && program_.first_op(world_) != n_)) {
+        throw std::invalid_argument(
+            "simulate: the program's ranks do not cover its ops (was Program::finish called?)");
+      }
+    }
+    const auto& groups = program_.groups();
+    const auto group_count = static_cast<std::uint32_t>(groups.size());
+    ops_.assign(static_cast<std::size_t>(n_) + 1, OpState{});  // one more: the end of succ_
+
+    // Kernel-list durations, computed once per list that some op uses.
+    const DeviceCostModel cost(cluster_.device);
+    list_time_.assign(program_.kernel_lists().size(), Time());
+    std::vector<std::uint8_t> list_known(program_.kernel_lists().size(), 0);
+
+    // Members of each group (distinct, valid ranks) and, per rank, the groups it belongs to.
+    group_members_.assign(group_count, {});
+    std::vector<std::uint32_t> rank_groups_begin(static_cast<std::size_t>(world_) + 1, 0);
+    for (std::uint32_t g = 0; g < group_count; ++g) {
+      auto& members = group_members_[g];
+      for (std::int32_t r : groups[g].ranks) {
+        if (r >= 0 && r < world_) members.push_back(r);
+      }
+      std::sort(members.begin(), members.end());
+      members.erase(std::unique(members.begin(), members.end()), members.end());
+      for (std::int32_t r : members) ++rank_groups_begin[static_cast<std::size_t>(r) + 1];
+    }
+    for (int r = 0; r < world_; ++r) {
+      rank_groups_begin[static_cast<std::size_t>(r) + 1] +=
+          rank_groups_begin[static_cast<std::size_t>(r)];
+    }
+    std::vector<std::uint32_t> rank_groups(rank_groups_begin.back());
+    {
+      std::vector<std::uint32_t> cursor(rank_groups_begin.begin(), rank_groups_begin.end() - 1);
+      for (std::uint32_t g = 0; g < group_count; ++g) {
+        for (std::int32_t r : group_members_[g]) {
+          rank_groups[cursor[static_cast<std::size_t>(r)]++] = g;
+        }
+      }
+    }
+
+    // Pass 1, rank by rank: stream order, dependency counts, effects, and the ordinal of each
+    // communication op on its group or channel.
+    std::vector<std::uint32_t> calls_on_group(group_count, 0);
+    std::vector<std::uint32_t> instances_of_group(group_count, 0);
+    std::vector<std::uint8_t> member(group_count, 0);
+    std::vector<std::uint32_t> touched;
+    std::unordered_map<std::uint64_t, std::uint32_t> channel_of;
+    std::vector<std::uint32_t> channel_sends;
+    std::vector<std::uint32_t> channel_recvs;
+    std::vector<std::uint32_t> ordinals;  // per communication op, in op order
+    // Dependencies in op order (valid ones only), to build the successor lists without reading
+    // the ops a second time.
+    std::vector<OpId> edge_dep;
+    edge_dep.reserve(n_);
+    std::vector<std::uint16_t> deps_of_op(n_);
+    auto channel = [&](std::int32_t src, std::int32_t dst) {
+      const std::uint64_t key =
+          (static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32) |
+          static_cast<std::uint32_t>(dst);
+      auto [it, inserted] =
+          channel_of.emplace(key, static_cast<std::uint32_t>(channel_sends.size()));
+      if (inserted) {
+        channel_sends.push_back(0);
+        channel_recvs.push_back(0);
+      }
+      return it->second;
+    };
+
+    for (int r = 0; r < world_; ++r) {
+      const auto rg_begin = rank_groups_begin[static_cast<std::size_t>(r)];
+      const auto rg_end = rank_groups_begin[static_cast<std::size_t>(r) + 1];
+      for (auto i = rg_begin; i < rg_end; ++i) member[rank_groups[i]] = 1;
+      std::array<std::uint32_t, kStreamCount> last;
+      last.fill(kNone);
+      const OpId begin = program_.first_op(r);
+      const OpId end = r + 1 < world_ ? program_.first_op(r + 1) : n_;
+      for (OpId id = begin; id < end; ++id) {
+        const Op& o = ops[id];
+        OpState& st = ops_[id];
+        const auto s = static_cast<std::size_t>(o.stream);
+        if (s >= static_cast<std::size_t>(kStreamCount)) {
+          throw std::invalid_argument(program_.describe(id) + ": stream out of range");
+        }
+        std::uint32_t pending = o.deps_count;
+        if (last[s] != kNone) {
+          ops_[last[s]].next = id;
+          ++pending;
+        }
+        last[s] = id;
+        std::uint16_t valid_deps = 0;
+        for (OpId dep : program_.deps_of(o)) {
+          if (dep >= n_) continue;  // a dependency out of range is never satisfied
+          ++ops_[dep].succ;
+          edge_dep.push_back(dep);
+          ++valid_deps;
+        }
+        deps_of_op[id] = valid_deps;
+        for (const auto& e : program_.effects_of(o)) {
+          st.flags |= e.at_end ? kEndEffects : kStartEffects;
+        }
+        switch (o.work.index()) {
+          case 0: {
+            const auto& c = std::get<Compute>(o.work);
+            if (c.kernels >= list_time_.size()) {
+              throw std::invalid_argument(program_.describe(id) + ": kernel list " +
+                                          std::to_string(c.kernels) + " out of range");
+            }
+            if (!list_known[c.kernels]) {
+              list_time_[c.kernels] = cost.kernels_time(program_.kernel_lists()[c.kernels]);
+              list_known[c.kernels] = 1;
+            }
+            st.kind = kCompute;
+            st.payload = c.kernels;
+            break;
+          }
+          case 1: {
+            const auto& c = std::get<Collective>(o.work);
+            if (c.group >= group_count) {
+              throw std::invalid_argument(program_.describe(id) + ": group " +
+                                          std::to_string(c.group) + " out of range");
+            }
+            st.kind = kCollective;
+            if (!member[c.group]) {
+              st.payload = kNone;  // never arrives: reported as waiting forever
+              ++pending;
+              break;
+            }
+            if (calls_on_group[c.group]++ == 0) touched.push_back(c.group);
+            st.payload = c.group;
+            ordinals.push_back(calls_on_group[c.group] - 1);
+            break;
+          }
+          case 2: {
+            const auto ch = channel(r, std::get<Send>(o.work).peer);
+            st.kind = kSend;
+            st.payload = ch;
+            ordinals.push_back(channel_sends[ch]++);
+            break;
+          }
+          default: {
+            const auto ch = channel(std::get<Recv>(o.work).peer, r);
+            st.kind = kRecv;
+            st.payload = ch;
+            ordinals.push_back(channel_recvs[ch]++);
+            break;
+          }
+        }
+        st.pending = pending;
+      }
+      for (std::uint32_t g : touched) {
+        instances_of_group[g] = std::max(instances_of_group[g], calls_on_group[g]);
+        calls_on_group[g] = 0;
+      }
+      touched.clear();
+      for (auto i = rg_begin; i < rg_end; ++i) member[rank_groups[i]] = 0;
+    }
+
+    // Dense instance ids: collectives by (group, ordinal), then messages by (channel, ordinal).
+    std::vector<std::uint32_t> group_base(group_count);
+    std::uint64_t total = 0;
+    for (std::uint32_t g = 0; g < group_count; ++g) {
+      group_base[g] = static_cast<std::uint32_t>(total);
+      total += instances_of_group[g];
+    }
+    collective_instances_ = static_cast<std::uint32_t>(total);
+    std::vector<std::uint32_t> channel_base(channel_sends.size());
+    for (std::size_t c = 0; c < channel_sends.size(); ++c) {
+      channel_base[c] = static_cast<std::uint32_t>(total);
+      total += std::max(channel_sends[c], channel_recvs[c]);
+    }
+    if (total >= kNone) throw std::length_error("simulate: more than 2^32 rendezvous");
+    instances_.assign(total, Instance{});
+    instance_group_.assign(collective_instances_, 0);
+    for (std::uint32_t g = 0; g < group_count; ++g) {
+      for (std::uint32_t k = 0; k < instances_of_group[g]; ++k) {
+        instances_[group_base[g] + k].expected =
+            static_cast<std::uint32_t>(group_members_[g].size());
+        instance_group_[group_base[g] + k] = g;
+      }
+    }
+    for (std::size_t c = 0; c < channel_sends.size(); ++c) {
+      const auto count = std::max(channel_sends[c], channel_recvs[c]);
+      for (std::uint32_t k = 0; k < count; ++k) {
+        instances_[channel_base[c] + k].expected = 2;
+      }
+    }
+
+    // Pass 2: instance of each communication op, and the members of each instance (CSR).
+    instance_begin_.assign(total + 1, 0);
+    std::size_t next_ordinal = 0;
+    for (OpId id = 0; id < n_; ++id) {
+      OpState& st = ops_[id];
+      if (st.kind == kCompute || st.payload == kNone) continue;
+      const std::uint32_t base =
+          st.kind == kCollective ? group_base[st.payload] : channel_base[st.payload];
+      st.payload = base + ordinals[next_ordinal++];
+      ++instance_begin_[st.payload + 1];
+    }
+    for (std::size_t i = 0; i < total; ++i) instance_begin_[i + 1] += instance_begin_[i];
+    instance_ops_.resize(instance_begin_.back());
+    {
+      std::vector<std::uint32_t> cursor(instance_begin_.begin(), instance_begin_.end() - 1);
+      for (OpId id = 0; id < n_; ++id) {
+        const OpState& st = ops_[id];
+        if (st.kind == kCompute || st.payload == kNone) continue;
+        instance_ops_[cursor[st.payload]++] = id;
+      }
+    }
+
+    // Successors (CSR): counts become inclusive prefix sums (the end of each op's list), then
+    // lists are filled backwards so that each ends up in increasing op order and
+    // ops_[i].succ becomes the start of op i's list.
+    for (std::size_t i = 0; i < n_; ++i) ops_[i + 1].succ += ops_[i].succ;
+    succ_.resize(ops_[n_].succ);
+    std::size_t edge = edge_dep.size();
+    for (OpId id = n_; id-- > 0;) {
+      for (std::uint16_t k = deps_of_op[id]; k > 0; --k) {
+        succ_[--ops_[edge_dep[--edge]].succ] = id;
+      }
+    }
+  }
+
+  // ---- The run.
+
+  void start_op(OpId id) {
+    OpState& st = ops_[id];
+    st.status = kStarted;
+    // What this op's end will touch is fetched now, while its work runs: the ops of a thousand
+    // ranks advance side by side, too many streams of accesses for the hardware to predict.
+    if (st.next != kNone) {
+      __builtin_prefetch(&ops_[st.next]);
+      __builtin_prefetch(&program_.ops()[st.next]);
+    }
+    __builtin_prefetch(succ_.data() + st.succ);
+    if (st.flags & kEndEffects) __builtin_prefetch(program_.effects_of(program_.op(id)).data());
+    if (st.kind == kCompute) {
+      if (st.flags & kStartEffects) apply_effects(id, false);
+      engine_.schedule(now_ + list_time_[st.payload], 0, id);
+      return;
+    }
+    Instance& inst = instances_[st.payload];
+    if (++inst.arrived == inst.expected) start_transfer(st.payload);
+  }
+
+  void start_transfer(std::uint32_t instance) {
+    instances_[instance].start = now_;
+    const std::uint32_t begin = instance_begin_[instance];
+    const std::uint32_t end = instance_begin_[instance + 1];
+    for (std::uint32_t i = begin; i < end; ++i) {
+      const OpId member = instance_ops_[i];
+      if (ops_[member].flags & kStartEffects) apply_effects(member, false);
+    }
+    TransferRequest request;
+    if (instance < collective_instances_) {
+      // The lowest rank's call describes the collective.
+      const auto& c = std::get<Collective>(program_.op(instance_ops_[begin]).work);
+      request.collective = true;
+      request.kind = c.kind;
+      request.group = c.group;
+      request.bytes = c.bytes;
+    } else {
+      request.collective = false;
+      for (std::uint32_t i = begin; i < end; ++i) {
+        const Op& o = program_.op(instance_ops_[i]);
+        if (const auto* s = std::get_if<Send>(&o.work)) {
+          request.src = o.rank;
+          request.dst = s->peer;
+          request.bytes = s->bytes;
+        }
+      }
+    }
+    network_.start(instance, request, now_);
+  }
+
+  void complete_instance(TransferId instance) {
+    if (instance >= instances_.size()) {
+      throw std::logic_error("simulate: the network finished unknown transfer " +
+                             std::to_string(instance));
+    }
+    Instance& inst = instances_[instance];
+    if (inst.arrived != inst.expected) {
+      throw std::logic_error("simulate: the network finished transfer " + std::to_string(instance) +
+                             ", which was not running");
+    }
+    inst.arrived = kNone;  // finished: never again
+    const Time start = inst.start;
+    const std::uint32_t begin = instance_begin_[instance];
+    const std::uint32_t end = instance_begin_[instance + 1];
+    // Every member ends now: record them all before anything they release starts.
+    for (std::uint32_t i = begin; i < end; ++i) finish_op(instance_ops_[i], start);
+    for (std::uint32_t i = begin; i < end; ++i) release_successors(instance_ops_[i]);
+  }
+
+  void finish_op(OpId id, Time start) {
+    OpState& st = ops_[id];
+    st.status = kDone;
+    ++done_;
+    if (st.flags & kEndEffects) apply_effects(id, true);
+    if (notify_spans_) {
+      const Op& o = program_.op(id);
+      const Span span{o.rank, o.stream, id, start, now_};
+      if (options_.record_spans) timeline_.spans[id] = span;
+      for (Observer* obs : options_.observers) obs->on_span(span);
+    }
+  }
+
+  void release_successors(OpId id) {
+    const std::uint32_t next = ops_[id].next;
+    if (next != kNone && --ops_[next].pending == 0) start_op(next);
+    const std::uint32_t end = ops_[id + 1].succ;
+    for (std::uint32_t i = ops_[id].succ; i < end; ++i) {
+      const OpId s = succ_[i];
+      if (--ops_[s].pending == 0) start_op(s);
+    }
+  }
+
+  // ---- Memory.
+
+  TierState& tier_state(std::int32_t rank, int tier) {
+    return memory_[static_cast<std::size_t>(rank) * kMemoryTierCount +
+                   static_cast<std::size_t>(tier)];
+  }
+
+  void apply_effects(OpId id, bool at_end) {
+    const Op& o = program_.op(id);
+    unsigned touched = 0;
+    for (const auto& e : program_.effects_of(o)) {
+      if (e.at_end != at_end) continue;
+      const auto tier = static_cast<int>(e.tier);
+      const auto category = static_cast<std::size_t>(e.category);
+      if (tier >= kMemoryTierCount || category >= static_cast<std::size_t>(kMemoryCategoryCount)) {
+        continue;
+      }
+      TierState& ts = tier_state(o.rank, tier);
+      ts.by_category[category] += e.delta.count();
+      ts.total += e.delta.count();
+      touched |= 1u << tier;
+    }
+    for (int tier = 0; tier < kMemoryTierCount; ++tier) {
+      if (touched & (1u << tier)) changed(o.rank, tier, id);
+    }
+  }
+
+  void apply_initial_memory() {
+    memory_.assign(static_cast<std::size_t>(world_) * kMemoryTierCount, TierState{});
+    timeline_.ranks.assign(static_cast<std::size_t>(world_), traces::RankMemory{});
+    for (int r = 0; r < world_; ++r) {
+      const OpId first = program_.first_op(r);
+      auto& tiers = timeline_.ranks[static_cast<std::size_t>(r)].tiers;
+      for (int t = 0; t < kMemoryTierCount; ++t) {
+        auto& peak = tiers[static_cast<std::size_t>(t)];
+        peak.capacity =
+            t == static_cast<int>(MemoryTier::device) ? cluster_.device.memory_capacity : Bytes(0);
+        peak.op = first;
+      }
+      unsigned touched = 0;
+      for (const auto& m : program_.initial_memory(r)) {
+        const auto tier = static_cast<int>(m.tier);
+        const auto category = static_cast<std::size_t>(m.category);
+        if (tier >= kMemoryTierCount ||
+            category >= static_cast<std::size_t>(kMemoryCategoryCount)) {
+          continue;
+        }
+        TierState& ts = tier_state(r, tier);
+        ts.by_category[category] += m.bytes.count();
+        ts.total += m.bytes.count();
+        touched |= 1u << tier;
+      }
+      for (int tier = 0; tier < kMemoryTierCount; ++tier) {
+        if (touched & (1u << tier)) changed(r, tier, first);
+      }
+    }
+  }
+
+  /// After a rank's allocation on a tier changed: sample, peak, out-of-memory.
+  void changed(std::int32_t rank, int tier, OpId op) {
+    TierState& ts = tier_state(rank, tier);
+    const Bytes total(ts.total);
+    if (notify_memory_) {
+      const MemorySample sample{rank, static_cast<MemoryTier>(tier), now_, total, op};
+      if (options_.record_memory) timeline_.memory.push_back(sample);
+      for (Observer* obs : options_.observers) obs->on_memory(sample);
+    }
+    auto& peak =
+        timeline_.ranks[static_cast<std::size_t>(rank)].tiers[static_cast<std::size_t>(tier)];
+    if (total > peak.peak) {
+      peak.peak = total;
+      peak.time = now_;
+      peak.op = op;
+      for (std::size_t c = 0; c < ts.by_category.size(); ++c) {
+        peak.breakdown[c] = Bytes(ts.by_category[c]);
+      }
+    }
+    if (!ts.out_of_memory && peak.capacity.count() > 0 && total > peak.capacity) {
+      ts.out_of_memory = true;
+      ts.oom_op = op;
+      ts.oom_time = now_;
+    }
+  }
+
+  void emit_out_of_memory() {
+    for (int r = 0; r < world_; ++r) {
+      for (int t = 0; t < kMemoryTierCount; ++t) {
+        const TierState& ts = tier_state(r, t);
+        if (!ts.out_of_memory) continue;
+        const auto& peak =
+            timeline_.ranks[static_cast<std::size_t>(r)].tiers[static_cast<std::size_t>(t)];
+        timeline_.out_of_memory.push_back(traces::OutOfMemory{
+            r, static_cast<MemoryTier>(t), peak.capacity, peak.peak, ts.oom_op, ts.oom_time});
+      }
+    }
+  }
+
+  // ---- Deadlock report.
+
+  std::string why_waiting(OpId id) const {
+    const Op& o = program_.op(id);
+    const OpState& st = ops_[id];
+    if (st.status == kWaiting) {
+      std::string deps;
+      for (OpId dep : program_.deps_of(o)) {
+        if (dep < n_ && ops_[dep].status == kDone) continue;
+        if (!deps.empty()) deps += "; ";
+        deps += dep < n_ ? program_.describe(dep)
+                         : "op " + std::to_string(dep) + ", which does not exist";
+      }
+      if (!deps.empty()) return "waits for " + deps + " (dependency)";
+      if (st.kind == kCollective && st.payload == kNone) {
+        const auto& c = std::get<Collective>(o.work);
+        return "can never run: rank " + std::to_string(o.rank) + " is not a member of group '" +
+               program_.groups()[c.group].name + "'";
+      }
+      return "is ready but never ran";
+    }
+    // Arrived at its rendezvous: name who is missing.
+    const std::uint32_t instance = st.payload;
+    if (st.kind == kCollective) {
+      const auto& members = group_members_[instance_group_[instance]];
+      std::vector<std::int32_t> arrived;
+      for (std::uint32_t i = instance_begin_[instance]; i < instance_begin_[instance + 1]; ++i) {
+        const OpId m = instance_ops_[i];
+        if (ops_[m].status != kWaiting) arrived.push_back(program_.op(m).rank);
+      }
+      std::string missing;
+      int count = 0;
+      for (std::int32_t r : members) {
+        if (std::find(arrived.begin(), arrived.end(), r) != arrived.end()) continue;
+        missing += (count++ ? ", " : "") + std::to_string(r);
+      }
+      return "waits for " + std::string(count == 1 ? "rank " : "ranks ") + missing +
+             " to reach this collective";
+    }
+    if (st.kind == kSend) {
+      return "waits for rank " + std::to_string(std::get<Send>(o.work).peer) +
+             " to post the matching recv";
+    }
+    return "waits for rank " + std::to_string(std::get<Recv>(o.work).peer) +
+           " to post the matching send";
+  }
+
+  std::string describe_deadlock() const {
+    constexpr std::size_t kMaxLines = 12;
+    std::string text = "deadlock: " + std::to_string(n_ - done_) + " ops never ran; waiting:";
+    std::size_t lines = 0;
+    for (int r = 0; r < world_; ++r) {
+      std::array<OpId, kStreamCount> head;
+      head.fill(kNone);
+      const OpId begin = program_.first_op(r);
+      const OpId end = r + 1 < world_ ? program_.first_op(r + 1) : n_;
+      for (OpId id = begin; id < end; ++id) {
+        const auto s = static_cast<std::size_t>(program_.op(id).stream);
+        if (head[s] == kNone && ops_[id].status != kDone) head[s] = id;
+      }
+      for (OpId id : head) {
+        if (id == kNone) continue;
+        if (lines++ < kMaxLines) text += "\n  " + program_.describe(id) + " " + why_waiting(id);
+      }
+    }
+    if (lines > kMaxLines) text += "\n  ... and " + std::to_string(lines - kMaxLines) + " more";
+    return text;
+  }
+
+  const Program& program_;
+  const hw::ClusterSpec& cluster_;
+  Network& network_;
+  const SimOptions& options_;
+  const std::uint32_t n_;
+  const int world_;
+  const bool notify_spans_;
+  const bool notify_memory_;
+
+  std::vector<OpState> ops_;
+  std::vector<OpId> succ_;
+  std::vector<Time> list_time_;  // per kernel list
+  std::vector<Instance> instances_;
+  std::vector<std::uint32_t> instance_begin_;             // offsets into instance_ops_
+  std::vector<OpId> instance_ops_;                        // members of each instance, in op order
+  std::uint32_t collective_instances_ = 0;                // instances below this are collectives
+  std::vector<std::uint32_t> instance_group_;             // per collective instance
+  std::vector<std::vector<std::int32_t>> group_members_;  // distinct, sorted
+  std::vector<TierState> memory_;                         // rank * tiers + tier
+
+  Engine engine_;
+  Time now_;
+  std::uint32_t done_ = 0;
+  Timeline timeline_;
+};
+
+}  // namespace
+
+traces::Timeline simulate(const strategies::Program& program, const hw::ClusterSpec& cluster,
+                          const SimOptions& options) {
+  AnalyticalNetwork network(cluster, program);
+  return simulate(program, cluster, network, options);
+}
+
+traces::Timeline simulate(const strategies::Program& program, const hw::ClusterSpec& cluster,
+                          Network& network, const SimOptions& options) {
+  Simulator simulator(program, cluster, network, options);
+  return simulator.run();
+}
+
+}  // namespace stratasim::sim

@@ -209,8 +209,8 @@ Program assemble_pipeline(const PipelineSpec& spec) {
         bucket_params += st.plan.grad_units[u].parameters;
         const bool last_unit = u + 1 == st.plan.grad_units.size();
         if (bucket_params * size_of(dtype) < bucket_target && !last_unit) continue;
-        OpInfo info{Stream::dp_comm, Phase::other, -1, -1, -1,
-                    "dp grad all-reduce bucket " + std::to_string(bucket_index++)};
+        const std::string label = "dp grad all-reduce bucket " + std::to_string(bucket_index++);
+        OpInfo info{Stream::dp_comm, Phase::other, -1, -1, -1, label};
         std::array<OpId, 1> dep = {spec.dp_overlap ? unit_done[u] : last_backward};
         last_sync = program.add(Collective{CollectiveKind::all_reduce, dtype,
                                            dp_group[static_cast<std::size_t>(r)],

@@ -1,1 +1,427 @@
-// (being written)
+// Writers of a run's files.
+//
+// Chrome trace (timeline.json), streamed through a buffer rather than built as one JSON value:
+//   {"displayTimeUnit":"ns","traceEvents":[ ...metadata, X events, C events... ]}
+// - metadata: per rank, process_name "rank R" and process_sort_index R; per (rank, stream)
+//   that has spans, thread_name = name_of(stream) and thread_sort_index = stream index;
+// - one "X" event per span, in timeline order: pid = rank, tid = stream index, ts and dur in
+//   microseconds printed exactly from the integer picoseconds with 6 decimals; name = the op's
+//   label (or the kind of work when it has none), cat = the phase, args = {op, microbatch (when
+//   >= 0), layers "first-last" (inclusive, when layer_begin >= 0), bytes (collectives, sends,
+//   receives), kind and group (collectives), peer (sends, receives)};
+// - one "C" event per memory sample: pid = rank, name "memory (<tier>)", args {bytes: total}.
+// The output depends only on its inputs, so equal inputs give byte-identical files.
+//
+// memory.csv: "rank,tier,time_s,total_bytes,op,label", one row per sample in timeline order,
+// time_s exact from the picoseconds with 12 decimals, label quoted when it needs to be.
+//
+// write_outputs: writes the three files into ".<name>.tmp-<pid>" beside `dir`, checks each
+// stream, then moves them into `dir`; on any failure removes what it made and rethrows.
+#include "traces/export.hpp"
+
+#include <charconv>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <unistd.h>
+
+namespace stratasim::traces {
+
+namespace {
+
+namespace fs = std::filesystem;
+using strategies::Collective;
+using strategies::Compute;
+using strategies::Op;
+using strategies::Recv;
+using strategies::Send;
+
+// Appends to a fixed buffer and hands it to the stream in large blocks (10 million events are
+// formatted in about a second).
+class Writer {
+ public:
+  explicit Writer(std::ostream& out) : out_(out), buf_(kSize) {}
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
+  ~Writer() { flush(); }
+
+  Writer& operator<<(std::string_view s) {
+    if (s.size() > kSize - pos_) {
+      flush();
+      if (s.size() > kSize) {
+        out_.write(s.data(), static_cast<std::streamsize>(s.size()));
+        return *this;
+      }
+    }
+    std::memcpy(buf_.data() + pos_, s.data(), s.size());
+    pos_ += s.size();
+    return *this;
+  }
+  Writer& operator<<(char c) {
+    reserve(1);
+    buf_[pos_++] = c;
+    return *this;
+  }
+  Writer& integer(std::int64_t v) {
+    reserve(24);
+    auto result = std::to_chars(buf_.data() + pos_, buf_.data() + kSize, v);
+    pos_ = static_cast<std::size_t>(result.ptr - buf_.data());
+    return *this;
+  }
+  /// `value / 10^Decimals` printed exactly with `Decimals` digits after the point.
+  template <int Decimals>
+  Writer& fixed(std::int64_t value) {
+    static_assert(Decimals > 0 && Decimals < 19);
+    constexpr std::uint64_t kScale = [] {
+      std::uint64_t s = 1;
+      for (int i = 0; i < Decimals; ++i) s *= 10;
+      return s;
+    }();
+    reserve(48);
+    char* p = buf_.data() + pos_;
+    const std::uint64_t magnitude =
+        value < 0 ? 0 - static_cast<std::uint64_t>(value) : static_cast<std::uint64_t>(value);
+    if (value < 0) *p++ = '-';
+    p = std::to_chars(p, buf_.data() + kSize, magnitude / kScale).ptr;
+    *p++ = '.';
+    std::uint64_t frac = magnitude % kScale;
+    for (int i = Decimals - 1; i >= 0; --i) {
+      p[i] = static_cast<char>('0' + frac % 10);
+      frac /= 10;
+    }
+    pos_ = static_cast<std::size_t>(p + Decimals - buf_.data());
+    return *this;
+  }
+  void flush() {
+    if (pos_ > 0) out_.write(buf_.data(), static_cast<std::streamsize>(pos_));
+    pos_ = 0;
+  }
+
+ private:
+  void reserve(std::size_t n) {
+    if (kSize - pos_ < n) flush();
+  }
+  static constexpr std::size_t kSize = std::size_t{1} << 20;
+  std::ostream& out_;
+  std::vector<char> buf_;
+  std::size_t pos_ = 0;
+};
+
+// A JSON string literal, quotes included.
+std::string json_string(std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size() + 2);
+  out.push_back('"');
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      default:
+        if (c < 0x20) {
+          out += "\\u00";
+          out.push_back(kHex[c >> 4]);
+          out.push_back(kHex[c & 0xF]);
+        } else {
+          out.push_back(ch);
+        }
+    }
+  }
+  out.push_back('"');
+  return out;
+}
+
+// A CSV field: quoted (with doubled quotes) when it contains a comma, quote or line break.
+std::string csv_field(std::string_view s) {
+  if (s.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(s);
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out.push_back('"');
+    out.push_back(c);
+  }
+  out.push_back('"');
+  return out;
+}
+
+[[noreturn]] void bad_op(std::string_view what, std::size_t index, OpId op,
+                         const strategies::Program& program) {
+  throw std::invalid_argument("timeline " + std::string(what) + " " + std::to_string(index) +
+                              " refers to op " + std::to_string(op) + ", but the program has " +
+                              std::to_string(program.op_count()) + " ops");
+}
+
+std::string_view work_name(const Op& op) {
+  if (const auto* c = std::get_if<Collective>(&op.work)) return strategies::name_of(c->kind);
+  if (std::holds_alternative<Send>(op.work)) return "send";
+  if (std::holds_alternative<Recv>(op.work)) return "recv";
+  return "compute";
+}
+
+void write_metadata(Writer& w, const strategies::Program& program, const Timeline& timeline,
+                    const std::vector<char>& keep, bool& first) {
+  const auto world = static_cast<std::size_t>(program.world_size());
+  std::vector<std::uint8_t> streams_used(world, 0);  // bit per stream
+  for (const Span& span : timeline.spans) {
+    if (span.rank >= 0 && static_cast<std::size_t>(span.rank) < world) {
+      streams_used[static_cast<std::size_t>(span.rank)] |=
+          static_cast<std::uint8_t>(1u << static_cast<unsigned>(span.stream));
+    }
+  }
+  auto separator = [&] {
+    if (!first) w << ",\n";
+    first = false;
+  };
+  for (std::size_t r = 0; r < world; ++r) {
+    if (!keep[r]) continue;
+    const auto rank = static_cast<std::int64_t>(r);
+    separator();
+    w << R"({"name":"process_name","ph":"M","pid":)";
+    w.integer(rank) << R"(,"args":{"name":"rank )";
+    w.integer(rank) << "\"}}";
+    separator();
+    w << R"({"name":"process_sort_index","ph":"M","pid":)";
+    w.integer(rank) << R"(,"args":{"sort_index":)";
+    w.integer(rank) << "}}";
+    for (int s = 0; s < strategies::kStreamCount; ++s) {
+      if ((streams_used[r] & (1u << static_cast<unsigned>(s))) == 0) continue;
+      separator();
+      w << R"({"name":"thread_name","ph":"M","pid":)";
+      w.integer(rank) << R"(,"tid":)";
+      w.integer(s) << R"(,"args":{"name":)"
+                   << json_string(strategies::name_of(static_cast<Stream>(s))) << "}}";
+      separator();
+      w << R"({"name":"thread_sort_index","ph":"M","pid":)";
+      w.integer(rank) << R"(,"tid":)";
+      w.integer(s) << R"(,"args":{"sort_index":)";
+      w.integer(s) << "}}";
+    }
+  }
+}
+
+// keep[rank] is true for the ranks the options select.
+std::vector<char> selected_ranks(const strategies::Program& program, const ExportOptions& options) {
+  const auto world = static_cast<std::size_t>(program.world_size());
+  std::vector<char> keep(world, options.ranks.empty() ? 1 : 0);
+  for (std::int32_t r : options.ranks) {
+    if (r < 0 || static_cast<std::size_t>(r) >= world) {
+      throw std::invalid_argument("trace rank " + std::to_string(r) + " is not a rank of the program (0-" +
+                                  std::to_string(world - 1) + ")");
+    }
+    keep[static_cast<std::size_t>(r)] = 1;
+  }
+  return keep;
+}
+
+bool kept(const std::vector<char>& keep, std::int32_t rank) {
+  return rank >= 0 && static_cast<std::size_t>(rank) < keep.size() && keep[static_cast<std::size_t>(rank)];
+}
+
+void write_file(const fs::path& path, const std::function<void(std::ostream&)>& body) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw std::runtime_error("cannot create " + path.string());
+  body(out);
+  out.flush();
+  if (!out) throw std::runtime_error("failed while writing " + path.string());
+  out.close();
+  if (out.fail()) throw std::runtime_error("failed to close " + path.string());
+}
+
+}  // namespace
+
+void write_chrome_trace(std::ostream& out, const strategies::Program& program,
+                        const Timeline& timeline, const ExportOptions& options) {
+  const std::vector<char> keep = selected_ranks(program, options);
+  // Escaped strings are computed once per label, group, phase, tier and kind, not per event.
+  std::vector<std::string> labels;
+  labels.reserve(program.labels().size());
+  for (const std::string& l : program.labels()) labels.push_back(json_string(l));
+  std::vector<std::string> groups;
+  groups.reserve(program.groups().size());
+  for (const auto& g : program.groups()) groups.push_back(json_string(g.name));
+  std::vector<std::string> phases;
+  for (int p = 0; p <= static_cast<int>(strategies::Phase::other); ++p) {
+    phases.push_back(json_string(strategies::name_of(static_cast<strategies::Phase>(p))));
+  }
+  std::vector<std::string> counters;
+  for (int t = 0; t < kMemoryTierCount; ++t) {
+    counters.push_back(json_string(
+        "memory (" + std::string(strategies::name_of(static_cast<MemoryTier>(t))) + ")"));
+  }
+
+  Writer w(out);
+  w << R"({"displayTimeUnit":"ns","traceEvents":[)" << '\n';
+  bool first = true;
+  write_metadata(w, program, timeline, keep, first);
+
+  for (std::size_t i = 0; i < timeline.spans.size(); ++i) {
+    const Span& span = timeline.spans[i];
+    if (!kept(keep, span.rank)) continue;
+    if (span.op >= program.op_count()) bad_op("span", i, span.op, program);
+    const Op& op = program.op(span.op);
+    if (!first) w << ",\n";
+    first = false;
+    w << R"({"name":)";
+    if (op.label != 0 && op.label < labels.size()) {
+      w << labels[op.label];
+    } else {
+      w << '"' << work_name(op) << '"';
+    }
+    w << R"(,"cat":)" << phases[std::min<std::size_t>(static_cast<std::size_t>(op.phase), 3)]
+      << R"(,"ph":"X","pid":)";
+    w.integer(span.rank) << R"(,"tid":)";
+    w.integer(static_cast<std::int64_t>(span.stream)) << R"(,"ts":)";
+    w.fixed<6>(span.start.picoseconds()) << R"(,"dur":)";
+    w.fixed<6>((span.end - span.start).picoseconds()) << R"(,"args":{"op":)";
+    w.integer(span.op);
+    if (op.microbatch >= 0) {
+      w << R"(,"microbatch":)";
+      w.integer(op.microbatch);
+    }
+    if (op.layer_begin >= 0) {
+      w << R"(,"layers":")";
+      w.integer(op.layer_begin) << '-';
+      w.integer(op.layer_end > op.layer_begin ? op.layer_end - 1 : op.layer_begin) << '"';
+    }
+    if (const auto* c = std::get_if<Collective>(&op.work)) {
+      w << R"(,"kind":")" << strategies::name_of(c->kind) << R"(","bytes":)";
+      w.integer(c->bytes.count()) << R"(,"group":)";
+      if (c->group < groups.size()) {
+        w << groups[c->group];
+      } else {
+        w << '"' << "group " << std::to_string(c->group) << '"';
+      }
+    } else if (const auto* s = std::get_if<Send>(&op.work)) {
+      w << R"(,"bytes":)";
+      w.integer(s->bytes.count()) << R"(,"peer":)";
+      w.integer(s->peer);
+    } else if (const auto* r = std::get_if<Recv>(&op.work)) {
+      w << R"(,"bytes":)";
+      w.integer(r->bytes.count()) << R"(,"peer":)";
+      w.integer(r->peer);
+    }
+    w << "}}";
+  }
+
+  for (const MemorySample& m : timeline.memory) {
+    if (!kept(keep, m.rank)) continue;
+    if (!first) w << ",\n";
+    first = false;
+    w << R"({"name":)" << counters[std::min<std::size_t>(static_cast<std::size_t>(m.tier), 2)]
+      << R"(,"ph":"C","pid":)";
+    w.integer(m.rank) << R"(,"ts":)";
+    w.fixed<6>(m.time.picoseconds()) << R"(,"args":{"bytes":)";
+    w.integer(m.total.count()) << "}}";
+  }
+  w << "\n]}\n";
+  w.flush();
+}
+
+void write_memory_csv(std::ostream& out, const strategies::Program& program,
+                      const Timeline& timeline, const ExportOptions& options) {
+  const std::vector<char> keep = selected_ranks(program, options);
+  std::vector<std::string> labels;
+  labels.reserve(program.labels().size());
+  for (const std::string& l : program.labels()) labels.push_back(csv_field(l));
+
+  Writer w(out);
+  w << "rank,tier,time_s,total_bytes,op,label\n";
+  for (std::size_t i = 0; i < timeline.memory.size(); ++i) {
+    const MemorySample& m = timeline.memory[i];
+    if (!kept(keep, m.rank)) continue;
+    if (m.op >= program.op_count()) bad_op("memory sample", i, m.op, program);
+    w.integer(m.rank) << ',' << strategies::name_of(m.tier) << ',';
+    w.fixed<12>(m.time.picoseconds()) << ',';
+    w.integer(m.total.count()) << ',';
+    w.integer(m.op) << ',' << labels[program.op(m.op).label] << '\n';
+  }
+  w.flush();
+}
+
+void write_outputs(const fs::path& dir, const strategies::Program& program,
+                   const Timeline& timeline, const Report& report, const ReportContext& context,
+                   const ExportOptions& options) {
+  // "out/", "." and ".." name a folder too: work with its normal, named form.
+  fs::path target = dir.lexically_normal();
+  if (target.empty() || target.filename() == "." || target.filename() == "..") {
+    target = fs::absolute(target).lexically_normal();
+  }
+  if (!target.has_filename()) target = target.parent_path();
+  fs::path parent = target.parent_path();
+  if (parent.empty()) parent = ".";
+  std::string temp_name = ".";
+  temp_name += target.filename().string();
+  temp_name += ".tmp-";
+  temp_name += std::to_string(::getpid());
+  const fs::path temp = parent / temp_name;
+  static constexpr const char* kFiles[] = {"report.json", "timeline.json", "memory.csv"};
+
+  bool made_temp = false;
+  bool made_target = false;
+  std::vector<fs::path> made_parents;  // deepest first
+  auto clean_up = [&] {
+    std::error_code ignored;
+    if (made_temp) fs::remove_all(temp, ignored);
+    if (made_target) fs::remove_all(target, ignored);
+    for (const fs::path& p : made_parents) fs::remove(p, ignored);  // only if still empty
+  };
+  try {
+    try {
+      for (fs::path p = parent; !p.empty() && !fs::exists(p); p = p.parent_path()) {
+        made_parents.push_back(p);
+        if (p == p.parent_path()) break;
+      }
+      fs::create_directories(parent);
+      fs::remove_all(temp);  // a leftover of an earlier run with the same process id
+      made_temp = fs::create_directory(temp);
+      write_file(temp / kFiles[0], [&](std::ostream& out) {
+        out << to_json(report, context)
+                   .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+            << '\n';
+      });
+      write_file(temp / kFiles[1],
+                 [&](std::ostream& out) { write_chrome_trace(out, program, timeline, options); });
+      write_file(temp / kFiles[2],
+                 [&](std::ostream& out) { write_memory_csv(out, program, timeline, options); });
+      if (!fs::exists(target)) made_target = fs::create_directories(target);
+      for (const char* name : kFiles) fs::rename(temp / name, target / name);
+      made_target = false;  // complete: keep it
+      fs::remove(temp);
+      made_temp = false;
+    } catch (const fs::filesystem_error& e) {
+      throw std::runtime_error("cannot write the outputs to " + target.string() + ": " + e.what());
+    }
+  } catch (...) {
+    clean_up();
+    throw;
+  }
+}
+
+}  // namespace stratasim::traces

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <filesystem>
+#include <cstdint>
 #include <iosfwd>
+#include <vector>
 
 #include "strategies/program.hpp"
 #include "traces/report.hpp"
@@ -11,20 +13,28 @@
 
 namespace stratasim::traces {
 
+/// Which ranks the timeline and memory files cover (the report always covers all): a run of
+/// thousands of ranks makes gigabytes of trace that Perfetto cannot open, so large runs write
+/// a representative subset.
+struct ExportOptions {
+  std::vector<std::int32_t> ranks;  // empty: every rank
+};
+
 /// Chrome trace event format: pid = rank, tid = stream, one complete ("X") event per op with
 /// its label, phase, microbatch and layers; memory per rank and tier as counter ("C") events;
 /// process and thread names as metadata. Timestamps in microseconds with picosecond digits.
 void write_chrome_trace(std::ostream& out, const strategies::Program& program,
-                        const Timeline& timeline);
+                        const Timeline& timeline, const ExportOptions& options = {});
 
 /// memory.csv: rank,tier,time_s,total_bytes,op,label — one row per change of allocation.
 void write_memory_csv(std::ostream& out, const strategies::Program& program,
-                      const Timeline& timeline);
+                      const Timeline& timeline, const ExportOptions& options = {});
 
 /// Writes report.json, timeline.json and memory.csv into `dir` (created if needed). Files are
 /// written to a temporary folder beside it first and moved into place only when all are
 /// complete, so a failure leaves nothing half-written. Throws std::runtime_error on failure.
 void write_outputs(const std::filesystem::path& dir, const strategies::Program& program,
-                   const Timeline& timeline, const Report& report, const ReportContext& context);
+                   const Timeline& timeline, const Report& report, const ReportContext& context,
+                   const ExportOptions& options = {});
 
 }  // namespace stratasim::traces

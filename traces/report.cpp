@@ -1,1 +1,539 @@
-// (being written)
+// The report of one iteration, computed from a Program and its Timeline.
+//
+// Definitions (all times from the spans that exist, so an incomplete run is still reported):
+// - iteration_time_s: earliest span start to latest span end over all spans (0 if none).
+// - pipeline_time_s: earliest start of a span whose op has phase forward to the latest end of a
+//   span whose op has phase backward, on any stream; 0 when there is no forward or no backward
+//   span (or the backward ends before the forward starts).
+// - optimizer_time_s: max over ranks of the summed durations of that rank's compute-stream
+//   spans with phase optimizer.
+// - tokens_per_s = tokens_per_iteration / iteration_time_s; samples_per_s likewise (0 when the
+//   iteration time is 0).
+// - model_flops_per_iteration: sum of strategies::matmul_flops over the kernel lists of all
+//   Compute ops with phase forward or backward. hardware_flops_per_iteration: the same over all
+//   Compute ops of every phase (so recomputation, once it has its own phase, counts only there).
+//   Counted per kernel list: flops of each list once, times how many ops use it.
+// - model_tflops_per_device = model_flops / iteration_time / world_size / 1e12;
+//   mfu = model_flops / (iteration_time * world_size * device_peak); hfu likewise with the
+//   hardware flops (0 when the time or the peak is 0).
+// - per rank compute_busy_s: summed durations of the rank's compute-stream spans with phase
+//   forward or backward, clipped to the pipeline window. bubble_fraction = 1 - mean over ranks
+//   of compute_busy_s / pipeline_time_s (0 when pipeline_time_s is 0).
+// - per rank exposed_comm_s: length of the time during which at least one span on a
+//   communication stream (tp_comm, dp_comm, pp_send, pp_recv) is active and no compute-stream
+//   span is; the report's exposed_comm_s is the mean over ranks. Computed with a sweep: the
+//   rank's spans are sorted by start per stream (already so for a simulated timeline), merged
+//   into the union of communication time and the union of compute time, and the measure of
+//   the first minus the second is taken.
+// - per rank peak_memory and breakdown: timeline.ranks[r].tiers[device]; fits: no OutOfMemory
+//   entry for the rank (any tier). Report peak_memory: max over ranks; fits: no OutOfMemory
+//   entry at all. stage: context.stage_of_rank[r] (0 when the vector is short).
+// - completed and problem are copied from the timeline.
+#include "traces/report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace stratasim::traces {
+
+namespace {
+
+using strategies::Phase;
+
+constexpr double kPsToS = 1e-12;
+constexpr std::int64_t kNoTime = std::numeric_limits<std::int64_t>::max();
+constexpr std::int64_t kNoEnd = std::numeric_limits<std::int64_t>::min();
+
+// The streams that take part in the exposed-communication sweep, as bucket indices per rank:
+// 0 compute, 1..4 communication; -1 for the others (copy, host).
+constexpr int kSweepStreams = 5;
+int sweep_index(Stream s) {
+  switch (s) {
+    case Stream::compute:
+      return 0;
+    case Stream::tp_comm:
+      return 1;
+    case Stream::dp_comm:
+      return 2;
+    case Stream::pp_send:
+      return 3;
+    case Stream::pp_recv:
+      return 4;
+    case Stream::copy:
+    case Stream::host:
+      return -1;
+  }
+  return -1;
+}
+
+struct Interval {
+  std::int64_t start;
+  std::int64_t end;
+};
+
+// Yields the union of up to four lists of intervals, each sorted by start, as disjoint
+// intervals in increasing order (a k-way merge by start that joins overlapping neighbours).
+class UnionCursor {
+ public:
+  void add_list(const std::uint32_t* begin, const std::uint32_t* end) {
+    if (begin != end) lists_[count_++] = {begin, end};
+  }
+
+  // The next interval of the union; false when there is none.
+  bool next(const std::vector<Span>& spans, Interval& out) {
+    Interval current{};
+    bool open = false;
+    while (true) {
+      int best = -1;
+      std::int64_t best_start = kNoTime;
+      for (int i = 0; i < count_; ++i) {
+        if (lists_[i].first == lists_[i].second) continue;
+        std::int64_t s = spans[*lists_[i].first].start.picoseconds();
+        if (best < 0 || s < best_start) {
+          best = i;
+          best_start = s;
+        }
+      }
+      if (best < 0) break;
+      const Span& span = spans[*lists_[best].first];
+      std::int64_t s = span.start.picoseconds();
+      std::int64_t e = std::max(s, span.end.picoseconds());
+      if (open && s > current.end) break;  // a gap: the current interval is complete
+      ++lists_[best].first;
+      if (!open) {
+        current = {s, e};
+        open = true;
+      } else {
+        current.end = std::max(current.end, e);
+      }
+    }
+    if (open) out = current;
+    return open;
+  }
+
+ private:
+  std::pair<const std::uint32_t*, const std::uint32_t*> lists_[kSweepStreams]{};
+  int count_ = 0;
+};
+
+// Measure of (union of comm) minus (union of compute), in picoseconds.
+std::int64_t exposed_time(const std::vector<Span>& spans, UnionCursor compute, UnionCursor comm) {
+  std::int64_t exposed = 0;
+  Interval c{};
+  bool have_compute = compute.next(spans, c);
+  Interval m{};
+  while (comm.next(spans, m)) {
+    std::int64_t covered = 0;
+    // Compute intervals are disjoint and increasing; those ending before m are done with.
+    while (have_compute && c.end <= m.start) have_compute = compute.next(spans, c);
+    while (have_compute && c.start < m.end) {
+      covered += std::min(c.end, m.end) - std::max(c.start, m.start);
+      if (c.end > m.end) break;  // c reaches into the next comm interval too
+      have_compute = compute.next(spans, c);
+    }
+    exposed += (m.end - m.start) - covered;
+  }
+  return exposed;
+}
+
+[[noreturn]] void bad_span(std::size_t index, const Span& span, std::string_view why) {
+  throw std::invalid_argument("timeline span " + std::to_string(index) + " (rank " +
+                              std::to_string(span.rank) + ", op " + std::to_string(span.op) +
+                              "): " + std::string(why));
+}
+
+void check_span(std::size_t index, const Span& span, const strategies::Program& program) {
+  if (span.rank < 0 || span.rank >= program.world_size()) {
+    bad_span(index, span, "rank outside the program's world");
+  }
+  if (span.op >= program.op_count()) bad_span(index, span, "op outside the program");
+}
+
+// Flops of forward/backward (model) and of all (hardware) Compute ops, per kernel list.
+void count_flops(const strategies::Program& program, Report& report) {
+  const auto& lists = program.kernel_lists();
+  std::vector<std::uint64_t> model_uses(lists.size(), 0);
+  std::vector<std::uint64_t> all_uses(lists.size(), 0);
+  for (const auto& op : program.ops()) {
+    const auto* compute = std::get_if<strategies::Compute>(&op.work);
+    if (compute == nullptr || compute->kernels >= lists.size()) continue;
+    ++all_uses[compute->kernels];
+    if (op.phase == Phase::forward || op.phase == Phase::backward) ++model_uses[compute->kernels];
+  }
+  double model = 0;
+  double hardware = 0;
+  for (std::size_t i = 0; i < lists.size(); ++i) {
+    if (all_uses[i] == 0) continue;
+    double per_use = 0;
+    for (const auto& kernel : lists[i]) per_use += strategies::matmul_flops(kernel).count();
+    model += per_use * static_cast<double>(model_uses[i]);
+    hardware += per_use * static_cast<double>(all_uses[i]);
+  }
+  report.model_flops_per_iteration = model;
+  report.hardware_flops_per_iteration = hardware;
+}
+
+void fill_times(const strategies::Program& program, const Timeline& timeline,
+                const ReportContext& context, Report& report) {
+  const auto& spans = timeline.spans;
+  const auto world = static_cast<std::size_t>(program.world_size());
+
+  // Pass 1: overall and pipeline windows, optimizer time per rank, bucket sizes for the sweep.
+  std::int64_t first_start = kNoTime;
+  std::int64_t last_end = kNoEnd;
+  std::int64_t forward_start = kNoTime;
+  std::int64_t backward_end = kNoEnd;
+  std::vector<std::int64_t> optimizer_ps(world, 0);
+  std::vector<std::uint32_t> offsets(world * kSweepStreams + 1, 0);
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    const Span& span = spans[i];
+    check_span(i, span, program);
+    const std::int64_t s = span.start.picoseconds();
+    const std::int64_t e = span.end.picoseconds();
+    first_start = std::min(first_start, s);
+    last_end = std::max(last_end, e);
+    const Phase phase = program.op(span.op).phase;
+    if (phase == Phase::forward) forward_start = std::min(forward_start, s);
+    if (phase == Phase::backward) backward_end = std::max(backward_end, e);
+    const auto rank = static_cast<std::size_t>(span.rank);
+    if (span.stream == Stream::compute && phase == Phase::optimizer) optimizer_ps[rank] += e - s;
+    const int bucket = sweep_index(span.stream);
+    if (bucket >= 0) ++offsets[rank * kSweepStreams + static_cast<std::size_t>(bucket) + 1];
+  }
+
+  if (!spans.empty())
+    report.iteration_time_s = static_cast<double>(last_end - first_start) * kPsToS;
+  const bool have_pipeline =
+      forward_start != kNoTime && backward_end != kNoEnd && backward_end > forward_start;
+  if (have_pipeline) {
+    report.pipeline_time_s = static_cast<double>(backward_end - forward_start) * kPsToS;
+  }
+  std::int64_t optimizer_max = 0;
+  for (std::int64_t v : optimizer_ps) optimizer_max = std::max(optimizer_max, v);
+  report.optimizer_time_s = static_cast<double>(optimizer_max) * kPsToS;
+
+  // Pass 2: compute-busy time within the pipeline window, and span indices bucketed by
+  // (rank, stream) in timeline order (a counting sort: one index per span, no per-op allocation).
+  for (std::size_t b = 1; b < offsets.size(); ++b) offsets[b] += offsets[b - 1];
+  std::vector<std::uint32_t> order(offsets.back());
+  std::vector<std::uint32_t> next_slot(offsets.begin(), offsets.end() - 1);
+  std::vector<std::int64_t> busy_ps(world, 0);
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    const Span& span = spans[i];
+    const auto rank = static_cast<std::size_t>(span.rank);
+    const int bucket = sweep_index(span.stream);
+    if (bucket < 0) continue;
+    order[next_slot[rank * kSweepStreams + static_cast<std::size_t>(bucket)]++] =
+        static_cast<std::uint32_t>(i);
+    if (bucket == 0 && have_pipeline) {
+      const Phase phase = program.op(span.op).phase;
+      if (phase != Phase::forward && phase != Phase::backward) continue;
+      const std::int64_t s = std::max(span.start.picoseconds(), forward_start);
+      const std::int64_t e = std::min(span.end.picoseconds(), backward_end);
+      if (e > s) busy_ps[rank] += e - s;
+    }
+  }
+
+  // Sweep per rank: each (rank, stream) list sorted by start (already so when spans come in op
+  // order), then union of communication minus union of compute.
+  auto by_start = [&spans](std::uint32_t a, std::uint32_t b) {
+    return spans[a].start < spans[b].start;
+  };
+  report.ranks.resize(world);
+  double busy_ratio_sum = 0;
+  double exposed_sum = 0;
+  for (std::size_t r = 0; r < world; ++r) {
+    UnionCursor compute;
+    UnionCursor comm;
+    for (int k = 0; k < kSweepStreams; ++k) {
+      const std::size_t b = r * kSweepStreams + static_cast<std::size_t>(k);
+      std::uint32_t* begin = order.data() + offsets[b];
+      std::uint32_t* end = order.data() + offsets[b + 1];
+      if (!std::is_sorted(begin, end, by_start)) std::stable_sort(begin, end, by_start);
+      (k == 0 ? compute : comm).add_list(begin, end);
+    }
+    RankReport& rank = report.ranks[r];
+    rank.rank = static_cast<int>(r);
+    rank.stage = r < context.stage_of_rank.size() ? context.stage_of_rank[r] : 0;
+    rank.compute_busy_s = static_cast<double>(busy_ps[r]) * kPsToS;
+    rank.exposed_comm_s = static_cast<double>(exposed_time(spans, compute, comm)) * kPsToS;
+    if (report.pipeline_time_s > 0) busy_ratio_sum += rank.compute_busy_s / report.pipeline_time_s;
+    exposed_sum += rank.exposed_comm_s;
+  }
+  if (report.pipeline_time_s > 0) {
+    report.bubble_fraction = 1.0 - busy_ratio_sum / static_cast<double>(world);
+  }
+  report.exposed_comm_s = exposed_sum / static_cast<double>(world);
+}
+
+void fill_memory(const Timeline& timeline, Report& report) {
+  const auto device = static_cast<std::size_t>(MemoryTier::device);
+  for (RankReport& rank : report.ranks) {
+    const auto r = static_cast<std::size_t>(rank.rank);
+    if (r < timeline.ranks.size()) {
+      const TierPeak& peak = timeline.ranks[r].tiers[device];
+      rank.peak_memory = peak.peak;
+      rank.breakdown = peak.breakdown;
+    }
+    rank.fits = true;
+    report.peak_memory = std::max(report.peak_memory, rank.peak_memory);
+  }
+  for (const OutOfMemory& oom : timeline.out_of_memory) {
+    if (oom.rank >= 0 && static_cast<std::size_t>(oom.rank) < report.ranks.size()) {
+      report.ranks[static_cast<std::size_t>(oom.rank)].fits = false;
+    }
+  }
+  report.out_of_memory = timeline.out_of_memory;
+  report.fits = timeline.out_of_memory.empty();
+}
+
+// ---- Printing helpers.
+
+std::string seconds_text(double s) {
+  if (s == 0) return "0 s";
+  if (!(s > 0) || s > 9e6) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.4g s", s);
+    return buf;
+  }
+  return to_string(Time::from_seconds(s));
+}
+
+std::string percent_text(double fraction) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f%%", fraction * 100.0);
+  return buf;
+}
+
+// 1234567.8 -> "1,234,568"; below 1000 with up to 4 significant digits.
+std::string rate_text(double v) {
+  char buf[64];
+  if (!(std::fabs(v) >= 1000) || !std::isfinite(v) || std::fabs(v) >= 1e18) {
+    std::snprintf(buf, sizeof buf, "%.4g", v);
+    return buf;
+  }
+  std::snprintf(buf, sizeof buf, "%.0f", v);
+  std::string digits = buf;
+  std::string out;
+  std::size_t first = digits[0] == '-' ? 1 : 0;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > first && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string pad(std::string s, std::size_t width) {
+  if (s.size() < width) s.append(width - s.size(), ' ');
+  return s;
+}
+
+Bytes category(const MemoryBreakdown& b, MemoryCategory c) {
+  return b[static_cast<std::size_t>(c)];
+}
+
+}  // namespace
+
+Report make_report(const strategies::Program& program, const Timeline& timeline,
+                   const ReportContext& context) {
+  Report report;
+  report.completed = timeline.completed;
+  report.problem = timeline.problem;
+  count_flops(program, report);
+  fill_times(program, timeline, context, report);
+  fill_memory(timeline, report);
+
+  const double t = report.iteration_time_s;
+  const double world = static_cast<double>(program.world_size());
+  const double peak = context.device_peak.flops_per_second();
+  if (t > 0) {
+    report.tokens_per_s = static_cast<double>(context.tokens_per_iteration) / t;
+    report.samples_per_s = static_cast<double>(context.samples_per_iteration) / t;
+    report.model_tflops_per_device = report.model_flops_per_iteration / t / world / 1e12;
+    if (peak > 0) {
+      report.mfu = report.model_flops_per_iteration / (t * world * peak);
+      report.hfu = report.hardware_flops_per_iteration / (t * world * peak);
+    }
+  }
+  return report;
+}
+
+nlohmann::json to_json(const Report& report, const ReportContext& context) {
+  using nlohmann::json;
+  json j = json::object();
+  j["experiment"] = context.experiment;
+  j["completed"] = report.completed;
+  j["problem"] = report.problem;
+  j["iteration_time_s"] = report.iteration_time_s;
+  j["pipeline_time_s"] = report.pipeline_time_s;
+  j["optimizer_time_s"] = report.optimizer_time_s;
+  j["tokens_per_s"] = report.tokens_per_s;
+  j["samples_per_s"] = report.samples_per_s;
+  j["model_flops_per_iteration"] = report.model_flops_per_iteration;
+  j["hardware_flops_per_iteration"] = report.hardware_flops_per_iteration;
+  j["model_tflops_per_device"] = report.model_tflops_per_device;
+  j["mfu"] = report.mfu;
+  j["hfu"] = report.hfu;
+  j["bubble_fraction"] = report.bubble_fraction;
+  j["exposed_comm_s"] = report.exposed_comm_s;
+  j["peak_memory_bytes"] = report.peak_memory.count();
+  j["fits"] = report.fits;
+  json ranks = json::array();
+  for (const RankReport& r : report.ranks) {
+    json breakdown = json::object();
+    for (int c = 0; c < kMemoryCategoryCount; ++c) {
+      breakdown[std::string(strategies::name_of(static_cast<MemoryCategory>(c)))] =
+          r.breakdown[static_cast<std::size_t>(c)].count();
+    }
+    ranks.push_back(json{{"rank", r.rank},
+                         {"stage", r.stage},
+                         {"peak_memory_bytes", r.peak_memory.count()},
+                         {"memory_breakdown", std::move(breakdown)},
+                         {"fits", r.fits}});
+  }
+  j["ranks"] = std::move(ranks);
+  json oom = json::array();
+  for (const OutOfMemory& o : report.out_of_memory) {
+    oom.push_back(json{{"rank", o.rank},
+                       {"tier", std::string(strategies::name_of(o.tier))},
+                       {"capacity_bytes", o.capacity.count()},
+                       {"peak_bytes", o.peak.count()},
+                       {"excess_bytes", (o.peak - o.capacity).count()},
+                       {"op", o.first_op},
+                       {"time_s", o.time.seconds()}});
+  }
+  j["out_of_memory"] = std::move(oom);
+  return j;
+}
+
+void print_summary(std::ostream& out, const Report& report, const ReportContext& context) {
+  const std::string title = "stratasim report: " + context.experiment;
+  out << title << '\n' << std::string(title.size(), '=') << '\n';
+  if (!report.completed) {
+    out << "\n!! THE RUN DID NOT COMPLETE: " << report.problem << '\n'
+        << "!! The figures below cover only the ops that ran.\n";
+  }
+
+  std::vector<std::pair<std::string, std::string>> lines = context.setup;
+  const std::size_t setup_count = lines.size();
+  lines.emplace_back("iteration time", seconds_text(report.iteration_time_s));
+  lines.emplace_back("throughput", rate_text(report.tokens_per_s) + " tokens/s, " +
+                                       rate_text(report.samples_per_s) + " samples/s");
+  lines.emplace_back("model FLOP rate",
+                     to_string(FlopRate(report.model_tflops_per_device * 1e12)) + " per device");
+  lines.emplace_back("MFU / HFU", percent_text(report.mfu) + " / " + percent_text(report.hfu));
+  lines.emplace_back("pipeline bubble", percent_text(report.bubble_fraction) + " of " +
+                                            seconds_text(report.pipeline_time_s) +
+                                            " (first forward to last backward)");
+  lines.emplace_back("exposed comm", seconds_text(report.exposed_comm_s) + " (mean per rank)");
+  lines.emplace_back("optimizer step", seconds_text(report.optimizer_time_s));
+  std::size_t width = 0;
+  for (const auto& [label, value] : lines) width = std::max(width, label.size());
+  out << '\n';
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    if (i == setup_count && setup_count > 0) out << '\n';
+    out << "  " << pad(lines[i].first, width + 2) << lines[i].second << '\n';
+  }
+
+  // Memory per pipeline stage: the rank with the highest device peak stands for its stage.
+  struct StageRow {
+    const RankReport* worst = nullptr;
+    int ranks = 0;
+    Bytes device_excess;  // largest device-tier excess of the stage's ranks
+    std::string other_tier;
+    Bytes other_excess;
+  };
+  std::map<int, StageRow> stages;
+  for (const RankReport& r : report.ranks) {
+    StageRow& row = stages[r.stage];
+    ++row.ranks;
+    if (row.worst == nullptr || r.peak_memory > row.worst->peak_memory) row.worst = &r;
+  }
+  for (const OutOfMemory& o : report.out_of_memory) {
+    if (o.rank < 0 || static_cast<std::size_t>(o.rank) >= report.ranks.size()) continue;
+    StageRow& row = stages[report.ranks[static_cast<std::size_t>(o.rank)].stage];
+    const Bytes excess = o.peak - o.capacity;
+    if (o.tier == MemoryTier::device) {
+      row.device_excess = std::max(row.device_excess, excess);
+    } else if (excess > row.other_excess) {
+      row.other_excess = excess;
+      row.other_tier = std::string(strategies::name_of(o.tier));
+    }
+  }
+  if (!stages.empty()) {
+    std::vector<std::vector<std::string>> table;
+    table.push_back({"stage", "ranks", "peak / capacity", "params", "grads", "optimizer",
+                     "activations", "other", "status"});
+    for (const auto& [stage, row] : stages) {
+      if (row.worst == nullptr) continue;
+      const MemoryBreakdown& b = row.worst->breakdown;
+      std::string peak = to_string(row.worst->peak_memory);
+      if (context.device_capacity.count() > 0) peak += " / " + to_string(context.device_capacity);
+      std::string status = "fits";
+      if (row.device_excess.count() > 0) {
+        status = "OUT OF MEMORY by " + to_string(row.device_excess);
+      } else if (!row.other_tier.empty()) {
+        status = "OUT OF MEMORY (" + row.other_tier + ") by " + to_string(row.other_excess);
+      }
+      table.push_back({std::to_string(stage), std::to_string(row.ranks), peak,
+                       to_string(category(b, MemoryCategory::parameters)),
+                       to_string(category(b, MemoryCategory::gradients)),
+                       to_string(category(b, MemoryCategory::optimizer_states)),
+                       to_string(category(b, MemoryCategory::activations)),
+                       to_string(category(b, MemoryCategory::workspace) +
+                                 category(b, MemoryCategory::comm_buffers)),
+                       status});
+    }
+    std::vector<std::size_t> widths(table[0].size(), 0);
+    for (const auto& cells : table) {
+      for (std::size_t c = 0; c < cells.size(); ++c)
+        widths[c] = std::max(widths[c], cells[c].size());
+    }
+    out << "\n  device memory per pipeline stage (peak rank of the stage, breakdown at its peak)\n";
+    for (const auto& cells : table) {
+      std::string line = " ";
+      for (std::size_t c = 0; c < cells.size(); ++c) {
+        line += ' ';
+        line += c + 1 < cells.size() ? pad(cells[c], widths[c] + 1) : cells[c];
+      }
+      out << line << '\n';
+    }
+  }
+
+  out << '\n';
+  if (!report.completed) {
+    out << "verdict: INCOMPLETE: the run stopped before every op finished (see above)";
+    if (!report.fits) out << "; out of memory as well";
+    out << '\n';
+  } else if (!report.fits) {
+    const OutOfMemory* worst = nullptr;
+    std::vector<bool> failing(report.ranks.size(), false);
+    for (const OutOfMemory& o : report.out_of_memory) {
+      if (worst == nullptr || o.peak - o.capacity > worst->peak - worst->capacity) worst = &o;
+      if (o.rank >= 0 && static_cast<std::size_t>(o.rank) < failing.size()) {
+        failing[static_cast<std::size_t>(o.rank)] = true;
+      }
+    }
+    const auto count = std::count(failing.begin(), failing.end(), true);
+    out << "verdict: OUT OF MEMORY on " << count << " of " << report.ranks.size() << " ranks";
+    if (worst != nullptr) {
+      out << " (worst: rank " << worst->rank << ", " << strategies::name_of(worst->tier)
+          << " memory, by " << to_string(worst->peak - worst->capacity) << ", first at op "
+          << worst->first_op << ")";
+    }
+    out << '\n';
+  } else {
+    out << "verdict: fits in memory; " << seconds_text(report.iteration_time_s)
+        << " per iteration at " << percent_text(report.mfu) << " MFU\n";
+  }
+}
+
+}  // namespace stratasim::traces

@@ -1,0 +1,97 @@
+// Simulator speed: GPT-3 175B (tp 8, pp 16, global batch 1536, micro batch 1) on 1,024 A100s
+// (dp 8) and on 16,384 H100s (dp 128), end to end: load, lower, validate, simulate, report.
+// Each scenario runs in its own child process so that its peak resident memory is its own.
+// Targets (issue 2): 1,024 GPUs under 2 s and 16,384 under 30 s on one core.
+//
+//   build/bench/bench_simulate            # both scenarios
+//   build/bench/bench_simulate 1024       # one
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "sim/simulator.hpp"
+#include "strategies/experiment.hpp"
+#include "strategies/lowering.hpp"
+#include "traces/report.hpp"
+
+using namespace stratasim;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+int run_scenario(int gpus) {
+  const std::string root = STRATASIM_SOURCE_DIR;
+  std::vector<strategies::Override> overrides;
+  if (gpus == 16384) {
+    overrides.push_back({"cluster", root + "/configs/hardware/clusters/dgx-h100-2048.json", "bench"});
+    overrides.push_back({"parallelism.dp", 128, "bench"});
+  } else if (gpus != 1024) {
+    std::fprintf(stderr, "unknown scenario %d (1024 or 16384)\n", gpus);
+    return 2;
+  }
+  auto t0 = Clock::now();
+  auto experiment = strategies::load_experiment(
+      root + "/configs/experiments/gpt3-175b-a100-1024.json", overrides);
+  double t_load = since(t0);
+  auto t1 = Clock::now();
+  auto program = strategies::lower(experiment);
+  double t_lower = since(t1);
+  auto t2 = Clock::now();
+  strategies::validate(program);
+  double t_validate = since(t2);
+  auto t3 = Clock::now();
+  auto timeline = sim::simulate(program, experiment.cluster);
+  double t_sim = since(t3);
+  auto t4 = Clock::now();
+  traces::ReportContext context;
+  context.experiment = experiment.name;
+  context.samples_per_iteration = experiment.training.global_batch;
+  context.tokens_per_iteration = experiment.tokens_per_iteration();
+  context.device_peak = experiment.cluster.device.peak(experiment.training.dtype);
+  context.device_capacity = experiment.cluster.device.memory_capacity;
+  auto report = traces::make_report(program, timeline, context);
+  double t_report = since(t4);
+  double total = since(t0);
+
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const double peak_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is KiB
+  std::printf(
+      "GPT-3 175B on %5d GPUs (tp 8, pp 16, dp %d, %lld microbatches): %zu ops, %llu events\n"
+      "  load %.3f s, lower %.3f s, validate %.3f s, simulate %.3f s, report %.3f s\n"
+      "  total %.3f s; simulation %.2f M events/s, %.1f ns per op end to end; peak RSS %.0f MiB\n"
+      "  predicted iteration %.3f s, MFU %.1f%%%s\n",
+      gpus, experiment.parallelism.dp, static_cast<long long>(experiment.microbatches()),
+      program.op_count(), static_cast<unsigned long long>(timeline.events), t_load, t_lower,
+      t_validate, t_sim, t_report, total, static_cast<double>(timeline.events) / t_sim / 1e6,
+      total / static_cast<double>(program.op_count()) * 1e9, peak_mib, report.iteration_time_s,
+      report.mfu * 100, timeline.completed ? "" : " (DID NOT COMPLETE)");
+  return timeline.completed ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> scenarios;
+  for (int i = 1; i < argc; ++i) scenarios.push_back(std::atoi(argv[i]));
+  if (scenarios.empty()) scenarios = {1024, 16384};
+  if (scenarios.size() == 1) return run_scenario(scenarios[0]);
+  int status = 0;
+  for (int gpus : scenarios) {
+    std::fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) _exit(run_scenario(gpus));
+    int child_status = 0;
+    waitpid(child, &child_status, 0);
+    if (!WIFEXITED(child_status) || WEXITSTATUS(child_status) != 0) status = 1;
+  }
+  return status;
+}

@@ -1,0 +1,206 @@
+// The stratasim executable, run as a user runs it.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <unistd.h>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "test_paths.hpp"
+
+namespace fs = std::filesystem;
+using stratasim::testing::configs_dir;
+
+namespace {
+
+struct Result {
+  int status;
+  std::string output;  // stdout and stderr together
+};
+
+Result run(const std::string& args) {
+  std::string command = std::string(STRATASIM_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string output;
+  std::array<char, 4096> buffer{};
+  std::size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+fs::path scratch(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("stratasim-cli-" + std::to_string(getpid())) / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A small experiment (GPT-3 1.7B on one DGX A100) written to `dir`, with `edit` applied.
+fs::path small_experiment(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit = {}) {
+  nlohmann::json e = {
+      {"name", "cli-test"},
+      {"model", (configs_dir() / "models/gpt3-1.7b.json").string()},
+      {"cluster", (configs_dir() / "hardware/clusters/dgx-a100-1.json").string()},
+      {"parallelism", {{"tp", 2}, {"pp", 2}, {"dp", 2}, {"micro_batch", 1}, {"schedule", "1f1b"}}},
+      {"training", {{"global_batch", 16}, {"seq_len", 2048}, {"dtype", "bf16"}}}};
+  if (edit) edit(e);
+  fs::path file = dir / "experiment.json";
+  std::ofstream(file) << e.dump(2);
+  return file;
+}
+
+void check_bad_input(const std::string& args, const std::vector<std::string>& expected) {
+  CAPTURE(args);
+  auto r = run(args);
+  CAPTURE(r.output);
+  CHECK(r.status == 2);
+  for (const auto& text : expected) CHECK(r.output.find(text) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("--version and --help") {
+  auto v = run("--version");
+  CHECK(v.status == 0);
+  CHECK(v.output.find("stratasim 0.") != std::string::npos);
+  auto h = run("simulate --help");
+  CHECK(h.status == 0);
+  CHECK(h.output.find("--tp") != std::string::npos);
+  auto top = run("--help");
+  CHECK(top.output.find("Examples:") != std::string::npos);
+}
+
+TEST_CASE("list shows the catalog") {
+  auto r = run("list models");
+  CHECK(r.status == 0);
+  CHECK(r.output.find("gpt3-175b") != std::string::npos);
+  CHECK(r.output.find("llama2-70b") != std::string::npos);
+  CHECK(run("list devices").output.find("H100-SXM5-80GB") != std::string::npos);
+  CHECK(run("list clusters").status == 0);
+  CHECK(run("list experiments").status == 0);
+  CHECK(run("list widgets").status == 2);
+}
+
+TEST_CASE("bad inputs exit 2 naming the file and the JSON path") {
+  auto dir = scratch("bad");
+  auto file = small_experiment(dir);
+  const std::string f = file.string();
+
+  // Malformed JSON.
+  fs::path broken = dir / "broken.json";
+  std::ofstream(broken) << "{\"name\": \"x\",\n \"model\": }";
+  check_bad_input("simulate " + broken.string(), {broken.string(), "malformed JSON at line 2"});
+  // Missing file.
+  check_bad_input("simulate " + (dir / "nope.json").string(), {"nope.json", "no such file"});
+  // Unknown key, with a suggestion.
+  check_bad_input("simulate " + small_experiment(dir, [](auto& e) { e["parallelism"]["micro_bach"] = 2; }).string(),
+                  {f, "parallelism.micro_bach", "did you mean 'micro_batch'"});
+}
+
+TEST_CASE("bad inputs: types and strategy checks") {
+  auto dir = scratch("bad2");
+  const std::string f = (dir / "experiment.json").string();
+  auto with = [&](auto edit) { return "simulate " + small_experiment(dir, edit).string(); };
+  check_bad_input(with([](auto& e) { e["training"]["seq_len"] = "long"; }),
+                  {f, "training.seq_len", "expected an integer"});
+  check_bad_input(with([](auto& e) { e["parallelism"]["tp"] = 5; e["parallelism"]["dp"] = nullptr; }),
+                  {f, "parallelism.tp", "must divide the model's attention heads"});
+  check_bad_input(with([](auto& e) { e["parallelism"]["pp"] = 25; e["parallelism"]["tp"] = 1; }),
+                  {f, "parallelism.pp", "must not exceed the model's layers (24)"});
+  check_bad_input(with([](auto& e) { e["parallelism"]["dp"] = 4; }),
+                  {f, "parallelism.dp", "tp * pp * dp = 2 * 2 * 4 = 16", "has 8 devices"});
+  check_bad_input(with([](auto& e) { e["training"]["global_batch"] = 15; }),
+                  {f, "training.global_batch", "divisible by dp * micro_batch"});
+  // The same checks when the value comes from a flag.
+  check_bad_input("simulate " + small_experiment(dir).string() + " --tp 5",
+                  {"command line (--tp 5)", "parallelism.tp", "must divide"});
+  check_bad_input("simulate " + small_experiment(dir).string() + " --set parallelism.tp=x",
+                  {"--set parallelism.tp=x", "expected an integer"});
+  // An error inside a referenced file names that file.
+  fs::path model = dir / "model.json";
+  std::ofstream(model) << R"({"type": "transformer", "name": "m", "layers": 2, "hidden": 64,
+    "heads": 4, "ffn_hidden": 256, "vocab": "many"})";
+  check_bad_input(with([&](auto& e) { e["model"] = "model.json"; }), {model.string(), "vocab"});
+  // Arguments.
+  check_bad_input("simulate " + small_experiment(dir).string() + " --tp 0", {"--tp"});
+  check_bad_input("frobnicate", {"subcommand"});
+}
+
+TEST_CASE("nothing is written to --out when the input is bad") {
+  auto dir = scratch("nothing");
+  auto bad = small_experiment(dir, [](auto& e) { e["training"]["global_batch"] = 15; });
+  auto out = dir / "out";
+  CHECK(run("simulate " + bad.string() + " --out " + out.string()).status == 2);
+  CHECK_FALSE(fs::exists(out));
+  auto file_in_the_way = dir / "file";
+  std::ofstream(file_in_the_way) << "x";
+  CHECK(run("simulate " + small_experiment(dir).string() + " --out " + file_in_the_way.string()).status == 2);
+}
+
+TEST_CASE("simulate writes the report, the Perfetto timeline and memory.csv, identically twice") {
+  auto dir = scratch("determinism");
+  auto file = small_experiment(dir);
+  auto a = run("simulate " + file.string() + " --out " + (dir / "a").string());
+  REQUIRE(a.status == 0);
+  CHECK(a.output.find("MFU") != std::string::npos);
+  auto b = run("simulate " + file.string() + " --quiet --out " + (dir / "b").string());
+  REQUIRE(b.status == 0);
+  CHECK(b.output.empty());
+  for (const char* name : {"report.json", "timeline.json", "memory.csv"}) {
+    CAPTURE(name);
+    auto first = read(dir / "a" / name);
+    CHECK_FALSE(first.empty());
+    CHECK(first == read(dir / "b" / name));
+  }
+  auto report = nlohmann::json::parse(read(dir / "a" / "report.json"));
+  for (const char* key : {"iteration_time_s", "pipeline_time_s", "optimizer_time_s", "tokens_per_s",
+                          "samples_per_s", "model_flops_per_iteration", "hardware_flops_per_iteration",
+                          "model_tflops_per_device", "mfu", "hfu", "bubble_fraction", "exposed_comm_s",
+                          "peak_memory_bytes", "fits", "ranks"}) {
+    CHECK_MESSAGE(report.contains(key), key);
+  }
+  CHECK(report["ranks"].size() == 8);
+  auto trace = nlohmann::json::parse(read(dir / "a" / "timeline.json"));
+  CHECK(trace["traceEvents"].size() > 100);
+}
+
+TEST_CASE("flags override the experiment, and dp follows tp and pp") {
+  auto dir = scratch("flags");
+  auto file = small_experiment(dir);
+  auto r = run("simulate " + file.string() + " --tp 1 --pp 1 --global-batch 32 --micro-batch 2 --schedule gpipe --out " +
+               (dir / "o").string());
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("tp 1 x pp 1 x dp 8") != std::string::npos);
+  auto report = nlohmann::json::parse(read(dir / "o" / "report.json"));
+  CHECK(report["samples_per_s"].get<double>() > 0);
+}
+
+TEST_CASE("every shipped experiment simulates") {
+  int n = 0;
+  for (const auto& f : fs::directory_iterator(configs_dir() / "experiments")) {
+    CAPTURE(f.path());
+    auto r = run("simulate " + f.path().string());
+    CAPTURE(r.output);
+    CHECK(r.status == 0);
+    CHECK(r.output.find("iteration") != std::string::npos);
+    ++n;
+  }
+  CHECK(n >= 6);
+  // By name, as the README shows.
+  CHECK(run("simulate gpt3-1.7b-a100-8 --quiet").status == 0);
+}

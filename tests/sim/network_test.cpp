@@ -1,0 +1,118 @@
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "sim/network.hpp"
+#include "sim_test_helpers.hpp"
+
+using namespace stratasim;
+using strategies::CollectiveKind;
+
+// The test cluster: intra-node 100 GB/s and 1 us; inter-node 10 GB/s and 5 us; 8 per node.
+
+namespace {
+
+sim::GroupShape one_node(int n) {
+  return sim::GroupShape{n, 1, n};
+}
+
+}  // namespace
+
+TEST_CASE("network: shape of a group") {
+  auto cluster = testing::test_cluster(4, 8);
+  std::vector<std::int32_t> ranks{0, 1, 8, 9, 10};
+  auto s = sim::shape_of(ranks, cluster);
+  CHECK(s.size == 5);
+  CHECK(s.nodes == 2);
+  CHECK(s.max_ranks_per_node == 3);
+  std::vector<std::int32_t> spread{0, 8, 16, 24};
+  s = sim::shape_of(spread, cluster);
+  CHECK(s.nodes == 4);
+  CHECK(s.max_ranks_per_node == 1);
+}
+
+TEST_CASE("network: ring collectives inside one node") {
+  auto cluster = testing::test_cluster(1, 8);
+  strategies::Program program(8);
+  sim::AnalyticalNetwork net(cluster, program);
+  const Bytes s(1'000'000'000);
+  // n = 2: 2*1/2 * 1e9 B / 1e11 B/s = 10 ms, plus 2*1 alpha = 2 us.
+  CHECK(net.collective_time(CollectiveKind::all_reduce, one_node(2), s) ==
+        Time::ms(10) + Time::us(2));
+  // n = 8: 2*7/8 * 1e9 = 1.75e9 B / 1e11 = 17.5 ms, plus 14 alpha = 14 us.
+  CHECK(net.collective_time(CollectiveKind::all_reduce, one_node(8), s) ==
+        Time::us(17'500) + Time::us(14));
+  // Reduce-scatter and all-gather, n = 8: 7/8 * 1e9 / 1e11 = 8.75 ms, plus 7 us.
+  CHECK(net.collective_time(CollectiveKind::reduce_scatter, one_node(8), s) ==
+        Time::us(8'750) + Time::us(7));
+  CHECK(net.collective_time(CollectiveKind::all_gather, one_node(8), s) ==
+        Time::us(8'750) + Time::us(7));
+  CHECK(net.collective_time(CollectiveKind::all_to_all, one_node(8), s) ==
+        Time::us(8'750) + Time::us(7));
+  // Broadcast (pipelined): 1e9 / 1e11 = 10 ms, plus 7 us.
+  CHECK(net.collective_time(CollectiveKind::broadcast, one_node(8), s) ==
+        Time::ms(10) + Time::us(7));
+  // One rank moves nothing.
+  CHECK(net.collective_time(CollectiveKind::all_reduce, one_node(1), s) == Time::zero());
+}
+
+TEST_CASE("network: a group spread over nodes uses the inter-node link") {
+  auto cluster = testing::test_cluster(8, 8);
+  strategies::Program program(64);
+  program.add_group({0, 8, 16, 24, 32, 40, 48, 56}, "dp 0");
+  sim::AnalyticalNetwork net(cluster, program);
+  std::vector<std::int32_t> ranks{0, 8, 16, 24, 32, 40, 48, 56};
+  auto shape = sim::shape_of(ranks, cluster);
+  CHECK(shape.nodes == 8);
+  // 1.75e9 B / 1e10 B/s = 175 ms, plus 14 * 5 us = 70 us.
+  CHECK(net.collective_time(CollectiveKind::all_reduce, shape, Bytes(1'000'000'000)) ==
+        Time::ms(175) + Time::us(70));
+}
+
+TEST_CASE("network: hierarchical collectives") {
+  auto cluster = testing::test_cluster(2, 8);
+  strategies::Program program(16);
+  sim::AnalyticalNetwork net(cluster, program);
+  sim::GroupShape shape{16, 2, 8};
+  const Bytes s(1'000'000'000);
+  // All-reduce: intra RS over 8 of 1e9 (8.75 ms + 7 us) + inter AR over 2 nodes of 1.25e8
+  // (2*1/2 * 1.25e8 / 1e10 = 12.5 ms + 2*5 us) + intra AG over 8 (8.75 ms + 7 us).
+  CHECK(net.collective_time(CollectiveKind::all_reduce, shape, s) ==
+        Time::us(8'750 + 7 + 12'500 + 10 + 8'750 + 7));
+  // Reduce-scatter: intra RS (8.75 ms + 7 us) + inter RS of 1.25e8 over 2
+  // (1/2 * 1.25e8 / 1e10 = 6.25 ms + 5 us).
+  CHECK(net.collective_time(CollectiveKind::reduce_scatter, shape, s) ==
+        Time::us(8'750 + 7 + 6'250 + 5));
+  CHECK(net.collective_time(CollectiveKind::all_gather, shape, s) ==
+        Time::us(6'250 + 5 + 8'750 + 7));
+  // Broadcast runs flat over the inter-node link: 1e9 / 1e10 = 100 ms + 15 * 5 us.
+  CHECK(net.collective_time(CollectiveKind::broadcast, shape, s) == Time::ms(100) + Time::us(75));
+}
+
+TEST_CASE("network: point to point and the resource protocol") {
+  auto cluster = testing::test_cluster(2, 8);
+  strategies::Program program(16);
+  program.add_group({0, 1}, "tp 0");
+  sim::AnalyticalNetwork net(cluster, program);
+  // Same node: 1 us + 1e6 / 1e11 = 10 us. Across nodes: 5 us + 1e6 / 1e10 = 100 us.
+  CHECK(net.p2p_time(0, 7, Bytes(1'000'000)) == Time::us(11));
+  CHECK(net.p2p_time(7, 8, Bytes(1'000'000)) == Time::us(105));
+
+  CHECK(net.next_completion() == Time::infinity());
+  sim::TransferRequest p2p{false, CollectiveKind::all_reduce, 0, 7, 8, Bytes(1'000'000)};
+  net.start(5, p2p, Time::us(0));  // ends at 105 us
+  // All-reduce over 2 ranks of 1e6: 1e6 / 1e11 = 10 us + 2 us; started at 93 us: ends at 105.
+  sim::TransferRequest ar{true, CollectiveKind::all_reduce, 0, 0, 0, Bytes(1'000'000)};
+  net.start(3, ar, Time::us(93));
+  sim::TransferRequest early{false, CollectiveKind::all_reduce, 0, 0, 1, Bytes(0)};
+  net.start(9, early, Time::us(10));  // 1 us: ends at 11 us
+  CHECK(net.next_completion() == Time::us(11));
+  std::vector<sim::TransferId> done;
+  net.advance_to(Time::us(50), done);
+  CHECK(done == std::vector<sim::TransferId>{9});
+  CHECK(net.next_completion() == Time::us(105));
+  net.advance_to(Time::us(105), done);
+  // Equal ends finish in the order they were started.
+  CHECK(done == std::vector<sim::TransferId>{9, 5, 3});
+  CHECK(net.next_completion() == Time::infinity());
+}
