@@ -25,13 +25,16 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 int run_scenario(int gpus) {
   const std::string root = STRATASIM_SOURCE_DIR;
   std::vector<strategies::Override> overrides;
   if (gpus == 16384) {
-    overrides.push_back({"cluster", root + "/configs/hardware/clusters/dgx-h100-2048.json", "bench"});
+    overrides.push_back(
+        {"cluster", root + "/configs/hardware/clusters/dgx-h100-2048.json", "bench"});
     overrides.push_back({"parallelism.dp", 128, "bench"});
   } else if (gpus != 1024) {
     std::fprintf(stderr, "unknown scenario %d (1024 or 16384)\n", gpus);
@@ -88,7 +91,11 @@ int main(int argc, char** argv) {
   for (int gpus : scenarios) {
     std::fflush(stdout);
     pid_t child = fork();
-    if (child == 0) _exit(run_scenario(gpus));
+    if (child == 0) {
+      const int rc = run_scenario(gpus);
+      std::fflush(stdout);  // _exit does not flush stdio
+      _exit(rc);
+    }
     int child_status = 0;
     waitpid(child, &child_status, 0);
     if (!WIFEXITED(child_status) || WEXITSTATUS(child_status) != 0) status = 1;

@@ -85,7 +85,8 @@ constexpr int kTraceAllUpTo = 256;  // ranks: above this the trace holds one ran
 
 // The ranks timeline.json and memory.csv cover: "all", "stages" (tensor- and data-parallel
 // rank 0 of every pipeline stage), a comma-separated list, or "auto" (all up to 256 ranks).
-std::vector<std::int32_t> trace_ranks(const std::string& spec, const strategies::RankLayout& layout) {
+std::vector<std::int32_t> trace_ranks(const std::string& spec,
+                                      const strategies::RankLayout& layout) {
   const int world = layout.world_size();
   std::string mode = spec == "auto" ? (world <= kTraceAllUpTo ? "all" : "stages") : spec;
   std::vector<std::int32_t> ranks;
@@ -137,8 +138,8 @@ std::vector<strategies::Override> overrides_of(const SimulateArgs& a) {
       throw BadInput("--set expects dotted.key=value, got \"" + s + "\"");
     }
     std::string key = s.substr(0, eq);
-    o.push_back({key, config::parse_override_value(s.substr(eq + 1)),
-                 "command line (--set " + s + ")"});
+    o.push_back(
+        {key, config::parse_override_value(s.substr(eq + 1)), "command line (--set " + s + ")"});
   }
   return o;
 }
@@ -160,8 +161,8 @@ int simulate_command(const SimulateArgs& args) {
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
   check_out_dir(args.out);
-  const auto experiment = strategies::load_experiment(resolve_experiment(args.experiment),
-                                                      overrides_of(args));
+  const auto experiment =
+      strategies::load_experiment(resolve_experiment(args.experiment), overrides_of(args));
   const auto layout = strategies::layout_of(experiment);
   traces::ExportOptions export_options;
   export_options.ranks = trace_ranks(args.trace_ranks, layout);
@@ -192,8 +193,9 @@ int simulate_command(const SimulateArgs& args) {
                       std::to_string(cluster.devices_per_node) + " " + cluster.device.name + " (" +
                       with_commas(cluster.world_size()) + " devices)"},
       {"parallelism", "tp " + std::to_string(p.tp) + " x pp " + std::to_string(p.pp) + " x dp " +
-                          std::to_string(p.dp) + ", " + std::string(strategies::name_of(p.schedule)) +
-                          ", micro batch " + std::to_string(p.micro_batch) + ", " +
+                          std::to_string(p.dp) + ", " +
+                          std::string(strategies::name_of(p.schedule)) + ", micro batch " +
+                          std::to_string(p.micro_batch) + ", " +
                           with_commas(experiment.microbatches()) + " microbatches per pipeline" +
                           (p.sequence_parallel ? ", sequence parallel" : "")},
       {"training", "global batch " + with_commas(experiment.training.global_batch) + " x " +
@@ -286,9 +288,11 @@ int main(int argc, char** argv) {
       "  stratasim list models");
 
   SimulateArgs sim_args;
-  auto* simulate = app.add_subcommand("simulate", "Simulate one training iteration of an experiment");
-  simulate->add_option("experiment", sim_args.experiment,
-                       "Experiment JSON file, or the name of one in configs/experiments")
+  auto* simulate =
+      app.add_subcommand("simulate", "Simulate one training iteration of an experiment");
+  simulate
+      ->add_option("experiment", sim_args.experiment,
+                   "Experiment JSON file, or the name of one in configs/experiments")
       ->required();
   simulate->add_option("--tp", sim_args.tp, "Tensor-parallel degree")->check(CLI::PositiveNumber);
   simulate->add_option("--pp", sim_args.pp, "Pipeline stages")->check(CLI::PositiveNumber);
@@ -298,15 +302,17 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   simulate->add_option("--global-batch", sim_args.global_batch, "Samples per iteration")
       ->check(CLI::PositiveNumber);
-  simulate->add_option("--seq-len", sim_args.seq_len, "Tokens per sample")->check(CLI::PositiveNumber);
+  simulate->add_option("--seq-len", sim_args.seq_len, "Tokens per sample")
+      ->check(CLI::PositiveNumber);
   simulate->add_option("--schedule", sim_args.schedule, "Pipeline schedule: 1f1b or gpipe");
   simulate->add_flag("--sequence-parallel", sim_args.sequence_parallel,
                      "Megatron sequence parallelism");
   simulate->add_option("--set", sim_args.sets,
                        "Override any config value: dotted.key=value (repeatable), e.g. "
                        "training.seq_len=4096 or cluster.inter_node.bandwidth=\"400 Gb/s\"");
-  simulate->add_option("--out", sim_args.out,
-                       "Write report.json, timeline.json (Chrome trace for Perfetto) and memory.csv here");
+  simulate->add_option(
+      "--out", sim_args.out,
+      "Write report.json, timeline.json (Chrome trace for Perfetto) and memory.csv here");
   simulate->add_option("--trace-ranks", sim_args.trace_ranks,
                        "Ranks in timeline.json and memory.csv: all, stages (rank 0 of each "
                        "pipeline stage), or a list like 0,8,16; default all up to 256 ranks, "
@@ -314,7 +320,8 @@ int main(int argc, char** argv) {
   simulate->add_flag("--quiet", sim_args.quiet, "Print nothing on success");
 
   std::string list_what;
-  auto* list = app.add_subcommand("list", "List the shipped devices, clusters, models or experiments");
+  auto* list =
+      app.add_subcommand("list", "List the shipped devices, clusters, models or experiments");
   list->add_option("what", list_what, "devices, clusters, models or experiments")
       ->required()
       ->check(CLI::IsMember({"devices", "clusters", "models", "experiments"}));

@@ -10,15 +10,22 @@ namespace {
 
 std::string describe(const nlohmann::json& v) {
   switch (v.type()) {
-    case nlohmann::json::value_t::null: return "null";
-    case nlohmann::json::value_t::boolean: return "a boolean (" + v.dump() + ")";
-    case nlohmann::json::value_t::string: return "a string (" + v.dump() + ")";
+    case nlohmann::json::value_t::null:
+      return "null";
+    case nlohmann::json::value_t::boolean:
+      return "a boolean (" + v.dump() + ")";
+    case nlohmann::json::value_t::string:
+      return "a string (" + v.dump() + ")";
     case nlohmann::json::value_t::number_integer:
     case nlohmann::json::value_t::number_unsigned:
-    case nlohmann::json::value_t::number_float: return "a number (" + v.dump() + ")";
-    case nlohmann::json::value_t::object: return "an object";
-    case nlohmann::json::value_t::array: return "an array";
-    default: return "an unsupported value";
+    case nlohmann::json::value_t::number_float:
+      return "a number (" + v.dump() + ")";
+    case nlohmann::json::value_t::object:
+      return "an object";
+    case nlohmann::json::value_t::array:
+      return "an array";
+    default:
+      return "an unsupported value";
   }
 }
 
@@ -68,8 +75,8 @@ nlohmann::json parse_file(const std::filesystem::path& file, const std::string& 
   } catch (const nlohmann::json::parse_error& e) {
     // Turn the byte offset into a line and column a person can go to.
     std::size_t offset = std::min<std::size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());
-    std::size_t line = 1 + static_cast<std::size_t>(
-                               std::count(text.begin(), text.begin() + offset, '\n'));
+    std::size_t line =
+        1 + static_cast<std::size_t>(std::count(text.begin(), text.begin() + offset, '\n'));
     std::size_t line_start = text.rfind('\n', offset == 0 ? 0 : offset - 1);
     std::size_t column = line_start == std::string::npos ? offset + 1 : offset - line_start;
     std::string what = e.what();
@@ -166,7 +173,8 @@ void Document::inline_reference(const std::string& path) {
   for (const auto& part : split_path(path)) node = &(*node)[part];
   *node = std::move(content);
   // Overrides of this subtree recorded earlier are superseded by the file.
-  std::erase_if(origins_, [&](const Origin& o) { return !o.prefix.empty() && has_prefix(o.prefix, path); });
+  std::erase_if(origins_,
+                [&](const Origin& o) { return !o.prefix.empty() && has_prefix(o.prefix, path); });
   origins_.push_back({path, target.string(), target});
 }
 
@@ -185,8 +193,9 @@ void Document::set(const std::string& path, nlohmann::json value, const std::str
   }
   for (const auto& part : parts) {
     if (!node->is_object()) {
-      throw ConfigError(origin, "", "cannot set '" + path + "': '" + walked + "' is " +
-                                        describe(*node) + ", not an object");
+      throw ConfigError(
+          origin, "",
+          "cannot set '" + path + "': '" + walked + "' is " + describe(*node) + ", not an object");
     }
     walked = join_path(walked, part);
     node = &(*node)[part];
@@ -199,7 +208,8 @@ ObjectReader::ObjectReader(const Document& doc, std::string path, std::string_vi
     : doc_(&doc), path_(std::move(path)), object_(doc.find(path_)) {
   if (object_ == nullptr) doc.fail(path_, "missing; expected " + std::string(what));
   if (!object_->is_object()) {
-    doc.fail(path_, "expected " + std::string(what) + " (a JSON object), got " + describe(*object_));
+    doc.fail(path_,
+             "expected " + std::string(what) + " (a JSON object), got " + describe(*object_));
   }
 }
 

@@ -17,11 +17,20 @@ FlopRate DeviceSpec::peak(DType t) const {
   std::optional<FlopRate> rate = at(t);
   if (!rate) {
     switch (t) {
-      case DType::tf32: rate = at(DType::fp32); break;
-      case DType::bf16: rate = at(DType::fp16); break;
-      case DType::fp16: rate = at(DType::bf16); break;
-      case DType::fp8: rate = at(DType::fp16) ? at(DType::fp16) : at(DType::bf16); break;
-      case DType::fp32: break;
+      case DType::tf32:
+        rate = at(DType::fp32);
+        break;
+      case DType::bf16:
+        rate = at(DType::fp16);
+        break;
+      case DType::fp16:
+        rate = at(DType::bf16);
+        break;
+      case DType::fp8:
+        rate = at(DType::fp16) ? at(DType::fp16) : at(DType::bf16);
+        break;
+      case DType::fp32:
+        break;
     }
   }
   if (!rate) {

@@ -16,21 +16,29 @@ inline constexpr DType kAllDTypes[] = {DType::fp32, DType::tf32, DType::fp16, DT
 constexpr std::int64_t size_of(DType t) {
   switch (t) {
     case DType::fp32:
-    case DType::tf32: return 4;
+    case DType::tf32:
+      return 4;
     case DType::fp16:
-    case DType::bf16: return 2;
-    case DType::fp8: return 1;
+    case DType::bf16:
+      return 2;
+    case DType::fp8:
+      return 1;
   }
   return 4;
 }
 
 constexpr std::string_view name_of(DType t) {
   switch (t) {
-    case DType::fp32: return "fp32";
-    case DType::tf32: return "tf32";
-    case DType::fp16: return "fp16";
-    case DType::bf16: return "bf16";
-    case DType::fp8: return "fp8";
+    case DType::fp32:
+      return "fp32";
+    case DType::tf32:
+      return "tf32";
+    case DType::fp16:
+      return "fp16";
+    case DType::bf16:
+      return "bf16";
+    case DType::fp8:
+      return "fp8";
   }
   return "?";
 }

@@ -105,14 +105,15 @@ Time compute_time(Flops work, FlopRate rate) {
 Time parse_time(std::string_view text) {
   auto q = split(text);
   if (!q || q->value < 0) fail("a duration", "2 us", text);
-  static constexpr std::array<std::pair<std::string_view, double>, 8> kUnits = {{{"ps", 1e-12},
-                                                                                {"ns", 1e-9},
-                                                                                {"us", 1e-6},
-                                                                                {"\xC2\xB5s", 1e-6},
-                                                                                {"ms", 1e-3},
-                                                                                {"s", 1.0},
-                                                                                {"min", 60.0},
-                                                                                {"h", 3600.0}}};
+  static constexpr std::array<std::pair<std::string_view, double>, 8> kUnits = {
+      {{"ps", 1e-12},
+       {"ns", 1e-9},
+       {"us", 1e-6},
+       {"\xC2\xB5s", 1e-6},
+       {"ms", 1e-3},
+       {"s", 1.0},
+       {"min", 60.0},
+       {"h", 3600.0}}};
   for (auto [name, mult] : kUnits) {
     if (q->unit == name) {
       try {

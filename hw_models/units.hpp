@@ -33,8 +33,14 @@ class Time {
   constexpr auto operator<=>(const Time&) const = default;
   constexpr Time operator+(Time o) const { return Time(ps_ + o.ps_); }
   constexpr Time operator-(Time o) const { return Time(ps_ - o.ps_); }
-  constexpr Time& operator+=(Time o) { ps_ += o.ps_; return *this; }
-  constexpr Time& operator-=(Time o) { ps_ -= o.ps_; return *this; }
+  constexpr Time& operator+=(Time o) {
+    ps_ += o.ps_;
+    return *this;
+  }
+  constexpr Time& operator-=(Time o) {
+    ps_ -= o.ps_;
+    return *this;
+  }
   constexpr Time operator*(std::int64_t k) const { return Time(ps_ * k); }
 
  private:
@@ -52,8 +58,14 @@ class Bytes {
   constexpr Bytes operator+(Bytes o) const { return Bytes(v_ + o.v_); }
   constexpr Bytes operator-(Bytes o) const { return Bytes(v_ - o.v_); }
   constexpr Bytes operator-() const { return Bytes(-v_); }
-  constexpr Bytes& operator+=(Bytes o) { v_ += o.v_; return *this; }
-  constexpr Bytes& operator-=(Bytes o) { v_ -= o.v_; return *this; }
+  constexpr Bytes& operator+=(Bytes o) {
+    v_ += o.v_;
+    return *this;
+  }
+  constexpr Bytes& operator-=(Bytes o) {
+    v_ -= o.v_;
+    return *this;
+  }
   constexpr Bytes operator*(std::int64_t k) const { return Bytes(v_ * k); }
 
  private:
@@ -68,7 +80,10 @@ class Flops {
   constexpr double count() const { return v_; }
   constexpr auto operator<=>(const Flops&) const = default;
   constexpr Flops operator+(Flops o) const { return Flops(v_ + o.v_); }
-  constexpr Flops& operator+=(Flops o) { v_ += o.v_; return *this; }
+  constexpr Flops& operator+=(Flops o) {
+    v_ += o.v_;
+    return *this;
+  }
 
  private:
   double v_ = 0;

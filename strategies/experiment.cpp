@@ -4,8 +4,10 @@ namespace stratasim::strategies {
 
 std::string_view name_of(ScheduleKind s) {
   switch (s) {
-    case ScheduleKind::gpipe: return "gpipe";
-    case ScheduleKind::one_f_one_b: return "1f1b";
+    case ScheduleKind::gpipe:
+      return "gpipe";
+    case ScheduleKind::one_f_one_b:
+      return "1f1b";
   }
   return "?";
 }
@@ -41,7 +43,9 @@ TrainingSpec read_training(config::ObjectReader r) {
   return t;
 }
 
-std::string number(std::int64_t v) { return std::to_string(v); }
+std::string number(std::int64_t v) {
+  return std::to_string(v);
+}
 
 }  // namespace
 
@@ -74,17 +78,16 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
   auto& p = e.parallelism;
   const auto& m = e.model;
   if (m.heads % p.tp != 0 || m.kv_heads % p.tp != 0) {
-    doc.fail("parallelism.tp", "must divide the model's attention heads (heads " +
-                                   number(m.heads) + ", kv_heads " + number(m.kv_heads) +
-                                   "), got " + number(p.tp));
+    doc.fail("parallelism.tp", "must divide the model's attention heads (heads " + number(m.heads) +
+                                   ", kv_heads " + number(m.kv_heads) + "), got " + number(p.tp));
   }
   if (m.ffn_hidden % p.tp != 0) {
     doc.fail("parallelism.tp", "must divide the model's ffn_hidden (" + number(m.ffn_hidden) +
                                    "), got " + number(p.tp));
   }
   if (p.pp > m.layers) {
-    doc.fail("parallelism.pp", "must not exceed the model's layers (" + number(m.layers) +
-                                   "), got " + number(p.pp));
+    doc.fail("parallelism.pp",
+             "must not exceed the model's layers (" + number(m.layers) + "), got " + number(p.pp));
   }
   const std::int64_t world = e.cluster.world_size();
   const std::int64_t model_parallel = std::int64_t{p.tp} * p.pp;
@@ -103,10 +106,9 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
   }
   const std::int64_t per_step = std::int64_t{p.dp} * p.micro_batch;
   if (e.training.global_batch % per_step != 0) {
-    doc.fail("training.global_batch", "must be divisible by dp * micro_batch = " +
-                                          number(p.dp) + " * " + number(p.micro_batch) + " = " +
-                                          number(per_step) + ", got " +
-                                          number(e.training.global_batch));
+    doc.fail("training.global_batch", "must be divisible by dp * micro_batch = " + number(p.dp) +
+                                          " * " + number(p.micro_batch) + " = " + number(per_step) +
+                                          ", got " + number(e.training.global_batch));
   }
   if (m.position_embedding == PositionEmbedding::learned && e.training.seq_len > m.max_seq_len) {
     doc.fail("training.seq_len", "must not exceed the model's max_seq_len (" +

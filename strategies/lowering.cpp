@@ -53,11 +53,13 @@ struct StageTemplate {
   std::uint32_t optimizer_kernels;
 };
 
-std::vector<StageTemplate::Step> register_steps(Program& program, const std::vector<Segment>& segments) {
+std::vector<StageTemplate::Step> register_steps(Program& program,
+                                                const std::vector<Segment>& segments) {
   std::vector<StageTemplate::Step> steps;
   for (const auto& s : segments) {
-    steps.push_back({s.compute, s.compute ? program.add_kernels(s.kernels) : 0, s.collective, s.bytes,
-                     program.intern_label(s.label), static_cast<std::int16_t>(s.layer_begin),
+    steps.push_back({s.compute, s.compute ? program.add_kernels(s.kernels) : 0, s.collective,
+                     s.bytes, program.intern_label(s.label),
+                     static_cast<std::int16_t>(s.layer_begin),
                      static_cast<std::int16_t>(s.layer_end), s.activation_delta, &s.grads_done});
   }
   return steps;
@@ -84,7 +86,9 @@ PipelineSpec pipeline_spec(const Experiment& e) {
   return spec;
 }
 
-Program lower(const Experiment& e) { return assemble_pipeline(pipeline_spec(e)); }
+Program lower(const Experiment& e) {
+  return assemble_pipeline(pipeline_spec(e));
+}
 
 Program assemble_pipeline(const PipelineSpec& spec) {
   const RankLayout layout = spec.layout;
@@ -121,7 +125,8 @@ Program assemble_pipeline(const PipelineSpec& spec) {
     for (int d = 0; d < layout.dp; ++d) {
       for (int t = 0; t < layout.tp; ++t) {
         std::vector<std::int32_t> ranks = {layout.rank(t, d, 0), layout.rank(t, d, layout.pp - 1)};
-        auto id = program.add_group(ranks, "embedding d" + std::to_string(d) + " t" + std::to_string(t));
+        auto id =
+            program.add_group(ranks, "embedding d" + std::to_string(d) + " t" + std::to_string(t));
         for (int r : ranks) embedding_group[static_cast<std::size_t>(r)] = id;
       }
     }
@@ -142,6 +147,23 @@ Program assemble_pipeline(const PipelineSpec& spec) {
         {Kernel{OptimizerStep{st.plan.parameters, OptimizerKind::adam, dtype, false}, "adam"}});
   }
   const auto schedule = pipeline_schedule(spec.schedule, layout.pp, m);
+  {
+    // Room for every op up front: programs reach tens of millions of ops.
+    std::size_t ops = 0, effects = 0;
+    for (const auto& st : stages) {
+      std::size_t per_microbatch = st.forward.size() + st.backward.size() + 4;
+      std::size_t with_effects = 0;
+      for (const auto* steps : {&st.forward, &st.backward}) {
+        for (const auto& step : *steps) with_effects += step.activation_delta.count() != 0 ? 1 : 0;
+      }
+      const auto replicas =
+          static_cast<std::size_t>(layout.tp) * static_cast<std::size_t>(layout.dp);
+      ops +=
+          replicas * (static_cast<std::size_t>(m) * per_microbatch + st.plan.grad_units.size() + 2);
+      effects += replicas * static_cast<std::size_t>(m) * with_effects;
+    }
+    program.reserve(ops, ops, effects);
+  }
   const std::uint32_t optimizer_label = program.intern_label("optimizer step");
   const std::uint32_t embedding_sync_label = program.intern_label("embedding grad all-reduce");
 
@@ -153,9 +175,12 @@ Program assemble_pipeline(const PipelineSpec& spec) {
     const StageTemplate& st = stages[static_cast<std::size_t>(stage)];
     const int t = layout.tp_index(r), d = layout.dp_index(r);
     const std::int64_t params = st.plan.parameters;
-    program.add_initial_memory(r, {MemoryCategory::parameters, MemoryTier::device, Bytes(params * state.parameters)});
-    program.add_initial_memory(r, {MemoryCategory::gradients, MemoryTier::device, Bytes(params * state.gradients)});
-    program.add_initial_memory(r, {MemoryCategory::optimizer_states, MemoryTier::device, Bytes(params * state.optimizer)});
+    program.add_initial_memory(
+        r, {MemoryCategory::parameters, MemoryTier::device, Bytes(params * state.parameters)});
+    program.add_initial_memory(
+        r, {MemoryCategory::gradients, MemoryTier::device, Bytes(params * state.gradients)});
+    program.add_initial_memory(
+        r, {MemoryCategory::optimizer_states, MemoryTier::device, Bytes(params * state.optimizer)});
 
     const auto& passes = schedule[static_cast<std::size_t>(stage)];
     unit_done.assign(st.plan.grad_units.size(), 0);
@@ -174,16 +199,23 @@ Program assemble_pipeline(const PipelineSpec& spec) {
         previous = program.add(Recv{layout.rank(t, d, peer_stage), st.plan.boundary_bytes}, info);
       }
       for (const auto& step : forward ? st.forward : st.backward) {
-        OpInfo info{step.compute ? Stream::compute : Stream::tp_comm, phase, pass.microbatch,
-                    step.layer_begin, step.layer_end, {}};
+        OpInfo info{step.compute ? Stream::compute : Stream::tp_comm,
+                    phase,
+                    pass.microbatch,
+                    step.layer_begin,
+                    step.layer_end,
+                    {}};
         info.label_id = step.label;
         deps.clear();
         if (previous) deps.push_back(*previous);
-        MemoryEffect effect{step.activation_delta, MemoryCategory::activations, MemoryTier::device, true};
+        MemoryEffect effect{step.activation_delta, MemoryCategory::activations, MemoryTier::device,
+                            true};
         std::span<const MemoryEffect> effects;
         if (step.activation_delta.count() != 0) effects = std::span<const MemoryEffect>(&effect, 1);
-        Work work = step.compute ? Work(Compute{step.kernels})
-                                 : Work(Collective{step.kind, dtype, tp_group[static_cast<std::size_t>(r)], step.bytes});
+        Work work = step.compute
+                        ? Work(Compute{step.kernels})
+                        : Work(Collective{step.kind, dtype, tp_group[static_cast<std::size_t>(r)],
+                                          step.bytes});
         previous = program.add(work, info, deps, effects);
         if (final_backward && step.compute) {
           for (int unit : *step.grads_done) unit_done[static_cast<std::size_t>(unit)] = *previous;
@@ -212,10 +244,10 @@ Program assemble_pipeline(const PipelineSpec& spec) {
         const std::string label = "dp grad all-reduce bucket " + std::to_string(bucket_index++);
         OpInfo info{Stream::dp_comm, Phase::other, -1, -1, -1, label};
         std::array<OpId, 1> dep = {spec.dp_overlap ? unit_done[u] : last_backward};
-        last_sync = program.add(Collective{CollectiveKind::all_reduce, dtype,
-                                           dp_group[static_cast<std::size_t>(r)],
-                                           Bytes(bucket_params * size_of(dtype))},
-                                info, dep);
+        last_sync = program.add(
+            Collective{CollectiveKind::all_reduce, dtype, dp_group[static_cast<std::size_t>(r)],
+                       Bytes(bucket_params * size_of(dtype))},
+            info, dep);
         bucket_params = 0;
       }
     }
@@ -223,10 +255,10 @@ Program assemble_pipeline(const PipelineSpec& spec) {
       OpInfo info{Stream::dp_comm, Phase::other, -1, -1, -1, {}};
       info.label_id = embedding_sync_label;
       std::array<OpId, 1> dep = {last_backward};
-      last_sync = program.add(Collective{CollectiveKind::all_reduce, dtype,
-                                         embedding_group[static_cast<std::size_t>(r)],
-                                         spec.embedding_sync_bytes},
-                              info, dep);
+      last_sync = program.add(
+          Collective{CollectiveKind::all_reduce, dtype,
+                     embedding_group[static_cast<std::size_t>(r)], spec.embedding_sync_bytes},
+          info, dep);
     }
     OpInfo info{Stream::compute, Phase::optimizer, -1, -1, -1, {}};
     info.label_id = optimizer_label;

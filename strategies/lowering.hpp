@@ -16,7 +16,9 @@ struct RankLayout {
   int tp = 1, dp = 1, pp = 1;
   int world_size() const { return tp * dp * pp; }
   /// rank = tp_index + tp * (dp_index + dp * stage)
-  int rank(int tp_index, int dp_index, int stage) const { return tp_index + tp * (dp_index + dp * stage); }
+  int rank(int tp_index, int dp_index, int stage) const {
+    return tp_index + tp * (dp_index + dp * stage);
+  }
   int tp_index(int rank) const { return rank % tp; }
   int dp_index(int rank) const { return (rank / tp) % dp; }
   int stage(int rank) const { return rank / (tp * dp); }

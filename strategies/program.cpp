@@ -6,56 +6,82 @@ namespace stratasim::strategies {
 
 std::string_view name_of(Stream s) {
   switch (s) {
-    case Stream::compute: return "compute";
-    case Stream::tp_comm: return "tp-comm";
-    case Stream::dp_comm: return "dp-comm";
-    case Stream::pp_send: return "pp-send";
-    case Stream::pp_recv: return "pp-recv";
-    case Stream::copy: return "copy";
-    case Stream::host: return "host";
+    case Stream::compute:
+      return "compute";
+    case Stream::tp_comm:
+      return "tp-comm";
+    case Stream::dp_comm:
+      return "dp-comm";
+    case Stream::pp_send:
+      return "pp-send";
+    case Stream::pp_recv:
+      return "pp-recv";
+    case Stream::copy:
+      return "copy";
+    case Stream::host:
+      return "host";
   }
   return "?";
 }
 
 std::string_view name_of(Phase p) {
   switch (p) {
-    case Phase::forward: return "forward";
-    case Phase::backward: return "backward";
-    case Phase::optimizer: return "optimizer";
-    case Phase::other: return "other";
+    case Phase::forward:
+      return "forward";
+    case Phase::backward:
+      return "backward";
+    case Phase::optimizer:
+      return "optimizer";
+    case Phase::other:
+      return "other";
   }
   return "?";
 }
 
 std::string_view name_of(MemoryTier t) {
   switch (t) {
-    case MemoryTier::device: return "device";
-    case MemoryTier::host: return "host";
-    case MemoryTier::nvme: return "nvme";
+    case MemoryTier::device:
+      return "device";
+    case MemoryTier::host:
+      return "host";
+    case MemoryTier::nvme:
+      return "nvme";
   }
   return "?";
 }
 
 std::string_view name_of(MemoryCategory c) {
   switch (c) {
-    case MemoryCategory::parameters: return "parameters";
-    case MemoryCategory::gradients: return "gradients";
-    case MemoryCategory::optimizer_states: return "optimizer_states";
-    case MemoryCategory::activations: return "activations";
-    case MemoryCategory::workspace: return "workspace";
-    case MemoryCategory::comm_buffers: return "comm_buffers";
+    case MemoryCategory::parameters:
+      return "parameters";
+    case MemoryCategory::gradients:
+      return "gradients";
+    case MemoryCategory::optimizer_states:
+      return "optimizer_states";
+    case MemoryCategory::activations:
+      return "activations";
+    case MemoryCategory::workspace:
+      return "workspace";
+    case MemoryCategory::comm_buffers:
+      return "comm_buffers";
   }
   return "?";
 }
 
 std::string_view name_of(CollectiveKind k) {
   switch (k) {
-    case CollectiveKind::all_reduce: return "all-reduce";
-    case CollectiveKind::reduce_scatter: return "reduce-scatter";
-    case CollectiveKind::all_gather: return "all-gather";
-    case CollectiveKind::broadcast: return "broadcast";
-    case CollectiveKind::reduce: return "reduce";
-    case CollectiveKind::all_to_all: return "all-to-all";
+    case CollectiveKind::all_reduce:
+      return "all-reduce";
+    case CollectiveKind::reduce_scatter:
+      return "reduce-scatter";
+    case CollectiveKind::all_gather:
+      return "all-gather";
+    case CollectiveKind::broadcast:
+      return "broadcast";
+    case CollectiveKind::reduce:
+      return "reduce";
+    case CollectiveKind::all_to_all:
+      return "all-to-all";
   }
   return "?";
 }
@@ -105,8 +131,8 @@ std::string Program::describe(OpId id) const {
         using W = std::decay_t<decltype(w)>;
         if constexpr (std::is_same_v<W, Compute>) return "compute";
         if constexpr (std::is_same_v<W, Collective>) {
-          std::string g = w.group < groups_.size() ? groups_[w.group].name
-                                                    : "group " + std::to_string(w.group);
+          std::string g =
+              w.group < groups_.size() ? groups_[w.group].name : "group " + std::to_string(w.group);
           return std::string(name_of(w.kind)) + " on " + g + ", " + to_string(w.bytes);
         }
         if constexpr (std::is_same_v<W, Send>) {
@@ -144,13 +170,20 @@ std::uint32_t Program::intern_label(std::string_view label) {
   return id;
 }
 
+void Program::reserve(std::size_t ops, std::size_t deps, std::size_t effects) {
+  ops_.reserve(ops);
+  deps_.reserve(deps);
+  effects_.reserve(effects);
+}
+
 void Program::begin_rank(int rank) {
   if (rank <= building_rank_ || rank >= world_size_) {
     throw std::logic_error("Program::begin_rank: ranks must be built in increasing order below " +
                            std::to_string(world_size_) + ", got " + std::to_string(rank));
   }
   auto current = static_cast<OpId>(ops_.size());
-  for (int r = building_rank_ + 1; r <= rank; ++r) rank_begin_[static_cast<std::size_t>(r)] = current;
+  for (int r = building_rank_ + 1; r <= rank; ++r)
+    rank_begin_[static_cast<std::size_t>(r)] = current;
   building_rank_ = rank;
 }
 

@@ -221,6 +221,8 @@ class Program {
   std::string describe(OpId id) const;
 
   // ---- Building. Ranks are built in order 0, 1, ..., world_size - 1.
+  /// Reserves room for this many ops, dependencies and memory effects in all.
+  void reserve(std::size_t ops, std::size_t deps, std::size_t effects);
   std::uint32_t add_group(std::vector<std::int32_t> ranks, std::string name);
   std::uint32_t add_kernels(std::vector<Kernel> kernels);
   std::uint32_t intern_label(std::string_view label);

@@ -38,7 +38,7 @@ struct Dims {
         gated(m.activation == Activation::swiglu) {}
 
   std::int64_t qkv_width() const { return (a + 2 * kv) * d / t; }  // local QKV output width
-  Bytes hidden_bytes() const { return Bytes(tokens * h * e); }   // one full [b, s, h] tensor
+  Bytes hidden_bytes() const { return Bytes(tokens * h * e); }     // one full [b, s, h] tensor
 };
 
 Kernel gemm(std::string name, std::int64_t m, std::int64_t n, std::int64_t k, DType dtype,
@@ -46,7 +46,8 @@ Kernel gemm(std::string name, std::int64_t m, std::int64_t n, std::int64_t k, DT
   return Kernel{Gemm{m, n, k, batch, dtype}, std::move(name)};
 }
 
-Kernel elementwise(std::string name, std::int64_t elements, std::int64_t read, std::int64_t written) {
+Kernel elementwise(std::string name, std::int64_t elements, std::int64_t read,
+                   std::int64_t written) {
   return Kernel{Elementwise{elements, Bytes(read), Bytes(written)}, std::move(name)};
 }
 
@@ -71,7 +72,9 @@ Segment collective(std::string label, CollectiveKind kind, Bytes bytes, int laye
   return s;
 }
 
-std::string layer_name(int layer) { return "L" + std::to_string(layer); }
+std::string layer_name(int layer) {
+  return "L" + std::to_string(layer);
+}
 
 // Tensor-parallel collective after a row-parallel GEMM (Megatron's g): all-reduce, or
 // reduce-scatter with sequence parallelism.
@@ -102,8 +105,9 @@ Kernel dropout_residual(const Dims& d, std::string name, bool backward) {
 void attention_core_forward(const Dims& d, std::vector<Kernel>& k) {
   const std::int64_t heads_local = d.a / d.t;
   if (d.flash) {
-    k.push_back(Kernel{Attention{d.b, heads_local, d.kv / d.t, d.s, d.s, d.d, d.causal, d.dtype, false},
-                       "attention"});
+    k.push_back(
+        Kernel{Attention{d.b, heads_local, d.kv / d.t, d.s, d.s, d.d, d.causal, d.dtype, false},
+               "attention"});
     return;
   }
   const std::int64_t scores = d.b * heads_local * d.s * d.s;
@@ -116,8 +120,9 @@ void attention_core_forward(const Dims& d, std::vector<Kernel>& k) {
 void attention_core_backward(const Dims& d, std::vector<Kernel>& k) {
   const std::int64_t heads_local = d.a / d.t;
   if (d.flash) {
-    k.push_back(Kernel{Attention{d.b, heads_local, d.kv / d.t, d.s, d.s, d.d, d.causal, d.dtype, true},
-                       "attention.bwd"});
+    k.push_back(
+        Kernel{Attention{d.b, heads_local, d.kv / d.t, d.s, d.s, d.d, d.causal, d.dtype, true},
+               "attention.bwd"});
     return;
   }
   const std::int64_t scores = d.b * heads_local * d.s * d.s;
@@ -174,11 +179,12 @@ void layer_forward(const Dims& d, int layer, Bytes attention_bytes, Bytes mlp_by
   out.push_back(compute(L + " mlp", std::move(mlp), layer));
   out.back().activation_delta = mlp_bytes;
   if (d.t > 1) out.push_back(tp_reduce(d, L + " mlp", layer));
-  out.push_back(compute(L + " residual", {dropout_residual(d, "mlp.dropout_residual", false)}, layer));
+  out.push_back(
+      compute(L + " residual", {dropout_residual(d, "mlp.dropout_residual", false)}, layer));
 }
 
-void layer_backward(const Dims& d, int layer, int grad_unit, Bytes attention_bytes,
-                    Bytes mlp_bytes, std::vector<Segment>& out) {
+void layer_backward(const Dims& d, int layer, int grad_unit, Bytes attention_bytes, Bytes mlp_bytes,
+                    std::vector<Segment>& out) {
   const std::string L = layer_name(layer);
   const std::int64_t up_local = d.up / d.t, ffn_local = d.ffn / d.t;
   std::vector<Kernel> k;
@@ -316,9 +322,8 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
 
   // Gradient units in the order backward completes them: head, layers last to first, embedding.
   int next_unit = 0;
-  const std::int64_t head_params =
-      (model.norm == Norm::layernorm ? 2 * d.h : d.h) +
-      (!model.tied_embeddings || stages > 1 ? d.vocab_local * d.h : 0);
+  const std::int64_t head_params = (model.norm == Norm::layernorm ? 2 * d.h : d.h) +
+                                   (!model.tied_embeddings || stages > 1 ? d.vocab_local * d.h : 0);
   const int head_unit = last ? next_unit++ : -1;
   if (last) plan.grad_units.push_back({"head", head_params});
   std::vector<int> layer_unit(static_cast<std::size_t>(layer_end - layer_begin));
@@ -327,8 +332,9 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
     plan.grad_units.push_back({layer_name(l), layer_parameters_per_rank(model, setting.tp)});
   }
   const std::int64_t embedding_params =
-      d.vocab_local * d.h +
-      (model.position_embedding == PositionEmbedding::learned ? std::int64_t{model.max_seq_len} * d.h : 0);
+      d.vocab_local * d.h + (model.position_embedding == PositionEmbedding::learned
+                                 ? std::int64_t{model.max_seq_len} * d.h
+                                 : 0);
   const int embedding_unit = first ? next_unit++ : -1;
   if (first) plan.grad_units.push_back({"embedding", embedding_params});
   for (const auto& u : plan.grad_units) plan.parameters += u.parameters;
@@ -337,19 +343,21 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
   // ---- forward
   std::vector<Segment> fwd;
   if (first) {
-    std::vector<Kernel> k = {elementwise("embedding.lookup", n_hidden, n_hidden * d.e + d.tokens * 4,
-                                         n_hidden * d.e)};
+    std::vector<Kernel> k = {
+        elementwise("embedding.lookup", n_hidden, n_hidden * d.e + d.tokens * 4, n_hidden * d.e)};
     if (model.position_embedding == PositionEmbedding::learned) {
-      k.push_back(elementwise("embedding.position_add", n_hidden, 2 * n_hidden * d.e, n_hidden * d.e));
+      k.push_back(
+          elementwise("embedding.position_add", n_hidden, 2 * n_hidden * d.e, n_hidden * d.e));
     }
     fwd.push_back(compute("embedding", std::move(k)));
     if (d.t > 1) fwd.push_back(tp_reduce(d, "embedding", -1));  // vocab-parallel embedding
-    fwd.push_back(compute("embedding dropout", {elementwise("embedding.dropout", d.tokens_sp * d.h,
-                                                            d.tokens_sp * d.h * d.e,
-                                                            d.tokens_sp * d.h * (d.e + 1))}));
+    fwd.push_back(compute("embedding dropout",
+                          {elementwise("embedding.dropout", d.tokens_sp * d.h,
+                                       d.tokens_sp * d.h * d.e, d.tokens_sp * d.h * (d.e + 1))}));
     fwd.back().activation_delta = Bytes(d.tokens_sp * d.h);  // dropout mask
   }
-  for (int l = layer_begin; l < layer_end; ++l) layer_forward(d, l, attention_bytes, mlp_bytes, fwd);
+  for (int l = layer_begin; l < layer_end; ++l)
+    layer_forward(d, l, attention_bytes, mlp_bytes, fwd);
   const std::int64_t logits = d.tokens * d.vocab_local;
   if (last) {
     std::vector<Kernel> k = {norm_kernel(d, "final_norm", false)};
@@ -364,9 +372,10 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
     // Stored: final norm input and output, fp32 logits (Korthikanti's 4sbv/t term).
     fwd.back().activation_delta = Bytes(2 * d.tokens_sp * d.h * d.e + logits * 4);
     if (d.t > 1) {  // vocab-parallel cross entropy: max, sum of exponentials, target logit
-      fwd.push_back(collective("loss tp all-reduce", CollectiveKind::all_reduce,
-                               Bytes(3 * d.tokens * 4)));
-      fwd.push_back(compute("loss", {elementwise("loss", d.tokens, 3 * d.tokens * 4, d.tokens * 4)}));
+      fwd.push_back(
+          collective("loss tp all-reduce", CollectiveKind::all_reduce, Bytes(3 * d.tokens * 4)));
+      fwd.push_back(
+          compute("loss", {elementwise("loss", d.tokens, 3 * d.tokens * 4, d.tokens * 4)}));
     }
   }
   plan.forward = merge_compute(std::move(fwd));

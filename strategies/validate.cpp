@@ -10,7 +10,9 @@ namespace stratasim::strategies {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& message) { throw ProgramError(message); }
+[[noreturn]] void fail(const std::string& message) {
+  throw ProgramError(message);
+}
 
 std::string ordinal(std::size_t i) {
   std::size_t n = i + 1;
@@ -27,7 +29,8 @@ void check_ops_and_ranges(const Program& p) {
   const auto world = p.world_size();
   for (std::size_t g = 0; g < p.groups().size(); ++g) {
     const auto& group = p.groups()[g];
-    if (group.ranks.empty()) fail("group " + std::to_string(g) + " ('" + group.name + "') is empty");
+    if (group.ranks.empty())
+      fail("group " + std::to_string(g) + " ('" + group.name + "') is empty");
     std::vector<std::int32_t> sorted = group.ranks;
     std::sort(sorted.begin(), sorted.end());
     for (std::size_t i = 0; i < sorted.size(); ++i) {
@@ -46,14 +49,17 @@ void check_ops_and_ranges(const Program& p) {
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
       OpId id = first + static_cast<OpId>(i);
-      if (op.rank != r) fail(p.describe(id) + " is stored among rank " + std::to_string(r) + "'s ops");
-      if (static_cast<int>(op.stream) >= kStreamCount) fail(p.describe(id) + " has an unknown stream");
+      if (op.rank != r)
+        fail(p.describe(id) + " is stored among rank " + std::to_string(r) + "'s ops");
+      if (static_cast<int>(op.stream) >= kStreamCount)
+        fail(p.describe(id) + " has an unknown stream");
       if (const auto* c = std::get_if<Compute>(&op.work)) {
-        if (c->kernels >= p.kernel_lists().size()) fail(p.describe(id) + " names a missing kernel list");
+        if (c->kernels >= p.kernel_lists().size())
+          fail(p.describe(id) + " names a missing kernel list");
       } else if (const auto* c2 = std::get_if<Collective>(&op.work)) {
         if (c2->group >= p.groups().size()) {
-          fail(p.describe(id) + " uses group " + std::to_string(c2->group) + ", but the program has " +
-               std::to_string(p.groups().size()) + " groups");
+          fail(p.describe(id) + " uses group " + std::to_string(c2->group) +
+               ", but the program has " + std::to_string(p.groups().size()) + " groups");
         }
         const auto& members = p.groups()[c2->group].ranks;
         if (std::find(members.begin(), members.end(), r) == members.end()) {
@@ -194,10 +200,9 @@ void check_collectives(const Program& p) {
     for (std::size_t m = 0; m < group.ranks.size(); ++m) {
       if (group.ranks[m] == reference_rank[g] || seen[g][m] == reference[g].size()) continue;
       fail("collectives on group '" + group.name + "' disagree: rank " +
-           std::to_string(group.ranks[m]) + " issues " + std::to_string(seen[g][m]) +
-           " but rank " + std::to_string(reference_rank[g]) + " issues " +
-           std::to_string(reference[g].size()) + "; unmatched: " +
-           p.describe(reference[g][seen[g][m]].op));
+           std::to_string(group.ranks[m]) + " issues " + std::to_string(seen[g][m]) + " but rank " +
+           std::to_string(reference_rank[g]) + " issues " + std::to_string(reference[g].size()) +
+           "; unmatched: " + p.describe(reference[g][seen[g][m]].op));
     }
   }
 }
@@ -208,8 +213,10 @@ void check_point_to_point(const Program& p) {
       channels;
   for (OpId id = 0; id < p.op_count(); ++id) {
     const Op& op = p.op(id);
-    if (const auto* s = std::get_if<Send>(&op.work)) channels[{op.rank, s->peer}].first.push_back(id);
-    if (const auto* r = std::get_if<Recv>(&op.work)) channels[{r->peer, op.rank}].second.push_back(id);
+    if (const auto* s = std::get_if<Send>(&op.work))
+      channels[{op.rank, s->peer}].first.push_back(id);
+    if (const auto* r = std::get_if<Recv>(&op.work))
+      channels[{r->peer, op.rank}].second.push_back(id);
   }
   for (const auto& [channel, ends] : channels) {
     const auto& [sends, recvs] = ends;
@@ -219,8 +226,8 @@ void check_point_to_point(const Program& p) {
       Bytes received = std::get<Recv>(p.op(recvs[k]).work).bytes;
       if (sent != received) {
         fail("the " + ordinal(k) + " message from rank " + std::to_string(channel.first) +
-             " to rank " + std::to_string(channel.second) + " has different sizes: " +
-             p.describe(sends[k]) + " vs " + p.describe(recvs[k]));
+             " to rank " + std::to_string(channel.second) +
+             " has different sizes: " + p.describe(sends[k]) + " vs " + p.describe(recvs[k]));
       }
     }
     if (sends.size() > recvs.size()) {

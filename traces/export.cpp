@@ -232,8 +232,9 @@ std::vector<char> selected_ranks(const strategies::Program& program, const Expor
   std::vector<char> keep(world, options.ranks.empty() ? 1 : 0);
   for (std::int32_t r : options.ranks) {
     if (r < 0 || static_cast<std::size_t>(r) >= world) {
-      throw std::invalid_argument("trace rank " + std::to_string(r) + " is not a rank of the program (0-" +
-                                  std::to_string(world - 1) + ")");
+      throw std::invalid_argument("trace rank " + std::to_string(r) +
+                                  " is not a rank of the program (0-" + std::to_string(world - 1) +
+                                  ")");
     }
     keep[static_cast<std::size_t>(r)] = 1;
   }
@@ -241,7 +242,8 @@ std::vector<char> selected_ranks(const strategies::Program& program, const Expor
 }
 
 bool kept(const std::vector<char>& keep, std::int32_t rank) {
-  return rank >= 0 && static_cast<std::size_t>(rank) < keep.size() && keep[static_cast<std::size_t>(rank)];
+  return rank >= 0 && static_cast<std::size_t>(rank) < keep.size() &&
+         keep[static_cast<std::size_t>(rank)];
 }
 
 void write_file(const fs::path& path, const std::function<void(std::ostream&)>& body) {

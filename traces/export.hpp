@@ -2,8 +2,8 @@
 // memory.csv, and the atomic writing of an output folder.
 #pragma once
 
-#include <filesystem>
 #include <cstdint>
+#include <filesystem>
 #include <iosfwd>
 #include <vector>
 

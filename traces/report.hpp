@@ -17,7 +17,7 @@ namespace stratasim::traces {
 
 /// What a report needs to know beyond the Program and the Timeline.
 struct ReportContext {
-  std::string experiment;                // name
+  std::string experiment;                  // name
   std::int64_t samples_per_iteration = 0;  // global batch
   std::int64_t tokens_per_iteration = 0;   // global batch * sequence length
   FlopRate device_peak;                    // dense peak of one device for the training dtype

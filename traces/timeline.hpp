@@ -40,10 +40,10 @@ struct MemorySample {
 using MemoryBreakdown = std::array<Bytes, kMemoryCategoryCount>;
 
 struct TierPeak {
-  Bytes capacity;             // 0 when the tier is not modelled
-  Bytes peak;                 // largest total over the run
-  Time time;                  // when the peak was first reached
-  OpId op = 0;                // the op whose effect reached it
+  Bytes capacity;               // 0 when the tier is not modelled
+  Bytes peak;                   // largest total over the run
+  Time time;                    // when the peak was first reached
+  OpId op = 0;                  // the op whose effect reached it
   MemoryBreakdown breakdown{};  // by category at the peak
 };
 

@@ -2,12 +2,12 @@
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 
+#include <unistd.h>
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <unistd.h>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -51,7 +51,8 @@ std::string read(const fs::path& p) {
 }
 
 // A small experiment (GPT-3 1.7B on one DGX A100) written to `dir`, with `edit` applied.
-fs::path small_experiment(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit = {}) {
+fs::path small_experiment(const fs::path& dir,
+                          const std::function<void(nlohmann::json&)>& edit = {}) {
   nlohmann::json e = {
       {"name", "cli-test"},
       {"model", (configs_dir() / "models/gpt3-1.7b.json").string()},
@@ -108,8 +109,10 @@ TEST_CASE("bad inputs exit 2 naming the file and the JSON path") {
   // Missing file.
   check_bad_input("simulate " + (dir / "nope.json").string(), {"nope.json", "no such file"});
   // Unknown key, with a suggestion.
-  check_bad_input("simulate " + small_experiment(dir, [](auto& e) { e["parallelism"]["micro_bach"] = 2; }).string(),
-                  {f, "parallelism.micro_bach", "did you mean 'micro_batch'"});
+  check_bad_input(
+      "simulate " +
+          small_experiment(dir, [](auto& e) { e["parallelism"]["micro_bach"] = 2; }).string(),
+      {f, "parallelism.micro_bach", "did you mean 'micro_batch'"});
 }
 
 TEST_CASE("bad inputs: types and strategy checks") {
@@ -118,9 +121,15 @@ TEST_CASE("bad inputs: types and strategy checks") {
   auto with = [&](auto edit) { return "simulate " + small_experiment(dir, edit).string(); };
   check_bad_input(with([](auto& e) { e["training"]["seq_len"] = "long"; }),
                   {f, "training.seq_len", "expected an integer"});
-  check_bad_input(with([](auto& e) { e["parallelism"]["tp"] = 5; e["parallelism"]["dp"] = nullptr; }),
+  check_bad_input(with([](auto& e) {
+                    e["parallelism"]["tp"] = 5;
+                    e["parallelism"]["dp"] = nullptr;
+                  }),
                   {f, "parallelism.tp", "must divide the model's attention heads"});
-  check_bad_input(with([](auto& e) { e["parallelism"]["pp"] = 25; e["parallelism"]["tp"] = 1; }),
+  check_bad_input(with([](auto& e) {
+                    e["parallelism"]["pp"] = 25;
+                    e["parallelism"]["tp"] = 1;
+                  }),
                   {f, "parallelism.pp", "must not exceed the model's layers (24)"});
   check_bad_input(with([](auto& e) { e["parallelism"]["dp"] = 4; }),
                   {f, "parallelism.dp", "tp * pp * dp = 2 * 2 * 4 = 16", "has 8 devices"});
@@ -149,7 +158,8 @@ TEST_CASE("nothing is written to --out when the input is bad") {
   CHECK_FALSE(fs::exists(out));
   auto file_in_the_way = dir / "file";
   std::ofstream(file_in_the_way) << "x";
-  CHECK(run("simulate " + small_experiment(dir).string() + " --out " + file_in_the_way.string()).status == 2);
+  CHECK(run("simulate " + small_experiment(dir).string() + " --out " + file_in_the_way.string())
+            .status == 2);
 }
 
 TEST_CASE("simulate writes the report, the Perfetto timeline and memory.csv, identically twice") {
@@ -168,10 +178,10 @@ TEST_CASE("simulate writes the report, the Perfetto timeline and memory.csv, ide
     CHECK(first == read(dir / "b" / name));
   }
   auto report = nlohmann::json::parse(read(dir / "a" / "report.json"));
-  for (const char* key : {"iteration_time_s", "pipeline_time_s", "optimizer_time_s", "tokens_per_s",
-                          "samples_per_s", "model_flops_per_iteration", "hardware_flops_per_iteration",
-                          "model_tflops_per_device", "mfu", "hfu", "bubble_fraction", "exposed_comm_s",
-                          "peak_memory_bytes", "fits", "ranks"}) {
+  for (const char* key :
+       {"iteration_time_s", "pipeline_time_s", "optimizer_time_s", "tokens_per_s", "samples_per_s",
+        "model_flops_per_iteration", "hardware_flops_per_iteration", "model_tflops_per_device",
+        "mfu", "hfu", "bubble_fraction", "exposed_comm_s", "peak_memory_bytes", "fits", "ranks"}) {
     CHECK_MESSAGE(report.contains(key), key);
   }
   CHECK(report["ranks"].size() == 8);
@@ -182,7 +192,8 @@ TEST_CASE("simulate writes the report, the Perfetto timeline and memory.csv, ide
 TEST_CASE("flags override the experiment, and dp follows tp and pp") {
   auto dir = scratch("flags");
   auto file = small_experiment(dir);
-  auto r = run("simulate " + file.string() + " --tp 1 --pp 1 --global-batch 32 --micro-batch 2 --schedule gpipe --out " +
+  auto r = run("simulate " + file.string() +
+               " --tp 1 --pp 1 --global-batch 32 --micro-batch 2 --schedule gpipe --out " +
                (dir / "o").string());
   REQUIRE(r.status == 0);
   CHECK(r.output.find("tp 1 x pp 1 x dp 8") != std::string::npos);

@@ -35,7 +35,8 @@ ConfigError error_of(F&& f) {
 }  // namespace
 
 TEST_CASE("unknown keys are errors with a suggestion") {
-  auto doc = config::Document::from_json(nlohmann::json{{"name", "x"}, {"layres", 3}}, "model.json");
+  auto doc =
+      config::Document::from_json(nlohmann::json{{"name", "x"}, {"layres", 3}}, "model.json");
   config::ObjectReader r(doc, "");
   r.string("name");
   r.integer_or("layers", 1);
@@ -107,7 +108,8 @@ TEST_CASE("every shipped device and cluster loads and matches its datasheet figu
   CHECK(h100.peak(DType::bf16).flops_per_second() == doctest::Approx(989.4e12));
   CHECK(h100.memory_bandwidth.bytes_per_second() == doctest::Approx(3.35e12));
   int clusters = 0;
-  for (const auto& f : std::filesystem::directory_iterator(testing::configs_dir() / "hardware/clusters")) {
+  for (const auto& f :
+       std::filesystem::directory_iterator(testing::configs_dir() / "hardware/clusters")) {
     CAPTURE(f.path());
     auto c = hw::load_cluster(f.path());
     CHECK(c.world_size() > 0);

@@ -104,7 +104,8 @@ TEST_CASE("a simulated ring all-reduce takes the nccl-tests ideal time") {
   program.finish();
   auto timeline = sim::simulate(program, cluster);
   REQUIRE(timeline.completed);
-  const double expected = 2.0 * (n - 1) / n * static_cast<double>(size.count()) / 300e9 + 2 * (n - 1) * 2e-6;
+  const double expected =
+      2.0 * (n - 1) / n * static_cast<double>(size.count()) / 300e9 + 2 * (n - 1) * 2e-6;
   for (const auto& span : timeline.spans) {
     CHECK((span.end - span.start).seconds() == doctest::Approx(expected).epsilon(1e-9));
   }

@@ -70,16 +70,21 @@ TEST_CASE("the lowered program allocates those activations during one forward pa
     for (const auto& op : p.ops_of(0)) {
       if (op.phase != Phase::forward) continue;
       for (const auto& effect : p.effects_of(op)) {
-        if (effect.category == MemoryCategory::activations) allocated += static_cast<double>(effect.delta.count());
+        if (effect.category == MemoryCategory::activations)
+          allocated += static_cast<double>(effect.delta.count());
       }
     }
     double per_layer = sp ? s * b * h * (34 / t + 5 * a * s / (h * t))
                           : s * b * h * (10 + 24 / t + 5 * a * s / (h * t));
     // Without sp the embedding mask (sbh) and the final norm's input and output (2 * 2sbh)
     // are not sharded; the fp32 logits are (4sbv/t).
-    double extra = sp ? s * b * h / t * (1 + 4 * (1 + v / h)) : s * b * h * (1 + 4) + 4 * s * b * v / t;
+    double extra =
+        sp ? s * b * h / t * (1 + 4 * (1 + v / h)) : s * b * h * (1 + 4) + 4 * s * b * v / t;
     CHECK(allocated == doctest::Approx(L * per_layer + extra).epsilon(0.01));
-    CHECK(per_layer == doctest::Approx(ref["expected"]["worked_values_derived"]["175B"][sp ? "tp_sp" : "tp"]["bytes"].get<double>()));
+    CHECK(per_layer ==
+          doctest::Approx(
+              ref["expected"]["worked_values_derived"]["175B"][sp ? "tp_sp" : "tp"]["bytes"]
+                  .get<double>()));
   }
 }
 

@@ -54,7 +54,8 @@ TEST_CASE("inconsistent strategies are errors at the key to change") {
   auto e1 = load_error({cli("parallelism.tp", 5), cli("parallelism.dp", nullptr)});
   CHECK(e1.message().find("must divide the model's attention heads") != std::string::npos);
 
-  auto e2 = load_error({cli("parallelism.pp", 128), cli("parallelism.tp", 1), cli("parallelism.dp", 8)});
+  auto e2 =
+      load_error({cli("parallelism.pp", 128), cli("parallelism.tp", 1), cli("parallelism.dp", 8)});
   CHECK(e2.message().find("must not exceed the model's layers (96)") != std::string::npos);
   CHECK(e2.path() == "parallelism.pp");
 
@@ -69,8 +70,8 @@ TEST_CASE("inconsistent strategies are errors at the key to change") {
 }
 
 TEST_CASE("overrides reach into the cluster and model files") {
-  auto e = load_experiment(kDefault, {cli("cluster.inter_node.bandwidth", "400 Gb/s"),
-                                      cli("model.vocab", 50000)});
+  auto e = load_experiment(
+      kDefault, {cli("cluster.inter_node.bandwidth", "400 Gb/s"), cli("model.vocab", 50000)});
   CHECK(e.cluster.inter_node.bandwidth.bytes_per_second() == doctest::Approx(50e9));
   CHECK(e.model.vocab == 50000);
   auto err = load_error({cli("cluster.intra_node.bandwith", "1 TB/s")});

@@ -78,8 +78,8 @@ TEST_CASE("model-state memory without ZeRO is 16 bytes per parameter, split over
   CHECK(mean == doctest::Approx(16.0 * static_cast<double>(big.parameters()) / 64).epsilon(0.01));
   // A middle stage holds exactly its 12 layers' tensor-parallel shard.
   const std::int64_t layer = layer_parameters_per_rank(big, 8);
-  CHECK(initial_state(p, layout_of(make_experiment(big, 8, 8, 1, 8, 1, 2048)).rank(0, 0, 3)).count() ==
-        per_param * 12 * layer);
+  CHECK(initial_state(p, layout_of(make_experiment(big, 8, 8, 1, 8, 1, 2048)).rank(0, 0, 3))
+            .count() == per_param * 12 * layer);
 }
 
 TEST_CASE("tensor- and pipeline-parallel volumes match Megatron-LM Sec. 3.2 and 4.1") {
@@ -97,7 +97,8 @@ TEST_CASE("tensor- and pipeline-parallel volumes match Megatron-LM Sec. 3.2 and 
     int layer_collectives = 0;
     for (const auto& op : p.ops_of(0)) {
       if (const auto* c = std::get_if<Collective>(&op.work); c && op.layer_begin >= 0) {
-        const double t = 8, factor = c->kind == CollectiveKind::all_reduce ? 2 * (t - 1) / t : (t - 1) / t;
+        const double t = 8,
+                     factor = c->kind == CollectiveKind::all_reduce ? 2 * (t - 1) / t : (t - 1) / t;
         tp_elements += factor * static_cast<double>(c->bytes.count()) / 2;
         ++layer_collectives;
       }

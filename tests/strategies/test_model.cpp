@@ -26,7 +26,8 @@ TEST_CASE("GPT-3 family parameter counts match Megatron-LM Eq. (2) and Table 1")
       const double eq2 = 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h));
       CHECK(static_cast<double>(model.parameters()) == doctest::Approx(eq2).epsilon(0.002));
       // Table 1 prints billions to 0.1 B.
-      CHECK(std::abs(static_cast<double>(model.parameters()) / 1e9 - printed[i].get<double>()) <= 0.051);
+      CHECK(std::abs(static_cast<double>(model.parameters()) / 1e9 - printed[i].get<double>()) <=
+            0.051);
       ++found;
     }
   }

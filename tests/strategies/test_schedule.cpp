@@ -24,7 +24,8 @@ TEST_CASE("1F1B on 4 stages and 8 microbatches follows PipeDream-Flush") {
   auto plan = pipeline_schedule(ScheduleKind::one_f_one_b, 4, 8);
   REQUIRE(plan.size() == 4);
   // Stage 0: 3 warm-up forwards, then F3 B0 F4 B1 ... F7 B4, then B5 B6 B7.
-  std::vector<Pass> expected = {{PassKind::forward, 0}, {PassKind::forward, 1}, {PassKind::forward, 2}};
+  std::vector<Pass> expected = {
+      {PassKind::forward, 0}, {PassKind::forward, 1}, {PassKind::forward, 2}};
   for (int i = 0; i < 5; ++i) {
     expected.push_back({PassKind::forward, 3 + i});
     expected.push_back({PassKind::backward, i});

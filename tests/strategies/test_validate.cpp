@@ -26,7 +26,8 @@ TEST_CASE("a well-formed program validates") {
     p.begin_rank(r);
     auto c = p.add(Compute{k}, on(Stream::compute));
     std::array<OpId, 1> dep = {c};
-    p.add(Collective{CollectiveKind::all_reduce, DType::bf16, g, Bytes(1024)}, on(Stream::tp_comm), dep);
+    p.add(Collective{CollectiveKind::all_reduce, DType::bf16, g, Bytes(1024)}, on(Stream::tp_comm),
+          dep);
     if (r == 0) p.add(Send{1, Bytes(8)}, on(Stream::pp_send));
     if (r == 1) p.add(Recv{0, Bytes(8)}, on(Stream::pp_recv));
   }
@@ -63,10 +64,13 @@ TEST_CASE("collectives that disagree in kind, size or count are named") {
     p.begin_rank(0);
     p.add(Collective{CollectiveKind::all_reduce, DType::bf16, g, Bytes(64)}, on(Stream::tp_comm));
     p.begin_rank(1);
-    if (variant == 0) p.add(Collective{CollectiveKind::all_gather, DType::bf16, g, Bytes(64)}, on(Stream::tp_comm));
-    if (variant == 1) p.add(Collective{CollectiveKind::all_reduce, DType::bf16, g, Bytes(32)}, on(Stream::tp_comm));
+    if (variant == 0)
+      p.add(Collective{CollectiveKind::all_gather, DType::bf16, g, Bytes(64)}, on(Stream::tp_comm));
+    if (variant == 1)
+      p.add(Collective{CollectiveKind::all_reduce, DType::bf16, g, Bytes(32)}, on(Stream::tp_comm));
     p.finish();
-    CHECK_THROWS_WITH_AS(validate(p), doctest::Contains("collectives on group 'tp 0' disagree"), ProgramError);
+    CHECK_THROWS_WITH_AS(validate(p), doctest::Contains("collectives on group 'tp 0' disagree"),
+                         ProgramError);
   }
 }
 
@@ -108,5 +112,6 @@ TEST_CASE("dependencies across ranks are rejected") {
   std::array<OpId, 1> dep = {0};
   p.add(Compute{k}, on(Stream::compute), dep);
   p.finish();
-  CHECK_THROWS_WITH_AS(validate(p), doctest::Contains("must be ops of the same rank"), ProgramError);
+  CHECK_THROWS_WITH_AS(validate(p), doctest::Contains("must be ops of the same rank"),
+                       ProgramError);
 }
