@@ -144,16 +144,23 @@ std::vector<strategies::Override> overrides_of(const SimulateArgs& a) {
   return o;
 }
 
+// Fails early (before any work) when --out cannot become a folder: it, or its nearest existing
+// ancestor, is not a directory. Missing folders are created when the outputs are written.
 void check_out_dir(const std::string& out) {
   if (out.empty()) return;
   std::error_code ec;
-  fs::path dir(out);
+  fs::path dir = fs::absolute(fs::path(out), ec).lexically_normal();
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
     throw BadInput("--out " + out + ": exists and is not a directory");
   }
-  fs::path parent = fs::absolute(dir, ec).parent_path();
-  if (!fs::is_directory(parent, ec)) {
-    throw BadInput("--out " + out + ": its parent folder " + parent.string() + " does not exist");
+  for (fs::path p = dir.parent_path(); !p.empty(); p = p.parent_path()) {
+    if (fs::exists(p, ec)) {
+      if (!fs::is_directory(p, ec)) {
+        throw BadInput("--out " + out + ": " + p.string() + " is not a directory");
+      }
+      break;
+    }
+    if (p == p.parent_path()) break;
   }
 }
 

@@ -215,3 +215,17 @@ TEST_CASE("every shipped experiment simulates") {
   // By name, as the README shows.
   CHECK(run("simulate gpt3-1.7b-a100-8 --quiet").status == 0);
 }
+
+TEST_CASE("--out creates missing folders, as scripts/demo needs on a fresh clone") {
+  auto dir = scratch("nested");
+  auto out = dir / "a" / "b";
+  REQUIRE(
+      run("simulate " + small_experiment(dir).string() + " --quiet --out " + out.string()).status ==
+      0);
+  CHECK(fs::exists(out / "report.json"));
+  // A file where a parent folder should be is bad input.
+  std::ofstream(dir / "file") << "x";
+  CHECK(run("simulate " + small_experiment(dir).string() + " --out " +
+            (dir / "file" / "sub").string())
+            .status == 2);
+}
