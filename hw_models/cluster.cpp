@@ -42,6 +42,28 @@ ClusterSpec read_cluster(config::Document& doc, const std::string& path) {
   c.device = read_device(doc, r.path_of("device"));
   c.intra_node = read_link(r.object("intra_node", "the link figures inside a node"));
   c.inter_node = read_link(r.object("inter_node", "the link figures between nodes"));
+  if (r.has("host")) {
+    auto h = r.object("host", "the host side of a node");
+    HostSpec host;
+    auto memory = h.object("memory", "host memory");
+    host.memory_capacity = memory.bytes("capacity");
+    host.memory_bandwidth = memory.bandwidth("bandwidth");
+    memory.finish();
+    host.cores = static_cast<int>(h.integer_in("cores", 1, 1 << 20));
+    host.adam_params_per_second_per_core =
+        h.number_or("adam_params_per_second_per_core", host.adam_params_per_second_per_core);
+    if (!(host.adam_params_per_second_per_core > 0)) {
+      h.fail("adam_params_per_second_per_core", "expected a positive rate");
+    }
+    host.pcie = read_link(h.object("pcie", "the host-device link of each device"));
+    h.finish();
+    c.host = host;
+  }
+  if (r.has("nvme")) {
+    auto n = r.object("nvme", "NVMe storage of a node");
+    c.nvme = NvmeSpec{n.bytes("capacity"), n.bandwidth("bandwidth")};
+    n.finish();
+  }
   r.finish();
   doc.validated(path, [&] { c.validate(); });
   return c;

@@ -3,6 +3,7 @@
 // device and per direction. Richer topologies extend this without changing these fields.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "hw_models/config_reader.hpp"
@@ -15,6 +16,22 @@ struct LinkSpec {
   Time latency;         // per message (alpha of the alpha-beta model)
 };
 
+/// A node's host side: CPU memory shared by the node's devices, the cores that run offloaded
+/// optimizer steps, and the PCIe link each device has to it.
+struct HostSpec {
+  Bytes memory_capacity;            // per node
+  Bandwidth memory_bandwidth;       // per node (bytes/s)
+  int cores = 1;                    // per node
+  double adam_params_per_second_per_core = 8e7;  // CPU Adam (DeepSpeed's vectorised kernel)
+  LinkSpec pcie;                    // per device, per direction, host <-> device
+};
+
+/// A node's NVMe storage (ZeRO-Infinity), shared by its devices.
+struct NvmeSpec {
+  Bytes capacity;       // per node
+  Bandwidth bandwidth;  // per node, read or write (bytes/s)
+};
+
 struct ClusterSpec {
   std::string name;
   std::string source;
@@ -23,6 +40,8 @@ struct ClusterSpec {
   DeviceSpec device;
   LinkSpec intra_node;
   LinkSpec inter_node;
+  std::optional<HostSpec> host;  // absent: host memory is not modelled (no offload)
+  std::optional<NvmeSpec> nvme;
 
   /// Checks ranges; throws config::ValidationError with the offending key's path.
   void validate() const;

@@ -1,6 +1,18 @@
 #include "strategies/experiment.hpp"
 
+#include <algorithm>
+
 namespace stratasim::strategies {
+
+std::string_view name_of(RecomputeKind r) {
+  switch (r) {
+    case RecomputeKind::none: return "none";
+    case RecomputeKind::full: return "full";
+    case RecomputeKind::selective: return "selective";
+    case RecomputeKind::stage_aware: return "stage_aware";
+  }
+  return "?";
+}
 
 std::string_view name_of(ScheduleKind s) {
   switch (s) {
@@ -28,8 +40,59 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
   p.dp_bucket_size = r.bytes_or("dp_bucket_size", p.dp_bucket_size);
   if (p.dp_bucket_size.count() <= 0) r.fail("dp_bucket_size", "expected a positive size");
   p.dp_overlap = r.boolean_or("dp_overlap", true);
+
+  p.zero = static_cast<int>(r.integer_in_or("zero", 0, 3, 0));
+  p.zero_prefetch_layers = static_cast<int>(r.integer_in_or("zero_prefetch_layers", 0, 1 << 16, 1));
+  p.reduce_bucket_size = r.integer_in_or("reduce_bucket_size", 1, std::int64_t{1} << 50, p.reduce_bucket_size);
+  p.allgather_bucket_size =
+      r.integer_in_or("allgather_bucket_size", 1, std::int64_t{1} << 50, p.allgather_bucket_size);
+
+  const std::string recompute =
+      r.choice_or("recompute", {"none", "full", "selective", "stage_aware"}, "none");
+  for (auto k : {RecomputeKind::none, RecomputeKind::full, RecomputeKind::selective,
+                 RecomputeKind::stage_aware}) {
+    if (name_of(k) == recompute) p.recompute = k;
+  }
+  p.recompute_method = r.choice_or("recompute_method", {"uniform", "block"}, "uniform") == "block"
+                           ? RecomputeMethod::block
+                           : RecomputeMethod::uniform;
+  p.recompute_num_layers = static_cast<int>(r.integer_in_or("recompute_num_layers", 0, 1 << 16, 1));
+
+  // "offload": one of "none", "optimizer", "params", "nvme", "activations", or a list of them.
+  if (const nlohmann::json* v = r.has("offload") ? r.document().find(r.path_of("offload")) : nullptr) {
+    std::vector<std::string> items;
+    if (v->is_string()) {
+      items.push_back(v->get<std::string>());
+    } else if (v->is_array() && std::all_of(v->begin(), v->end(), [](const auto& x) { return x.is_string(); })) {
+      for (const auto& x : *v) items.push_back(x.get<std::string>());
+    } else {
+      r.fail("offload", "expected \"none\", \"optimizer\", \"params\", \"nvme\", \"activations\" or a list of them");
+    }
+    for (const auto& item : items) {
+      if (item == "optimizer") p.offload.optimizer = true;
+      else if (item == "params") p.offload.params = true;
+      else if (item == "nvme") p.offload.nvme = true;
+      else if (item == "activations") p.offload.activations = true;
+      else if (item != "none") {
+        std::string hint = config::closest_match(item, {"none", "optimizer", "params", "nvme", "activations"});
+        r.fail("offload", "unknown offload \"" + item + "\"; expected none, optimizer, params, nvme or activations" +
+                              (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
+      }
+    }
+  }
   r.finish();
   return p;
+}
+
+MemorySettings read_memory(config::ObjectReader r) {
+  MemorySettings m;
+  m.fragmentation = r.number_or("fragmentation", 1.0);
+  if (!(m.fragmentation >= 1.0 && m.fragmentation <= 10.0)) {
+    r.fail("fragmentation", "expected a factor from 1 to 10");
+  }
+  m.reserved = r.bytes_or("reserved", Bytes(0));
+  r.finish();
+  return m;
 }
 
 TrainingSpec read_training(config::ObjectReader r) {
@@ -72,6 +135,7 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
   e.cluster = hw::read_cluster(doc, "cluster");
   e.parallelism = read_parallelism(r.object("parallelism", "the parallel strategy"));
   e.training = read_training(r.object("training", "the training settings"));
+  if (r.has("memory")) e.memory = read_memory(r.object("memory", "memory overheads"));
   r.finish();
 
   // Cross-checks, each reported at the key a user would change.
@@ -119,6 +183,41 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
     doc.fail("training.seq_len", "must be divisible by tp (" + number(p.tp) +
                                      ") with sequence parallelism, got " +
                                      number(e.training.seq_len));
+  }
+  // Memory techniques.
+  const auto& off = p.offload;
+  if (p.recompute_num_layers < 1 && p.recompute == RecomputeKind::full) {
+    doc.fail("parallelism.recompute_num_layers", "expected at least 1 with full recomputation");
+  }
+  if (p.recompute == RecomputeKind::full) {
+    const int stage_layers = (m.layers + p.pp - 1) / p.pp;
+    if (p.recompute_num_layers > stage_layers) {
+      doc.fail("parallelism.recompute_num_layers",
+               "must not exceed the layers of a pipeline stage (" + number(stage_layers) + "), got " +
+                   number(p.recompute_num_layers));
+    }
+  }
+  if (off.params && p.zero != 3) {
+    doc.fail("parallelism.offload", "\"params\" offload needs ZeRO stage 3 (parallelism.zero = 3)");
+  }
+  if (off.nvme && !off.optimizer && !off.params) {
+    doc.fail("parallelism.offload", "\"nvme\" says where offloaded optimizer states or parameters go; "
+                                    "offload \"optimizer\" or \"params\" with it");
+  }
+  if (off.optimizer && p.zero == 0) {
+    doc.fail("parallelism.offload", "optimizer offload is ZeRO-Offload: it needs parallelism.zero >= 1");
+  }
+  if ((off.optimizer || off.params || off.activations) && !e.cluster.host) {
+    doc.fail("parallelism.offload", "offloading needs host memory: cluster " + e.cluster.name +
+                                        " has no \"host\" section (memory, cores, pcie)");
+  }
+  if (off.nvme && !e.cluster.nvme) {
+    doc.fail("parallelism.offload", "offloading to NVMe needs cluster." + std::string("nvme") +
+                                        " (capacity, bandwidth); cluster " + e.cluster.name + " has none");
+  }
+  if (off.activations && p.recompute == RecomputeKind::none) {
+    doc.fail("parallelism.offload", "\"activations\" offloads activation checkpoints: it needs "
+                                    "parallelism.recompute full, selective or stage_aware");
   }
   if (e.microbatches() > (1 << 24)) {
     doc.fail("training.global_batch", "gives more than 16,777,216 microbatches per pipeline");

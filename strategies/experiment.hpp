@@ -17,6 +17,23 @@ namespace stratasim::strategies {
 enum class ScheduleKind { gpipe, one_f_one_b };
 std::string_view name_of(ScheduleKind s);
 
+/// Activation recomputation (Megatron-LM names; stage_aware is Merak's).
+enum class RecomputeKind { none, full, selective, stage_aware };
+std::string_view name_of(RecomputeKind r);
+/// Which layers full recomputation covers: `uniform` checkpoints every group of
+/// recompute_num_layers layers; `block` recomputes the first recompute_num_layers layers of
+/// each stage and stores the rest.
+enum class RecomputeMethod { uniform, block };
+
+/// What lives off the device (DeepSpeed ZeRO-Offload / ZeRO-Infinity).
+struct OffloadSpec {
+  bool optimizer = false;    // fp32 states and the Adam step on the host CPU
+  bool params = false;       // ZeRO-3 parameters kept on the host, fetched per layer
+  bool nvme = false;         // what is offloaded lives on NVMe instead of host memory
+  bool activations = false;  // activation checkpoints offloaded to host memory
+  bool any() const { return optimizer || params || nvme || activations; }
+};
+
 struct ParallelismSpec {
   int tp = 1;  // tensor-parallel degree (Megatron 1D)
   int pp = 1;  // pipeline stages
@@ -28,6 +45,29 @@ struct ParallelismSpec {
   /// the last microbatch's backward has produced them (as DDP and Megatron do).
   Bytes dp_bucket_size = Bytes(25 * 1024 * 1024);
   bool dp_overlap = true;  // overlap the bucket all-reduces with backward (else after it)
+
+  /// ZeRO stage (DeepSpeed): 0 none, 1 optimizer states, 2 + gradients, 3 + parameters
+  /// sharded over the data-parallel group.
+  int zero = 0;
+  int zero_prefetch_layers = 1;  // ZeRO-3: layers whose parameters are gathered ahead
+  /// DeepSpeed's bucket sizes, in elements: gradients reduced per bucket (stages 1-3) and
+  /// updated parameters all-gathered per bucket after the step (stages 1-2).
+  std::int64_t reduce_bucket_size = 500'000'000;
+  std::int64_t allgather_bucket_size = 500'000'000;
+
+  RecomputeKind recompute = RecomputeKind::none;
+  RecomputeMethod recompute_method = RecomputeMethod::uniform;
+  int recompute_num_layers = 1;
+
+  OffloadSpec offload;
+};
+
+/// Allocator and framework overheads on each device: allocations grow by `fragmentation`
+/// (>= 1, the caching allocator's slack) and `reserved` is held from the start (CUDA context,
+/// framework, NCCL buffers).
+struct MemorySettings {
+  double fragmentation = 1.0;
+  Bytes reserved;
 };
 
 enum class OptimizerChoice { adam };
@@ -48,6 +88,7 @@ struct Experiment {
   hw::ClusterSpec cluster;
   ParallelismSpec parallelism;
   TrainingSpec training;
+  MemorySettings memory;
 
   /// Microbatches each pipeline runs per iteration: global_batch / (dp * micro_batch).
   std::int64_t microbatches() const {

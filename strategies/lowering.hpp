@@ -64,7 +64,8 @@ struct PipelineSpec {
 /// data-parallel gradient all-reduce buckets (dp-comm stream) and the optimizer step.
 Program assemble_pipeline(const PipelineSpec& spec);
 
-/// The PipelineSpec of an experiment (transformer stage plans).
+/// The PipelineSpec of an experiment (transformer stage plans, with the experiment's
+/// recomputation applied to them).
 PipelineSpec pipeline_spec(const Experiment& experiment);
 
 /// Lowers one training iteration of `experiment`: assemble_pipeline(pipeline_spec(experiment)).

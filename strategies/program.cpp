@@ -34,6 +34,8 @@ std::string_view name_of(Phase p) {
       return "optimizer";
     case Phase::other:
       return "other";
+    case Phase::recompute:
+      return "recompute";
   }
   return "?";
 }

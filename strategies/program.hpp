@@ -31,7 +31,10 @@ enum class Stream : std::uint8_t { compute, tp_comm, dp_comm, pp_send, pp_recv, 
 inline constexpr int kStreamCount = 7;
 std::string_view name_of(Stream s);
 
-enum class Phase : std::uint8_t { forward, backward, optimizer, other };
+/// `recompute`: forward work repeated during backward (activation recomputation); it counts in
+/// hardware FLOPs, not model FLOPs.
+enum class Phase : std::uint8_t { forward, backward, optimizer, other, recompute };
+inline constexpr int kPhaseCount = 5;
 std::string_view name_of(Phase p);
 
 enum class MemoryTier : std::uint8_t { device, host, nvme };

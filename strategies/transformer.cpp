@@ -241,11 +241,15 @@ void layer_backward(const Dims& d, int layer, int grad_unit, Bytes attention_byt
 
 // Joins neighbouring compute segments into one (one op per chunk of work between two
 // collectives), so that a stage without tensor parallelism is one op per pass.
-std::vector<Segment> merge_compute(std::vector<Segment> segments) {
+std::vector<Segment> merge_compute(std::vector<Segment> segments, bool split_layers) {
   std::vector<Segment> merged;
   merged.reserve(segments.size());
   for (auto& s : segments) {
-    if (!merged.empty() && merged.back().compute && s.compute) {
+    const bool other_layer = split_layers && s.layer_begin >= 0 && !merged.empty() &&
+                             merged.back().layer_begin >= 0 &&
+                             merged.back().layer_begin != s.layer_begin;
+    if (!merged.empty() && merged.back().compute && s.compute && !other_layer &&
+        merged.back().recompute == s.recompute) {
       Segment& m = merged.back();
       m.kernels.insert(m.kernels.end(), std::make_move_iterator(s.kernels.begin()),
                        std::make_move_iterator(s.kernels.end()));
@@ -378,7 +382,7 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
           compute("loss", {elementwise("loss", d.tokens, 3 * d.tokens * 4, d.tokens * 4)}));
     }
   }
-  plan.forward = merge_compute(std::move(fwd));
+  plan.forward = merge_compute(std::move(fwd), setting.split_layers);
 
   // ---- backward (reverse order)
   std::vector<Segment> bwd;
@@ -409,7 +413,7 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
     bwd.back().activation_delta = -Bytes(d.tokens_sp * d.h);
     bwd.back().grads_done.push_back(embedding_unit);
   }
-  plan.backward = merge_compute(std::move(bwd));
+  plan.backward = merge_compute(std::move(bwd), setting.split_layers);
   return plan;
 }
 

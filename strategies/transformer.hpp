@@ -21,6 +21,9 @@ struct LayerSetting {
   std::int64_t seq_len = 2048;
   DType dtype = DType::bf16;
   bool flash_attention = false;
+  /// Keep every compute op within one layer (ZeRO-3 gathers each layer's parameters before
+  /// its first op); otherwise neighbouring compute segments merge across layers.
+  bool split_layers = false;
 };
 
 /// A piece of one pass of a stage: compute kernels, or a tensor-parallel collective.
@@ -34,6 +37,9 @@ struct Segment {
   int layer_end = -1;
   /// Stored activations allocated (> 0, forward) or released (< 0, backward) when it ends.
   Bytes activation_delta;
+  /// Forward work repeated in a backward pass (activation recomputation): its ops get
+  /// Phase::recompute.
+  bool recompute = false;
   /// Gradient units (see StagePlan::grad_units) complete when this backward segment ends.
   std::vector<int> grads_done;
 };

@@ -269,7 +269,7 @@ void write_chrome_trace(std::ostream& out, const strategies::Program& program,
   groups.reserve(program.groups().size());
   for (const auto& g : program.groups()) groups.push_back(json_string(g.name));
   std::vector<std::string> phases;
-  for (int p = 0; p <= static_cast<int>(strategies::Phase::other); ++p) {
+  for (int p = 0; p < strategies::kPhaseCount; ++p) {
     phases.push_back(json_string(strategies::name_of(static_cast<strategies::Phase>(p))));
   }
   std::vector<std::string> counters;
@@ -296,7 +296,7 @@ void write_chrome_trace(std::ostream& out, const strategies::Program& program,
     } else {
       w << '"' << work_name(op) << '"';
     }
-    w << R"(,"cat":)" << phases[std::min<std::size_t>(static_cast<std::size_t>(op.phase), 3)]
+    w << R"(,"cat":)" << phases[std::min<std::size_t>(static_cast<std::size_t>(op.phase), phases.size() - 1)]
       << R"(,"ph":"X","pid":)";
     w.integer(span.rank) << R"(,"tid":)";
     w.integer(static_cast<std::int64_t>(span.stream)) << R"(,"ts":)";

@@ -235,7 +235,8 @@ void fill_times(const strategies::Program& program, const Timeline& timeline,
         static_cast<std::uint32_t>(i);
     if (bucket == 0 && have_pipeline) {
       const Phase phase = program.op(span.op).phase;
-      if (phase != Phase::forward && phase != Phase::backward) continue;
+      // Recomputation is compute too: it is not idle time.
+      if (phase != Phase::forward && phase != Phase::backward && phase != Phase::recompute) continue;
       const std::int64_t s = std::max(span.start.picoseconds(), forward_start);
       const std::int64_t e = std::min(span.end.picoseconds(), backward_end);
       if (e > s) busy_ps[rank] += e - s;
