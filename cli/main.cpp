@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 
 #include "hw_models/cluster.hpp"
+#include "sim/memory.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/experiment.hpp"
 #include "strategies/lowering.hpp"
@@ -75,6 +76,9 @@ struct SimulateArgs {
   std::optional<std::int64_t> global_batch;
   std::optional<std::string> schedule;
   bool sequence_parallel = false;
+  std::optional<int> zero, recompute_num_layers;
+  std::optional<std::string> recompute, offload;
+  bool stop_on_oom = false;
   std::vector<std::string> sets;
   std::string out;
   std::string trace_ranks = "auto";
@@ -132,6 +136,18 @@ std::vector<strategies::Override> overrides_of(const SimulateArgs& a) {
   if (a.seq_len) flag("--seq-len", "training.seq_len", *a.seq_len);
   if (a.schedule) flag("--schedule", "parallelism.schedule", *a.schedule);
   if (a.sequence_parallel) flag("--sequence-parallel", "parallelism.sequence_parallel", true);
+  if (a.zero) flag("--zero", "parallelism.zero", *a.zero);
+  if (a.recompute) flag("--recompute", "parallelism.recompute", *a.recompute);
+  if (a.recompute_num_layers) {
+    flag("--recompute-num-layers", "parallelism.recompute_num_layers", *a.recompute_num_layers);
+  }
+  if (a.offload) {  // "optimizer,params" -> ["optimizer", "params"]
+    nlohmann::json list = nlohmann::json::array();
+    std::stringstream items(*a.offload);
+    std::string item;
+    while (std::getline(items, item, ',')) list.push_back(item);
+    o.push_back({"parallelism.offload", list, "command line (--offload " + *a.offload + ")"});
+  }
   for (const auto& s : a.sets) {
     auto eq = s.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -164,32 +180,20 @@ void check_out_dir(const std::string& out) {
   }
 }
 
-int simulate_command(const SimulateArgs& args) {
-  using Clock = std::chrono::steady_clock;
-  const auto started = Clock::now();
-  check_out_dir(args.out);
-  const auto experiment =
-      strategies::load_experiment(resolve_experiment(args.experiment), overrides_of(args));
-  const auto layout = strategies::layout_of(experiment);
-  traces::ExportOptions export_options;
-  export_options.ranks = trace_ranks(args.trace_ranks, layout);
-  const auto program = strategies::lower(experiment);
-  try {
-    strategies::validate(program);
-  } catch (const strategies::ProgramError& e) {
-    std::cerr << "error: the lowered program is invalid: " << e.what() << "\n";
-    return kExitSimulationFailed;
-  }
-  const auto& cluster = experiment.cluster;
-  const auto timeline = sim::simulate(program, cluster);
+sim::MemoryOverheads overheads_of(const strategies::Experiment& e) {
+  return sim::MemoryOverheads{e.memory.fragmentation, e.memory.reserved};
+}
 
+traces::ReportContext report_context(const strategies::Experiment& experiment) {
+  const auto& cluster = experiment.cluster;
+  const auto layout = strategies::layout_of(experiment);
   traces::ReportContext context;
   context.experiment = experiment.name;
   context.samples_per_iteration = experiment.training.global_batch;
   context.tokens_per_iteration = experiment.tokens_per_iteration();
   context.device_peak = cluster.device.peak(experiment.training.dtype);
   context.device_capacity = cluster.device.memory_capacity;
-  for (int r = 0; r < program.world_size(); ++r) context.stage_of_rank.push_back(layout.stage(r));
+  for (int r = 0; r < layout.world_size(); ++r) context.stage_of_rank.push_back(layout.stage(r));
   const auto& m = experiment.model;
   const auto& p = experiment.parallelism;
   context.setup = {
@@ -210,6 +214,47 @@ int simulate_command(const SimulateArgs& args) {
                        std::string(name_of(experiment.training.dtype)) + ", adam" +
                        (experiment.training.flash_attention ? ", flash attention" : "")},
   };
+  std::string memory_line = "ZeRO " + std::to_string(p.zero) + ", recompute " +
+                            std::string(strategies::name_of(p.recompute));
+  if (p.recompute == strategies::RecomputeKind::full) {
+    memory_line +=
+        std::string(p.recompute_method == strategies::RecomputeMethod::block ? " (block, "
+                                                                             : " (uniform, ") +
+        std::to_string(p.recompute_num_layers) + " layers)";
+  }
+  std::string offload;
+  for (auto [on, name] :
+       {std::pair{p.offload.optimizer, "optimizer"}, std::pair{p.offload.params, "params"},
+        std::pair{p.offload.nvme, "nvme"}, std::pair{p.offload.activations, "activations"}}) {
+    if (on) offload += (offload.empty() ? "" : "+") + std::string(name);
+  }
+  if (!offload.empty()) memory_line += ", offload " + offload;
+  context.setup.emplace_back("memory", memory_line);
+  return context;
+}
+
+int simulate_command(const SimulateArgs& args) {
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
+  check_out_dir(args.out);
+  const auto experiment =
+      strategies::load_experiment(resolve_experiment(args.experiment), overrides_of(args));
+  const auto layout = strategies::layout_of(experiment);
+  traces::ExportOptions export_options;
+  export_options.ranks = trace_ranks(args.trace_ranks, layout);
+  const auto program = strategies::lower(experiment);
+  try {
+    strategies::validate(program);
+  } catch (const strategies::ProgramError& e) {
+    std::cerr << "error: the lowered program is invalid: " << e.what() << "\n";
+    return kExitSimulationFailed;
+  }
+  sim::SimOptions options;
+  options.overheads = overheads_of(experiment);
+  options.stop_on_oom = args.stop_on_oom;
+  const auto timeline = sim::simulate(program, experiment.cluster, options);
+
+  const auto context = report_context(experiment);
   const auto report = traces::make_report(program, timeline, context);
   const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
   if (!args.quiet) {
@@ -231,10 +276,28 @@ int simulate_command(const SimulateArgs& args) {
       std::cout << "\n";
     }
   }
-  if (!timeline.completed) {
+  if (!timeline.completed && !timeline.stopped_on_oom) {
     std::cerr << "error: the simulation did not complete: " << timeline.problem << "\n";
     return kExitSimulationFailed;
   }
+  return 0;
+}
+
+// Peak memory per rank without timing: the schedule's order of memory effects, per rank.
+int memory_command(const SimulateArgs& args) {
+  const auto experiment =
+      strategies::load_experiment(resolve_experiment(args.experiment), overrides_of(args));
+  const auto program = strategies::lower(experiment);
+  try {
+    strategies::validate(program);
+  } catch (const strategies::ProgramError& e) {
+    std::cerr << "error: the lowered program is invalid: " << e.what() << "\n";
+    return kExitSimulationFailed;
+  }
+  const auto timeline = sim::estimate_memory(program, experiment.cluster, overheads_of(experiment));
+  const auto context = report_context(experiment);
+  const auto report = traces::make_report(program, timeline, context);
+  if (!args.quiet) traces::print_memory_summary(std::cout, report, context);
   return 0;
 }
 
@@ -292,31 +355,43 @@ int main(int argc, char** argv) {
       "  stratasim simulate configs/experiments/gpt3-175b-a100-1024.json\n"
       "  stratasim simulate gpt3-175b-a100-1024 --tp 4 --pp 32 --out out/\n"
       "  stratasim simulate gpt3-175b-a100-1024 --set cluster.inter_node.bandwidth=\"400 Gb/s\"\n"
+      "  stratasim simulate gpt3-175b-a100-1024 --zero 1 --recompute selective\n"
+      "  stratasim memory llama2-7b-h100-8 --zero 3 --micro-batch 4\n"
       "  stratasim list models");
 
   SimulateArgs sim_args;
+  // The options that describe the experiment, shared by simulate and memory.
+  auto add_experiment_options = [&sim_args](CLI::App* cmd) {
+    cmd->add_option("experiment", sim_args.experiment,
+                    "Experiment JSON file, or the name of one in configs/experiments")
+        ->required();
+    cmd->add_option("--tp", sim_args.tp, "Tensor-parallel degree")->check(CLI::PositiveNumber);
+    cmd->add_option("--pp", sim_args.pp, "Pipeline stages")->check(CLI::PositiveNumber);
+    cmd->add_option("--dp", sim_args.dp, "Data-parallel degree (default: the remaining devices)")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--micro-batch", sim_args.micro_batch, "Samples per microbatch")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--global-batch", sim_args.global_batch, "Samples per iteration")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--seq-len", sim_args.seq_len, "Tokens per sample")->check(CLI::PositiveNumber);
+    cmd->add_option("--schedule", sim_args.schedule, "Pipeline schedule: 1f1b or gpipe");
+    cmd->add_flag("--sequence-parallel", sim_args.sequence_parallel,
+                  "Megatron sequence parallelism");
+    cmd->add_option("--zero", sim_args.zero, "ZeRO stage 0-3 (DeepSpeed)");
+    cmd->add_option("--recompute", sim_args.recompute,
+                    "Activation recomputation: none, full, selective or stage_aware");
+    cmd->add_option("--recompute-num-layers", sim_args.recompute_num_layers,
+                    "Layers per checkpoint (uniform) or recomputed per stage (block)");
+    cmd->add_option("--offload", sim_args.offload,
+                    "Offload to the host: optimizer, params, nvme, activations (comma-separated)");
+    cmd->add_option("--set", sim_args.sets,
+                    "Override any config value: dotted.key=value (repeatable), e.g. "
+                    "training.seq_len=4096 or cluster.inter_node.bandwidth=\"400 Gb/s\"");
+    cmd->add_flag("--quiet", sim_args.quiet, "Print nothing on success");
+  };
   auto* simulate =
       app.add_subcommand("simulate", "Simulate one training iteration of an experiment");
-  simulate
-      ->add_option("experiment", sim_args.experiment,
-                   "Experiment JSON file, or the name of one in configs/experiments")
-      ->required();
-  simulate->add_option("--tp", sim_args.tp, "Tensor-parallel degree")->check(CLI::PositiveNumber);
-  simulate->add_option("--pp", sim_args.pp, "Pipeline stages")->check(CLI::PositiveNumber);
-  simulate->add_option("--dp", sim_args.dp, "Data-parallel degree (default: the remaining devices)")
-      ->check(CLI::PositiveNumber);
-  simulate->add_option("--micro-batch", sim_args.micro_batch, "Samples per microbatch")
-      ->check(CLI::PositiveNumber);
-  simulate->add_option("--global-batch", sim_args.global_batch, "Samples per iteration")
-      ->check(CLI::PositiveNumber);
-  simulate->add_option("--seq-len", sim_args.seq_len, "Tokens per sample")
-      ->check(CLI::PositiveNumber);
-  simulate->add_option("--schedule", sim_args.schedule, "Pipeline schedule: 1f1b or gpipe");
-  simulate->add_flag("--sequence-parallel", sim_args.sequence_parallel,
-                     "Megatron sequence parallelism");
-  simulate->add_option("--set", sim_args.sets,
-                       "Override any config value: dotted.key=value (repeatable), e.g. "
-                       "training.seq_len=4096 or cluster.inter_node.bandwidth=\"400 Gb/s\"");
+  add_experiment_options(simulate);
   simulate->add_option(
       "--out", sim_args.out,
       "Write report.json, timeline.json (Chrome trace for Perfetto) and memory.csv here");
@@ -324,7 +399,11 @@ int main(int argc, char** argv) {
                        "Ranks in timeline.json and memory.csv: all, stages (rank 0 of each "
                        "pipeline stage), or a list like 0,8,16; default all up to 256 ranks, "
                        "else stages");
-  simulate->add_flag("--quiet", sim_args.quiet, "Print nothing on success");
+  simulate->add_flag("--stop-on-oom", sim_args.stop_on_oom,
+                     "End the simulation at the first out-of-memory (default: finish and report)");
+  auto* memory = app.add_subcommand(
+      "memory", "Peak memory per rank and its breakdown, without timing the iteration (fast)");
+  add_experiment_options(memory);
 
   std::string list_what;
   auto* list =
@@ -341,6 +420,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (simulate->parsed()) return simulate_command(sim_args);
+    if (memory->parsed()) return memory_command(sim_args);
     if (list->parsed()) return list_command(list_what);
   } catch (const config::ConfigError& e) {
     std::cerr << "error: " << e.what() << "\n";

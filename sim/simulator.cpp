@@ -10,6 +10,7 @@
 
 #include "sim/cost.hpp"
 #include "sim/engine.hpp"
+#include "sim/memory.hpp"
 
 namespace stratasim::sim {
 
@@ -55,15 +56,6 @@ struct Instance {
   std::uint32_t expected = 0;
 };
 
-/// A rank's allocation on one tier.
-struct TierState {
-  std::array<std::int64_t, kMemoryCategoryCount> by_category{};
-  std::int64_t total = 0;
-  bool out_of_memory = false;
-  OpId oom_op = 0;
-  Time oom_time;
-};
-
 class Simulator {
  public:
   Simulator(const Program& program, const hw::ClusterSpec& cluster, Network& network,
@@ -75,7 +67,14 @@ class Simulator {
         n_(static_cast<std::uint32_t>(program.op_count())),
         world_(program.world_size()),
         notify_spans_(options.record_spans || !options.observers.empty()),
-        notify_memory_(options.record_memory || !options.observers.empty()) {}
+        notify_memory_(options.record_memory || !options.observers.empty()),
+        memory_(
+            program, cluster, options.overheads, timeline_, options.record_memory,
+            options.observers.empty() ? std::function<void(const MemorySample&)>()
+                                      : [this](const MemorySample& sample) {
+                                          for (Observer* obs : options_.observers)
+                                            obs->on_memory(sample);
+                                        }) {}
 
   Timeline run() {
     setup();
@@ -91,7 +90,7 @@ class Simulator {
       }
       timeline_.memory.reserve(samples);
     }
-    apply_initial_memory();
+    memory_.start();
 
     engine_.reserve(static_cast<std::size_t>(world_) * kStreamCount + 16);
     for (OpId id = 0; id < n_; ++id) {
@@ -100,7 +99,12 @@ class Simulator {
 
     std::vector<TransferId> finished;
     std::uint64_t completions = 0;
+    bool stopped = false;
     for (;;) {
+      if (options_.stop_on_oom && memory_.out_of_memory()) {
+        stopped = true;
+        break;
+      }
       const Time network_next = network_.next_completion();
       const Time engine_next = engine_.next_time();
       if (network_next == Time::infinity() && engine_next == Time::infinity()) break;
@@ -127,7 +131,11 @@ class Simulator {
 
     timeline_.events = engine_.processed() + completions;
     timeline_.completed = done_ == n_;
-    if (!timeline_.completed) {
+    timeline_.stopped_on_oom = stopped;
+    if (stopped) {
+      timeline_.problem = "stopped at the first out-of-memory (--stop-on-oom) after " +
+                          std::to_string(done_) + " of " + std::to_string(n_) + " ops";
+    } else if (!timeline_.completed) {
       timeline_.problem = describe_deadlock();
       if (options_.record_spans) {
         std::size_t kept = 0;
@@ -137,7 +145,7 @@ class Simulator {
         timeline_.spans.resize(kept);
       }
     }
-    emit_out_of_memory();
+    memory_.finish();
     return std::move(timeline_);
   }
 
@@ -160,7 +168,7 @@ class Simulator {
     ops_.assign(static_cast<std::size_t>(n_) + 1, OpState{});  // one more: the end of succ_
 
     // Kernel-list durations, computed once per list that some op uses.
-    const DeviceCostModel cost(cluster_.device);
+    const DeviceCostModel cost(cluster_);
     list_time_.assign(program_.kernel_lists().size(), Time());
     std::vector<std::uint8_t> list_known(program_.kernel_lists().size(), 0);
 
@@ -386,7 +394,7 @@ class Simulator {
     __builtin_prefetch(succ_.data() + st.succ);
     if (st.flags & kEndEffects) __builtin_prefetch(program_.effects_of(program_.op(id)).data());
     if (st.kind == kCompute) {
-      if (st.flags & kStartEffects) apply_effects(id, false);
+      if (st.flags & kStartEffects) memory_.apply(id, false, now_);
       engine_.schedule(now_ + list_time_[st.payload], 0, id);
       return;
     }
@@ -400,7 +408,7 @@ class Simulator {
     const std::uint32_t end = instance_begin_[instance + 1];
     for (std::uint32_t i = begin; i < end; ++i) {
       const OpId member = instance_ops_[i];
-      if (ops_[member].flags & kStartEffects) apply_effects(member, false);
+      if (ops_[member].flags & kStartEffects) memory_.apply(member, false, now_);
     }
     TransferRequest request;
     if (instance < collective_instances_) {
@@ -447,7 +455,7 @@ class Simulator {
     OpState& st = ops_[id];
     st.status = kDone;
     ++done_;
-    if (st.flags & kEndEffects) apply_effects(id, true);
+    if (st.flags & kEndEffects) memory_.apply(id, true, now_);
     if (notify_spans_) {
       const Op& o = program_.op(id);
       const Span span{o.rank, o.stream, id, start, now_};
@@ -463,103 +471,6 @@ class Simulator {
     for (std::uint32_t i = ops_[id].succ; i < end; ++i) {
       const OpId s = succ_[i];
       if (--ops_[s].pending == 0) start_op(s);
-    }
-  }
-
-  // ---- Memory.
-
-  TierState& tier_state(std::int32_t rank, int tier) {
-    return memory_[static_cast<std::size_t>(rank) * kMemoryTierCount +
-                   static_cast<std::size_t>(tier)];
-  }
-
-  void apply_effects(OpId id, bool at_end) {
-    const Op& o = program_.op(id);
-    unsigned touched = 0;
-    for (const auto& e : program_.effects_of(o)) {
-      if (e.at_end != at_end) continue;
-      const auto tier = static_cast<int>(e.tier);
-      const auto category = static_cast<std::size_t>(e.category);
-      if (tier >= kMemoryTierCount || category >= static_cast<std::size_t>(kMemoryCategoryCount)) {
-        continue;
-      }
-      TierState& ts = tier_state(o.rank, tier);
-      ts.by_category[category] += e.delta.count();
-      ts.total += e.delta.count();
-      touched |= 1u << tier;
-    }
-    for (int tier = 0; tier < kMemoryTierCount; ++tier) {
-      if (touched & (1u << tier)) changed(o.rank, tier, id);
-    }
-  }
-
-  void apply_initial_memory() {
-    memory_.assign(static_cast<std::size_t>(world_) * kMemoryTierCount, TierState{});
-    timeline_.ranks.assign(static_cast<std::size_t>(world_), traces::RankMemory{});
-    for (int r = 0; r < world_; ++r) {
-      const OpId first = program_.first_op(r);
-      auto& tiers = timeline_.ranks[static_cast<std::size_t>(r)].tiers;
-      for (int t = 0; t < kMemoryTierCount; ++t) {
-        auto& peak = tiers[static_cast<std::size_t>(t)];
-        peak.capacity =
-            t == static_cast<int>(MemoryTier::device) ? cluster_.device.memory_capacity : Bytes(0);
-        peak.op = first;
-      }
-      unsigned touched = 0;
-      for (const auto& m : program_.initial_memory(r)) {
-        const auto tier = static_cast<int>(m.tier);
-        const auto category = static_cast<std::size_t>(m.category);
-        if (tier >= kMemoryTierCount ||
-            category >= static_cast<std::size_t>(kMemoryCategoryCount)) {
-          continue;
-        }
-        TierState& ts = tier_state(r, tier);
-        ts.by_category[category] += m.bytes.count();
-        ts.total += m.bytes.count();
-        touched |= 1u << tier;
-      }
-      for (int tier = 0; tier < kMemoryTierCount; ++tier) {
-        if (touched & (1u << tier)) changed(r, tier, first);
-      }
-    }
-  }
-
-  /// After a rank's allocation on a tier changed: sample, peak, out-of-memory.
-  void changed(std::int32_t rank, int tier, OpId op) {
-    TierState& ts = tier_state(rank, tier);
-    const Bytes total(ts.total);
-    if (notify_memory_) {
-      const MemorySample sample{rank, static_cast<MemoryTier>(tier), now_, total, op};
-      if (options_.record_memory) timeline_.memory.push_back(sample);
-      for (Observer* obs : options_.observers) obs->on_memory(sample);
-    }
-    auto& peak =
-        timeline_.ranks[static_cast<std::size_t>(rank)].tiers[static_cast<std::size_t>(tier)];
-    if (total > peak.peak) {
-      peak.peak = total;
-      peak.time = now_;
-      peak.op = op;
-      for (std::size_t c = 0; c < ts.by_category.size(); ++c) {
-        peak.breakdown[c] = Bytes(ts.by_category[c]);
-      }
-    }
-    if (!ts.out_of_memory && peak.capacity.count() > 0 && total > peak.capacity) {
-      ts.out_of_memory = true;
-      ts.oom_op = op;
-      ts.oom_time = now_;
-    }
-  }
-
-  void emit_out_of_memory() {
-    for (int r = 0; r < world_; ++r) {
-      for (int t = 0; t < kMemoryTierCount; ++t) {
-        const TierState& ts = tier_state(r, t);
-        if (!ts.out_of_memory) continue;
-        const auto& peak =
-            timeline_.ranks[static_cast<std::size_t>(r)].tiers[static_cast<std::size_t>(t)];
-        timeline_.out_of_memory.push_back(traces::OutOfMemory{
-            r, static_cast<MemoryTier>(t), peak.capacity, peak.peak, ts.oom_op, ts.oom_time});
-      }
     }
   }
 
@@ -640,6 +551,8 @@ class Simulator {
   const int world_;
   const bool notify_spans_;
   const bool notify_memory_;
+  Timeline timeline_;  // before memory_, which writes into it
+  MemoryTracker memory_;
 
   std::vector<OpState> ops_;
   std::vector<OpId> succ_;
@@ -650,12 +563,10 @@ class Simulator {
   std::uint32_t collective_instances_ = 0;                // instances below this are collectives
   std::vector<std::uint32_t> instance_group_;             // per collective instance
   std::vector<std::vector<std::int32_t>> group_members_;  // distinct, sorted
-  std::vector<TierState> memory_;                         // rank * tiers + tier
 
   Engine engine_;
   Time now_;
   std::uint32_t done_ = 0;
-  Timeline timeline_;
 };
 
 }  // namespace

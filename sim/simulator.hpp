@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "hw_models/cluster.hpp"
+#include "sim/memory.hpp"
 #include "sim/network.hpp"
 #include "strategies/program.hpp"
 #include "traces/timeline.hpp"
@@ -26,6 +27,11 @@ struct SimOptions {
   /// them; a benchmark may switch them off and keep only the summary figures).
   bool record_spans = true;
   bool record_memory = true;
+  /// Allocator and framework overheads added to every device's memory.
+  MemoryOverheads overheads;
+  /// End the run at the first time a rank exceeds a memory capacity (the timeline is then
+  /// incomplete, with stopped_on_oom set); otherwise the run completes and reports it.
+  bool stop_on_oom = false;
   /// Extra observers, called in order.
   std::vector<Observer*> observers;
 };

@@ -236,7 +236,8 @@ void fill_times(const strategies::Program& program, const Timeline& timeline,
     if (bucket == 0 && have_pipeline) {
       const Phase phase = program.op(span.op).phase;
       // Recomputation is compute too: it is not idle time.
-      if (phase != Phase::forward && phase != Phase::backward && phase != Phase::recompute) continue;
+      if (phase != Phase::forward && phase != Phase::backward && phase != Phase::recompute)
+        continue;
       const std::int64_t s = std::max(span.start.picoseconds(), forward_start);
       const std::int64_t e = std::min(span.end.picoseconds(), backward_end);
       if (e > s) busy_ps[rank] += e - s;
@@ -293,6 +294,7 @@ void fill_memory(const Timeline& timeline, Report& report) {
     }
   }
   report.out_of_memory = timeline.out_of_memory;
+  report.stopped_on_oom = timeline.stopped_on_oom;
   report.fits = timeline.out_of_memory.empty();
 }
 
@@ -351,6 +353,10 @@ Report make_report(const strategies::Program& program, const Timeline& timeline,
   count_flops(program, report);
   fill_times(program, timeline, context, report);
   fill_memory(timeline, report);
+  for (const OutOfMemory& o : timeline.out_of_memory) {
+    report.out_of_memory_at.push_back(o.first_op < program.op_count() ? program.describe(o.first_op)
+                                                                      : "before the first op");
+  }
 
   const double t = report.iteration_time_s;
   const double world = static_cast<double>(program.world_size());
@@ -402,8 +408,10 @@ nlohmann::json to_json(const Report& report, const ReportContext& context) {
   }
   j["ranks"] = std::move(ranks);
   json oom = json::array();
-  for (const OutOfMemory& o : report.out_of_memory) {
+  for (std::size_t i = 0; i < report.out_of_memory.size(); ++i) {
+    const OutOfMemory& o = report.out_of_memory[i];
     oom.push_back(json{{"rank", o.rank},
+                       {"at", i < report.out_of_memory_at.size() ? report.out_of_memory_at[i] : ""},
                        {"tier", std::string(strategies::name_of(o.tier))},
                        {"capacity_bytes", o.capacity.count()},
                        {"peak_bytes", o.peak.count()},
@@ -412,39 +420,14 @@ nlohmann::json to_json(const Report& report, const ReportContext& context) {
                        {"time_s", o.time.seconds()}});
   }
   j["out_of_memory"] = std::move(oom);
+  j["stopped_on_oom"] = report.stopped_on_oom;
   return j;
 }
 
-void print_summary(std::ostream& out, const Report& report, const ReportContext& context) {
-  const std::string title = "stratasim report: " + context.experiment;
-  out << title << '\n' << std::string(title.size(), '=') << '\n';
-  if (!report.completed) {
-    out << "\n!! THE RUN DID NOT COMPLETE: " << report.problem << '\n'
-        << "!! The figures below cover only the ops that ran.\n";
-  }
+namespace {
 
-  std::vector<std::pair<std::string, std::string>> lines = context.setup;
-  const std::size_t setup_count = lines.size();
-  lines.emplace_back("iteration time", seconds_text(report.iteration_time_s));
-  lines.emplace_back("throughput", rate_text(report.tokens_per_s) + " tokens/s, " +
-                                       rate_text(report.samples_per_s) + " samples/s");
-  lines.emplace_back("model FLOP rate",
-                     to_string(FlopRate(report.model_tflops_per_device * 1e12)) + " per device");
-  lines.emplace_back("MFU / HFU", percent_text(report.mfu) + " / " + percent_text(report.hfu));
-  lines.emplace_back("pipeline bubble", percent_text(report.bubble_fraction) + " of " +
-                                            seconds_text(report.pipeline_time_s) +
-                                            " (first forward to last backward)");
-  lines.emplace_back("exposed comm", seconds_text(report.exposed_comm_s) + " (mean per rank)");
-  lines.emplace_back("optimizer step", seconds_text(report.optimizer_time_s));
-  std::size_t width = 0;
-  for (const auto& [label, value] : lines) width = std::max(width, label.size());
-  out << '\n';
-  for (std::size_t i = 0; i < lines.size(); ++i) {
-    if (i == setup_count && setup_count > 0) out << '\n';
-    out << "  " << pad(lines[i].first, width + 2) << lines[i].second << '\n';
-  }
-
-  // Memory per pipeline stage: the rank with the highest device peak stands for its stage.
+// Memory per pipeline stage: the rank with the highest device peak stands for its stage.
+void print_memory_table(std::ostream& out, const Report& report, const ReportContext& context) {
   struct StageRow {
     const RankReport* worst = nullptr;
     int ranks = 0;
@@ -508,17 +491,24 @@ void print_summary(std::ostream& out, const Report& report, const ReportContext&
       out << line << '\n';
     }
   }
+}
 
+void print_verdict(std::ostream& out, const Report& report) {
   out << '\n';
-  if (!report.completed) {
+  if (!report.completed && !report.stopped_on_oom) {
     out << "verdict: INCOMPLETE: the run stopped before every op finished (see above)";
     if (!report.fits) out << "; out of memory as well";
     out << '\n';
   } else if (!report.fits) {
     const OutOfMemory* worst = nullptr;
+    std::string worst_at;
     std::vector<bool> failing(report.ranks.size(), false);
-    for (const OutOfMemory& o : report.out_of_memory) {
-      if (worst == nullptr || o.peak - o.capacity > worst->peak - worst->capacity) worst = &o;
+    for (std::size_t i = 0; i < report.out_of_memory.size(); ++i) {
+      const OutOfMemory& o = report.out_of_memory[i];
+      if (worst == nullptr || o.peak - o.capacity > worst->peak - worst->capacity) {
+        worst = &o;
+        worst_at = i < report.out_of_memory_at.size() ? report.out_of_memory_at[i] : "";
+      }
       if (o.rank >= 0 && static_cast<std::size_t>(o.rank) < failing.size()) {
         failing[static_cast<std::size_t>(o.rank)] = true;
       }
@@ -527,14 +517,66 @@ void print_summary(std::ostream& out, const Report& report, const ReportContext&
     out << "verdict: OUT OF MEMORY on " << count << " of " << report.ranks.size() << " ranks";
     if (worst != nullptr) {
       out << " (worst: rank " << worst->rank << ", " << strategies::name_of(worst->tier)
-          << " memory, by " << to_string(worst->peak - worst->capacity) << ", first at op "
-          << worst->first_op << ")";
+          << " memory, by " << to_string(worst->peak - worst->capacity) << ", first exceeded at "
+          << (worst_at.empty() ? "op " + std::to_string(worst->first_op) : worst_at) << ")";
     }
     out << '\n';
   } else {
     out << "verdict: fits in memory; " << seconds_text(report.iteration_time_s)
         << " per iteration at " << percent_text(report.mfu) << " MFU\n";
   }
+}
+
+}  // namespace
+
+void print_memory_summary(std::ostream& out, const Report& report, const ReportContext& context) {
+  const std::string title = "stratasim memory: " + context.experiment;
+  out << title << '\n' << std::string(title.size(), '=') << '\n' << '\n';
+  std::size_t width = 0;
+  for (const auto& [label, value] : context.setup) width = std::max(width, label.size());
+  for (const auto& [label, value] : context.setup)
+    out << "  " << pad(label, width + 2) << value << '\n';
+  print_memory_table(out, report, context);
+  out << '\n';
+  if (!report.fits) {
+    print_verdict(out, report);
+  } else {
+    out << "verdict: fits in memory (peak " << to_string(report.peak_memory) << " of "
+        << to_string(context.device_capacity) << ")\n";
+  }
+}
+
+void print_summary(std::ostream& out, const Report& report, const ReportContext& context) {
+  const std::string title = "stratasim report: " + context.experiment;
+  out << title << '\n' << std::string(title.size(), '=') << '\n';
+  if (!report.completed) {
+    out << "\n!! THE RUN DID NOT COMPLETE: " << report.problem << '\n'
+        << "!! The figures below cover only the ops that ran.\n";
+  }
+
+  std::vector<std::pair<std::string, std::string>> lines = context.setup;
+  const std::size_t setup_count = lines.size();
+  lines.emplace_back("iteration time", seconds_text(report.iteration_time_s));
+  lines.emplace_back("throughput", rate_text(report.tokens_per_s) + " tokens/s, " +
+                                       rate_text(report.samples_per_s) + " samples/s");
+  lines.emplace_back("model FLOP rate",
+                     to_string(FlopRate(report.model_tflops_per_device * 1e12)) + " per device");
+  lines.emplace_back("MFU / HFU", percent_text(report.mfu) + " / " + percent_text(report.hfu));
+  lines.emplace_back("pipeline bubble", percent_text(report.bubble_fraction) + " of " +
+                                            seconds_text(report.pipeline_time_s) +
+                                            " (first forward to last backward)");
+  lines.emplace_back("exposed comm", seconds_text(report.exposed_comm_s) + " (mean per rank)");
+  lines.emplace_back("optimizer step", seconds_text(report.optimizer_time_s));
+  std::size_t width = 0;
+  for (const auto& [label, value] : lines) width = std::max(width, label.size());
+  out << '\n';
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    if (i == setup_count && setup_count > 0) out << '\n';
+    out << "  " << pad(lines[i].first, width + 2) << lines[i].second << '\n';
+  }
+
+  print_memory_table(out, report, context);
+  print_verdict(out, report);
 }
 
 }  // namespace stratasim::traces

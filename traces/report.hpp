@@ -56,6 +56,10 @@ struct Report {
   bool fits = true;
   std::vector<RankReport> ranks;
   std::vector<OutOfMemory> out_of_memory;
+  /// For each out_of_memory entry, the op that first exceeded the capacity, described with its
+  /// label, microbatch and layers ("rank 0 op 12 (compute on compute, 'L3 attention', ...)").
+  std::vector<std::string> out_of_memory_at;
+  bool stopped_on_oom = false;  // the run was ended at the first out-of-memory on purpose
 };
 
 Report make_report(const strategies::Program& program, const Timeline& timeline,
@@ -68,6 +72,10 @@ Report make_report(const strategies::Program& program, const Timeline& timeline,
 /// optimizer_states, activations, workspace, comm_buffers}, fits}], plus experiment,
 /// completed, problem and out_of_memory.
 nlohmann::json to_json(const Report& report, const ReportContext& context);
+
+/// The memory-only summary printed by `stratasim memory`: setup, the per-stage memory table
+/// and the verdict.
+void print_memory_summary(std::ostream& out, const Report& report, const ReportContext& context);
 
 /// The readable summary printed by `stratasim simulate`.
 void print_summary(std::ostream& out, const Report& report, const ReportContext& context);

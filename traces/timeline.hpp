@@ -74,6 +74,8 @@ struct Timeline {
   /// which ops were waiting.
   bool completed = true;
   std::string problem;
+  /// The run was ended on purpose at the first out-of-memory (not a deadlock).
+  bool stopped_on_oom = false;
   /// Simulation statistics (zero for measured timelines).
   std::uint64_t events = 0;
 };

@@ -274,7 +274,7 @@ TEST_CASE("report: to_json has exactly the documented keys") {
                                       "hardware_flops_per_iteration", "model_tflops_per_device",
                                       "mfu", "hfu", "bubble_fraction", "exposed_comm_s",
                                       "peak_memory_bytes", "fits", "ranks", "experiment",
-                                      "completed", "problem", "out_of_memory"});
+                                      "completed", "problem", "out_of_memory", "stopped_on_oom"});
   CHECK(j["experiment"] == "two-ranks");
   CHECK(j["completed"] == true);
   CHECK(j["problem"] == "");
@@ -303,7 +303,7 @@ TEST_CASE("report: to_json has exactly the documented keys") {
   const auto& o = j["out_of_memory"][0];
   std::set<std::string> oom_keys;
   for (const auto& [key, value] : o.items()) oom_keys.insert(key);
-  CHECK(oom_keys == std::set<std::string>{"rank", "tier", "capacity_bytes", "peak_bytes",
+  CHECK(oom_keys == std::set<std::string>{"rank", "at", "tier", "capacity_bytes", "peak_bytes",
                                           "excess_bytes", "op", "time_s"});
   CHECK(o["tier"] == "device");
   CHECK(o["excess_bytes"] == 500);
