@@ -192,6 +192,7 @@ void Document::set(const std::string& path, nlohmann::json value, const std::str
     return;
   }
   for (const auto& part : parts) {
+    if (node->is_null()) *node = nlohmann::json::object();  // an absent section is created
     if (!node->is_object()) {
       throw ConfigError(
           origin, "",

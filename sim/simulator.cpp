@@ -137,13 +137,13 @@ class Simulator {
                           std::to_string(done_) + " of " + std::to_string(n_) + " ops";
     } else if (!timeline_.completed) {
       timeline_.problem = describe_deadlock();
-      if (options_.record_spans) {
-        std::size_t kept = 0;
-        for (OpId id = 0; id < n_; ++id) {
-          if (ops_[id].status == kDone) timeline_.spans[kept++] = timeline_.spans[id];
-        }
-        timeline_.spans.resize(kept);
+    }
+    if (!timeline_.completed && options_.record_spans) {  // keep the ops that ran
+      std::size_t kept = 0;
+      for (OpId id = 0; id < n_; ++id) {
+        if (ops_[id].status == kDone) timeline_.spans[kept++] = timeline_.spans[id];
       }
+      timeline_.spans.resize(kept);
     }
     memory_.finish();
     return std::move(timeline_);

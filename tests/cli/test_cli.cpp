@@ -229,3 +229,61 @@ TEST_CASE("--out creates missing folders, as scripts/demo needs on a fresh clone
             (dir / "file" / "sub").string())
             .status == 2);
 }
+
+TEST_CASE("memory techniques: bad settings exit 2 at the key to change") {
+  auto dir = scratch("memory-bad");
+  const std::string e = small_experiment(dir).string();
+  check_bad_input("simulate " + e + " --zero 4", {"parallelism.zero", "from 0 to 3", "--zero 4"});
+  check_bad_input(
+      "simulate " + e + " --recompute full --recompute-num-layers 13",
+      {"parallelism.recompute_num_layers", "must not exceed the layers of a pipeline stage (12)"});
+  check_bad_input("simulate " + e + " --recompute sometimes",
+                  {"parallelism.recompute", "expected one of"});
+  check_bad_input("simulate " + e + " --offload params",
+                  {"parallelism.offload", "needs ZeRO stage 3"});
+  check_bad_input("simulate " + e + " --offload optimzer --zero 1",
+                  {"parallelism.offload", "did you mean \"optimizer\""});
+  // A cluster without a host section cannot take offloaded state.
+  auto no_host = small_experiment(dir, [](auto& j) {
+    auto cluster = nlohmann::json::parse(read(configs_dir() / "hardware/clusters/dgx-a100-1.json"));
+    cluster.erase("host");
+    cluster["device"] = (configs_dir() / "hardware/devices/a100-sxm4-80gb.json").string();
+    j["cluster"] = cluster;
+  });
+  check_bad_input("simulate " + no_host.string() + " --zero 1 --offload optimizer",
+                  {"parallelism.offload", "needs host memory"});
+  check_bad_input("simulate " + e + " --set memory.fragmentation=0.5",
+                  {"memory.fragmentation", "from 1 to 10"});
+}
+
+TEST_CASE("stratasim memory reports the same peaks as the simulation, fast") {
+  auto dir = scratch("memory-cmd");
+  const std::string e = small_experiment(dir).string();
+  auto fast = run("memory " + e);
+  REQUIRE(fast.status == 0);
+  CHECK(fast.output.find("stratasim memory") != std::string::npos);
+  CHECK(fast.output.find("verdict: fits in memory") != std::string::npos);
+  REQUIRE(run("simulate " + e + " --quiet --out " + (dir / "o").string()).status == 0);
+  auto report = nlohmann::json::parse(read(dir / "o" / "report.json"));
+  // The per-stage table prints the same peak for stage 0 in both commands.
+  auto full = run("simulate " + e);
+  auto stage0 = [](const std::string& text) {
+    auto at = text.find("\n  0 ");
+    return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at + 1) - at);
+  };
+  CHECK_FALSE(stage0(fast.output).empty());
+  CHECK(stage0(fast.output) == stage0(full.output));
+}
+
+TEST_CASE("--stop-on-oom ends the run at the first out-of-memory and still reports") {
+  auto dir = scratch("stop");
+  const std::string e = small_experiment(dir).string();
+  auto r = run("simulate " + e + " --tp 1 --pp 1 --micro-batch 4 --global-batch 32 --stop-on-oom");
+  CAPTURE(r.output);
+  CHECK(r.status == 0);
+  CHECK(r.output.find("stopped at the first out-of-memory") != std::string::npos);
+  CHECK(r.output.find("OUT OF MEMORY") != std::string::npos);
+  auto full = run("simulate " + e + " --tp 1 --pp 1 --micro-batch 4 --global-batch 32");
+  CHECK(full.status == 0);
+  CHECK(full.output.find("first exceeded at rank 0 op") != std::string::npos);
+}

@@ -1,0 +1,60 @@
+// Shared helpers for strategies tests: experiments built in code from shipped model files.
+#pragma once
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "strategies/experiment.hpp"
+#include "test_paths.hpp"
+
+namespace stratasim::testing {
+
+inline hw::ClusterSpec test_cluster(int nodes, int devices_per_node) {
+  hw::ClusterSpec c;
+  c.name = "test";
+  c.nodes = nodes;
+  c.devices_per_node = devices_per_node;
+  c.device = hw::load_device(configs_dir() / "hardware/devices/a100-sxm4-80gb.json");
+  c.intra_node = {Bandwidth(300e9), Time::us(2)};
+  c.inter_node = {Bandwidth(25e9), Time::us(5)};
+  return c;
+}
+
+inline strategies::TransformerModel load_model(const std::filesystem::path& file) {
+  auto doc = config::Document::load(file);
+  return strategies::read_model(doc, "");
+}
+
+/// An experiment with the given strategy on a cluster of exactly tp * pp * dp devices.
+inline strategies::Experiment make_experiment(const strategies::TransformerModel& model, int tp,
+                                              int pp, int dp, std::int64_t global_batch,
+                                              int micro_batch, int seq_len,
+                                              bool sequence_parallel = false) {
+  strategies::Experiment e;
+  e.name = "test";
+  e.model = model;
+  e.cluster = test_cluster(1, tp * pp * dp);
+  e.parallelism.tp = tp;
+  e.parallelism.pp = pp;
+  e.parallelism.dp = dp;
+  e.parallelism.micro_batch = micro_batch;
+  e.parallelism.sequence_parallel = sequence_parallel;
+  e.training.global_batch = global_batch;
+  e.training.seq_len = seq_len;
+  e.training.dtype = DType::bf16;
+  return e;
+}
+
+inline nlohmann::json reference_case(const std::string& id) {
+  std::ifstream in(reference_file());
+  REQUIRE_MESSAGE(in.good(), "cannot read " << reference_file());
+  auto all = nlohmann::json::parse(in);
+  for (const auto& c : all["cases"]) {
+    if (c["id"] == id) return c;
+  }
+  FAIL("no reference case " << id);
+  return {};
+}
+
+}  // namespace stratasim::testing
