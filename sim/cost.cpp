@@ -27,6 +27,64 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
 
 DeviceCostModel::DeviceCostModel(const hw::DeviceSpec& device) : device_(device) {}
 
+DeviceCostModel::DeviceCostModel(const hw::ClusterSpec& cluster)
+    : device_(cluster.device),
+      host_(cluster.host),
+      nvme_(cluster.nvme),
+      devices_per_node_(std::max(1, cluster.devices_per_node)) {}
+
+const hw::HostSpec& DeviceCostModel::host(const char* what) const {
+  if (!host_) {
+    throw std::invalid_argument(std::string(what) +
+                                " needs the cluster's host (memory, cores, pcie): none is given");
+  }
+  return *host_;
+}
+
+const hw::NvmeSpec& DeviceCostModel::nvme(const char* what) const {
+  if (!nvme_) {
+    throw std::invalid_argument(std::string(what) +
+                                " needs the cluster's NVMe (capacity, bandwidth): none is given");
+  }
+  return *nvme_;
+}
+
+Time DeviceCostModel::host_optimizer_time(const OptimizerStep& step) const {
+  const hw::HostSpec& h = host("a host optimizer step");
+  const double share = 1.0 / devices_per_node_;
+  const std::int64_t size = size_of(step.dtype);
+  // Adam reads the fp32 master weights, momentum, variance and gradient (16 bytes) and writes
+  // the states (12) and the weights in the training dtype; SGD reads master and gradient (8)
+  // and writes the master and the weights.
+  const std::int64_t per_param = step.kind == OptimizerKind::adam ? 16 + 12 + size : 8 + 4 + size;
+  const Time t_memory = transfer_time(Bytes(step.params * per_param), h.memory_bandwidth * share);
+  const double rate = static_cast<double>(h.cores) * share * h.adam_params_per_second_per_core;
+  const Time t_compute = Time::from_seconds(static_cast<double>(step.params) / rate);
+  return std::max(t_memory, t_compute);
+}
+
+Time DeviceCostModel::copy_time(const Copy& c) const {
+  const double share = 1.0 / devices_per_node_;
+  auto pcie = [&] {
+    const hw::HostSpec& h = host("a copy between device and host or NVMe");
+    return h.pcie.latency + transfer_time(c.bytes, h.pcie.bandwidth);
+  };
+  auto storage = [&](Bytes bytes) {
+    return transfer_time(bytes, nvme("a copy to or from NVMe").bandwidth * share);
+  };
+  const bool device_side = c.from == MemoryTier::device || c.to == MemoryTier::device;
+  const bool nvme_side = c.from == MemoryTier::nvme || c.to == MemoryTier::nvme;
+  if (c.from == c.to) {
+    if (c.from == MemoryTier::host) {
+      return transfer_time(c.bytes * 2, host("a copy within host memory").memory_bandwidth * share);
+    }
+    return storage(c.bytes * 2);  // NVMe to NVMe: read and write
+  }
+  if (device_side && nvme_side) return pcie() + storage(c.bytes);  // in series
+  if (device_side) return pcie();
+  return storage(c.bytes);  // host <-> NVMe
+}
+
 double DeviceCostModel::gemm_efficiency(const Gemm& gemm) const {
   const double base = device_.efficiency.gemm;
   if (gemm.m <= 0 || gemm.n <= 0 || gemm.batch <= 0) return base;
@@ -77,9 +135,7 @@ Time DeviceCostModel::kernel_time(const strategies::Kernel& kernel) const {
         } else if constexpr (std::is_same_v<W, Elementwise>) {
           return launch + transfer_time(w.bytes_read + w.bytes_written, memory);
         } else if constexpr (std::is_same_v<W, OptimizerStep>) {
-          if (w.on_host) {
-            throw std::invalid_argument("host optimizer steps are not modelled yet");
-          }
+          if (w.on_host) return host_optimizer_time(w);
           const std::int64_t size = size_of(w.dtype);
           std::int64_t per_param = 0;
           if (w.kind == OptimizerKind::adam) {
@@ -92,11 +148,7 @@ Time DeviceCostModel::kernel_time(const strategies::Kernel& kernel) const {
           }
           return launch + transfer_time(Bytes(w.params * per_param), memory);
         } else if constexpr (std::is_same_v<W, Copy>) {
-          if (w.from != MemoryTier::device || w.to != MemoryTier::device) {
-            throw std::invalid_argument("copies from " + std::string(name_of(w.from)) + " to " +
-                                        std::string(name_of(w.to)) +
-                                        " memory are not modelled yet");
-          }
+          if (w.from != MemoryTier::device || w.to != MemoryTier::device) return copy_time(w);
           return launch + transfer_time(w.bytes * 2, memory);  // read and write
         } else {
           static_assert(std::is_same_v<W, Measured>);

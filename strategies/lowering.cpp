@@ -1,8 +1,13 @@
 #include "strategies/lowering.hpp"
 
+#include <algorithm>
 #include <array>
 #include <optional>
+#include <stdexcept>
+#include <string>
+#include <tuple>
 
+#include "strategies/recompute.hpp"
 #include "strategies/schedule.hpp"
 
 namespace stratasim::strategies {
@@ -25,6 +30,7 @@ LayerSetting layer_setting(const Experiment& e) {
   s.seq_len = e.training.seq_len;
   s.dtype = e.training.dtype;
   s.flash_attention = e.training.flash_attention;
+  s.split_layers = e.parallelism.zero == 3;  // ZeRO-3 gathers each layer before its first op
   return s;
 }
 
@@ -35,10 +41,80 @@ StateBytes state_bytes_per_parameter(DType dtype) {
 
 namespace {
 
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// A gradient unit's parameters as used by one pass (ZeRO-3 gathers them before `first` and
+// releases them after `last`).
+struct Use {
+  int unit;   // index into StagePlan::grad_units
+  int first;  // first step of the pass that touches the unit
+  int last;   // last compute step touching it (last step at all when none computes)
+};
+
+// Which steps of a pass touch which gradient unit's parameters: a unit named "L<l>" (the
+// transformer lowering's layer units) the steps covering layer l; "embedding" the steps up to
+// the first layer step in forward (from the last one in backward) and "head" the mirror image
+// (merged compute ops may hold the boundary layer's kernels too, so the boundary step counts for
+// both); any other unit, every step.
+std::vector<Use> parameter_uses(const std::vector<Segment>& steps,
+                                const std::vector<GradUnit>& units, bool forward) {
+  const int n = static_cast<int>(steps.size());
+  int first_layer = -1, last_layer = -1;
+  for (int i = 0; i < n; ++i) {
+    if (steps[static_cast<std::size_t>(i)].layer_begin < 0) continue;
+    if (first_layer < 0) first_layer = i;
+    last_layer = i;
+  }
+  std::vector<Use> uses;
+  for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+    const std::string& name = units[static_cast<std::size_t>(u)].name;
+    int layer = -1;
+    if (name.size() > 1 && name[0] == 'L' &&
+        name.find_first_not_of("0123456789", 1) == std::string::npos) {
+      layer = std::stoi(name.substr(1));
+    }
+    const bool embedding = name == "embedding", head = name == "head";
+    auto touches = [&](int i) {
+      const Segment& s = steps[static_cast<std::size_t>(i)];
+      if (layer >= 0) return s.layer_begin <= layer && layer < s.layer_end;
+      if (first_layer < 0) return true;
+      if (embedding) return forward ? i <= first_layer : i >= last_layer;
+      if (head) return forward ? i >= last_layer : i <= first_layer;
+      return true;
+    };
+    Use use{u, -1, -1};
+    int last_any = -1;
+    for (int i = 0; i < n; ++i) {
+      if (!touches(i)) continue;
+      if (use.first < 0) use.first = i;
+      last_any = i;
+      if (steps[static_cast<std::size_t>(i)].compute) use.last = i;
+    }
+    if (use.first < 0) continue;
+    if (use.last < 0) use.last = last_any;
+    uses.push_back(use);
+  }
+  std::sort(uses.begin(), uses.end(), [](const Use& a, const Use& b) {
+    return std::tie(a.first, a.last, a.unit) < std::tie(b.first, b.last, b.unit);
+  });
+  return uses;
+}
+
+// Gradient units grouped into reduce buckets, in the order backward completes them.
+struct Bucket {
+  int first_unit, last_unit;
+  std::int64_t parameters;
+  std::uint32_t copy_kernels;  // the reduced shard to the host (optimizer offload)
+  std::uint32_t reduce_label, copy_label;
+};
+
 // A stage's plan with its kernel lists and labels registered in the program once.
 struct StageTemplate {
   struct Step {
     bool compute;
+    bool recompute;
     std::uint32_t kernels;  // compute
     CollectiveKind kind;    // collective
     Bytes bytes;
@@ -51,14 +127,32 @@ struct StageTemplate {
   std::vector<Step> forward, backward;
   std::uint32_t recv_activation, send_activation, recv_gradient, send_gradient;
   std::uint32_t optimizer_kernels;
+  std::int64_t shard = 0;  // parameters whose optimizer states this rank keeps
+
+  // ZeRO-3: parameter uses per pass, and per unit its gather's label and the copy of its shard
+  // to the device (parameter offload).
+  std::vector<Use> forward_uses, backward_uses;
+  std::vector<std::uint32_t> gather_label, fetch_label, fetch_kernels;
+  std::vector<std::int16_t> unit_layer;
+  // Reduce buckets (ZeRO stages 1-3) and the unit -> bucket map.
+  std::vector<Bucket> buckets;
+  std::vector<int> bucket_of_unit;
+  // Stages 1 and 2: the post-step all-gather buckets (elements) and, with optimizer offload, the
+  // copies of their shards to the device.
+  std::vector<std::int64_t> gather_buckets;
+  std::vector<std::uint32_t> gather_bucket_label, gather_bucket_copy, gather_bucket_copy_label;
+  // Optimizer offload and NVMe: copies around the host step.
+  std::uint32_t states_in = 0, states_out = 0, params_back = 0;
+  std::uint32_t states_in_label = 0, states_out_label = 0, params_back_label = 0;
+  bool params_back_needed = false;
 };
 
 std::vector<StageTemplate::Step> register_steps(Program& program,
                                                 const std::vector<Segment>& segments) {
   std::vector<StageTemplate::Step> steps;
   for (const auto& s : segments) {
-    steps.push_back({s.compute, s.compute ? program.add_kernels(s.kernels) : 0, s.collective,
-                     s.bytes, program.intern_label(s.label),
+    steps.push_back({s.compute, s.recompute, s.compute ? program.add_kernels(s.kernels) : 0,
+                     s.collective, s.bytes, program.intern_label(s.label),
                      static_cast<std::int16_t>(s.layer_begin),
                      static_cast<std::int16_t>(s.layer_end), s.activation_delta, &s.grads_done});
   }
@@ -66,6 +160,19 @@ std::vector<StageTemplate::Step> register_steps(Program& program,
 }
 
 }  // namespace
+
+ZeroSettings zero_settings(const Experiment& e) {
+  const ParallelismSpec& p = e.parallelism;
+  ZeroSettings z;
+  z.stage = p.zero;
+  z.prefetch_layers = p.zero_prefetch_layers;
+  z.reduce_bucket_size = p.reduce_bucket_size;
+  z.allgather_bucket_size = p.allgather_bucket_size;
+  z.offload_optimizer = p.offload.optimizer;
+  z.offload_params = p.offload.params;
+  z.nvme = p.offload.nvme;
+  return z;
+}
 
 PipelineSpec pipeline_spec(const Experiment& e) {
   PipelineSpec spec;
@@ -75,13 +182,16 @@ PipelineSpec pipeline_spec(const Experiment& e) {
   spec.dtype = e.training.dtype;
   spec.dp_bucket_size = e.parallelism.dp_bucket_size;
   spec.dp_overlap = e.parallelism.dp_overlap;
+  spec.zero = zero_settings(e);
   spec.shared_embedding = e.model.tied_embeddings && spec.layout.pp > 1;
   const std::int64_t rows = (std::int64_t{e.model.vocab} + spec.layout.tp - 1) / spec.layout.tp;
   spec.embedding_sync_bytes = Bytes(rows * e.model.hidden * size_of(e.training.dtype));
   const LayerSetting setting = layer_setting(e);
+  const std::vector<StageRecompute> recompute = recompute_plan(e);
   for (int s = 0; s < spec.layout.pp; ++s) {
     auto [begin, end] = stage_layers(e.model.layers, spec.layout.pp, s);
-    spec.stages.push_back(plan_transformer_stage(e.model, setting, s, spec.layout.pp, begin, end));
+    spec.stages.push_back(plan_transformer_stage(e.model, setting, s, spec.layout.pp, begin, end,
+                                                 recompute[static_cast<std::size_t>(s)]));
   }
   return spec;
 }
@@ -94,12 +204,40 @@ Program assemble_pipeline(const PipelineSpec& spec) {
   const RankLayout layout = spec.layout;
   const int world = layout.world_size();
   const int m = spec.microbatches;
+  const int dp = layout.dp;
   const DType dtype = spec.dtype;
+  const std::int64_t e = size_of(dtype);
   const StateBytes state = state_bytes_per_parameter(dtype);
+  const ZeroSettings& zero = spec.zero;
   if (static_cast<int>(spec.stages.size()) != layout.pp) {
     throw std::invalid_argument("assemble_pipeline: " + std::to_string(spec.stages.size()) +
                                 " stage plans for " + std::to_string(layout.pp) + " stages");
   }
+  if (zero.stage < 0 || zero.stage > 3) {
+    throw std::invalid_argument("assemble_pipeline: ZeRO stage " + std::to_string(zero.stage) +
+                                " (expected 0 to 3)");
+  }
+  if (zero.offload_optimizer && zero.stage == 0) {
+    throw std::invalid_argument("assemble_pipeline: optimizer offload needs ZeRO stage >= 1");
+  }
+  if (zero.offload_params && zero.stage != 3) {
+    throw std::invalid_argument("assemble_pipeline: parameter offload needs ZeRO stage 3");
+  }
+  if (zero.reduce_bucket_size <= 0 || zero.allgather_bucket_size <= 0 || zero.prefetch_layers < 0) {
+    throw std::invalid_argument(
+        "assemble_pipeline: ZeRO bucket sizes must be positive and the prefetch not negative");
+  }
+  const bool offload_optimizer = zero.offload_optimizer;
+  const MemoryTier offload_tier = zero.nvme ? MemoryTier::nvme : MemoryTier::host;
+  // Parameters whose states (stage >= 1), gradients (>= 2) or weights (3) a rank keeps.
+  const auto shard_of = [dp](std::int64_t params) {
+    return dp > 1 ? ceil_div(params, dp) : params;
+  };
+  // ZeRO-3 fetches every unit before each use (gathers it, or copies it from the host).
+  const bool fetching = zero.stage == 3 && (dp > 1 || zero.offload_params);
+  // Stages 2 and 3 reduce every microbatch's gradients through transient buckets.
+  const bool per_microbatch = zero.stage >= 2 && (dp > 1 || offload_optimizer);
+  const auto ahead = static_cast<std::size_t>(zero.prefetch_layers);
   Program program(world);
 
   // Communicator groups.
@@ -133,6 +271,9 @@ Program assemble_pipeline(const PipelineSpec& spec) {
   }
 
   // One template per stage: kernel lists and labels registered once.
+  auto copy_kernels = [&](std::int64_t bytes, MemoryTier from, MemoryTier to, std::string name) {
+    return program.add_kernels({Kernel{Copy{Bytes(bytes), from, to}, std::move(name)}});
+  };
   std::vector<StageTemplate> stages(static_cast<std::size_t>(layout.pp));
   for (int s = 0; s < layout.pp; ++s) {
     auto& st = stages[static_cast<std::size_t>(s)];
@@ -143,48 +284,254 @@ Program assemble_pipeline(const PipelineSpec& spec) {
     st.send_activation = program.intern_label("send activation");
     st.recv_gradient = program.intern_label("recv gradient");
     st.send_gradient = program.intern_label("send gradient");
+    const auto& units = st.plan.grad_units;
+    st.shard = zero.stage == 0 ? st.plan.parameters : shard_of(st.plan.parameters);
     st.optimizer_kernels = program.add_kernels(
-        {Kernel{OptimizerStep{st.plan.parameters, OptimizerKind::adam, dtype, false}, "adam"}});
+        {Kernel{OptimizerStep{st.shard, OptimizerKind::adam, dtype, offload_optimizer},
+                offload_optimizer ? "cpu adam" : "adam"}});
+    if (zero.stage == 3) {
+      st.forward_uses = parameter_uses(st.plan.forward, units, true);
+      st.backward_uses = parameter_uses(st.plan.backward, units, false);
+      for (const auto& unit : units) {
+        st.gather_label.push_back(program.intern_label("param all-gather " + unit.name));
+        st.fetch_label.push_back(program.intern_label("param fetch " + unit.name));
+        st.fetch_kernels.push_back(zero.offload_params
+                                       ? copy_kernels(shard_of(unit.parameters) * e, offload_tier,
+                                                      MemoryTier::device, "param fetch")
+                                       : 0);
+        std::int16_t layer = -1;
+        if (unit.name.size() > 1 && unit.name[0] == 'L' &&
+            unit.name.find_first_not_of("0123456789", 1) == std::string::npos) {
+          layer = static_cast<std::int16_t>(std::stoi(unit.name.substr(1)));
+        }
+        st.unit_layer.push_back(layer);
+      }
+    }
+    if (zero.stage >= 1) {
+      st.bucket_of_unit.assign(units.size(), 0);
+      std::int64_t params = 0;
+      int first = 0;
+      for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+        params += units[static_cast<std::size_t>(u)].parameters;
+        st.bucket_of_unit[static_cast<std::size_t>(u)] = static_cast<int>(st.buckets.size());
+        if (params < zero.reduce_bucket_size && u + 1 < static_cast<int>(units.size())) continue;
+        const std::string index = std::to_string(st.buckets.size());
+        st.buckets.push_back(
+            {first, u, params,
+             offload_optimizer ? copy_kernels(shard_of(params) * state.gradients,
+                                              MemoryTier::device, MemoryTier::host, "grad to host")
+                               : 0,
+             program.intern_label("grad reduce-scatter bucket " + index),
+             program.intern_label("grad to host bucket " + index)});
+        params = 0;
+        first = u + 1;
+      }
+    }
+    if (zero.stage == 1 || zero.stage == 2) {
+      for (std::int64_t left = st.plan.parameters; left > 0;) {
+        const std::int64_t elements = std::min(left, zero.allgather_bucket_size);
+        const std::string index = std::to_string(st.gather_buckets.size());
+        st.gather_buckets.push_back(elements);
+        st.gather_bucket_label.push_back(program.intern_label("param all-gather bucket " + index));
+        st.gather_bucket_copy.push_back(offload_optimizer
+                                            ? copy_kernels(shard_of(elements) * e, MemoryTier::host,
+                                                           MemoryTier::device, "params to device")
+                                            : 0);
+        st.gather_bucket_copy_label.push_back(
+            program.intern_label("params to device bucket " + index));
+        left -= elements;
+      }
+    }
+    if (offload_optimizer && zero.nvme) {
+      const std::int64_t bytes = st.shard * state.optimizer;
+      st.states_in = copy_kernels(bytes, MemoryTier::nvme, MemoryTier::host, "optimizer states in");
+      st.states_out =
+          copy_kernels(bytes, MemoryTier::host, MemoryTier::nvme, "optimizer states out");
+      st.states_in_label = program.intern_label("optimizer states from nvme");
+      st.states_out_label = program.intern_label("optimizer states to nvme");
+    }
+    if (zero.stage == 3) {
+      // Where the updated weights go after the step, if they are not written in place.
+      const std::int64_t bytes = st.shard * e;
+      if (!zero.offload_params && offload_optimizer) {
+        st.params_back = copy_kernels(bytes, MemoryTier::host, MemoryTier::device, "params back");
+        st.params_back_label = program.intern_label("params to device");
+        st.params_back_needed = true;
+      } else if (zero.offload_params && !offload_optimizer) {
+        st.params_back = copy_kernels(bytes, MemoryTier::device, offload_tier, "params back");
+        st.params_back_label =
+            program.intern_label(zero.nvme ? "params to nvme" : "params to host");
+        st.params_back_needed = true;
+      } else if (zero.offload_params && zero.nvme) {
+        st.params_back = copy_kernels(bytes, MemoryTier::host, MemoryTier::nvme, "params back");
+        st.params_back_label = program.intern_label("params to nvme");
+        st.params_back_needed = true;
+      }
+    }
   }
   const auto schedule = pipeline_schedule(spec.schedule, layout.pp, m);
   {
     // Room for every op up front: programs reach tens of millions of ops.
     std::size_t ops = 0, effects = 0;
+    const std::size_t fetch_ops = (zero.offload_params ? 1 : 0) + (dp > 1 ? 1 : 0);
     for (const auto& st : stages) {
-      std::size_t per_microbatch = st.forward.size() + st.backward.size() + 4;
-      std::size_t with_effects = 0;
+      const std::size_t uses = st.forward_uses.size() + st.backward_uses.size();
+      std::size_t per_microbatch_ops =
+          st.forward.size() + st.backward.size() + 4 + uses * (fetching ? fetch_ops : 0);
+      std::size_t with_effects = fetching ? 3 * uses : 0;
       for (const auto* steps : {&st.forward, &st.backward}) {
         for (const auto& step : *steps) with_effects += step.activation_delta.count() != 0 ? 1 : 0;
+      }
+      if (per_microbatch) {
+        per_microbatch_ops += 2 * st.buckets.size();
+        with_effects += 2 * st.buckets.size();
       }
       const auto replicas =
           static_cast<std::size_t>(layout.tp) * static_cast<std::size_t>(layout.dp);
       ops +=
-          replicas * (static_cast<std::size_t>(m) * per_microbatch + st.plan.grad_units.size() + 2);
+          replicas * (static_cast<std::size_t>(m) * per_microbatch_ops + st.plan.grad_units.size() +
+                      2 * st.buckets.size() + 2 * st.gather_buckets.size() + 8);
       effects += replicas * static_cast<std::size_t>(m) * with_effects;
     }
-    program.reserve(ops, ops, effects);
+    program.reserve(ops, 2 * ops, effects);
   }
   const std::uint32_t optimizer_label = program.intern_label("optimizer step");
+  const std::uint32_t host_optimizer_label = program.intern_label("optimizer step (host)");
   const std::uint32_t embedding_sync_label = program.intern_label("embedding grad all-reduce");
+  const std::vector<Use> no_uses;
+  constexpr OpId kNoOp = 0xFFFFFFFFu;
 
   std::vector<OpId> unit_done;  // per gradient unit: the op of the last backward completing it
-  std::vector<OpId> deps;
+  std::vector<OpId> deps, fetch_deps;
+  std::vector<MemoryEffect> effects;
+  std::vector<std::size_t> pass_offset;  // ZeRO-3: first use of each pass in the rank's sequence
+  std::vector<OpId> fetched, released;   // per use: the op its first step waits for; its last
   for (int r = 0; r < world; ++r) {
     program.begin_rank(r);
     const int stage = layout.stage(r);
     const StageTemplate& st = stages[static_cast<std::size_t>(stage)];
     const int t = layout.tp_index(r), d = layout.dp_index(r);
-    const std::int64_t params = st.plan.parameters;
-    program.add_initial_memory(
-        r, {MemoryCategory::parameters, MemoryTier::device, Bytes(params * state.parameters)});
-    program.add_initial_memory(
-        r, {MemoryCategory::gradients, MemoryTier::device, Bytes(params * state.gradients)});
-    program.add_initial_memory(
-        r, {MemoryCategory::optimizer_states, MemoryTier::device, Bytes(params * state.optimizer)});
+    const auto ru = static_cast<std::size_t>(r);
+
+    // Model states.
+    {
+      const std::int64_t psi = st.plan.parameters, shard = st.shard;
+      const bool params_off = zero.stage == 3 && zero.offload_params;
+      const std::int64_t params = zero.stage == 3 ? shard : psi;
+      std::int64_t grads = zero.stage <= 1 ? psi : shard;
+      if (offload_optimizer && zero.stage >= 2) grads = 0;  // only transient buckets
+      program.add_initial_memory(r, {MemoryCategory::parameters, MemoryTier::device,
+                                     Bytes(params_off ? 0 : params * state.parameters)});
+      program.add_initial_memory(
+          r, {MemoryCategory::gradients, MemoryTier::device, Bytes(grads * state.gradients)});
+      program.add_initial_memory(r, {MemoryCategory::optimizer_states, MemoryTier::device,
+                                     Bytes(offload_optimizer ? 0 : shard * state.optimizer)});
+      if (params_off) {
+        program.add_initial_memory(
+            r, {MemoryCategory::parameters, offload_tier, Bytes(params * state.parameters)});
+      }
+      if (offload_optimizer) {
+        // fp32 gradients on the host, where the reduced buckets accumulate for the step.
+        program.add_initial_memory(r,
+                                   {MemoryCategory::gradients, MemoryTier::host, Bytes(shard * 4)});
+        program.add_initial_memory(
+            r, {MemoryCategory::optimizer_states, offload_tier, Bytes(shard * state.optimizer)});
+      }
+    }
 
     const auto& passes = schedule[static_cast<std::size_t>(stage)];
     unit_done.assign(st.plan.grad_units.size(), 0);
     OpId last_backward = 0;
+    std::optional<OpId> last_dp_comm, last_copy;
+
+    // ZeRO-3: the rank's uses of parameters, pass after pass, each fetched in order `ahead`
+    // uses early: the fetch of use j waits for the release of use j - ahead - 1.
+    pass_offset.assign(passes.size() + 1, 0);
+    for (std::size_t p = 0; p < passes.size() && fetching; ++p) {
+      const bool forward = passes[p].kind == PassKind::forward;
+      pass_offset[p + 1] = pass_offset[p] + (forward ? st.forward_uses : st.backward_uses).size();
+    }
+    const std::size_t total_uses = pass_offset.back();
+    fetched.assign(total_uses, kNoOp);
+    released.assign(total_uses, kNoOp);
+    std::size_t next_fetch = 0;
+    auto emit_fetch = [&] {
+      const std::size_t j = next_fetch++;
+      const auto p = static_cast<std::size_t>(
+          std::upper_bound(pass_offset.begin(), pass_offset.end(), j) - pass_offset.begin() - 1);
+      const Pass pass = passes[p];
+      const bool forward = pass.kind == PassKind::forward;
+      const Use& use = (forward ? st.forward_uses : st.backward_uses)[j - pass_offset[p]];
+      const auto u = static_cast<std::size_t>(use.unit);
+      const std::int64_t params = st.plan.grad_units[u].parameters;
+      const Bytes full(params * e), shard(shard_of(params) * e);
+      const std::int16_t layer = st.unit_layer[u];
+      OpInfo info{Stream::copy,
+                  forward ? Phase::forward : Phase::backward,
+                  pass.microbatch,
+                  layer,
+                  static_cast<std::int16_t>(layer < 0 ? -1 : layer + 1),
+                  {}};
+      fetch_deps.clear();
+      if (j > ahead && released[j - ahead - 1] != kNoOp) {
+        fetch_deps.push_back(released[j - ahead - 1]);
+      }
+      OpId ready = 0;
+      if (zero.offload_params) {
+        info.label_id = st.fetch_label[u];
+        const MemoryEffect alloc{dp > 1 ? shard : full, MemoryCategory::parameters,
+                                 MemoryTier::device, false};
+        ready = program.add(Compute{st.fetch_kernels[u]}, info, fetch_deps,
+                            std::span<const MemoryEffect>(&alloc, 1));
+        last_copy = ready;
+        fetch_deps.assign(1, ready);
+      }
+      if (dp > 1) {
+        info.stream = Stream::dp_comm;
+        info.label_id = st.gather_label[u];
+        const std::array<MemoryEffect, 2> fx = {
+            MemoryEffect{full, MemoryCategory::parameters, MemoryTier::device, false},
+            MemoryEffect{-shard, MemoryCategory::parameters, MemoryTier::device, true}};
+        ready = program.add(Collective{CollectiveKind::all_gather, dtype, dp_group[ru], full}, info,
+                            fetch_deps,
+                            std::span<const MemoryEffect>(fx.data(), zero.offload_params ? 2 : 1));
+        last_dp_comm = ready;
+      }
+      fetched[j] = ready;
+    };
+    auto try_prefetch = [&] {
+      while (next_fetch < total_uses &&
+             (next_fetch <= ahead || released[next_fetch - ahead - 1] != kNoOp)) {
+        emit_fetch();
+      }
+    };
+    // A reduce bucket: reduce-scattered over the data-parallel group and, with optimizer
+    // offload, its shard copied to the host; a transient bucket is released after both.
+    auto emit_bucket = [&](const Bucket& b, OpId dep, int microbatch, bool transient) {
+      const MemoryEffect release{Bytes(-b.parameters * e), MemoryCategory::comm_buffers,
+                                 MemoryTier::device, true};
+      OpId last = dep;
+      if (dp > 1) {
+        OpInfo info{Stream::dp_comm, Phase::other, microbatch, -1, -1, {}};
+        info.label_id = b.reduce_label;
+        const std::array<OpId, 1> dep1 = {last};
+        const bool frees = transient && !offload_optimizer;
+        last = program.add(Collective{CollectiveKind::reduce_scatter, dtype, dp_group[ru],
+                                      Bytes(b.parameters * e)},
+                           info, dep1, std::span<const MemoryEffect>(&release, frees ? 1 : 0));
+        last_dp_comm = last;
+      }
+      if (offload_optimizer) {
+        OpInfo info{Stream::copy, Phase::other, microbatch, -1, -1, {}};
+        info.label_id = b.copy_label;
+        const std::array<OpId, 1> dep1 = {last};
+        last = program.add(Compute{b.copy_kernels}, info, dep1,
+                           std::span<const MemoryEffect>(&release, transient ? 1 : 0));
+        last_copy = last;
+      }
+    };
+    if (fetching) try_prefetch();
+
     for (std::size_t p = 0; p < passes.size(); ++p) {
       const Pass pass = passes[p];
       const bool forward = pass.kind == PassKind::forward;
@@ -192,15 +539,20 @@ Program assemble_pipeline(const PipelineSpec& spec) {
       const Phase phase = forward ? Phase::forward : Phase::backward;
       const int peer_stage = forward ? stage - 1 : stage + 1;  // where the input comes from
       const int next_stage = forward ? stage + 1 : stage - 1;  // where the output goes
+      const auto& uses = !fetching ? no_uses : forward ? st.forward_uses : st.backward_uses;
+      const std::size_t offset = pass_offset[p];
       std::optional<OpId> previous;
       if (peer_stage >= 0 && peer_stage < layout.pp) {
         OpInfo info{Stream::pp_recv, phase, pass.microbatch, -1, -1, {}};
         info.label_id = forward ? st.recv_activation : st.recv_gradient;
         previous = program.add(Recv{layout.rank(t, d, peer_stage), st.plan.boundary_bytes}, info);
       }
-      for (const auto& step : forward ? st.forward : st.backward) {
+      const auto& steps = forward ? st.forward : st.backward;
+      for (std::size_t i = 0; i < steps.size(); ++i) {
+        const auto& step = steps[i];
+        const int index = static_cast<int>(i);
         OpInfo info{step.compute ? Stream::compute : Stream::tp_comm,
-                    phase,
+                    step.recompute ? Phase::recompute : phase,
                     pass.microbatch,
                     step.layer_begin,
                     step.layer_end,
@@ -208,20 +560,60 @@ Program assemble_pipeline(const PipelineSpec& spec) {
         info.label_id = step.label;
         deps.clear();
         if (previous) deps.push_back(*previous);
-        MemoryEffect effect{step.activation_delta, MemoryCategory::activations, MemoryTier::device,
-                            true};
-        std::span<const MemoryEffect> effects;
-        if (step.activation_delta.count() != 0) effects = std::span<const MemoryEffect>(&effect, 1);
-        Work work = step.compute
-                        ? Work(Compute{step.kernels})
-                        : Work(Collective{step.kind, dtype, tp_group[static_cast<std::size_t>(r)],
-                                          step.bytes});
-        previous = program.add(work, info, deps, effects);
+        effects.clear();
+        if (step.activation_delta.count() != 0) {
+          effects.push_back(
+              {step.activation_delta, MemoryCategory::activations, MemoryTier::device, true});
+        }
+        for (std::size_t k = 0; k < uses.size(); ++k) {
+          if (uses[k].first == index) {
+            while (next_fetch <= offset + k) emit_fetch();
+            deps.push_back(fetched[offset + k]);
+          }
+          if (uses[k].last == index) {
+            const auto u = static_cast<std::size_t>(uses[k].unit);
+            effects.push_back({Bytes(-st.plan.grad_units[u].parameters * e),
+                               MemoryCategory::parameters, MemoryTier::device, true});
+          }
+        }
+        const bool reduces = per_microbatch && !forward && step.compute;
+        if (reduces) {  // a bucket's gradients start to exist with its first unit's
+          for (int unit : *step.grads_done) {
+            const Bucket& b = st.buckets[static_cast<std::size_t>(
+                st.bucket_of_unit[static_cast<std::size_t>(unit)])];
+            if (b.first_unit == unit) {
+              effects.push_back({Bytes(b.parameters * e), MemoryCategory::comm_buffers,
+                                 MemoryTier::device, true});
+            }
+          }
+        }
+        Work work = step.compute ? Work(Compute{step.kernels})
+                                 : Work(Collective{step.kind, dtype, tp_group[ru], step.bytes});
+        const OpId op = program.add(work, info, deps, effects);
+        previous = op;
+        if (fetching) {
+          for (std::size_t k = 0; k < uses.size(); ++k) {
+            if (uses[k].last == index) released[offset + k] = op;
+          }
+          try_prefetch();
+        }
         if (final_backward && step.compute) {
-          for (int unit : *step.grads_done) unit_done[static_cast<std::size_t>(unit)] = *previous;
+          for (int unit : *step.grads_done) unit_done[static_cast<std::size_t>(unit)] = op;
+        }
+        if (reduces && spec.dp_overlap) {
+          for (int unit : *step.grads_done) {
+            const Bucket& b = st.buckets[static_cast<std::size_t>(
+                st.bucket_of_unit[static_cast<std::size_t>(unit)])];
+            if (b.last_unit == unit) emit_bucket(b, op, pass.microbatch, true);
+          }
         }
       }
-      if (!forward) last_backward = *previous;
+      if (!forward) {
+        last_backward = *previous;
+        if (per_microbatch && !spec.dp_overlap) {
+          for (const Bucket& b : st.buckets) emit_bucket(b, last_backward, pass.microbatch, true);
+        }
+      }
       if (next_stage >= 0 && next_stage < layout.pp) {
         OpInfo info{Stream::pp_send, phase, pass.microbatch, -1, -1, {}};
         info.label_id = forward ? st.send_activation : st.send_gradient;
@@ -230,10 +622,9 @@ Program assemble_pipeline(const PipelineSpec& spec) {
       }
     }
 
-    // Data-parallel gradient all-reduce in buckets, each launched once the last microbatch's
-    // backward has produced all of its gradients (DDP / Megatron overlap_grad_reduce).
-    std::optional<OpId> last_sync;
-    if (layout.dp > 1) {
+    if (zero.stage == 0 && layout.dp > 1) {
+      // Data-parallel gradient all-reduce in buckets, each launched once the last microbatch's
+      // backward has produced all of its gradients (DDP / Megatron overlap_grad_reduce).
       const std::int64_t bucket_target = spec.dp_bucket_size.count();
       std::int64_t bucket_params = 0;
       int bucket_index = 0;
@@ -244,28 +635,73 @@ Program assemble_pipeline(const PipelineSpec& spec) {
         const std::string label = "dp grad all-reduce bucket " + std::to_string(bucket_index++);
         OpInfo info{Stream::dp_comm, Phase::other, -1, -1, -1, label};
         std::array<OpId, 1> dep = {spec.dp_overlap ? unit_done[u] : last_backward};
-        last_sync = program.add(
-            Collective{CollectiveKind::all_reduce, dtype, dp_group[static_cast<std::size_t>(r)],
-                       Bytes(bucket_params * size_of(dtype))},
-            info, dep);
+        last_dp_comm = program.add(Collective{CollectiveKind::all_reduce, dtype, dp_group[ru],
+                                              Bytes(bucket_params * size_of(dtype))},
+                                   info, dep);
         bucket_params = 0;
+      }
+    }
+    if (zero.stage == 1 && (dp > 1 || offload_optimizer)) {
+      // Reduce-scatter (and offload) buckets once the last microbatch has produced them.
+      for (const Bucket& b : st.buckets) {
+        const OpId dep =
+            spec.dp_overlap ? unit_done[static_cast<std::size_t>(b.last_unit)] : last_backward;
+        emit_bucket(b, dep, -1, false);
       }
     }
     if (shared_embedding && (stage == 0 || stage == layout.pp - 1)) {
       OpInfo info{Stream::dp_comm, Phase::other, -1, -1, -1, {}};
       info.label_id = embedding_sync_label;
       std::array<OpId, 1> dep = {last_backward};
-      last_sync = program.add(
-          Collective{CollectiveKind::all_reduce, dtype,
-                     embedding_group[static_cast<std::size_t>(r)], spec.embedding_sync_bytes},
-          info, dep);
+      last_dp_comm = program.add(Collective{CollectiveKind::all_reduce, dtype, embedding_group[ru],
+                                            spec.embedding_sync_bytes},
+                                 info, dep);
     }
-    OpInfo info{Stream::compute, Phase::optimizer, -1, -1, -1, {}};
-    info.label_id = optimizer_label;
-    // The step waits for the last gradient synchronisation (the dp-comm stream is in order).
-    std::array<OpId, 1> sync = {last_sync.value_or(0)};
-    program.add(Compute{st.optimizer_kernels}, info,
-                last_sync ? std::span<const OpId>(sync) : std::span<const OpId>());
+
+    // The optimizer step waits for the last gradient synchronisation (the dp-comm and copy
+    // streams run in order), on the device or, offloaded, on the host.
+    deps.clear();
+    if (last_dp_comm) deps.push_back(*last_dp_comm);
+    if (offload_optimizer && last_copy) deps.push_back(*last_copy);
+    OpInfo info{
+        offload_optimizer ? Stream::host : Stream::compute, Phase::optimizer, -1, -1, -1, {}};
+    info.label_id = offload_optimizer ? host_optimizer_label : optimizer_label;
+    if (offload_optimizer && zero.nvme) {
+      OpInfo read = info;
+      read.label_id = st.states_in_label;
+      program.add(Compute{st.states_in}, read, deps);
+      deps.clear();  // the host stream runs in order
+    }
+    const OpId step = program.add(Compute{st.optimizer_kernels}, info, deps);
+    if (offload_optimizer && zero.nvme) {
+      OpInfo write = info;
+      write.label_id = st.states_out_label;
+      program.add(Compute{st.states_out}, write);
+    }
+    const std::array<OpId, 1> after_step = {step};
+    for (std::size_t k = 0; k < st.gather_buckets.size(); ++k) {
+      // Stages 1 and 2: the updated parameters (copied back from the host) all-gathered.
+      std::array<OpId, 1> dep = after_step;
+      if (offload_optimizer) {
+        OpInfo copy{Stream::copy, Phase::optimizer, -1, -1, -1, {}};
+        copy.label_id = st.gather_bucket_copy_label[k];
+        dep[0] = program.add(Compute{st.gather_bucket_copy[k]}, copy, after_step);
+      }
+      if (dp > 1) {
+        OpInfo gather{Stream::dp_comm, Phase::other, -1, -1, -1, {}};
+        gather.label_id = st.gather_bucket_label[k];
+        program.add(Collective{CollectiveKind::all_gather, dtype, dp_group[ru],
+                               Bytes(st.gather_buckets[k] * e)},
+                    gather, dep);
+      }
+    }
+    if (st.params_back_needed) {
+      // Stage 3: the updated shard to where the parameters live (the host writes in place).
+      OpInfo copy{Stream::copy, Phase::optimizer, -1, -1, -1, {}};
+      if (offload_optimizer && zero.offload_params) copy.stream = Stream::host;
+      copy.label_id = st.params_back_label;
+      program.add(Compute{st.params_back}, copy, after_step);
+    }
   }
   program.finish();
   return program;

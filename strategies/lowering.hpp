@@ -41,6 +41,45 @@ struct StateBytes {
 };
 StateBytes state_bytes_per_parameter(DType dtype);
 
+/// ZeRO (DeepSpeed) and offload settings of the pipeline assembly.
+///
+/// Model states per rank with Psi its parameters, e the dtype size, K = 12 (fp32 master,
+/// momentum, variance) and S = ceil(Psi / dp) the shard: stage 0 holds e Psi + e Psi + K Psi;
+/// stage 1 shards the optimizer states (K S); stage 2 the gradients too (e S, plus transient
+/// reduce buckets as comm_buffers); stage 3 the parameters too (e S, plus the layers gathered
+/// for use).
+///
+/// Gradients: stage 0 all-reduces buckets of PipelineSpec::dp_bucket_size bytes once the last
+/// microbatch's backward has produced them; stage 1 reduce-scatters buckets of
+/// `reduce_bucket_size` elements at the same point; stages 2 and 3 reduce-scatter every
+/// microbatch's buckets as its backward produces them (DeepSpeed reduces in the backward hooks
+/// of every micro step, which is what lets it keep only the shard). Stages 1 and 2 all-gather
+/// the updated parameters after the optimizer step in buckets of `allgather_bucket_size`
+/// elements. Stage 3 all-gathers each layer's parameters (a GradUnit: a layer, the embedding,
+/// the head) before its first op in every forward and backward pass, `prefetch_layers` uses
+/// ahead, so that at most 1 + prefetch_layers gathered units are alive (more only where
+/// recomputation needs several layers at once), and releases them after their last compute
+/// op in that pass.
+///
+/// Offload (ZeRO-Offload / ZeRO-Infinity): `offload_optimizer` keeps the fp32 states (K S) and
+/// fp32 gradients (4 S) on the host, copies each reduced gradient bucket to it (copy stream),
+/// runs Adam there (host stream) and copies the updated parameters back; `offload_params`
+/// (stage 3) keeps the parameter shard on the host and copies each unit's shard to the device
+/// before its gather; `nvme` puts what is offloaded on NVMe instead (the optimizer states are
+/// read before and written after the host step).
+struct ZeroSettings {
+  int stage = 0;
+  int prefetch_layers = 1;
+  std::int64_t reduce_bucket_size = 500'000'000;     // elements
+  std::int64_t allgather_bucket_size = 500'000'000;  // elements
+  bool offload_optimizer = false;
+  bool offload_params = false;
+  bool nvme = false;
+};
+
+/// The ZeRO and offload settings of an experiment's parallelism.
+ZeroSettings zero_settings(const Experiment& experiment);
+
 /// Everything the pipeline assembly needs: per-stage plans as data, the rank layout and the
 /// schedule. Stage plans may come from the transformer lowering or be written by hand (tests,
 /// layer tables).
@@ -56,12 +95,15 @@ struct PipelineSpec {
   /// between the two (Megatron's embedding group), `embedding_sync_bytes` per rank.
   bool shared_embedding = false;
   Bytes embedding_sync_bytes;
+  ZeroSettings zero;
 };
 
 /// Stamps out every rank's ops: for each pass of the schedule, a receive of the input from the
 /// previous stage (pp-recv stream), the stage plan's segments (compute stream and tp-comm
-/// stream, each waiting for the one before), a send of the output (pp-send stream); then the
-/// data-parallel gradient all-reduce buckets (dp-comm stream) and the optimizer step.
+/// stream, each waiting for the one before; recomputed segments get Phase::recompute), a send
+/// of the output (pp-send stream); then the data-parallel gradient synchronisation (dp-comm
+/// stream) and the optimizer step, with ZeRO's gathers and reduce-scatters and the offload
+/// copies (copy stream) and host steps (host stream) as `spec.zero` says.
 Program assemble_pipeline(const PipelineSpec& spec);
 
 /// The PipelineSpec of an experiment (transformer stage plans, with the experiment's

@@ -1,5 +1,6 @@
 #include "strategies/transformer.hpp"
 
+#include <algorithm>
 #include <utility>
 
 namespace stratasim::strategies {
@@ -141,8 +142,10 @@ Bytes sum_bytes(const std::vector<ActivationItem>& items, std::size_t begin, std
   return total;
 }
 
-// Indices in layer_activations(): [0, kAttentionItems) belong to the attention block.
+// Indices in layer_activations(): [0, kAttentionItems) belong to the attention block, of which
+// [kCoreBegin, kCoreEnd) are the attention core's (softmax output, dropout mask and output).
 constexpr std::size_t kAttentionItems = 10;
+constexpr std::size_t kCoreBegin = 5, kCoreEnd = 8;
 
 void layer_forward(const Dims& d, int layer, Bytes attention_bytes, Bytes mlp_bytes,
                    std::vector<Segment>& out) {
@@ -183,8 +186,10 @@ void layer_forward(const Dims& d, int layer, Bytes attention_bytes, Bytes mlp_by
       compute(L + " residual", {dropout_residual(d, "mlp.dropout_residual", false)}, layer));
 }
 
+// `recomputed_core` > 0: selective recomputation, the attention core's stored items (that many
+// bytes) are recomputed right before its backward.
 void layer_backward(const Dims& d, int layer, int grad_unit, Bytes attention_bytes, Bytes mlp_bytes,
-                    std::vector<Segment>& out) {
+                    Bytes recomputed_core, std::vector<Segment>& out) {
   const std::string L = layer_name(layer);
   const std::int64_t up_local = d.up / d.t, ffn_local = d.ffn / d.t;
   std::vector<Kernel> k;
@@ -219,6 +224,15 @@ void layer_backward(const Dims& d, int layer, int grad_unit, Bytes attention_byt
   }
   k.push_back(gemm("proj.dgrad", d.tokens, d.h / d.t, d.h, d.dtype));
   k.push_back(gemm("proj.wgrad", d.h / d.t, d.h, d.tokens, d.dtype));
+  if (recomputed_core.count() > 0) {  // Megatron's checkpointed core attention
+    out.push_back(compute(L + " proj bwd", std::move(k), layer));
+    k.clear();
+    attention_core_forward(d, k);
+    out.push_back(compute("recompute " + L + " attention core", std::move(k), layer));
+    out.back().recompute = true;
+    out.back().activation_delta = recomputed_core;
+    k.clear();
+  }
   attention_core_backward(d, k);
   k.push_back(gemm("qkv.dgrad", d.tokens, d.h, d.qkv_width(), d.dtype));
   if (d.sp) {
@@ -300,6 +314,11 @@ std::vector<ActivationItem> layer_activations(const TransformerModel& model,
   return items;
 }
 
+Bytes checkpoint_bytes(const TransformerModel& model, const LayerSetting& setting) {
+  const Dims d(model, setting);
+  return Bytes(d.tokens_sp * d.h * d.e);
+}
+
 std::int64_t layer_parameters_per_rank(const TransformerModel& m, int tp) {
   const std::int64_t h = m.hidden, kv = m.kv_hidden(), f = m.ffn_hidden, t = tp;
   const std::int64_t b = m.bias ? 1 : 0;
@@ -315,12 +334,25 @@ std::int64_t layer_parameters_per_rank(const TransformerModel& m, int tp) {
 }
 
 StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetting& setting,
-                                 int stage, int stages, int layer_begin, int layer_end) {
+                                 int stage, int stages, int layer_begin, int layer_end,
+                                 const StageRecompute& recompute) {
   const Dims d(model, setting);
   const bool first = stage == 0, last = stage == stages - 1;
   const auto items = layer_activations(model, setting);
   const Bytes attention_bytes = sum_bytes(items, 0, kAttentionItems);
   const Bytes mlp_bytes = sum_bytes(items, kAttentionItems, items.size());
+  // Selective recomputation: the attention core's items are not stored (none with flash
+  // attention, whose core keeps only its softmax statistics: nothing to recompute).
+  const Bytes core_bytes =
+      recompute.selective && !d.flash ? sum_bytes(items, kCoreBegin, kCoreEnd) : Bytes();
+  // Full recomputation: layers [layer_begin, recomputed_end) in groups of `group`.
+  const int recomputed_end =
+      layer_begin + std::clamp(recompute.recomputed_layers, 0, layer_end - layer_begin);
+  const int group = std::max(1, recompute.group);
+  const Bytes checkpoint = checkpoint_bytes(model, setting);
+  const auto fully_recomputed = [&](int l) { return l < recomputed_end; };
+  const auto group_begin = [&](int l) { return layer_begin + (l - layer_begin) / group * group; };
+  const auto group_end = [&](int l) { return std::min(group_begin(l) + group, recomputed_end); };
   StagePlan plan;
   plan.boundary_bytes = Bytes(d.tokens_sp * d.h * d.e);
 
@@ -360,8 +392,15 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
                                        d.tokens_sp * d.h * d.e, d.tokens_sp * d.h * (d.e + 1))}));
     fwd.back().activation_delta = Bytes(d.tokens_sp * d.h);  // dropout mask
   }
-  for (int l = layer_begin; l < layer_end; ++l)
-    layer_forward(d, l, attention_bytes, mlp_bytes, fwd);
+  for (int l = layer_begin; l < layer_end; ++l) {
+    if (fully_recomputed(l)) {  // run it, keep only the group's input
+      const std::size_t at = fwd.size();
+      layer_forward(d, l, Bytes(), Bytes(), fwd);
+      if (l == group_begin(l)) fwd[at].activation_delta += checkpoint;
+    } else {
+      layer_forward(d, l, attention_bytes - core_bytes, mlp_bytes, fwd);
+    }
+  }
   const std::int64_t logits = d.tokens * d.vocab_local;
   if (last) {
     std::vector<Kernel> k = {norm_kernel(d, "final_norm", false)};
@@ -397,8 +436,20 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
     bwd.back().grads_done.push_back(head_unit);
   }
   for (int l = layer_end - 1; l >= layer_begin; --l) {
+    const bool full = fully_recomputed(l);
+    if (full && l == group_end(l) - 1) {  // the group's forward again, storing its activations
+      for (int r = group_begin(l); r <= l; ++r) {
+        const std::size_t at = bwd.size();
+        layer_forward(d, r, attention_bytes, mlp_bytes, bwd);
+        for (std::size_t i = at; i < bwd.size(); ++i) {
+          bwd[i].recompute = true;
+          bwd[i].label = "recompute " + bwd[i].label;
+        }
+      }
+    }
     layer_backward(d, l, layer_unit[static_cast<std::size_t>(l - layer_begin)], attention_bytes,
-                   mlp_bytes, bwd);
+                   mlp_bytes, full ? Bytes() : core_bytes, bwd);
+    if (full && l == group_begin(l)) bwd.back().activation_delta -= checkpoint;
   }
   if (first) {
     std::vector<Kernel> k = {elementwise("embedding.dropout.bwd", d.tokens_sp * d.h,

@@ -2,7 +2,9 @@
 // (forward; backward with data- and weight-gradient GEMMs apart), the tensor-parallel
 // collectives between them (Megatron 1D: two all-reduces per layer and pass, or all-gather /
 // reduce-scatter pairs with sequence parallelism), the activations each layer stores for its
-// backward (itemised as Korthikanti et al. do) and the parameters each rank holds.
+// backward (itemised as Korthikanti et al. do) and the parameters each rank holds; with
+// activation recomputation (StageRecompute) the checkpoints stored instead and the recomputed
+// forward work that runs before the backward it serves.
 #pragma once
 
 #include <string>
@@ -44,6 +46,30 @@ struct Segment {
   std::vector<int> grads_done;
 };
 
+/// Activation recomputation of one pipeline stage (Megatron-LM, Korthikanti et al.; Merak
+/// decides it per stage, see strategies/recompute.hpp).
+/// - Full: the first `recomputed_layers` layers of the stage are recomputed in groups of
+///   `group` consecutive layers. Forward runs their kernels and collectives as usual but stores
+///   only each group's input (checkpoint_bytes()); the backward of a group begins with the
+///   forward of all its layers again (segments flagged `recompute`, Phase::recompute ops,
+///   their tensor-parallel collectives included), which stores their activations as a normal
+///   forward would; each layer's backward releases them, and the group's last backward
+///   releases the checkpoint.
+/// - Selective: every layer's attention core (QK^T, softmax, softmax dropout, attention over
+///   V, which Megatron checkpoints as a whole) stores nothing in forward: its softmax output,
+///   dropout mask and dropout output (Korthikanti's 5as^2b/t) are recomputed right before the
+///   layer's core-attention backward and released at the end of the attention backward.
+///   With flash attention the core stores no s^2 tensors to begin with (only fp32 softmax
+///   statistics, which the fused backward needs): selective then recomputes nothing and stores
+///   what the plan without recomputation stores, as Megatron does.
+struct StageRecompute {
+  bool selective = false;
+  int recomputed_layers = 0;  // the first layers of the stage, fully recomputed
+  int group = 1;              // consecutive layers sharing one checkpoint (>= 1)
+
+  bool operator==(const StageRecompute&) const = default;
+};
+
 /// One stored tensor of a layer's forward pass.
 struct ActivationItem {
   std::string name;
@@ -71,13 +97,21 @@ struct StagePlan {
 std::vector<ActivationItem> layer_activations(const TransformerModel& model,
                                               const LayerSetting& setting);
 
+/// What full recomputation stores per layer group and microbatch: the group's input, one
+/// [s, b, h] tensor (Korthikanti's 2sbh with a 2-byte dtype), sharded over the
+/// tensor-parallel ranks with sequence parallelism.
+Bytes checkpoint_bytes(const TransformerModel& model, const LayerSetting& setting);
+
 /// Parameters of one layer held by one tensor-parallel rank (weights and column-parallel biases
 /// sharded, row-parallel biases and norms replicated, as in Megatron).
 std::int64_t layer_parameters_per_rank(const TransformerModel& model, int tp);
 
 /// The plan of stage `stage` of `stages`, covering layers [layer_begin, layer_end); the first
-/// stage also runs the embedding, the last the final norm, LM head and loss.
+/// stage also runs the embedding, the last the final norm, LM head and loss. `recompute` is the
+/// stage's activation recomputation (none by default); the embedding and the head are never
+/// recomputed.
 StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetting& setting,
-                                 int stage, int stages, int layer_begin, int layer_end);
+                                 int stage, int stages, int layer_begin, int layer_end,
+                                 const StageRecompute& recompute = {});
 
 }  // namespace stratasim::strategies
