@@ -1,10 +1,11 @@
 // Simulator speed: GPT-3 175B (tp 8, pp 16, global batch 1536, micro batch 1) on 1,024 A100s
 // (dp 8) and on 16,384 H100s (dp 128), end to end: load, lower, validate, simulate, report.
 // Each scenario runs in its own child process so that its peak resident memory is its own.
-// Targets (issue 2): 1,024 GPUs under 2 s and 16,384 under 30 s on one core.
+// Targets (issue 2): 1,024 GPUs under 2 s and 16,384 under 30 s on one core; issue 3: the same
+// with ZeRO-3 and selective recomputation on.
 //
-//   build/bench/bench_simulate            # both scenarios
-//   build/bench/bench_simulate 1024       # one
+//   build/bench/bench_simulate                  # every scenario
+//   build/bench/bench_simulate 1024 16384-zero3 # some
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -29,15 +30,21 @@ double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-int run_scenario(int gpus) {
+int run_scenario(const std::string& name) {
   const std::string root = STRATASIM_SOURCE_DIR;
+  const bool zero3 = name.ends_with("-zero3");
+  const int gpus = std::atoi(name.c_str());
   std::vector<strategies::Override> overrides;
+  if (zero3) {
+    overrides.push_back({"parallelism.zero", 3, "bench"});
+    overrides.push_back({"parallelism.recompute", "selective", "bench"});
+  }
   if (gpus == 16384) {
     overrides.push_back(
         {"cluster", root + "/configs/hardware/clusters/dgx-h100-2048.json", "bench"});
     overrides.push_back({"parallelism.dp", 128, "bench"});
   } else if (gpus != 1024) {
-    std::fprintf(stderr, "unknown scenario %d (1024 or 16384)\n", gpus);
+    std::fprintf(stderr, "unknown scenario %s (1024, 16384, 1024-zero3, 16384-zero3)\n", name.c_str());
     return 2;
   }
   auto t0 = Clock::now();
@@ -68,12 +75,12 @@ int run_scenario(int gpus) {
   getrusage(RUSAGE_SELF, &usage);
   const double peak_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is KiB
   std::printf(
-      "GPT-3 175B on %5d GPUs (tp 8, pp 16, dp %d, %lld microbatches): %zu ops, %llu events\n"
+      "GPT-3 175B on %5d GPUs (tp 8, pp 16, dp %d, %lld microbatches%s): %zu ops, %llu events\n"
       "  load %.3f s, lower %.3f s, validate %.3f s, simulate %.3f s, report %.3f s\n"
       "  total %.3f s; simulation %.2f M events/s, %.1f ns per op end to end; peak RSS %.0f MiB\n"
       "  predicted iteration %.3f s, MFU %.1f%%%s\n",
       gpus, experiment.parallelism.dp, static_cast<long long>(experiment.microbatches()),
-      program.op_count(), static_cast<unsigned long long>(timeline.events), t_load, t_lower,
+      zero3 ? ", ZeRO-3, selective recompute" : "", program.op_count(), static_cast<unsigned long long>(timeline.events), t_load, t_lower,
       t_validate, t_sim, t_report, total, static_cast<double>(timeline.events) / t_sim / 1e6,
       total / static_cast<double>(program.op_count()) * 1e9, peak_mib, report.iteration_time_s,
       report.mfu * 100, timeline.completed ? "" : " (DID NOT COMPLETE)");
@@ -83,16 +90,15 @@ int run_scenario(int gpus) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<int> scenarios;
-  for (int i = 1; i < argc; ++i) scenarios.push_back(std::atoi(argv[i]));
-  if (scenarios.empty()) scenarios = {1024, 16384};
+  std::vector<std::string> scenarios(argv + 1, argv + argc);
+  if (scenarios.empty()) scenarios = {"1024", "16384", "1024-zero3", "16384-zero3"};
   if (scenarios.size() == 1) return run_scenario(scenarios[0]);
   int status = 0;
-  for (int gpus : scenarios) {
+  for (const auto& name : scenarios) {
     std::fflush(stdout);
     pid_t child = fork();
     if (child == 0) {
-      const int rc = run_scenario(gpus);
+      const int rc = run_scenario(name);
       std::fflush(stdout);  // _exit does not flush stdio
       _exit(rc);
     }

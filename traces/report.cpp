@@ -353,6 +353,17 @@ Report make_report(const strategies::Program& program, const Timeline& timeline,
   count_flops(program, report);
   fill_times(program, timeline, context, report);
   fill_memory(timeline, report);
+  for (RankReport& rank : report.ranks) {
+    const auto r = static_cast<std::size_t>(rank.rank);
+    if (r >= timeline.ranks.size()) continue;
+    const auto& tiers = timeline.ranks[r].tiers;
+    const TierPeak& device = tiers[static_cast<std::size_t>(MemoryTier::device)];
+    rank.peak_time_s = device.time.seconds();
+    if (device.peak.count() > 0 && device.op < program.op_count())
+      rank.peak_at = program.describe(device.op);
+    rank.host_peak = tiers[static_cast<std::size_t>(MemoryTier::host)].peak;
+    rank.nvme_peak = tiers[static_cast<std::size_t>(MemoryTier::nvme)].peak;
+  }
   for (const OutOfMemory& o : timeline.out_of_memory) {
     report.out_of_memory_at.push_back(o.first_op < program.op_count() ? program.describe(o.first_op)
                                                                       : "before the first op");
@@ -404,7 +415,11 @@ nlohmann::json to_json(const Report& report, const ReportContext& context) {
                          {"stage", r.stage},
                          {"peak_memory_bytes", r.peak_memory.count()},
                          {"memory_breakdown", std::move(breakdown)},
-                         {"fits", r.fits}});
+                         {"fits", r.fits},
+                         {"peak_time_s", r.peak_time_s},
+                         {"peak_at", r.peak_at},
+                         {"host_peak_memory_bytes", r.host_peak.count()},
+                         {"nvme_peak_memory_bytes", r.nvme_peak.count()}});
   }
   j["ranks"] = std::move(ranks);
   json oom = json::array();

@@ -33,6 +33,10 @@ struct RankReport {
   Bytes peak_memory;          // device tier
   MemoryBreakdown breakdown;  // at the peak
   bool fits = true;
+  double peak_time_s = 0;     // when the device peak was first reached
+  std::string peak_at;        // the op that reached it (label, microbatch, layers)
+  Bytes host_peak;            // host-tier peak (offloaded state), 0 when none
+  Bytes nvme_peak;            // NVMe-tier peak, 0 when none
   double compute_busy_s = 0;  // compute-stream time in forward/backward within the pipeline
   double exposed_comm_s = 0;  // communication with no compute running
 };

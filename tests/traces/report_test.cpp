@@ -269,12 +269,26 @@ TEST_CASE("report: to_json has exactly the documented keys") {
 
   std::set<std::string> keys;
   for (const auto& [key, value] : j.items()) keys.insert(key);
-  CHECK(keys == std::set<std::string>{"iteration_time_s", "pipeline_time_s", "optimizer_time_s",
-                                      "tokens_per_s", "samples_per_s", "model_flops_per_iteration",
-                                      "hardware_flops_per_iteration", "model_tflops_per_device",
-                                      "mfu", "hfu", "bubble_fraction", "exposed_comm_s",
-                                      "peak_memory_bytes", "fits", "ranks", "experiment",
-                                      "completed", "problem", "out_of_memory", "stopped_on_oom"});
+  CHECK(keys == std::set<std::string>{"iteration_time_s",
+                                      "pipeline_time_s",
+                                      "optimizer_time_s",
+                                      "tokens_per_s",
+                                      "samples_per_s",
+                                      "model_flops_per_iteration",
+                                      "hardware_flops_per_iteration",
+                                      "model_tflops_per_device",
+                                      "mfu",
+                                      "hfu",
+                                      "bubble_fraction",
+                                      "exposed_comm_s",
+                                      "peak_memory_bytes",
+                                      "fits",
+                                      "ranks",
+                                      "experiment",
+                                      "completed",
+                                      "problem",
+                                      "out_of_memory",
+                                      "stopped_on_oom"});
   CHECK(j["experiment"] == "two-ranks");
   CHECK(j["completed"] == true);
   CHECK(j["problem"] == "");
@@ -287,8 +301,9 @@ TEST_CASE("report: to_json has exactly the documented keys") {
   REQUIRE(j["ranks"].size() == 2);
   std::set<std::string> rank_keys;
   for (const auto& [key, value] : j["ranks"][1].items()) rank_keys.insert(key);
-  CHECK(rank_keys ==
-        std::set<std::string>{"rank", "stage", "peak_memory_bytes", "memory_breakdown", "fits"});
+  CHECK(rank_keys == std::set<std::string>{"rank", "stage", "peak_memory_bytes", "memory_breakdown",
+                                           "fits", "peak_time_s", "peak_at",
+                                           "host_peak_memory_bytes", "nvme_peak_memory_bytes"});
   CHECK(j["ranks"][1]["stage"] == 1);
   CHECK(j["ranks"][1]["fits"] == false);
   std::set<std::string> breakdown_keys;
