@@ -44,7 +44,8 @@ int run_scenario(const std::string& name) {
         {"cluster", root + "/configs/hardware/clusters/dgx-h100-2048.json", "bench"});
     overrides.push_back({"parallelism.dp", 128, "bench"});
   } else if (gpus != 1024) {
-    std::fprintf(stderr, "unknown scenario %s (1024, 16384, 1024-zero3, 16384-zero3)\n", name.c_str());
+    std::fprintf(stderr, "unknown scenario %s (1024, 16384, 1024-zero3, 16384-zero3)\n",
+                 name.c_str());
     return 2;
   }
   auto t0 = Clock::now();
@@ -80,8 +81,9 @@ int run_scenario(const std::string& name) {
       "  total %.3f s; simulation %.2f M events/s, %.1f ns per op end to end; peak RSS %.0f MiB\n"
       "  predicted iteration %.3f s, MFU %.1f%%%s\n",
       gpus, experiment.parallelism.dp, static_cast<long long>(experiment.microbatches()),
-      zero3 ? ", ZeRO-3, selective recompute" : "", program.op_count(), static_cast<unsigned long long>(timeline.events), t_load, t_lower,
-      t_validate, t_sim, t_report, total, static_cast<double>(timeline.events) / t_sim / 1e6,
+      zero3 ? ", ZeRO-3, selective recompute" : "", program.op_count(),
+      static_cast<unsigned long long>(timeline.events), t_load, t_lower, t_validate, t_sim,
+      t_report, total, static_cast<double>(timeline.events) / t_sim / 1e6,
       total / static_cast<double>(program.op_count()) * 1e9, peak_mib, report.iteration_time_s,
       report.mfu * 100, timeline.completed ? "" : " (DID NOT COMPLETE)");
   return timeline.completed ? 0 : 1;

@@ -19,11 +19,11 @@ struct LinkSpec {
 /// A node's host side: CPU memory shared by the node's devices, the cores that run offloaded
 /// optimizer steps, and the PCIe link each device has to it.
 struct HostSpec {
-  Bytes memory_capacity;            // per node
-  Bandwidth memory_bandwidth;       // per node (bytes/s)
-  int cores = 1;                    // per node
+  Bytes memory_capacity;                         // per node
+  Bandwidth memory_bandwidth;                    // per node (bytes/s)
+  int cores = 1;                                 // per node
   double adam_params_per_second_per_core = 8e7;  // CPU Adam (DeepSpeed's vectorised kernel)
-  LinkSpec pcie;                    // per device, per direction, host <-> device
+  LinkSpec pcie;                                 // per device, per direction, host <-> device
 };
 
 /// A node's NVMe storage (ZeRO-Infinity), shared by its devices.

@@ -6,10 +6,14 @@ namespace stratasim::strategies {
 
 std::string_view name_of(RecomputeKind r) {
   switch (r) {
-    case RecomputeKind::none: return "none";
-    case RecomputeKind::full: return "full";
-    case RecomputeKind::selective: return "selective";
-    case RecomputeKind::stage_aware: return "stage_aware";
+    case RecomputeKind::none:
+      return "none";
+    case RecomputeKind::full:
+      return "full";
+    case RecomputeKind::selective:
+      return "selective";
+    case RecomputeKind::stage_aware:
+      return "stage_aware";
   }
   return "?";
 }
@@ -43,7 +47,8 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
 
   p.zero = static_cast<int>(r.integer_in_or("zero", 0, 3, 0));
   p.zero_prefetch_layers = static_cast<int>(r.integer_in_or("zero_prefetch_layers", 0, 1 << 16, 1));
-  p.reduce_bucket_size = r.integer_in_or("reduce_bucket_size", 1, std::int64_t{1} << 50, p.reduce_bucket_size);
+  p.reduce_bucket_size =
+      r.integer_in_or("reduce_bucket_size", 1, std::int64_t{1} << 50, p.reduce_bucket_size);
   p.allgather_bucket_size =
       r.integer_in_or("allgather_bucket_size", 1, std::int64_t{1} << 50, p.allgather_bucket_size);
 
@@ -59,23 +64,33 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
   p.recompute_num_layers = static_cast<int>(r.integer_in_or("recompute_num_layers", 0, 1 << 16, 1));
 
   // "offload": one of "none", "optimizer", "params", "nvme", "activations", or a list of them.
-  if (const nlohmann::json* v = r.has("offload") ? r.document().find(r.path_of("offload")) : nullptr) {
+  if (const nlohmann::json* v =
+          r.has("offload") ? r.document().find(r.path_of("offload")) : nullptr) {
     std::vector<std::string> items;
     if (v->is_string()) {
       items.push_back(v->get<std::string>());
-    } else if (v->is_array() && std::all_of(v->begin(), v->end(), [](const auto& x) { return x.is_string(); })) {
+    } else if (v->is_array() &&
+               std::all_of(v->begin(), v->end(), [](const auto& x) { return x.is_string(); })) {
       for (const auto& x : *v) items.push_back(x.get<std::string>());
     } else {
-      r.fail("offload", "expected \"none\", \"optimizer\", \"params\", \"nvme\", \"activations\" or a list of them");
+      r.fail("offload",
+             "expected \"none\", \"optimizer\", \"params\", \"nvme\", \"activations\" or a list of "
+             "them");
     }
     for (const auto& item : items) {
-      if (item == "optimizer") p.offload.optimizer = true;
-      else if (item == "params") p.offload.params = true;
-      else if (item == "nvme") p.offload.nvme = true;
-      else if (item == "activations") p.offload.activations = true;
+      if (item == "optimizer")
+        p.offload.optimizer = true;
+      else if (item == "params")
+        p.offload.params = true;
+      else if (item == "nvme")
+        p.offload.nvme = true;
+      else if (item == "activations")
+        p.offload.activations = true;
       else if (item != "none") {
-        std::string hint = config::closest_match(item, {"none", "optimizer", "params", "nvme", "activations"});
-        r.fail("offload", "unknown offload \"" + item + "\"; expected none, optimizer, params, nvme or activations" +
+        std::string hint =
+            config::closest_match(item, {"none", "optimizer", "params", "nvme", "activations"});
+        r.fail("offload", "unknown offload \"" + item +
+                              "\"; expected none, optimizer, params, nvme or activations" +
                               (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
       }
     }
@@ -193,19 +208,21 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
     const int stage_layers = (m.layers + p.pp - 1) / p.pp;
     if (p.recompute_num_layers > stage_layers) {
       doc.fail("parallelism.recompute_num_layers",
-               "must not exceed the layers of a pipeline stage (" + number(stage_layers) + "), got " +
-                   number(p.recompute_num_layers));
+               "must not exceed the layers of a pipeline stage (" + number(stage_layers) +
+                   "), got " + number(p.recompute_num_layers));
     }
   }
   if (off.params && p.zero != 3) {
     doc.fail("parallelism.offload", "\"params\" offload needs ZeRO stage 3 (parallelism.zero = 3)");
   }
   if (off.nvme && !off.optimizer && !off.params) {
-    doc.fail("parallelism.offload", "\"nvme\" says where offloaded optimizer states or parameters go; "
-                                    "offload \"optimizer\" or \"params\" with it");
+    doc.fail("parallelism.offload",
+             "\"nvme\" says where offloaded optimizer states or parameters go; "
+             "offload \"optimizer\" or \"params\" with it");
   }
   if (off.optimizer && p.zero == 0) {
-    doc.fail("parallelism.offload", "optimizer offload is ZeRO-Offload: it needs parallelism.zero >= 1");
+    doc.fail("parallelism.offload",
+             "optimizer offload is ZeRO-Offload: it needs parallelism.zero >= 1");
   }
   if ((off.optimizer || off.params || off.activations) && !e.cluster.host) {
     doc.fail("parallelism.offload", "offloading needs host memory: cluster " + e.cluster.name +
@@ -213,11 +230,13 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
   }
   if (off.nvme && !e.cluster.nvme) {
     doc.fail("parallelism.offload", "offloading to NVMe needs cluster." + std::string("nvme") +
-                                        " (capacity, bandwidth); cluster " + e.cluster.name + " has none");
+                                        " (capacity, bandwidth); cluster " + e.cluster.name +
+                                        " has none");
   }
   if (off.activations && p.recompute == RecomputeKind::none) {
-    doc.fail("parallelism.offload", "\"activations\" offloads activation checkpoints: it needs "
-                                    "parallelism.recompute full, selective or stage_aware");
+    doc.fail("parallelism.offload",
+             "\"activations\" offloads activation checkpoints: it needs "
+             "parallelism.recompute full, selective or stage_aware");
   }
   if (e.microbatches() > (1 << 24)) {
     doc.fail("training.global_batch", "gives more than 16,777,216 microbatches per pipeline");

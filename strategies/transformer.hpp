@@ -37,7 +37,8 @@ struct Segment {
   std::string label;
   int layer_begin = -1;  // transformer layers touched (embedding and head: none)
   int layer_end = -1;
-  /// Stored activations allocated (> 0, forward) or released (< 0, backward) when it ends.
+  /// Stored activations allocated (> 0: forward, recomputed forward) or released (< 0:
+  /// backward) when it ends.
   Bytes activation_delta;
   /// Forward work repeated in a backward pass (activation recomputation): its ops get
   /// Phase::recompute.
@@ -61,7 +62,8 @@ struct Segment {
 ///   layer's core-attention backward and released at the end of the attention backward.
 ///   With flash attention the core stores no s^2 tensors to begin with (only fp32 softmax
 ///   statistics, which the fused backward needs): selective then recomputes nothing and stores
-///   what the plan without recomputation stores, as Megatron does.
+///   what the plan without recomputation stores, as Megatron does. Selective applies to the
+///   layers that are not fully recomputed.
 struct StageRecompute {
   bool selective = false;
   int recomputed_layers = 0;  // the first layers of the stage, fully recomputed

@@ -296,7 +296,8 @@ void write_chrome_trace(std::ostream& out, const strategies::Program& program,
     } else {
       w << '"' << work_name(op) << '"';
     }
-    w << R"(,"cat":)" << phases[std::min<std::size_t>(static_cast<std::size_t>(op.phase), phases.size() - 1)]
+    w << R"(,"cat":)"
+      << phases[std::min<std::size_t>(static_cast<std::size_t>(op.phase), phases.size() - 1)]
       << R"(,"ph":"X","pid":)";
     w.integer(span.rank) << R"(,"tid":)";
     w.integer(static_cast<std::int64_t>(span.stream)) << R"(,"ts":)";

@@ -70,11 +70,13 @@ TEST_CASE("host and NVMe capacities are the node's shared evenly by its devices"
   Program p(8);
   for (int r = 0; r < 8; ++r) {
     p.begin_rank(r);
-    p.add_initial_memory(r, {MemoryCategory::optimizer_states, MemoryTier::host, Bytes(200LL << 30)});
+    p.add_initial_memory(r,
+                         {MemoryCategory::optimizer_states, MemoryTier::host, Bytes(200LL << 30)});
   }
   p.finish();
   auto cluster = testing::test_cluster(1, 8);
-  cluster.host = hw::HostSpec{Bytes(1LL << 40), Bandwidth(400e9), 128, 8e7, {Bandwidth(32e9), Time::us(5)}};
+  cluster.host =
+      hw::HostSpec{Bytes(1LL << 40), Bandwidth(400e9), 128, 8e7, {Bandwidth(32e9), Time::us(5)}};
   auto t = sim::simulate(p, cluster);
   CHECK(t.ranks[0].tiers[1].capacity.count() == 128LL << 30);
   CHECK(t.out_of_memory.size() == 8);
