@@ -255,28 +255,74 @@ void layer_backward(const Dims& d, int layer, int grad_unit, Bytes attention_byt
 
 // Joins neighbouring compute segments into one (one op per chunk of work between two
 // collectives), so that a stage without tensor parallelism is one op per pass.
+// The label of a merged op: its pieces joined, or, beyond two pieces, the pieces outside any
+// layer around the range of layers ("embedding + L0-L23 + head"), so labels stay short.
+std::string merged_label(const std::vector<const Segment*>& pieces) {
+  std::string label;
+  auto append = [&label](const std::string& part) { label += (label.empty() ? "" : " + ") + part; };
+  if (pieces.size() <= 2) {
+    for (const Segment* p : pieces) append(p->label);
+    return label;
+  }
+  int first = -1, last = -1;
+  bool backward = false, range_written = false;
+  for (const Segment* p : pieces) {
+    if (p->layer_begin < 0) continue;
+    first = first < 0 ? p->layer_begin : first;
+    last = p->layer_begin;
+    backward = backward || p->label.ends_with("bwd");
+  }
+  for (const Segment* p : pieces) {
+    if (p->layer_begin >= 0) {
+      if (!range_written) {
+        append("L" + std::to_string(first) + (first == last ? "" : "-L" + std::to_string(last)) +
+               (backward ? " bwd" : ""));
+        range_written = true;
+      }
+      continue;
+    }
+    append(p->label);
+  }
+  return label;
+}
+
 std::vector<Segment> merge_compute(std::vector<Segment> segments, bool split_layers) {
   std::vector<Segment> merged;
+  std::vector<std::vector<const Segment*>> pieces;  // originals of each merged segment
   merged.reserve(segments.size());
   for (auto& s : segments) {
-    const bool other_layer = split_layers && s.layer_begin >= 0 && !merged.empty() &&
-                             merged.back().layer_begin >= 0 &&
-                             merged.back().layer_begin != s.layer_begin;
-    if (!merged.empty() && merged.back().compute && s.compute && !other_layer &&
-        merged.back().recompute == s.recompute) {
-      Segment& m = merged.back();
-      m.kernels.insert(m.kernels.end(), std::make_move_iterator(s.kernels.begin()),
-                       std::make_move_iterator(s.kernels.end()));
+    bool joins = false;
+    if (!pieces.empty()) {
+      const Segment& previous = *pieces.back().back();
+      int group_layer = -1;  // the layer the open group belongs to, if any
+      for (const Segment* p : pieces.back()) {
+        if (p->layer_begin >= 0) group_layer = group_layer < 0 ? p->layer_begin : group_layer;
+      }
+      const bool other_layer =
+          split_layers && s.layer_begin >= 0 && group_layer >= 0 && group_layer != s.layer_begin;
+      joins = previous.compute && s.compute && !other_layer && previous.recompute == s.recompute;
+    }
+    if (joins) {
+      pieces.back().push_back(&s);
+    } else {
+      merged.push_back(Segment{});
+      pieces.push_back({&s});
+    }
+  }
+  for (std::size_t i = 0; i < merged.size(); ++i) {
+    Segment& m = merged[i];
+    m = *pieces[i].front();
+    for (std::size_t k = 1; k < pieces[i].size(); ++k) {
+      const Segment& s = *pieces[i][k];
+      m.kernels.insert(m.kernels.end(), s.kernels.begin(), s.kernels.end());
       if (s.layer_begin >= 0) {
         m.layer_begin = m.layer_begin < 0 ? s.layer_begin : std::min(m.layer_begin, s.layer_begin);
         m.layer_end = std::max(m.layer_end, s.layer_end);
       }
-      m.label += " + " + s.label;
       m.activation_delta += s.activation_delta;
       m.grads_done.insert(m.grads_done.end(), s.grads_done.begin(), s.grads_done.end());
-    } else {
-      merged.push_back(std::move(s));
     }
+    m.label = merged_label(pieces[i]);
   }
   return merged;
 }
