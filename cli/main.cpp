@@ -180,6 +180,21 @@ void check_out_dir(const std::string& out) {
   }
 }
 
+// A lowering bug, not bad input: reported with exit code 3.
+struct InvalidProgram : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+strategies::Program lower_and_validate(const strategies::Experiment& experiment) {
+  auto program = strategies::lower(experiment);
+  try {
+    strategies::validate(program);
+  } catch (const strategies::ProgramError& e) {
+    throw InvalidProgram(std::string("the lowered program is invalid: ") + e.what());
+  }
+  return program;
+}
+
 sim::MemoryOverheads overheads_of(const strategies::Experiment& e) {
   return sim::MemoryOverheads{e.memory.fragmentation, e.memory.reserved};
 }
@@ -242,13 +257,7 @@ int simulate_command(const SimulateArgs& args) {
   const auto layout = strategies::layout_of(experiment);
   traces::ExportOptions export_options;
   export_options.ranks = trace_ranks(args.trace_ranks, layout);
-  const auto program = strategies::lower(experiment);
-  try {
-    strategies::validate(program);
-  } catch (const strategies::ProgramError& e) {
-    std::cerr << "error: the lowered program is invalid: " << e.what() << "\n";
-    return kExitSimulationFailed;
-  }
+  const auto program = lower_and_validate(experiment);
   sim::SimOptions options;
   options.overheads = overheads_of(experiment);
   options.stop_on_oom = args.stop_on_oom;
@@ -287,13 +296,7 @@ int simulate_command(const SimulateArgs& args) {
 int memory_command(const SimulateArgs& args) {
   const auto experiment =
       strategies::load_experiment(resolve_experiment(args.experiment), overrides_of(args));
-  const auto program = strategies::lower(experiment);
-  try {
-    strategies::validate(program);
-  } catch (const strategies::ProgramError& e) {
-    std::cerr << "error: the lowered program is invalid: " << e.what() << "\n";
-    return kExitSimulationFailed;
-  }
+  const auto program = lower_and_validate(experiment);
   const auto timeline = sim::estimate_memory(program, experiment.cluster, overheads_of(experiment));
   const auto context = report_context(experiment);
   const auto report = traces::make_report(program, timeline, context);
@@ -428,6 +431,9 @@ int main(int argc, char** argv) {
   } catch (const BadInput& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitBadInput;
+  } catch (const InvalidProgram& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitSimulationFailed;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

@@ -46,6 +46,20 @@ inline strategies::Experiment make_experiment(const strategies::TransformerModel
   return e;
 }
 
+/// A GPT of Megatron-LM's family: ffn 4h, vocabulary 51200, tied embeddings, GELU.
+inline strategies::TransformerModel gpt(int heads, int hidden, int layers) {
+  strategies::TransformerModel m;
+  m.name = "gpt";
+  m.layers = layers;
+  m.hidden = hidden;
+  m.heads = heads;
+  m.kv_heads = heads;
+  m.ffn_hidden = 4 * hidden;
+  m.vocab = 51200;
+  m.tied_embeddings = true;
+  return m;
+}
+
 inline nlohmann::json reference_case(const std::string& id) {
   std::ifstream in(reference_file());
   REQUIRE_MESSAGE(in.good(), "cannot read " << reference_file());

@@ -3,6 +3,8 @@
 // only, hardware FLOPs also the recomputed forward work.
 #include <doctest/doctest.h>
 
+#include "experiment_helpers.hpp"
+
 #include "sim/simulator.hpp"
 #include "strategies/helpers.hpp"
 #include "strategies/lowering.hpp"
@@ -10,21 +12,9 @@
 
 using namespace stratasim;
 using namespace stratasim::strategies;
+using namespace stratasim::testing;
 
 namespace {
-
-TransformerModel gpt(int heads, int hidden, int layers) {
-  TransformerModel m;
-  m.name = "gpt";
-  m.layers = layers;
-  m.hidden = hidden;
-  m.heads = heads;
-  m.kv_heads = heads;
-  m.ffn_hidden = 4 * hidden;
-  m.vocab = 51200;
-  m.tied_embeddings = true;
-  return m;
-}
 
 traces::Report run(const Program& program) {
   validate(program);

@@ -4,6 +4,8 @@
 // Merak's stage-aware recomputation makes a strategy fit that does not fit without it.
 #include <doctest/doctest.h>
 
+#include "experiment_helpers.hpp"
+
 #include <set>
 
 #include "sim/simulator.hpp"
@@ -14,21 +16,9 @@
 
 using namespace stratasim;
 using namespace stratasim::strategies;
+using namespace stratasim::testing;
 
 namespace {
-
-TransformerModel gpt(int heads, int hidden, int layers) {
-  TransformerModel m;
-  m.name = "gpt";
-  m.layers = layers;
-  m.hidden = hidden;
-  m.heads = heads;
-  m.kv_heads = heads;
-  m.ffn_hidden = 4 * hidden;
-  m.vocab = 51200;
-  m.tied_embeddings = true;
-  return m;
-}
 
 traces::Timeline simulate(const Experiment& e, const Program& program) {
   validate(program);

@@ -22,19 +22,6 @@ std::int64_t layer_total(const TransformerModel& m, int tp, bool sp, int b, int 
   return total;
 }
 
-TransformerModel gpt(int heads, int hidden, int layers) {
-  TransformerModel m;
-  m.name = "gpt";
-  m.layers = layers;
-  m.hidden = hidden;
-  m.heads = heads;
-  m.kv_heads = heads;
-  m.ffn_hidden = 4 * hidden;
-  m.vocab = 51200;
-  m.tied_embeddings = true;
-  return m;
-}
-
 }  // namespace
 
 TEST_CASE("activation bytes per layer match Korthikanti et al. for the four Table 3 models") {

@@ -17,19 +17,6 @@ using namespace stratasim::testing;
 
 namespace {
 
-TransformerModel gpt(int heads, int hidden, int layers) {
-  TransformerModel m;
-  m.name = "gpt";
-  m.layers = layers;
-  m.hidden = hidden;
-  m.heads = heads;
-  m.kv_heads = heads;
-  m.ffn_hidden = 4 * hidden;
-  m.vocab = 51200;
-  m.tied_embeddings = true;
-  return m;
-}
-
 // Activation bytes the forward passes of rank 0 allocate.
 double forward_activations(const Program& p) {
   double allocated = 0;
