@@ -96,8 +96,11 @@ std::vector<Use> parameter_uses(const std::vector<Segment>& steps,
     if (use.last < 0) use.last = last_any;
     uses.push_back(use);
   }
-  std::sort(uses.begin(), uses.end(), [](const Use& a, const Use& b) {
-    return std::tie(a.first, a.last, a.unit) < std::tie(b.first, b.last, b.unit);
+  // Units come in backward order (head, last layer to first, embedding): ties between units
+  // first touched by one merged op go in the order the pass runs them.
+  std::sort(uses.begin(), uses.end(), [forward](const Use& a, const Use& b) {
+    const int ua = forward ? -a.unit : a.unit, ub = forward ? -b.unit : b.unit;
+    return std::tie(a.first, a.last, ua) < std::tie(b.first, b.last, ub);
   });
   return uses;
 }
@@ -404,6 +407,7 @@ Program assemble_pipeline(const PipelineSpec& spec) {
   std::vector<OpId> unit_done;  // per gradient unit: the op of the last backward completing it
   std::vector<OpId> deps, fetch_deps;
   std::vector<MemoryEffect> effects;
+  std::vector<std::uint8_t> bucket_allocated, bucket_emitted;
   std::vector<std::size_t> pass_offset;  // ZeRO-3: first use of each pass in the rank's sequence
   std::vector<OpId> fetched, released;   // per use: the op its first step waits for; its last
   for (int r = 0; r < world; ++r) {
@@ -541,6 +545,9 @@ Program assemble_pipeline(const PipelineSpec& spec) {
       const int next_stage = forward ? stage + 1 : stage - 1;  // where the output goes
       const auto& uses = !fetching ? no_uses : forward ? st.forward_uses : st.backward_uses;
       const std::size_t offset = pass_offset[p];
+      // Stages 2 and 3: this backward pass's buckets, allocated and reduced so far.
+      bucket_allocated.assign(per_microbatch && !forward ? st.buckets.size() : 0, 0);
+      bucket_emitted.assign(bucket_allocated.size(), 0);
       std::optional<OpId> previous;
       if (peer_stage >= 0 && peer_stage < layout.pp) {
         OpInfo info{Stream::pp_recv, phase, pass.microbatch, -1, -1, {}};
@@ -584,6 +591,7 @@ Program assemble_pipeline(const PipelineSpec& spec) {
             if (b.first_unit == unit) {
               effects.push_back({Bytes(b.parameters * e), MemoryCategory::comm_buffers,
                                  MemoryTier::device, true});
+              bucket_allocated[static_cast<std::size_t>(&b - st.buckets.data())] = 1;
             }
           }
         }
@@ -604,14 +612,21 @@ Program assemble_pipeline(const PipelineSpec& spec) {
           for (int unit : *step.grads_done) {
             const Bucket& b = st.buckets[static_cast<std::size_t>(
                 st.bucket_of_unit[static_cast<std::size_t>(unit)])];
-            if (b.last_unit == unit) emit_bucket(b, op, pass.microbatch, true);
+            const auto index_b = static_cast<std::size_t>(&b - st.buckets.data());
+            if (b.last_unit == unit && bucket_allocated[index_b]) {
+              emit_bucket(b, op, pass.microbatch, true);
+              bucket_emitted[index_b] = 1;
+            }
           }
         }
       }
       if (!forward) {
         last_backward = *previous;
-        if (per_microbatch && !spec.dp_overlap) {
-          for (const Bucket& b : st.buckets) emit_bucket(b, last_backward, pass.microbatch, true);
+        // Buckets not reduced yet (no overlap, or units no step completes) go after the pass.
+        for (std::size_t b = 0; b < bucket_emitted.size(); ++b) {
+          if (!bucket_emitted[b]) {
+            emit_bucket(st.buckets[b], last_backward, pass.microbatch, bucket_allocated[b] != 0);
+          }
         }
       }
       if (next_stage >= 0 && next_stage < layout.pp) {
