@@ -5,7 +5,7 @@
 // - pipeline_time_s: earliest start of a span whose op has phase forward to the latest end of a
 //   span whose op has phase backward, on any stream; 0 when there is no forward or no backward
 //   span (or the backward ends before the forward starts).
-// - optimizer_time_s: max over ranks of the summed durations of that rank's compute-stream
+// - optimizer_time_s: max over ranks of the summed durations of that rank's compute- or host-stream
 //   spans with phase optimizer.
 // - tokens_per_s = tokens_per_iteration / iteration_time_s; samples_per_s likewise (0 when the
 //   iteration time is 0).
@@ -204,7 +204,11 @@ void fill_times(const strategies::Program& program, const Timeline& timeline,
     if (phase == Phase::forward) forward_start = std::min(forward_start, s);
     if (phase == Phase::backward) backward_end = std::max(backward_end, e);
     const auto rank = static_cast<std::size_t>(span.rank);
-    if (span.stream == Stream::compute && phase == Phase::optimizer) optimizer_ps[rank] += e - s;
+    // The step runs on the device, or on the host when the optimizer is offloaded.
+    if ((span.stream == Stream::compute || span.stream == Stream::host) &&
+        phase == Phase::optimizer) {
+      optimizer_ps[rank] += e - s;
+    }
     const int bucket = sweep_index(span.stream);
     if (bucket >= 0) ++offsets[rank * kSweepStreams + static_cast<std::size_t>(bucket) + 1];
   }

@@ -46,7 +46,7 @@ struct Report {
   std::string problem;
   double iteration_time_s = 0;
   double pipeline_time_s = 0;   // first forward start to last backward end
-  double optimizer_time_s = 0;  // longest optimizer-phase compute time of a rank
+  double optimizer_time_s = 0;  // longest optimizer-phase time of a rank (device or host)
   double tokens_per_s = 0;
   double samples_per_s = 0;
   double model_flops_per_iteration = 0;     // forward/backward matmul FLOPs, no recomputation

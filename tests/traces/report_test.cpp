@@ -376,3 +376,20 @@ TEST_CASE("report: print_summary") {
     CHECK(s.find("verdict: INCOMPLETE") != std::string::npos);
   }
 }
+
+TEST_CASE("report: an offloaded optimizer step on the host stream counts as optimizer time") {
+  strategies::Program p(1);
+  auto k = p.add_kernels({strategies::Kernel{strategies::Measured{Time::ms(3)}, "adam"}});
+  p.begin_rank(0);
+  strategies::OpInfo info;
+  info.stream = strategies::Stream::host;
+  info.phase = strategies::Phase::optimizer;
+  p.add(strategies::Compute{k}, info);
+  p.finish();
+  traces::Timeline t;
+  t.world_size = 1;
+  t.spans.push_back(traces::Span{0, strategies::Stream::host, 0, Time::ms(1), Time::ms(4)});
+  t.ranks.resize(1);
+  auto report = traces::make_report(p, t, traces::ReportContext{});
+  CHECK(report.optimizer_time_s == doctest::Approx(3e-3));
+}
