@@ -125,6 +125,8 @@ struct StageTemplate {
     std::int16_t layer_begin, layer_end;
     Bytes activation_delta;
     const std::vector<int>* grads_done;
+    Bytes checkpoint_delta, checkpoint_fetch;
+    std::uint32_t checkpoint_out = 0, checkpoint_in = 0;  // copy kernels (activation offload)
   };
   StagePlan plan;
   std::vector<Step> forward, backward;
@@ -157,7 +159,17 @@ std::vector<StageTemplate::Step> register_steps(Program& program,
     steps.push_back({s.compute, s.recompute, s.compute ? program.add_kernels(s.kernels) : 0,
                      s.collective, s.bytes, program.intern_label(s.label),
                      static_cast<std::int16_t>(s.layer_begin),
-                     static_cast<std::int16_t>(s.layer_end), s.activation_delta, &s.grads_done});
+                     static_cast<std::int16_t>(s.layer_end), s.activation_delta, &s.grads_done,
+                     s.checkpoint_delta, s.checkpoint_fetch});
+    auto& step = steps.back();
+    if (s.checkpoint_delta.count() > 0) {
+      step.checkpoint_out = program.add_kernels({Kernel{
+          Copy{s.checkpoint_delta, MemoryTier::device, MemoryTier::host}, "checkpoint.d2h"}});
+    }
+    if (s.checkpoint_fetch.count() > 0) {
+      step.checkpoint_in = program.add_kernels({Kernel{
+          Copy{s.checkpoint_fetch, MemoryTier::host, MemoryTier::device}, "checkpoint.h2d"}});
+    }
   }
   return steps;
 }
@@ -174,6 +186,7 @@ ZeroSettings zero_settings(const Experiment& e) {
   z.offload_optimizer = p.offload.optimizer;
   z.offload_params = p.offload.params;
   z.nvme = p.offload.nvme;
+  z.offload_activations = p.offload.activations;
   return z;
 }
 
@@ -373,6 +386,9 @@ Program assemble_pipeline(const PipelineSpec& spec) {
     }
   }
   const auto schedule = pipeline_schedule(spec.schedule, layout.pp, m);
+  const bool offload_activations = spec.zero.offload_activations;
+  const std::uint32_t checkpoint_out_label = program.intern_label("checkpoint to host");
+  const std::uint32_t checkpoint_in_label = program.intern_label("checkpoint from host");
   {
     // Room for every op up front: programs reach tens of millions of ops.
     std::size_t ops = 0, effects = 0;
@@ -548,7 +564,7 @@ Program assemble_pipeline(const PipelineSpec& spec) {
       // Stages 2 and 3: this backward pass's buckets, allocated and reduced so far.
       bucket_allocated.assign(per_microbatch && !forward ? st.buckets.size() : 0, 0);
       bucket_emitted.assign(bucket_allocated.size(), 0);
-      std::optional<OpId> previous;
+      std::optional<OpId> previous, earlier;  // the last two ops of this pass's chain
       if (peer_stage >= 0 && peer_stage < layout.pp) {
         OpInfo info{Stream::pp_recv, phase, pass.microbatch, -1, -1, {}};
         info.label_id = forward ? st.recv_activation : st.recv_gradient;
@@ -568,9 +584,28 @@ Program assemble_pipeline(const PipelineSpec& spec) {
         deps.clear();
         if (previous) deps.push_back(*previous);
         effects.clear();
-        if (step.activation_delta.count() != 0) {
+        const Bytes device_activations = step.activation_delta + step.checkpoint_delta;
+        if (device_activations.count() != 0) {
           effects.push_back(
-              {step.activation_delta, MemoryCategory::activations, MemoryTier::device, true});
+              {device_activations, MemoryCategory::activations, MemoryTier::device, true});
+        }
+        if (offload_activations && step.checkpoint_fetch.count() > 0) {
+          // The checkpoint comes back from the host before the group's recompute.
+          const std::array<MemoryEffect, 2> in = {
+              MemoryEffect{step.checkpoint_fetch, MemoryCategory::activations, MemoryTier::device,
+                           false},
+              MemoryEffect{-step.checkpoint_fetch, MemoryCategory::activations, MemoryTier::host,
+                           true}};
+          OpInfo copy{Stream::copy,     Phase::recompute, pass.microbatch,
+                      step.layer_begin, step.layer_end,   {}};
+          copy.label_id = checkpoint_in_label;
+          // Just in time: the copy may start once the op before the previous one has ended,
+          // which leaves one op to hide it behind (without a dependency the in-order copy stream
+          // would bring the checkpoint straight back after sending it).
+          std::array<OpId, 1> when = {earlier.value_or(0)};
+          deps.push_back(
+              program.add(Compute{step.checkpoint_in}, copy,
+                          earlier ? std::span<const OpId>(when) : std::span<const OpId>(), in));
         }
         for (std::size_t k = 0; k < uses.size(); ++k) {
           if (uses[k].first == index) {
@@ -598,7 +633,20 @@ Program assemble_pipeline(const PipelineSpec& spec) {
         Work work = step.compute ? Work(Compute{step.kernels})
                                  : Work(Collective{step.kind, dtype, tp_group[ru], step.bytes});
         const OpId op = program.add(work, info, deps, effects);
+        earlier = previous;
         previous = op;
+        if (offload_activations && step.checkpoint_delta.count() > 0) {
+          // The checkpoint leaves for the host once stored; the device frees it after the copy.
+          const std::array<MemoryEffect, 2> out = {
+              MemoryEffect{step.checkpoint_delta, MemoryCategory::activations, MemoryTier::host,
+                           false},
+              MemoryEffect{-step.checkpoint_delta, MemoryCategory::activations, MemoryTier::device,
+                           true}};
+          OpInfo copy{Stream::copy, phase, pass.microbatch, step.layer_begin, step.layer_end, {}};
+          copy.label_id = checkpoint_out_label;
+          const std::array<OpId, 1> after = {op};
+          program.add(Compute{step.checkpoint_out}, copy, after, out);
+        }
         if (fetching) {
           for (std::size_t k = 0; k < uses.size(); ++k) {
             if (uses[k].last == index) released[offset + k] = op;

@@ -75,6 +75,7 @@ struct ZeroSettings {
   bool offload_optimizer = false;
   bool offload_params = false;
   bool nvme = false;
+  bool offload_activations = false;  // recomputation checkpoints wait on the host
 };
 
 /// The ZeRO and offload settings of an experiment's parallelism.

@@ -36,10 +36,13 @@ StageActivations stage_activations(const Experiment& e, int stage, const StageRe
       plan_transformer_stage(e.model, layer_setting(e), stage, stages, begin, end, r);
   StageActivations a;
   a.parameters = plan.parameters;
-  for (const auto& s : plan.forward) a.stored += s.activation_delta;
+  // Offloaded checkpoints leave the device after the forward and come back for the recompute.
+  const bool offloaded = e.parallelism.offload.activations;
+  for (const auto& s : plan.forward)
+    a.stored += s.activation_delta + (offloaded ? Bytes() : s.checkpoint_delta);
   Bytes held;
   for (const auto& s : plan.backward) {
-    held += s.activation_delta;
+    held += s.activation_delta + s.checkpoint_delta + (offloaded ? s.checkpoint_fetch : Bytes());
     a.transient = std::max(a.transient, held);
   }
   return a;

@@ -320,6 +320,8 @@ std::vector<Segment> merge_compute(std::vector<Segment> segments, bool split_lay
         m.layer_end = std::max(m.layer_end, s.layer_end);
       }
       m.activation_delta += s.activation_delta;
+      m.checkpoint_delta += s.checkpoint_delta;
+      m.checkpoint_fetch += s.checkpoint_fetch;
       m.grads_done.insert(m.grads_done.end(), s.grads_done.begin(), s.grads_done.end());
     }
     m.label = merged_label(pieces[i]);
@@ -442,7 +444,7 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
     if (fully_recomputed(l)) {  // run it, keep only the group's input
       const std::size_t at = fwd.size();
       layer_forward(d, l, Bytes(), Bytes(), fwd);
-      if (l == group_begin(l)) fwd[at].activation_delta += checkpoint;
+      if (l == group_begin(l)) fwd[at].checkpoint_delta += checkpoint;
     } else {
       layer_forward(d, l, attention_bytes - core_bytes, mlp_bytes, fwd);
     }
@@ -484,6 +486,7 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
   for (int l = layer_end - 1; l >= layer_begin; --l) {
     const bool full = fully_recomputed(l);
     if (full && l == group_end(l) - 1) {  // the group's forward again, storing its activations
+      const std::size_t group_start = bwd.size();
       for (int r = group_begin(l); r <= l; ++r) {
         const std::size_t at = bwd.size();
         layer_forward(d, r, attention_bytes, mlp_bytes, bwd);
@@ -492,10 +495,11 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
           bwd[i].label = "recompute " + bwd[i].label;
         }
       }
+      bwd[group_start].checkpoint_fetch = checkpoint;  // the recompute starts from the checkpoint
     }
     layer_backward(d, l, layer_unit[static_cast<std::size_t>(l - layer_begin)], attention_bytes,
                    mlp_bytes, full ? Bytes() : core_bytes, bwd);
-    if (full && l == group_begin(l)) bwd.back().activation_delta -= checkpoint;
+    if (full && l == group_begin(l)) bwd.back().checkpoint_delta -= checkpoint;
   }
   if (first) {
     std::vector<Kernel> k = {elementwise("embedding.dropout.bwd", d.tokens_sp * d.h,

@@ -40,6 +40,12 @@ struct Segment {
   /// Stored activations allocated (> 0: forward, recomputed forward) or released (< 0:
   /// backward) when it ends.
   Bytes activation_delta;
+  /// The input checkpoint of a fully recomputed group, kept apart from activation_delta so that
+  /// it can be offloaded: allocated (> 0) by the forward segment that stores it, released (< 0)
+  /// when the group's backward ends.
+  Bytes checkpoint_delta;
+  /// On the first recomputed segment of a group: the checkpoint it needs on the device.
+  Bytes checkpoint_fetch;
   /// Forward work repeated in a backward pass (activation recomputation): its ops get
   /// Phase::recompute.
   bool recompute = false;
