@@ -59,7 +59,11 @@ int run_scenario(const std::string& name) {
   strategies::validate(program);
   double t_validate = since(t2);
   auto t3 = Clock::now();
-  auto timeline = sim::simulate(program, experiment.cluster);
+  // As the CLI does over 256 ranks: memory samples (for memory.csv) of one rank per stage.
+  sim::SimOptions options;
+  const auto layout = strategies::layout_of(experiment);
+  for (int s = 0; s < layout.pp; ++s) options.memory_sample_ranks.push_back(layout.rank(0, 0, s));
+  auto timeline = sim::simulate(program, experiment.cluster, options);
   double t_sim = since(t3);
   auto t4 = Clock::now();
   traces::ReportContext context;

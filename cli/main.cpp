@@ -261,6 +261,7 @@ int simulate_command(const SimulateArgs& args) {
   sim::SimOptions options;
   options.overheads = overheads_of(experiment);
   options.stop_on_oom = args.stop_on_oom;
+  options.memory_sample_ranks = export_options.ranks;  // memory.csv covers these ranks only
   const auto timeline = sim::simulate(program, experiment.cluster, options);
 
   const auto context = report_context(experiment);

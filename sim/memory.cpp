@@ -11,12 +11,17 @@ using strategies::OpId;
 MemoryTracker::MemoryTracker(const strategies::Program& program, const hw::ClusterSpec& cluster,
                              const MemoryOverheads& overheads, traces::Timeline& timeline,
                              bool record,
-                             std::function<void(const traces::MemorySample&)> on_sample)
+                             std::function<void(const traces::MemorySample&)> on_sample,
+                             const std::vector<std::int32_t>& record_ranks)
     : program_(program),
       overheads_(overheads),
       timeline_(timeline),
-      record_(record),
+      record_(static_cast<std::size_t>(program.world_size()),
+              record && record_ranks.empty() ? 1 : 0),
       on_sample_(std::move(on_sample)) {
+  for (std::int32_t r : record_ranks) {
+    if (record && r >= 0 && r < program.world_size()) record_[static_cast<std::size_t>(r)] = 1;
+  }
   const std::int64_t per_node = cluster.devices_per_node;
   capacity_[static_cast<std::size_t>(MemoryTier::device)] = cluster.device.memory_capacity;
   if (cluster.host) {
@@ -92,7 +97,7 @@ void MemoryTracker::changed(std::int32_t rank, int tier, OpId op, Time now) {
   }
   const Bytes total(ts.total + overhead);
   const traces::MemorySample sample{rank, static_cast<MemoryTier>(tier), now, total, op};
-  if (record_) timeline_.memory.push_back(sample);
+  if (record_[static_cast<std::size_t>(rank)]) timeline_.memory.push_back(sample);
   if (on_sample_) on_sample_(sample);
   auto& peak =
       timeline_.ranks[static_cast<std::size_t>(rank)].tiers[static_cast<std::size_t>(tier)];

@@ -30,7 +30,8 @@ class MemoryTracker {
   /// sample.
   MemoryTracker(const strategies::Program& program, const hw::ClusterSpec& cluster,
                 const MemoryOverheads& overheads, traces::Timeline& timeline, bool record,
-                std::function<void(const traces::MemorySample&)> on_sample = {});
+                std::function<void(const traces::MemorySample&)> on_sample = {},
+                const std::vector<std::int32_t>& record_ranks = {});
 
   /// Applies every rank's initial memory (and the reserved overhead) at time zero.
   void start();
@@ -55,7 +56,7 @@ class MemoryTracker {
   const strategies::Program& program_;
   MemoryOverheads overheads_;
   traces::Timeline& timeline_;
-  bool record_;
+  std::vector<char> record_;  // per rank: keep its samples
   std::function<void(const traces::MemorySample&)> on_sample_;
   std::array<Bytes, strategies::kMemoryTierCount> capacity_{};
   std::vector<TierState> tiers_;  // rank * tiers + tier

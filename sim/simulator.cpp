@@ -74,7 +74,8 @@ class Simulator {
                                       : [this](const MemorySample& sample) {
                                           for (Observer* obs : options_.observers)
                                             obs->on_memory(sample);
-                                        }) {}
+                                        },
+            options.memory_sample_ranks) {}
 
   Timeline run() {
     setup();
@@ -83,8 +84,15 @@ class Simulator {
     if (options_.record_memory) {
       // At most one sample per rank and tier at the start and one per op and phase with
       // effects (more only where one op changes several tiers at once).
+      std::vector<char> sampled(static_cast<std::size_t>(world_),
+                                options_.memory_sample_ranks.empty());
+      for (std::int32_t r : options_.memory_sample_ranks) {
+        if (r >= 0 && r < world_) sampled[static_cast<std::size_t>(r)] = 1;
+      }
       std::size_t samples = static_cast<std::size_t>(world_) * kMemoryTierCount;
-      for (const OpState& st : ops_) {
+      for (OpId id = 0; id < n_; ++id) {
+        const OpState& st = ops_[id];
+        if (!sampled[static_cast<std::size_t>(program_.op(id).rank)]) continue;
         samples += static_cast<std::size_t>((st.flags & kStartEffects) != 0) +
                    static_cast<std::size_t>((st.flags & kEndEffects) != 0);
       }

@@ -27,6 +27,9 @@ struct SimOptions {
   /// them; a benchmark may switch them off and keep only the summary figures).
   bool record_spans = true;
   bool record_memory = true;
+  /// Ranks whose memory samples are recorded (empty: all). Peaks and out-of-memory verdicts
+  /// are kept for every rank either way; samples only feed memory.csv and the trace.
+  std::vector<std::int32_t> memory_sample_ranks;
   /// Allocator and framework overheads added to every device's memory.
   MemoryOverheads overheads;
   /// End the run at the first time a rank exceeds a memory capacity (the timeline is then
