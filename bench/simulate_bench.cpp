@@ -19,6 +19,7 @@
 #include "sim/simulator.hpp"
 #include "strategies/experiment.hpp"
 #include "strategies/lowering.hpp"
+#include "traces/context.hpp"
 #include "traces/report.hpp"
 
 using namespace stratasim;
@@ -66,12 +67,7 @@ int run_scenario(const std::string& name) {
   auto timeline = sim::simulate(program, experiment.cluster, options);
   double t_sim = since(t3);
   auto t4 = Clock::now();
-  traces::ReportContext context;
-  context.experiment = experiment.name;
-  context.samples_per_iteration = experiment.training.global_batch;
-  context.tokens_per_iteration = experiment.tokens_per_iteration();
-  context.device_peak = experiment.cluster.device.peak(experiment.training.dtype);
-  context.device_capacity = experiment.cluster.device.memory_capacity;
+  const auto context = traces::report_context(experiment);
   auto report = traces::make_report(program, timeline, context);
   double t_report = since(t4);
   double total = since(t0);

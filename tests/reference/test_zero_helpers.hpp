@@ -10,6 +10,7 @@
 #include "sim/simulator.hpp"
 #include "strategies/helpers.hpp"
 #include "strategies/lowering.hpp"
+#include "traces/context.hpp"
 #include "traces/report.hpp"
 
 namespace stratasim::testing {
@@ -44,15 +45,7 @@ inline traces::Timeline simulate_checked(const strategies::Experiment& e,
 
 inline traces::Report report_of(const strategies::Experiment& e, const strategies::Program& program,
                                 const traces::Timeline& timeline) {
-  traces::ReportContext context;
-  context.experiment = e.name;
-  context.samples_per_iteration = e.training.global_batch;
-  context.tokens_per_iteration = e.tokens_per_iteration();
-  context.device_peak = e.cluster.device.peak(e.training.dtype);
-  context.device_capacity = e.cluster.device.memory_capacity;
-  const auto layout = strategies::layout_of(e);
-  for (int r = 0; r < layout.world_size(); ++r) context.stage_of_rank.push_back(layout.stage(r));
-  return traces::make_report(program, timeline, context);
+  return traces::make_report(program, timeline, traces::report_context(e));
 }
 
 /// Bytes a rank holds before its first op, of one category on one tier.
