@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "strategies/experiment.hpp"
+#include "strategies/program.hpp"
 #include "test_paths.hpp"
 
 namespace stratasim::testing {
@@ -58,6 +59,38 @@ inline strategies::TransformerModel gpt(int heads, int hidden, int layers) {
   m.vocab = 51200;
   m.tied_embeddings = true;
   return m;
+}
+
+/// An override as the command line gives it.
+inline strategies::Override cli(std::string path, nlohmann::json value) {
+  return strategies::Override{path, value, "command line (" + path + ")"};
+}
+
+/// The ConfigError that loading `file` with `overrides` raises (a test failure if none).
+inline config::ConfigError experiment_error(const std::filesystem::path& file,
+                                            const std::vector<strategies::Override>& overrides) {
+  try {
+    strategies::load_experiment(file, overrides);
+  } catch (const config::ConfigError& e) {
+    return e;
+  }
+  FAIL("expected a ConfigError");
+  return config::ConfigError("", "", "");
+}
+
+/// Activation bytes the forward passes of `rank` allocate on the device.
+inline double forward_activations(const strategies::Program& p, int rank = 0) {
+  double allocated = 0;
+  for (const auto& op : p.ops_of(rank)) {
+    if (op.phase != strategies::Phase::forward) continue;
+    for (const auto& effect : p.effects_of(op)) {
+      if (effect.category == strategies::MemoryCategory::activations &&
+          effect.tier == strategies::MemoryTier::device) {
+        allocated += static_cast<double>(effect.delta.count());
+      }
+    }
+  }
+  return allocated;
 }
 
 inline nlohmann::json reference_case(const std::string& id) {

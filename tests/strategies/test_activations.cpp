@@ -53,14 +53,7 @@ TEST_CASE("the lowered program allocates those activations during one forward pa
   for (bool sp : {false, true}) {
     CAPTURE(sp);
     auto p = lower(make_experiment(model, 8, 1, 1, 1, 1, 2048, sp));
-    double allocated = 0;
-    for (const auto& op : p.ops_of(0)) {
-      if (op.phase != Phase::forward) continue;
-      for (const auto& effect : p.effects_of(op)) {
-        if (effect.category == MemoryCategory::activations)
-          allocated += static_cast<double>(effect.delta.count());
-      }
-    }
+    const double allocated = forward_activations(p);
     double per_layer = sp ? s * b * h * (34 / t + 5 * a * s / (h * t))
                           : s * b * h * (10 + 24 / t + 5 * a * s / (h * t));
     // Without sp the embedding mask (sbh) and the final norm's input and output (2 * 2sbh)

@@ -12,17 +12,7 @@ namespace {
 const auto kDefault = configs_dir() / "experiments/gpt3-175b-a100-1024.json";
 
 config::ConfigError load_error(const std::vector<Override>& overrides) {
-  try {
-    load_experiment(kDefault, overrides);
-  } catch (const config::ConfigError& e) {
-    return e;
-  }
-  FAIL("expected a ConfigError");
-  return config::ConfigError("", "", "");
-}
-
-Override cli(std::string path, nlohmann::json value) {
-  return Override{path, value, "command line (" + path + ")"};
+  return experiment_error(kDefault, overrides);
 }
 
 }  // namespace

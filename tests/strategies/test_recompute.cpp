@@ -17,19 +17,6 @@ using namespace stratasim::testing;
 
 namespace {
 
-// Activation bytes the forward passes of rank 0 allocate.
-double forward_activations(const Program& p) {
-  double allocated = 0;
-  for (const auto& op : p.ops_of(0)) {
-    if (op.phase != Phase::forward) continue;
-    for (const auto& effect : p.effects_of(op)) {
-      if (effect.category == MemoryCategory::activations)
-        allocated += static_cast<double>(effect.delta.count());
-    }
-  }
-  return allocated;
-}
-
 // The layers that rank 0's compute and tensor-parallel ops of microbatch 0's backward pass
 // touch, in issue order: "R2" for a recompute op covering layer 2, "B2" for a backward op (an op
 // covering several layers runs them in its pass's order: backward from the last); repeats of

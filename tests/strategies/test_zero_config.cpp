@@ -14,18 +14,8 @@ namespace {
 
 const auto kDefault = configs_dir() / "experiments/gpt3-175b-a100-1024.json";
 
-Override cli(std::string path, nlohmann::json value) {
-  return Override{path, value, "command line (" + path + ")"};
-}
-
 config::ConfigError load_error(const std::vector<Override>& overrides) {
-  try {
-    load_experiment(kDefault, overrides);
-  } catch (const config::ConfigError& e) {
-    return e;
-  }
-  FAIL("expected a ConfigError");
-  return config::ConfigError("", "", "");
+  return experiment_error(kDefault, overrides);
 }
 
 bool contains(const std::string& text, const std::string& part) {
