@@ -190,6 +190,19 @@ ZeroSettings zero_settings(const Experiment& e) {
   return z;
 }
 
+DeviceModelStates device_model_states(const ZeroSettings& zero, DType dtype,
+                                      std::int64_t parameters, int dp) {
+  const StateBytes state = state_bytes_per_parameter(dtype);
+  const std::int64_t shard = zero.stage == 0 || dp <= 1 ? parameters : (parameters + dp - 1) / dp;
+  const bool params_off = zero.stage == 3 && zero.offload_params;
+  const std::int64_t params = zero.stage == 3 ? shard : parameters;
+  std::int64_t grads = zero.stage <= 1 ? parameters : shard;
+  if (zero.offload_optimizer && zero.stage >= 2) grads = 0;  // only transient buckets
+  return DeviceModelStates{Bytes(params_off ? 0 : params * state.parameters),
+                           Bytes(grads * state.gradients),
+                           Bytes(zero.offload_optimizer ? 0 : shard * state.optimizer)};
+}
+
 PipelineSpec pipeline_spec(const Experiment& e) {
   PipelineSpec spec;
   spec.layout = layout_of(e);
@@ -203,7 +216,11 @@ PipelineSpec pipeline_spec(const Experiment& e) {
   const std::int64_t rows = (std::int64_t{e.model.vocab} + spec.layout.tp - 1) / spec.layout.tp;
   spec.embedding_sync_bytes = Bytes(rows * e.model.hidden * size_of(e.training.dtype));
   const LayerSetting setting = layer_setting(e);
-  const std::vector<StageRecompute> recompute = recompute_plan(e);
+  // Stage-aware recomputation fits what is left beside the model state ZeRO keeps.
+  const std::vector<StageRecompute> recompute =
+      recompute_plan(e, [&spec, &e](int, std::int64_t parameters) {
+        return device_model_states(spec.zero, e.training.dtype, parameters, spec.layout.dp).total();
+      });
   for (int s = 0; s < spec.layout.pp; ++s) {
     auto [begin, end] = stage_layers(e.model.layers, spec.layout.pp, s);
     spec.stages.push_back(plan_transformer_stage(e.model, setting, s, spec.layout.pp, begin, end,
@@ -435,17 +452,17 @@ Program assemble_pipeline(const PipelineSpec& spec) {
 
     // Model states.
     {
-      const std::int64_t psi = st.plan.parameters, shard = st.shard;
+      const std::int64_t shard = st.shard;
       const bool params_off = zero.stage == 3 && zero.offload_params;
-      const std::int64_t params = zero.stage == 3 ? shard : psi;
-      std::int64_t grads = zero.stage <= 1 ? psi : shard;
-      if (offload_optimizer && zero.stage >= 2) grads = 0;  // only transient buckets
-      program.add_initial_memory(r, {MemoryCategory::parameters, MemoryTier::device,
-                                     Bytes(params_off ? 0 : params * state.parameters)});
+      const std::int64_t params = zero.stage == 3 ? shard : st.plan.parameters;
+      const DeviceModelStates on_device =
+          device_model_states(zero, dtype, st.plan.parameters, layout.dp);
       program.add_initial_memory(
-          r, {MemoryCategory::gradients, MemoryTier::device, Bytes(grads * state.gradients)});
-      program.add_initial_memory(r, {MemoryCategory::optimizer_states, MemoryTier::device,
-                                     Bytes(offload_optimizer ? 0 : shard * state.optimizer)});
+          r, {MemoryCategory::parameters, MemoryTier::device, on_device.parameters});
+      program.add_initial_memory(
+          r, {MemoryCategory::gradients, MemoryTier::device, on_device.gradients});
+      program.add_initial_memory(
+          r, {MemoryCategory::optimizer_states, MemoryTier::device, on_device.optimizer});
       if (params_off) {
         program.add_initial_memory(
             r, {MemoryCategory::parameters, offload_tier, Bytes(params * state.parameters)});

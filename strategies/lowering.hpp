@@ -81,6 +81,18 @@ struct ZeroSettings {
 /// The ZeRO and offload settings of an experiment's parallelism.
 ZeroSettings zero_settings(const Experiment& experiment);
 
+/// Model state a rank keeps on the device for its `parameters` (its stage's share per
+/// tensor-parallel rank) under ZeRO and offload — what assemble_pipeline allocates before the
+/// first op: parameters eΨ (ZeRO-3: eΨ/dp, none when offloaded), gradients eΨ (ZeRO-2/3:
+/// eΨ/dp, none with optimizer offload), optimizer states 12Ψ (ZeRO-1+: 12Ψ/dp, none when
+/// offloaded).
+struct DeviceModelStates {
+  Bytes parameters, gradients, optimizer;
+  Bytes total() const { return parameters + gradients + optimizer; }
+};
+DeviceModelStates device_model_states(const ZeroSettings& zero, DType dtype,
+                                      std::int64_t parameters, int dp);
+
 /// Everything the pipeline assembly needs: per-stage plans as data, the rank layout and the
 /// schedule. Stage plans may come from the transformer lowering or be written by hand (tests,
 /// layer tables).
