@@ -91,7 +91,9 @@ TEST_CASE("list shows the catalog") {
   CHECK(r.status == 0);
   CHECK(r.output.find("gpt3-175b") != std::string::npos);
   CHECK(r.output.find("llama2-70b") != std::string::npos);
-  CHECK(run("list devices").output.find("H100-SXM5-80GB") != std::string::npos);
+  auto devices = run("list devices");  // loads every device file: any error exits 2
+  CHECK(devices.status == 0);
+  CHECK(devices.output.find("H100-SXM5-80GB") != std::string::npos);
   CHECK(run("list clusters").status == 0);
   CHECK(run("list experiments").status == 0);
   CHECK(run("list widgets").status == 2);
