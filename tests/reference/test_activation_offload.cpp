@@ -67,6 +67,11 @@ TEST_CASE("offloaded checkpoints leave the device and come back for their recomp
       break;
     }
   }
-  // The copies take PCIe time that compute cannot always hide: never faster than without.
-  CHECK(t1.spans.back().end >= t0.spans.back().end - Time::us(1));
+  // The copies take PCIe time that compute cannot always hide: the iteration never gets shorter.
+  auto iteration_end = [](const traces::Timeline& t) {
+    Time end;
+    for (const auto& span : t.spans) end = std::max(end, span.end);
+    return end;
+  };
+  CHECK(iteration_end(t1) >= iteration_end(t0));
 }
