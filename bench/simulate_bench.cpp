@@ -33,7 +33,8 @@ double since(Clock::time_point t) {
 
 int run_scenario(const std::string& name) {
   const std::string root = STRATASIM_SOURCE_DIR;
-  const bool zero3 = name.ends_with("-zero3");
+  const bool zero3 = name.find("-zero3") != std::string::npos;
+  const bool exact = name.ends_with("-exact");  // every replica simulated (the CLI's --exact)
   const int gpus = std::atoi(name.c_str());
   std::vector<strategies::Override> overrides;
   if (zero3) {
@@ -45,7 +46,7 @@ int run_scenario(const std::string& name) {
         {"cluster", root + "/configs/hardware/clusters/dgx-h100-2048.json", "bench"});
     overrides.push_back({"parallelism.dp", 128, "bench"});
   } else if (gpus != 1024) {
-    std::fprintf(stderr, "unknown scenario %s (1024, 16384, 1024-zero3, 16384-zero3)\n",
+    std::fprintf(stderr, "unknown scenario %s (1024 or 16384, then -zero3 and/or -exact)\n",
                  name.c_str());
     return 2;
   }
@@ -54,7 +55,7 @@ int run_scenario(const std::string& name) {
       root + "/configs/experiments/gpt3-175b-a100-1024.json", overrides);
   double t_load = since(t0);
   auto t1 = Clock::now();
-  auto program = strategies::lower(experiment);
+  auto program = strategies::lower(experiment, {.mirror_data_parallel = !exact});
   double t_lower = since(t1);
   auto t2 = Clock::now();
   strategies::validate(program);
@@ -81,9 +82,11 @@ int run_scenario(const std::string& name) {
       "  total %.3f s; simulation %.2f M events/s, %.1f ns per op end to end; peak RSS %.0f MiB\n"
       "  predicted iteration %.3f s, MFU %.1f%%%s\n",
       gpus, experiment.parallelism.dp, static_cast<long long>(experiment.microbatches()),
-      zero3 ? ", ZeRO-3, selective recompute" : "", program.op_count(),
-      static_cast<unsigned long long>(timeline.events), t_load, t_lower, t_validate, t_sim,
-      t_report, total, static_cast<double>(timeline.events) / t_sim / 1e6,
+      (std::string(zero3 ? ", ZeRO-3, selective recompute" : "") +
+       (exact ? ", every replica" : ", replicas mirrored"))
+          .c_str(),
+      program.op_count(), static_cast<unsigned long long>(timeline.events), t_load, t_lower,
+      t_validate, t_sim, t_report, total, static_cast<double>(timeline.events) / t_sim / 1e6,
       total / static_cast<double>(program.op_count()) * 1e9, peak_mib, report.iteration_time_s,
       report.mfu * 100, timeline.completed ? "" : " (DID NOT COMPLETE)");
   return timeline.completed ? 0 : 1;
@@ -93,7 +96,9 @@ int run_scenario(const std::string& name) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> scenarios(argv + 1, argv + argc);
-  if (scenarios.empty()) scenarios = {"1024", "16384", "1024-zero3", "16384-zero3"};
+  if (scenarios.empty()) {
+    scenarios = {"1024", "16384", "1024-zero3", "16384-zero3", "1024-exact", "1024-zero3-exact"};
+  }
   if (scenarios.size() == 1) return run_scenario(scenarios[0]);
   int status = 0;
   for (const auto& name : scenarios) {

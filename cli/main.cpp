@@ -67,6 +67,7 @@ struct SimulateArgs {
   std::string out;
   std::string trace_ranks = "auto";
   bool quiet = false;
+  bool exact = false;  // no data-parallel mirroring
 };
 
 constexpr int kTraceAllUpTo = 256;  // ranks: above this the trace holds one rank per stage
@@ -169,8 +170,10 @@ struct InvalidProgram : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-strategies::Program lower_and_validate(const strategies::Experiment& experiment) {
-  auto program = strategies::lower(experiment);
+// Data-parallel replicas behave alike on the analytical network (no contention), so by default
+// one replica is simulated and mirrored; --exact simulates every rank (the same results).
+strategies::Program lower_and_validate(const strategies::Experiment& experiment, bool exact) {
+  auto program = strategies::lower(experiment, {.mirror_data_parallel = !exact});
   try {
     strategies::validate(program);
   } catch (const strategies::ProgramError& e) {
@@ -192,7 +195,7 @@ int simulate_command(const SimulateArgs& args) {
   const auto layout = strategies::layout_of(experiment);
   traces::ExportOptions export_options;
   export_options.ranks = trace_ranks(args.trace_ranks, layout);
-  const auto program = lower_and_validate(experiment);
+  const auto program = lower_and_validate(experiment, args.exact);
   sim::SimOptions options;
   options.overheads = overheads_of(experiment);
   options.stop_on_oom = args.stop_on_oom;
@@ -232,7 +235,7 @@ int simulate_command(const SimulateArgs& args) {
 int memory_command(const SimulateArgs& args) {
   const auto experiment =
       strategies::load_experiment(resolve_experiment(args.experiment), overrides_of(args));
-  const auto program = lower_and_validate(experiment);
+  const auto program = lower_and_validate(experiment, args.exact);
   const auto timeline = sim::estimate_memory(program, experiment.cluster, overheads_of(experiment));
   const auto context = traces::report_context(experiment);
   const auto report = traces::make_report(program, timeline, context);
@@ -327,6 +330,9 @@ int main(int argc, char** argv) {
                     "Override any config value: dotted.key=value (repeatable), e.g. "
                     "training.seq_len=4096 or cluster.inter_node.bandwidth=\"400 Gb/s\"");
     cmd->add_flag("--quiet", sim_args.quiet, "Print nothing on success");
+    cmd->add_flag("--exact", sim_args.exact,
+                  "Simulate every data-parallel replica instead of one mirrored for all (the "
+                  "results are the same; slower)");
   };
   auto* simulate =
       app.add_subcommand("simulate", "Simulate one training iteration of an experiment");

@@ -119,8 +119,14 @@ void MemoryTracker::changed(std::int32_t rank, int tier, OpId op, Time now) {
 
 void MemoryTracker::finish() {
   for (int r = 0; r < program_.world_size(); ++r) {
+    // A mirrored rank holds what its representative holds.
+    const std::int32_t source = program_.replica_of(r);
+    if (source != r) {
+      timeline_.ranks[static_cast<std::size_t>(r)] =
+          timeline_.ranks[static_cast<std::size_t>(source)];
+    }
     for (int t = 0; t < kMemoryTierCount; ++t) {
-      const TierState& ts = state(r, t);
+      const TierState& ts = state(source, t);
       if (!ts.exceeded) continue;
       const auto& peak =
           timeline_.ranks[static_cast<std::size_t>(r)].tiers[static_cast<std::size_t>(t)];

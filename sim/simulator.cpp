@@ -185,8 +185,10 @@ class Simulator {
     std::vector<std::uint32_t> rank_groups_begin(static_cast<std::size_t>(world_) + 1, 0);
     for (std::uint32_t g = 0; g < group_count; ++g) {
       auto& members = group_members_[g];
+      // Mirrored ranks issue no ops: a collective waits for the members that do (the network
+      // still costs it over the whole group).
       for (std::int32_t r : groups[g].ranks) {
-        if (r >= 0 && r < world_) members.push_back(r);
+        if (r >= 0 && r < world_ && program_.issues_ops(r)) members.push_back(r);
       }
       std::sort(members.begin(), members.end());
       members.erase(std::unique(members.begin(), members.end()), members.end());

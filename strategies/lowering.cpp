@@ -229,8 +229,10 @@ PipelineSpec pipeline_spec(const Experiment& e) {
   return spec;
 }
 
-Program lower(const Experiment& e) {
-  return assemble_pipeline(pipeline_spec(e));
+Program lower(const Experiment& e, const LowerOptions& options) {
+  PipelineSpec spec = pipeline_spec(e);
+  spec.mirror_data_parallel = options.mirror_data_parallel;
+  return assemble_pipeline(spec);
 }
 
 Program assemble_pipeline(const PipelineSpec& spec) {
@@ -422,8 +424,8 @@ Program assemble_pipeline(const PipelineSpec& spec) {
         per_microbatch_ops += 2 * st.buckets.size();
         with_effects += 2 * st.buckets.size();
       }
-      const auto replicas =
-          static_cast<std::size_t>(layout.tp) * static_cast<std::size_t>(layout.dp);
+      const auto replicas = static_cast<std::size_t>(layout.tp) *
+                            static_cast<std::size_t>(spec.mirror_data_parallel ? 1 : layout.dp);
       ops +=
           replicas * (static_cast<std::size_t>(m) * per_microbatch_ops + st.plan.grad_units.size() +
                       2 * st.buckets.size() + 2 * st.gather_buckets.size() + 8);
@@ -449,6 +451,10 @@ Program assemble_pipeline(const PipelineSpec& spec) {
     const StageTemplate& st = stages[static_cast<std::size_t>(stage)];
     const int t = layout.tp_index(r), d = layout.dp_index(r);
     const auto ru = static_cast<std::size_t>(r);
+    if (spec.mirror_data_parallel && d > 0) {  // replica d runs what replica 0 runs
+      program.set_replica(r, layout.rank(t, 0, stage));
+      continue;
+    }
 
     // Model states.
     {

@@ -107,6 +107,10 @@ struct PipelineSpec {
   /// Tied embeddings split over the first and last stage: their gradients are all-reduced
   /// between the two (Megatron's embedding group), `embedding_sync_bytes` per rank.
   bool shared_embedding = false;
+  /// Emit ops for data-parallel replica 0 only and mark every other replica as its mirror
+  /// (Program::set_replica). Exact whenever replicas behave alike: the stage plans are the same
+  /// for every replica, so that holds on a network without contention (the analytical one).
+  bool mirror_data_parallel = false;
   Bytes embedding_sync_bytes;
   ZeroSettings zero;
 };
@@ -123,7 +127,12 @@ Program assemble_pipeline(const PipelineSpec& spec);
 /// recomputation applied to them).
 PipelineSpec pipeline_spec(const Experiment& experiment);
 
+struct LowerOptions {
+  /// See PipelineSpec::mirror_data_parallel.
+  bool mirror_data_parallel = false;
+};
+
 /// Lowers one training iteration of `experiment`: assemble_pipeline(pipeline_spec(experiment)).
-Program lower(const Experiment& experiment);
+Program lower(const Experiment& experiment, const LowerOptions& options = {});
 
 }  // namespace stratasim::strategies

@@ -103,11 +103,20 @@ Flops matmul_flops(const Kernel& k) {
   return Flops(0);
 }
 
-Program::Program(int world_size)
-    : world_size_(world_size),
-      rank_begin_(static_cast<std::size_t>(world_size) + 1, 0),
-      initial_memory_(static_cast<std::size_t>(world_size)) {
+namespace {
+int checked_world_size(int world_size) {
   if (world_size < 1) throw std::invalid_argument("a program needs at least one rank");
+  return world_size;
+}
+}  // namespace
+
+Program::Program(int world_size)
+    : world_size_(checked_world_size(world_size)),
+      rank_begin_(static_cast<std::size_t>(world_size) + 1, 0),
+      initial_memory_(static_cast<std::size_t>(world_size)),
+      replica_of_(static_cast<std::size_t>(world_size)),
+      multiplicity_(static_cast<std::size_t>(world_size), 1) {
+  for (int r = 0; r < world_size; ++r) replica_of_[static_cast<std::size_t>(r)] = r;
   labels_.emplace_back("");
   label_ids_.emplace("", 0);
 }
@@ -125,7 +134,7 @@ std::span<const MemoryEffect> Program::effects_of(const Op& op) const {
   return std::span<const MemoryEffect>(effects_.data() + op.effects_begin, op.effects_count);
 }
 
-std::string Program::describe(OpId id) const {
+std::string Program::describe(OpId id, std::int32_t as_rank) const {
   if (id >= ops_.size()) return "op " + std::to_string(id) + " (out of range)";
   const Op& o = ops_[id];
   std::string kind = std::visit(
@@ -145,12 +154,25 @@ std::string Program::describe(OpId id) const {
         }
       },
       o.work);
-  std::string text = "rank " + std::to_string(o.rank) + " op " +
+  std::string text = "rank " + std::to_string(as_rank >= 0 ? as_rank : o.rank) + " op " +
                      std::to_string(id - rank_begin_[static_cast<std::size_t>(o.rank)]) + " (" +
                      kind + " on " + std::string(name_of(o.stream));
   if (!labels_[o.label].empty()) text += ", '" + labels_[o.label] + "'";
   if (o.microbatch >= 0) text += ", microbatch " + std::to_string(o.microbatch);
   return text + ")";
+}
+
+void Program::set_replica(int rank, int representative) {
+  if (rank < 0 || rank >= world_size_ || representative < 0 || representative >= world_size_ ||
+      representative >= rank || !issues_ops(representative) || !issues_ops(rank) ||
+      multiplicity(rank) != 1) {
+    throw std::logic_error("Program::set_replica: rank " + std::to_string(rank) +
+                           " cannot mirror rank " + std::to_string(representative));
+  }
+  replica_of_[static_cast<std::size_t>(rank)] = representative;
+  multiplicity_[static_cast<std::size_t>(rank)] = 0;
+  ++multiplicity_[static_cast<std::size_t>(representative)];
+  mirrored_ = true;
 }
 
 std::uint32_t Program::add_group(std::vector<std::int32_t> ranks, std::string name) {

@@ -220,8 +220,25 @@ class Program {
   const std::string& label_of(const Op& op) const { return labels_[op.label]; }
   const std::vector<Kernel>& kernels_of(const Compute& c) const { return kernel_lists_[c.kernels]; }
 
+  /// Data-parallel mirroring. A rank may stand for identical replicas of itself: it issues the
+  /// ops, they issue none and would behave the same (same ops on their own groups and peers,
+  /// which holds for symmetric strategies on a network without contention). Back ends run the
+  /// representative once and report it for every rank it stands for; collectives cost what the
+  /// whole group costs but wait only for the members that issue ops.
+  std::int32_t replica_of(int rank) const { return replica_of_[static_cast<std::size_t>(rank)]; }
+  bool issues_ops(int rank) const { return replica_of(rank) == rank; }
+  /// How many ranks `rank` stands for (itself included); 0 for a rank that mirrors another.
+  std::int32_t multiplicity(int rank) const {
+    return multiplicity_[static_cast<std::size_t>(rank)];
+  }
+  bool mirrored() const { return mirrored_; }
+  /// Makes `rank` a mirror of `representative`, a lower rank that issues its own ops.
+  void set_replica(int rank, int representative);
+
   /// "rank 3 op 120 (compute, 'fwd layers 0-5', microbatch 2)": for error messages.
-  std::string describe(OpId id) const;
+  /// With `as_rank`, the op is described as the mirrored rank `as_rank` issues it (same place
+  /// in the rank's program).
+  std::string describe(OpId id, std::int32_t as_rank = -1) const;
 
   // ---- Building. Ranks are built in order 0, 1, ..., world_size - 1.
   /// Reserves room for this many ops, dependencies and memory effects in all.
@@ -254,6 +271,9 @@ class Program {
   std::vector<MemoryEffect> effects_;
   std::vector<OpId> rank_begin_;  // world_size + 1 offsets into ops_
   std::vector<std::vector<ResidentMemory>> initial_memory_;
+  std::vector<std::int32_t> replica_of_;    // per rank: the rank whose ops it mirrors (itself)
+  std::vector<std::int32_t> multiplicity_;  // per rank: ranks it stands for
+  bool mirrored_ = false;
 };
 
 /// Raised by validate() with a message naming the offending op(s).

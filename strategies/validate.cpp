@@ -46,6 +46,10 @@ void check_ops_and_ranges(const Program& p) {
   for (int r = 0; r < world; ++r) {
     OpId first = p.first_op(r);
     auto ops = p.ops_of(r);
+    if (!p.issues_ops(r) && !ops.empty()) {
+      fail("rank " + std::to_string(r) + " mirrors rank " + std::to_string(p.replica_of(r)) +
+           " but issues " + std::to_string(ops.size()) + " ops of its own");
+    }
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
       OpId id = first + static_cast<OpId>(i);
@@ -161,9 +165,15 @@ void check_collectives(const Program& p) {
   std::vector<std::vector<std::uint32_t>> seen(groups);  // per member position
   std::vector<std::vector<std::pair<std::uint32_t, std::uint32_t>>> membership(
       static_cast<std::size_t>(p.world_size()));  // rank -> (group, position)
+  // Mirrored members issue nothing (their representative stands for them): the sequences that
+  // must agree are those of the members that issue ops.
   for (std::size_t g = 0; g < groups; ++g) {
     const auto& ranks = p.groups()[g].ranks;
-    reference_rank[g] = *std::min_element(ranks.begin(), ranks.end());
+    reference_rank[g] = -1;
+    for (std::int32_t r : ranks) {
+      if (p.issues_ops(r) && (reference_rank[g] < 0 || r < reference_rank[g]))
+        reference_rank[g] = r;
+    }
     seen[g].assign(ranks.size(), 0);
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       membership[static_cast<std::size_t>(ranks[i])].emplace_back(static_cast<std::uint32_t>(g),
@@ -198,6 +208,7 @@ void check_collectives(const Program& p) {
   for (std::size_t g = 0; g < groups; ++g) {
     const auto& group = p.groups()[g];
     for (std::size_t m = 0; m < group.ranks.size(); ++m) {
+      if (!p.issues_ops(group.ranks[m])) continue;
       if (group.ranks[m] == reference_rank[g] || seen[g][m] == reference[g].size()) continue;
       fail("collectives on group '" + group.name + "' disagree: rank " +
            std::to_string(group.ranks[m]) + " issues " + std::to_string(seen[g][m]) + " but rank " +

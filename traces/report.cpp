@@ -165,8 +165,12 @@ void count_flops(const strategies::Program& program, Report& report) {
   for (const auto& op : program.ops()) {
     const auto* compute = std::get_if<strategies::Compute>(&op.work);
     if (compute == nullptr || compute->kernels >= lists.size()) continue;
-    ++all_uses[compute->kernels];
-    if (op.phase == Phase::forward || op.phase == Phase::backward) ++model_uses[compute->kernels];
+    // A rank that stands for mirrored replicas does their work too.
+    const auto times = static_cast<std::uint64_t>(program.multiplicity(op.rank));
+    all_uses[compute->kernels] += times;
+    if (op.phase == Phase::forward || op.phase == Phase::backward) {
+      model_uses[compute->kernels] += times;
+    }
   }
   double model = 0;
   double hardware = 0;
@@ -269,8 +273,14 @@ void fill_times(const strategies::Program& program, const Timeline& timeline,
     RankReport& rank = report.ranks[r];
     rank.rank = static_cast<int>(r);
     rank.stage = r < context.stage_of_rank.size() ? context.stage_of_rank[r] : 0;
-    rank.compute_busy_s = static_cast<double>(busy_ps[r]) * kPsToS;
-    rank.exposed_comm_s = static_cast<double>(exposed_time(spans, compute, comm)) * kPsToS;
+    const auto source = static_cast<std::size_t>(program.replica_of(static_cast<int>(r)));
+    if (source != r) {  // a mirrored rank ran exactly what its representative (a lower rank) ran
+      rank.compute_busy_s = report.ranks[source].compute_busy_s;
+      rank.exposed_comm_s = report.ranks[source].exposed_comm_s;
+    } else {
+      rank.compute_busy_s = static_cast<double>(busy_ps[r]) * kPsToS;
+      rank.exposed_comm_s = static_cast<double>(exposed_time(spans, compute, comm)) * kPsToS;
+    }
     if (report.pipeline_time_s > 0) busy_ratio_sum += rank.compute_busy_s / report.pipeline_time_s;
     exposed_sum += rank.exposed_comm_s;
   }
@@ -364,13 +374,17 @@ Report make_report(const strategies::Program& program, const Timeline& timeline,
     const TierPeak& device = tiers[static_cast<std::size_t>(MemoryTier::device)];
     rank.peak_time_s = device.time.seconds();
     if (device.peak.count() > 0 && device.op < program.op_count())
-      rank.peak_at = program.describe(device.op);
+      rank.peak_at = program.describe(device.op, rank.rank);
     rank.host_peak = tiers[static_cast<std::size_t>(MemoryTier::host)].peak;
     rank.nvme_peak = tiers[static_cast<std::size_t>(MemoryTier::nvme)].peak;
   }
   for (const OutOfMemory& o : timeline.out_of_memory) {
-    report.out_of_memory_at.push_back(o.first_op < program.op_count() ? program.describe(o.first_op)
-                                                                      : "before the first op");
+    report.out_of_memory_at.push_back(o.first_op < program.op_count()
+                                          ? program.describe(o.first_op, o.rank)
+                                          : "before the first op");
+    const bool known = o.first_op < program.op_count();
+    report.out_of_memory_op_index.push_back(
+        known ? o.first_op - program.first_op(program.op(o.first_op).rank) : 0);
   }
 
   const double t = report.iteration_time_s;
@@ -429,14 +443,15 @@ nlohmann::json to_json(const Report& report, const ReportContext& context) {
   json oom = json::array();
   for (std::size_t i = 0; i < report.out_of_memory.size(); ++i) {
     const OutOfMemory& o = report.out_of_memory[i];
-    oom.push_back(json{{"rank", o.rank},
-                       {"at", i < report.out_of_memory_at.size() ? report.out_of_memory_at[i] : ""},
-                       {"tier", std::string(strategies::name_of(o.tier))},
-                       {"capacity_bytes", o.capacity.count()},
-                       {"peak_bytes", o.peak.count()},
-                       {"excess_bytes", (o.peak - o.capacity).count()},
-                       {"op", o.first_op},
-                       {"time_s", o.time.seconds()}});
+    oom.push_back(json{
+        {"rank", o.rank},
+        {"at", i < report.out_of_memory_at.size() ? report.out_of_memory_at[i] : ""},
+        {"tier", std::string(strategies::name_of(o.tier))},
+        {"capacity_bytes", o.capacity.count()},
+        {"peak_bytes", o.peak.count()},
+        {"excess_bytes", (o.peak - o.capacity).count()},
+        {"op", i < report.out_of_memory_op_index.size() ? report.out_of_memory_op_index[i] : 0},
+        {"time_s", o.time.seconds()}});
   }
   j["out_of_memory"] = std::move(oom);
   j["stopped_on_oom"] = report.stopped_on_oom;

@@ -63,6 +63,8 @@ struct Report {
   /// For each out_of_memory entry, the op that first exceeded the capacity, described with its
   /// label, microbatch and layers ("rank 0 op 12 (compute on compute, 'L3 attention', ...)").
   std::vector<std::string> out_of_memory_at;
+  /// ... and its position in that rank's program (as `at` says "rank r op k": k).
+  std::vector<std::uint32_t> out_of_memory_op_index;
   bool stopped_on_oom = false;  // the run was ended at the first out-of-memory on purpose
 };
 
