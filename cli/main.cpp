@@ -74,12 +74,21 @@ constexpr int kTraceAllUpTo = 256;  // ranks: above this the trace holds one ran
 
 // The ranks timeline.json and memory.csv cover: "all", "stages" (tensor- and data-parallel
 // rank 0 of every pipeline stage), a comma-separated list, or "auto" (all up to 256 ranks).
-std::vector<std::int32_t> trace_ranks(const std::string& spec,
-                                      const strategies::RankLayout& layout) {
+// With mirroring only data-parallel replica 0 runs ops: "all" means its ranks, and a mirrored
+// rank asked for by number is an error that points to --exact.
+std::vector<std::int32_t> trace_ranks(const std::string& spec, const strategies::RankLayout& layout,
+                                      bool mirrored) {
   const int world = layout.world_size();
   std::string mode = spec == "auto" ? (world <= kTraceAllUpTo ? "all" : "stages") : spec;
   std::vector<std::int32_t> ranks;
-  if (mode == "all") return ranks;
+  if (mode == "all") {
+    if (mirrored && layout.dp > 1) {
+      for (int r = 0; r < world; ++r) {
+        if (layout.dp_index(r) == 0) ranks.push_back(r);
+      }
+    }
+    return ranks;
+  }
   if (mode == "stages") {
     for (int s = 0; s < layout.pp; ++s) ranks.push_back(layout.rank(0, 0, s));
     return ranks;
@@ -97,6 +106,11 @@ std::vector<std::int32_t> trace_ranks(const std::string& spec,
     if (rank < 0 || rank >= world) {
       throw BadInput("--trace-ranks expects all, stages or ranks from 0 to " +
                      std::to_string(world - 1) + " separated by commas, got \"" + item + "\"");
+    }
+    if (mirrored && layout.dp_index(rank) != 0) {
+      throw BadInput("--trace-ranks: rank " + std::to_string(rank) + " mirrors rank " +
+                     std::to_string(layout.rank(layout.tp_index(rank), 0, layout.stage(rank))) +
+                     " (data-parallel replicas are simulated once); add --exact to trace it");
     }
     ranks.push_back(rank);
   }
@@ -194,7 +208,7 @@ int simulate_command(const SimulateArgs& args) {
       strategies::load_experiment(resolve_experiment(args.experiment), overrides_of(args));
   const auto layout = strategies::layout_of(experiment);
   traces::ExportOptions export_options;
-  export_options.ranks = trace_ranks(args.trace_ranks, layout);
+  export_options.ranks = trace_ranks(args.trace_ranks, layout, !args.exact);
   const auto program = lower_and_validate(experiment, args.exact);
   sim::SimOptions options;
   options.overheads = overheads_of(experiment);
@@ -332,7 +346,7 @@ int main(int argc, char** argv) {
     cmd->add_flag("--quiet", sim_args.quiet, "Print nothing on success");
     cmd->add_flag("--exact", sim_args.exact,
                   "Simulate every data-parallel replica instead of one mirrored for all (the "
-                  "results are the same; slower)");
+                  "report is the same; slower; traces then cover every rank)");
   };
   auto* simulate =
       app.add_subcommand("simulate", "Simulate one training iteration of an experiment");

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -288,4 +289,24 @@ TEST_CASE("--stop-on-oom ends the run at the first out-of-memory and still repor
   auto full = run("simulate " + e + " --tp 1 --pp 1 --micro-batch 4 --global-batch 32");
   CHECK(full.status == 0);
   CHECK(full.output.find("first exceeded at rank 0 op") != std::string::npos);
+}
+
+TEST_CASE("--exact simulates every replica and reports exactly what mirroring reports") {
+  auto dir = scratch("exact");
+  const std::string e = small_experiment(dir).string();  // tp 2 x pp 2 x dp 2
+  REQUIRE(run("simulate " + e + " --quiet --out " + (dir / "mirrored").string()).status == 0);
+  REQUIRE(run("simulate " + e + " --exact --quiet --out " + (dir / "exact").string()).status == 0);
+  CHECK(read(dir / "mirrored" / "report.json") == read(dir / "exact" / "report.json"));
+  // The mirrored trace holds replica 0's ranks; the exact one every rank.
+  auto pids = [](const nlohmann::json& trace) {
+    std::set<int> p;
+    for (const auto& ev : trace["traceEvents"]) {
+      if (ev["ph"] == "X") p.insert(ev["pid"].get<int>());
+    }
+    return p;
+  };
+  CHECK(pids(nlohmann::json::parse(read(dir / "mirrored" / "timeline.json"))) ==
+        std::set<int>{0, 1, 4, 5});
+  CHECK(pids(nlohmann::json::parse(read(dir / "exact" / "timeline.json"))).size() == 8);
+  check_bad_input("simulate " + e + " --trace-ranks 2", {"rank 2 mirrors rank 0", "--exact"});
 }
