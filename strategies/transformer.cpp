@@ -103,12 +103,16 @@ Kernel dropout_residual(const Dims& d, std::string name, bool backward) {
                   : elementwise(std::move(name), n, 2 * n * d.e, n * d.e + n);
 }
 
+// The fused (flash) attention kernel of one tensor-parallel rank.
+Kernel fused_attention(const Dims& d, bool backward) {
+  return Kernel{Attention{d.b, d.a / d.t, d.kv / d.t, d.s, d.s, d.d, d.causal, d.dtype, backward},
+                backward ? "attention.bwd" : "attention"};
+}
+
 void attention_core_forward(const Dims& d, std::vector<Kernel>& k) {
   const std::int64_t heads_local = d.a / d.t;
   if (d.flash) {
-    k.push_back(
-        Kernel{Attention{d.b, heads_local, d.kv / d.t, d.s, d.s, d.d, d.causal, d.dtype, false},
-               "attention"});
+    k.push_back(fused_attention(d, false));
     return;
   }
   const std::int64_t scores = d.b * heads_local * d.s * d.s;
@@ -121,9 +125,7 @@ void attention_core_forward(const Dims& d, std::vector<Kernel>& k) {
 void attention_core_backward(const Dims& d, std::vector<Kernel>& k) {
   const std::int64_t heads_local = d.a / d.t;
   if (d.flash) {
-    k.push_back(
-        Kernel{Attention{d.b, heads_local, d.kv / d.t, d.s, d.s, d.d, d.causal, d.dtype, true},
-               "attention.bwd"});
+    k.push_back(fused_attention(d, true));
     return;
   }
   const std::int64_t scores = d.b * heads_local * d.s * d.s;
