@@ -78,6 +78,12 @@ inline config::ConfigError experiment_error(const std::filesystem::path& file,
   return config::ConfigError("", "", "");
 }
 
+/// The ConfigError of the default example (GPT-3 175B on 1,024 A100s) with `overrides`.
+inline config::ConfigError default_experiment_error(
+    const std::vector<strategies::Override>& overrides) {
+  return experiment_error(configs_dir() / "experiments/gpt3-175b-a100-1024.json", overrides);
+}
+
 /// Activation bytes the forward passes of `rank` allocate on the device.
 inline double forward_activations(const strategies::Program& p, int rank = 0) {
   double allocated = 0;

@@ -11,10 +11,6 @@ namespace {
 
 const auto kDefault = configs_dir() / "experiments/gpt3-175b-a100-1024.json";
 
-config::ConfigError load_error(const std::vector<Override>& overrides) {
-  return experiment_error(kDefault, overrides);
-}
-
 }  // namespace
 
 TEST_CASE("the default experiment loads: GPT-3 175B on 1,024 A100s") {
@@ -41,19 +37,19 @@ TEST_CASE("dp is derived from the cluster when omitted") {
 }
 
 TEST_CASE("inconsistent strategies are errors at the key to change") {
-  auto e1 = load_error({cli("parallelism.tp", 5), cli("parallelism.dp", nullptr)});
+  auto e1 = default_experiment_error({cli("parallelism.tp", 5), cli("parallelism.dp", nullptr)});
   CHECK(e1.message().find("must divide the model's attention heads") != std::string::npos);
 
-  auto e2 =
-      load_error({cli("parallelism.pp", 128), cli("parallelism.tp", 1), cli("parallelism.dp", 8)});
+  auto e2 = default_experiment_error(
+      {cli("parallelism.pp", 128), cli("parallelism.tp", 1), cli("parallelism.dp", 8)});
   CHECK(e2.message().find("must not exceed the model's layers (96)") != std::string::npos);
   CHECK(e2.path() == "parallelism.pp");
 
-  auto e3 = load_error({cli("parallelism.dp", 4)});
+  auto e3 = default_experiment_error({cli("parallelism.dp", 4)});
   CHECK(e3.path() == "parallelism.dp");
   CHECK(e3.message().find("tp * pp * dp = 8 * 16 * 4 = 512") != std::string::npos);
 
-  auto e4 = load_error({cli("training.global_batch", 1001)});
+  auto e4 = default_experiment_error({cli("training.global_batch", 1001)});
   CHECK(e4.source() == "command line (training.global_batch)");
   CHECK(e4.path() == "training.global_batch");
   CHECK(e4.message().find("divisible by dp * micro_batch") != std::string::npos);
@@ -64,6 +60,6 @@ TEST_CASE("overrides reach into the cluster and model files") {
       kDefault, {cli("cluster.inter_node.bandwidth", "400 Gb/s"), cli("model.vocab", 50000)});
   CHECK(e.cluster.inter_node.bandwidth.bytes_per_second() == doctest::Approx(50e9));
   CHECK(e.model.vocab == 50000);
-  auto err = load_error({cli("cluster.intra_node.bandwith", "1 TB/s")});
+  auto err = default_experiment_error({cli("cluster.intra_node.bandwith", "1 TB/s")});
   CHECK(err.message().find("did you mean 'bandwidth'") != std::string::npos);
 }

@@ -14,10 +14,6 @@ namespace {
 
 const auto kDefault = configs_dir() / "experiments/gpt3-175b-a100-1024.json";
 
-config::ConfigError load_error(const std::vector<Override>& overrides) {
-  return experiment_error(kDefault, overrides);
-}
-
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
@@ -55,52 +51,57 @@ TEST_CASE("ZeRO and offload settings reach the pipeline spec; ZeRO-3 splits laye
 
 TEST_CASE("bad ZeRO and offload settings are errors naming the key") {
   SUBCASE("ZeRO stage above 3") {
-    auto e = load_error({cli("parallelism.zero", 4)});
+    auto e = default_experiment_error({cli("parallelism.zero", 4)});
     CHECK(e.path() == "parallelism.zero");
     CHECK(e.source() == "command line (parallelism.zero)");
     CHECK(contains(e.message(), "expected an integer from 0 to 3"));
   }
   SUBCASE("a negative ZeRO stage") {
-    auto e = load_error({cli("parallelism.zero", -1)});
+    auto e = default_experiment_error({cli("parallelism.zero", -1)});
     CHECK(e.path() == "parallelism.zero");
     CHECK(contains(e.message(), "from 0 to 3"));
   }
   SUBCASE("offload without host memory in the cluster") {
-    auto e = load_error({cli("parallelism.zero", 2), cli("parallelism.offload", "optimizer"),
-                         cli("cluster.host", nullptr)});
+    auto e = default_experiment_error({cli("parallelism.zero", 2),
+                                       cli("parallelism.offload", "optimizer"),
+                                       cli("cluster.host", nullptr)});
     CHECK(e.path() == "parallelism.offload");
     CHECK(contains(e.message(), "offloading needs host memory"));
     CHECK(contains(e.message(), "dgx-a100-128"));
   }
   SUBCASE("NVMe offload without NVMe in the cluster") {
-    auto e = load_error({cli("parallelism.zero", 3),
-                         cli("parallelism.offload", nlohmann::json::array({"params", "nvme"})),
-                         cli("cluster.nvme", nullptr)});
+    auto e = default_experiment_error(
+        {cli("parallelism.zero", 3),
+         cli("parallelism.offload", nlohmann::json::array({"params", "nvme"})),
+         cli("cluster.nvme", nullptr)});
     CHECK(e.path() == "parallelism.offload");
     CHECK(contains(e.message(), "NVMe"));
   }
   SUBCASE("parameter offload without ZeRO-3") {
-    auto e = load_error({cli("parallelism.zero", 2), cli("parallelism.offload", "params")});
+    auto e = default_experiment_error(
+        {cli("parallelism.zero", 2), cli("parallelism.offload", "params")});
     CHECK(e.path() == "parallelism.offload");
     CHECK(contains(e.message(), "\"params\" offload needs ZeRO stage 3"));
   }
   SUBCASE("optimizer offload without ZeRO") {
-    auto e = load_error({cli("parallelism.offload", "optimizer")});
+    auto e = default_experiment_error({cli("parallelism.offload", "optimizer")});
     CHECK(e.path() == "parallelism.offload");
     CHECK(contains(e.message(), "needs parallelism.zero >= 1"));
   }
   SUBCASE("NVMe alone says nothing to offload") {
-    auto e = load_error({cli("parallelism.zero", 3), cli("parallelism.offload", "nvme")});
+    auto e =
+        default_experiment_error({cli("parallelism.zero", 3), cli("parallelism.offload", "nvme")});
     CHECK(e.path() == "parallelism.offload");
     CHECK(contains(e.message(), "offload \"optimizer\" or \"params\" with it"));
   }
   SUBCASE("an unknown offload target") {
-    auto e = load_error({cli("parallelism.zero", 1), cli("parallelism.offload", "optimiser")});
+    auto e = default_experiment_error(
+        {cli("parallelism.zero", 1), cli("parallelism.offload", "optimiser")});
     CHECK(e.path() == "parallelism.offload");
     CHECK(contains(e.message(), "did you mean \"optimizer\"?"));
   }
   SUBCASE("bucket sizes must be positive") {
-    auto e = load_error({cli("parallelism.reduce_bucket_size", 0)});
+    auto e = default_experiment_error({cli("parallelism.reduce_bucket_size", 0)});
     CHECK(e.path() == "parallelism.reduce_bucket_size");
   }
 }
