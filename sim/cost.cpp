@@ -120,8 +120,16 @@ Time DeviceCostModel::kernel_time(const strategies::Kernel& kernel) const {
           const Time t_mem = transfer_time(Bytes(bytes), memory);
           return launch + std::max(t_flop, t_mem);
         } else if constexpr (std::is_same_v<W, Attention>) {
-          // A causal kernel skips the masked half of the score matrix.
-          const Flops flops(strategies::matmul_flops(kernel).count() * (w.causal ? 0.5 : 1.0));
+          // A causal kernel skips the masked part of the score matrix: half of it when queries
+          // and keys are the same tokens; when the queries are the last seq_q of seq_kv tokens
+          // (a TeraPipe slice after its prefix), each query sees the prefix and the causal half
+          // of its own slice: seq_kv - seq_q / 2 keys on average.
+          double causal_share = 1.0;
+          if (w.causal && w.seq_kv > 0) {
+            const double q = static_cast<double>(std::min(w.seq_q, w.seq_kv));
+            causal_share = (static_cast<double>(w.seq_kv) - q / 2) / static_cast<double>(w.seq_kv);
+          }
+          const Flops flops(strategies::matmul_flops(kernel).count() * causal_share);
           const Time t_flop =
               compute_time(flops, device_.peak(w.dtype) * device_.efficiency.attention);
           // Read Q, K, V and write O; the backward pass also reads dO and writes dQ, dK, dV.
@@ -150,6 +158,9 @@ Time DeviceCostModel::kernel_time(const strategies::Kernel& kernel) const {
         } else if constexpr (std::is_same_v<W, Copy>) {
           if (w.from != MemoryTier::device || w.to != MemoryTier::device) return copy_time(w);
           return launch + transfer_time(w.bytes * 2, memory);  // read and write
+        } else if constexpr (std::is_same_v<W, strategies::RooflineWork>) {
+          const Time t_flop = compute_time(w.flops, device_.peak(w.dtype) * device_.efficiency.gemm);
+          return launch + std::max(t_flop, transfer_time(w.bytes, memory));
         } else {
           static_assert(std::is_same_v<W, Measured>);
           return w.duration;

@@ -24,8 +24,31 @@ std::string_view name_of(ScheduleKind s) {
       return "gpipe";
     case ScheduleKind::one_f_one_b:
       return "1f1b";
+    case ScheduleKind::interleaved:
+      return "interleaved";
+    case ScheduleKind::pipedream_2bw:
+      return "pipedream-2bw";
+    case ScheduleKind::merak_scp:
+      return "merak-scp";
+    case ScheduleKind::zb_h1:
+      return "zb-h1";
+    case ScheduleKind::zb_h2:
+      return "zb-h2";
+    case ScheduleKind::zb_v:
+      return "zb-v";
+    case ScheduleKind::chimera:
+      return "chimera";
+    case ScheduleKind::terapipe:
+      return "terapipe";
   }
   return "?";
+}
+
+std::optional<ScheduleKind> schedule_from_name(std::string_view name) {
+  for (ScheduleKind k : kAllSchedules) {
+    if (name_of(k) == name) return k;
+  }
+  return std::nullopt;
 }
 
 namespace {
@@ -37,9 +60,34 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
   p.pp = static_cast<int>(r.integer_in_or("pp", 1, kMaxDegree, 1));
   p.dp = static_cast<int>(r.integer_in_or("dp", 1, kMaxDegree, 0));
   p.sequence_parallel = r.boolean_or("sequence_parallel", false);
-  p.schedule = r.choice_or("schedule", {"1f1b", "gpipe"}, "1f1b") == "gpipe"
-                   ? ScheduleKind::gpipe
-                   : ScheduleKind::one_f_one_b;
+  p.schedule = *schedule_from_name(r.choice_or(
+      "schedule",
+      {"gpipe", "1f1b", "interleaved", "pipedream-2bw", "merak-scp", "zb-h1", "zb-h2", "zb-v",
+       "chimera", "terapipe"},
+      "1f1b"));
+  p.virtual_stages = static_cast<int>(r.integer_in_or("virtual_stages", 1, 1 << 12, 1));
+  p.sequence_slices = static_cast<int>(r.integer_in_or("sequence_slices", 1, 1 << 16, 1));
+  p.tp_overlap = static_cast<int>(r.integer_in_or("tp_overlap", 1, 64, 1));
+  // "partition": "even", "balanced", or a list of layers per stage (model chunk).
+  if (const nlohmann::json* v =
+          r.has("partition") ? r.document().find(r.path_of("partition")) : nullptr) {
+    if (v->is_string() && (*v == "even" || *v == "balanced")) {
+      p.partition.kind = *v == "even" ? PartitionKind::even : PartitionKind::balanced;
+    } else if (v->is_array() && !v->empty() &&
+               std::all_of(v->begin(), v->end(), [](const auto& x) {
+                 return x.is_number_integer() && x.template get<std::int64_t>() >= 0 &&
+                        x.template get<std::int64_t>() < (1 << 20);
+               })) {
+      p.partition.kind = PartitionKind::explicit_;
+      for (const auto& x : *v) p.partition.layers_per_stage.push_back(x.get<int>());
+    } else {
+      std::string hint =
+          v->is_string() ? config::closest_match(v->get<std::string>(), {"even", "balanced"}) : "";
+      r.fail("partition", "expected \"even\", \"balanced\" or a list of layers per stage such "
+                          "as [9, 8, 8, 7]" +
+                              (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
+    }
+  }
   p.micro_batch = static_cast<int>(r.integer_in_or("micro_batch", 1, kMaxDegree, 1));
   p.dp_bucket_size = r.bytes_or("dp_bucket_size", p.dp_bucket_size);
   if (p.dp_bucket_size.count() <= 0) r.fail("dp_bucket_size", "expected a positive size");

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -14,8 +16,39 @@
 
 namespace stratasim::strategies {
 
-enum class ScheduleKind { gpipe, one_f_one_b };
+/// Pipeline schedules (strategies/schedule.hpp says what each one runs; docs/schedules.md
+/// compares them).
+enum class ScheduleKind {
+  gpipe,
+  one_f_one_b,    // PipeDream-Flush, Megatron's default
+  interleaved,    // Megatron's virtual stages (parallelism.virtual_stages chunks per device)
+  pipedream_2bw,  // asynchronous 1F1B without a flush, two weight versions
+  merak_scp,      // Merak's shifted critical path: recomputation off the critical path
+  zb_h1,          // Zero Bubble, split backward, 1F1B memory
+  zb_h2,          // Zero Bubble, split backward, longer warm-up (2p - 1 in flight)
+  zb_v,           // Zero Bubble V: 2 chunks per device in a V, split backward
+  chimera,        // two pipelines in opposite directions, each stage held twice
+  terapipe,       // token-level slices of each sequence (parallelism.sequence_slices)
+};
+inline constexpr ScheduleKind kAllSchedules[] = {
+    ScheduleKind::gpipe,  ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
+    ScheduleKind::pipedream_2bw, ScheduleKind::merak_scp, ScheduleKind::zb_h1,
+    ScheduleKind::zb_h2,  ScheduleKind::zb_v,        ScheduleKind::chimera,
+    ScheduleKind::terapipe};
 std::string_view name_of(ScheduleKind s);
+/// The schedule called `name` ("1f1b", "zb-h1", ...), if any.
+std::optional<ScheduleKind> schedule_from_name(std::string_view name);
+
+/// How the layers are split over pipeline stages (and model chunks).
+enum class PartitionKind {
+  even,      // as evenly as possible, earlier stages taking the remainder
+  balanced,  // BaPipe: dynamic programming over layer costs, memory and p2p
+  explicit_  // `layers_per_stage` as given
+};
+struct PartitionSpec {
+  PartitionKind kind = PartitionKind::even;
+  std::vector<int> layers_per_stage;  // explicit: one entry per model chunk, summing to layers
+};
 
 /// Activation recomputation (Megatron-LM names; stage_aware is Merak's).
 enum class RecomputeKind { none, full, selective, stage_aware };
@@ -40,6 +73,15 @@ struct ParallelismSpec {
   int dp = 0;  // data-parallel degree; 0 in a config means "all remaining devices"
   bool sequence_parallel = false;  // Megatron sequence parallelism (needs tp > 1 to matter)
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  /// Model chunks per device with the interleaved schedule (Megatron's
+  /// virtual_pipeline_model_parallel_size); 1 otherwise.
+  int virtual_stages = 1;
+  /// TeraPipe: slices each sequence is cut into along the tokens; 1 otherwise.
+  int sequence_slices = 1;
+  PartitionSpec partition;
+  /// Merak's sub-pipelined tensor parallelism: each microbatch is split into this many
+  /// sub-batches so that one sub-batch's TP collective overlaps the next one's compute (1: off).
+  int tp_overlap = 1;
   int micro_batch = 1;  // samples per microbatch
   /// Gradients are all-reduced in buckets of at least this many bytes, launched as soon as
   /// the last microbatch's backward has produced them (as DDP and Megatron do).

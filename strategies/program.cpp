@@ -100,6 +100,7 @@ Flops matmul_flops(const Kernel& k) {
                      static_cast<double>(a->head_dim);
     return Flops(a->backward ? 2 * forward : forward);
   }
+  if (const auto* r = std::get_if<RooflineWork>(&k.work)) return r->flops;
   return Flops(0);
 }
 

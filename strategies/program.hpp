@@ -97,7 +97,16 @@ struct Measured {
   Time duration;
 };
 
-using KernelWork = std::variant<Gemm, Attention, Elementwise, OptimizerStep, Copy, Measured>;
+/// Work known only by its FLOPs and memory traffic (layer tables): costed at the device's
+/// roofline, max(flops / peak, bytes / memory bandwidth) with the device's efficiencies.
+struct RooflineWork {
+  Flops flops;  // FLOPs (2 per multiply-add)
+  Bytes bytes;  // bytes read and written in device memory
+  DType dtype = DType::bf16;
+};
+
+using KernelWork =
+    std::variant<Gemm, Attention, Elementwise, OptimizerStep, Copy, Measured, RooflineWork>;
 
 struct Kernel {
   KernelWork work;
@@ -106,7 +115,7 @@ struct Kernel {
 
 /// FLOPs of matrix work by the Megatron convention (2 per multiply-add; attention counts the
 /// full seq_q x seq_kv score matrix, causal or not; a backward pass counts twice its forward).
-/// Zero for elementwise, optimizer, copy and measured kernels.
+/// RooflineWork counts its FLOPs. Zero for elementwise, optimizer, copy and measured kernels.
 Flops matmul_flops(const Kernel& k);
 
 // ---- Ops.

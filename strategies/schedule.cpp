@@ -31,6 +31,8 @@ std::vector<std::vector<Pass>> pipeline_schedule(ScheduleKind kind, int stages, 
         for (int mb = steady; mb < microbatches; ++mb) backward(mb);
         break;
       }
+      default:
+        throw std::invalid_argument("schedule not implemented yet");
     }
   }
   return plan;

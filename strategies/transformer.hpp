@@ -51,6 +51,12 @@ struct Segment {
   bool recompute = false;
   /// Gradient units (see StagePlan::grad_units) complete when this backward segment ends.
   std::vector<int> grads_done;
+  /// Segments of one pass form chains: a segment waits for the previous segment of its own
+  /// chain (and for the op before it on its stream); chains overlap. One chain (0) unless a
+  /// microbatch is split into sub-batches (Merak's sub-pipelined tensor parallelism, chain k
+  /// for sub-batch k). The pass's first segment of each chain waits for the pass's input; its
+  /// output is sent once every chain has ended.
+  int chain = 0;
 };
 
 /// Activation recomputation of one pipeline stage (Megatron-LM, Korthikanti et al.; Merak
@@ -93,7 +99,12 @@ struct GradUnit {
 
 struct StagePlan {
   std::vector<Segment> forward;   // one microbatch's forward pass
-  std::vector<Segment> backward;  // one microbatch's backward pass
+  std::vector<Segment> backward;  // one microbatch's backward pass (input gradients only when
+                                  // `weight` is not empty)
+  /// With split backward (Zero Bubble), the weight-gradient pass W of one microbatch: the
+  /// weight-gradient kernels taken out of `backward` (see split_backward() in
+  /// strategies/weight_split.hpp); its segments carry the grads_done. Empty otherwise.
+  std::vector<Segment> weight;
   std::vector<GradUnit> grad_units;
   std::int64_t parameters = 0;  // per rank
   Bytes boundary_bytes;         // activation (and its gradient) sent to the next stage
