@@ -159,7 +159,8 @@ Time DeviceCostModel::kernel_time(const strategies::Kernel& kernel) const {
           if (w.from != MemoryTier::device || w.to != MemoryTier::device) return copy_time(w);
           return launch + transfer_time(w.bytes * 2, memory);  // read and write
         } else if constexpr (std::is_same_v<W, strategies::RooflineWork>) {
-          const Time t_flop = compute_time(w.flops, device_.peak(w.dtype) * device_.efficiency.gemm);
+          const Time t_flop =
+              compute_time(w.flops, device_.peak(w.dtype) * device_.efficiency.gemm);
           return launch + std::max(t_flop, transfer_time(w.bytes, memory));
         } else {
           static_assert(std::is_same_v<W, Measured>);

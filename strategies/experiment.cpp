@@ -60,11 +60,11 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
   p.pp = static_cast<int>(r.integer_in_or("pp", 1, kMaxDegree, 1));
   p.dp = static_cast<int>(r.integer_in_or("dp", 1, kMaxDegree, 0));
   p.sequence_parallel = r.boolean_or("sequence_parallel", false);
-  p.schedule = *schedule_from_name(r.choice_or(
-      "schedule",
-      {"gpipe", "1f1b", "interleaved", "pipedream-2bw", "merak-scp", "zb-h1", "zb-h2", "zb-v",
-       "chimera", "terapipe"},
-      "1f1b"));
+  p.schedule =
+      *schedule_from_name(r.choice_or("schedule",
+                                      {"gpipe", "1f1b", "interleaved", "pipedream-2bw", "merak-scp",
+                                       "zb-h1", "zb-h2", "zb-v", "chimera", "terapipe"},
+                                      "1f1b"));
   p.virtual_stages = static_cast<int>(r.integer_in_or("virtual_stages", 1, 1 << 12, 1));
   p.sequence_slices = static_cast<int>(r.integer_in_or("sequence_slices", 1, 1 << 16, 1));
   p.tp_overlap = static_cast<int>(r.integer_in_or("tp_overlap", 1, 64, 1));
@@ -73,8 +73,7 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
           r.has("partition") ? r.document().find(r.path_of("partition")) : nullptr) {
     if (v->is_string() && (*v == "even" || *v == "balanced")) {
       p.partition.kind = *v == "even" ? PartitionKind::even : PartitionKind::balanced;
-    } else if (v->is_array() && !v->empty() &&
-               std::all_of(v->begin(), v->end(), [](const auto& x) {
+    } else if (v->is_array() && !v->empty() && std::all_of(v->begin(), v->end(), [](const auto& x) {
                  return x.is_number_integer() && x.template get<std::int64_t>() >= 0 &&
                         x.template get<std::int64_t>() < (1 << 20);
                })) {
@@ -83,9 +82,10 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
     } else {
       std::string hint =
           v->is_string() ? config::closest_match(v->get<std::string>(), {"even", "balanced"}) : "";
-      r.fail("partition", "expected \"even\", \"balanced\" or a list of layers per stage such "
-                          "as [9, 8, 8, 7]" +
-                              (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
+      r.fail("partition",
+             "expected \"even\", \"balanced\" or a list of layers per stage such "
+             "as [9, 8, 8, 7]" +
+                 (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
     }
   }
   p.micro_batch = static_cast<int>(r.integer_in_or("micro_batch", 1, kMaxDegree, 1));

@@ -6,8 +6,8 @@
 
 #include <filesystem>
 #include <optional>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hw_models/cluster.hpp"
@@ -31,9 +31,9 @@ enum class ScheduleKind {
   terapipe,       // token-level slices of each sequence (parallelism.sequence_slices)
 };
 inline constexpr ScheduleKind kAllSchedules[] = {
-    ScheduleKind::gpipe,  ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
-    ScheduleKind::pipedream_2bw, ScheduleKind::merak_scp, ScheduleKind::zb_h1,
-    ScheduleKind::zb_h2,  ScheduleKind::zb_v,        ScheduleKind::chimera,
+    ScheduleKind::gpipe,         ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
+    ScheduleKind::pipedream_2bw, ScheduleKind::merak_scp,   ScheduleKind::zb_h1,
+    ScheduleKind::zb_h2,         ScheduleKind::zb_v,        ScheduleKind::chimera,
     ScheduleKind::terapipe};
 std::string_view name_of(ScheduleKind s);
 /// The schedule called `name` ("1f1b", "zb-h1", ...), if any.

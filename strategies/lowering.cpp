@@ -6,9 +6,11 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 
 #include "strategies/recompute.hpp"
 #include "strategies/schedule.hpp"
+#include "strategies/weight_split.hpp"
 
 namespace stratasim::strategies {
 
@@ -127,16 +129,22 @@ struct StageTemplate {
     const std::vector<int>* grads_done;
     Bytes checkpoint_delta, checkpoint_fetch;
     std::uint32_t checkpoint_out = 0, checkpoint_in = 0;  // copy kernels (activation offload)
+    int chain = 0;
   };
   StagePlan plan;
-  std::vector<Step> forward, backward;
+  std::vector<Step> forward, backward, weight;
+  // Backward segments [0, recompute_prefix) recompute forward work before any gradient is
+  // needed; a schedule with recompute passes (Merak) runs them apart, and B from b_begin.
+  std::size_t recompute_prefix = 0, b_begin = 0;
+  PassKind grad_kind = PassKind::backward;  // the pass whose segments complete gradient units
+  Bytes stash;  // activations one forward leaves stored (PipeDream-2BW's carried backwards)
   std::uint32_t recv_activation, send_activation, recv_gradient, send_gradient;
   std::uint32_t optimizer_kernels;
   std::int64_t shard = 0;  // parameters whose optimizer states this rank keeps
 
   // ZeRO-3: parameter uses per pass, and per unit its gather's label and the copy of its shard
   // to the device (parameter offload).
-  std::vector<Use> forward_uses, backward_uses;
+  std::vector<Use> forward_uses, backward_uses, recompute_uses;
   std::vector<std::uint32_t> gather_label, fetch_label, fetch_kernels;
   std::vector<std::int16_t> unit_layer;
   // Reduce buckets (ZeRO stages 1-3) and the unit -> bucket map.
@@ -162,6 +170,7 @@ std::vector<StageTemplate::Step> register_steps(Program& program,
                      static_cast<std::int16_t>(s.layer_end), s.activation_delta, &s.grads_done,
                      s.checkpoint_delta, s.checkpoint_fetch});
     auto& step = steps.back();
+    step.chain = s.chain;
     if (s.checkpoint_delta.count() > 0) {
       step.checkpoint_out = program.add_kernels({Kernel{
           Copy{s.checkpoint_delta, MemoryTier::device, MemoryTier::host}, "checkpoint.d2h"}});
@@ -203,16 +212,61 @@ DeviceModelStates device_model_states(const ZeroSettings& zero, DType dtype,
                            Bytes(zero.offload_optimizer ? 0 : shard * state.optimizer)};
 }
 
+int part_device(ScheduleKind kind, int part, int stages) {
+  switch (kind) {
+    case ScheduleKind::interleaved:
+      return part % stages;
+    case ScheduleKind::zb_v:
+      return part < stages ? part : 2 * stages - 1 - part;
+    default:
+      return part;
+  }
+}
+
+std::vector<int> part_layer_counts(const Experiment& e, int parts) {
+  const PartitionSpec& partition = e.parallelism.partition;
+  if (partition.kind == PartitionKind::explicit_) {
+    if (static_cast<int>(partition.layers_per_stage.size()) != parts) {
+      throw std::invalid_argument("partition lists " +
+                                  std::to_string(partition.layers_per_stage.size()) +
+                                  " stages, the schedule has " + std::to_string(parts));
+    }
+    return partition.layers_per_stage;
+  }
+  std::vector<int> counts;
+  for (int part = 0; part < parts; ++part) {
+    auto [begin, end] = stage_layers(e.model.layers, parts, part);
+    counts.push_back(end - begin);
+  }
+  return counts;
+}
+
 PipelineSpec pipeline_spec(const Experiment& e) {
+  return pipeline_spec(
+      e, part_layer_counts(
+             e, schedule_parts(e.parallelism.schedule, e.parallelism.pp, schedule_options(e))));
+}
+
+ScheduleOptions schedule_options(const Experiment& e) {
+  return ScheduleOptions{e.parallelism.virtual_stages, e.parallelism.sequence_slices};
+}
+
+PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_per_part) {
   PipelineSpec spec;
   spec.layout = layout_of(e);
   spec.schedule = e.parallelism.schedule;
+  spec.schedule_options = schedule_options(e);
   spec.microbatches = static_cast<int>(e.microbatches());
   spec.dtype = e.training.dtype;
   spec.dp_bucket_size = e.parallelism.dp_bucket_size;
   spec.dp_overlap = e.parallelism.dp_overlap;
   spec.zero = zero_settings(e);
-  spec.shared_embedding = e.model.tied_embeddings && spec.layout.pp > 1;
+  const int p = spec.layout.pp;
+  const ScheduleKind kind = spec.schedule;
+  // Tied embeddings are synchronised between the devices of the first and the last part; ZB-V
+  // puts both on device 0 and every Chimera end device holds both.
+  spec.shared_embedding = e.model.tied_embeddings && p > 1 && kind != ScheduleKind::zb_v &&
+                          kind != ScheduleKind::chimera;
   const std::int64_t rows = (std::int64_t{e.model.vocab} + spec.layout.tp - 1) / spec.layout.tp;
   spec.embedding_sync_bytes = Bytes(rows * e.model.hidden * size_of(e.training.dtype));
   const LayerSetting setting = layer_setting(e);
@@ -221,10 +275,19 @@ PipelineSpec pipeline_spec(const Experiment& e) {
       recompute_plan(e, [&spec, &e](int, std::int64_t parameters) {
         return device_model_states(spec.zero, e.training.dtype, parameters, spec.layout.dp).total();
       });
-  for (int s = 0; s < spec.layout.pp; ++s) {
-    auto [begin, end] = stage_layers(e.model.layers, spec.layout.pp, s);
-    spec.stages.push_back(plan_transformer_stage(e.model, setting, s, spec.layout.pp, begin, end,
-                                                 recompute[static_cast<std::size_t>(s)]));
+  const int parts = static_cast<int>(layers_per_part.size());
+  const int slices = kind == ScheduleKind::terapipe ? spec.schedule_options.sequence_slices : 1;
+  int begin = 0;
+  for (int part = 0; part < parts; ++part) {
+    const int end = begin + layers_per_part[static_cast<std::size_t>(part)];
+    const StageRecompute& r = recompute[static_cast<std::size_t>(part_device(kind, part, p))];
+    for (int slice = 0; slice < slices; ++slice) {
+      LayerSetting sliced = setting;
+      sliced.seq_len = setting.seq_len / slices;
+      sliced.context_len = slice * sliced.seq_len;
+      spec.stages.push_back(plan_transformer_stage(e.model, sliced, part, parts, begin, end, r));
+    }
+    begin = end;
   }
   return spec;
 }
@@ -244,13 +307,23 @@ Program assemble_pipeline(const PipelineSpec& spec) {
   const std::int64_t e = size_of(dtype);
   const StateBytes state = state_bytes_per_parameter(dtype);
   const ZeroSettings& zero = spec.zero;
-  if (static_cast<int>(spec.stages.size()) != layout.pp) {
+  const Schedule schedule = make_schedule(spec.schedule, layout.pp, m, spec.schedule_options);
+  const int slices = schedule.slices;
+  const std::size_t template_count =
+      static_cast<std::size_t>(schedule.parts) * static_cast<std::size_t>(slices);
+  if (spec.stages.size() != template_count) {
     throw std::invalid_argument("assemble_pipeline: " + std::to_string(spec.stages.size()) +
-                                " stage plans for " + std::to_string(layout.pp) + " stages");
+                                " stage plans for " + std::to_string(schedule.parts) +
+                                " model parts" +
+                                (slices > 1 ? " of " + std::to_string(slices) + " slices" : ""));
   }
   if (zero.stage < 0 || zero.stage > 3) {
     throw std::invalid_argument("assemble_pipeline: ZeRO stage " + std::to_string(zero.stage) +
                                 " (expected 0 to 3)");
+  }
+  if (!schedule.replica_device.empty() && zero.stage > 0) {
+    throw std::invalid_argument("assemble_pipeline: " + std::string(name_of(schedule.kind)) +
+                                " holds every stage twice; ZeRO sharding is not modelled with it");
   }
   if (zero.offload_optimizer && zero.stage == 0) {
     throw std::invalid_argument("assemble_pipeline: optimizer offload needs ZeRO stage >= 1");
@@ -273,12 +346,24 @@ Program assemble_pipeline(const PipelineSpec& spec) {
   // Stages 2 and 3 reduce every microbatch's gradients through transient buckets.
   const bool per_microbatch = zero.stage >= 2 && (dp > 1 || offload_optimizer);
   const auto ahead = static_cast<std::size_t>(zero.prefetch_layers);
+  bool separate_recompute = false;  // recompute passes of their own (Merak)
+  for (const auto& passes : schedule.passes) {
+    for (const Pass& x : passes) separate_recompute |= x.kind == PassKind::recompute;
+  }
   Program program(world);
+  program.set_overlapping_iterations(schedule.overlapping_iterations);
 
-  // Communicator groups.
+  // Communicator groups. A device's gradients are summed over its data-parallel replicas and,
+  // with Chimera, over those of the device holding the same parts in the other direction.
+  auto replica_device = [&schedule](int device) {
+    return schedule.replica_device.empty()
+               ? device
+               : schedule.replica_device[static_cast<std::size_t>(device)];
+  };
   std::vector<std::uint32_t> tp_group(static_cast<std::size_t>(world), 0);
   std::vector<std::uint32_t> dp_group(static_cast<std::size_t>(world), 0);
   std::vector<std::uint32_t> embedding_group(static_cast<std::size_t>(world), 0);
+  const int dp_group_size = dp * (schedule.replica_device.empty() ? 1 : 2);
   for (int stage = 0; stage < layout.pp; ++stage) {
     for (int d = 0; d < layout.dp && layout.tp > 1; ++d) {
       std::vector<std::int32_t> ranks;
@@ -286,18 +371,29 @@ Program assemble_pipeline(const PipelineSpec& spec) {
       auto id = program.add_group(ranks, "tp s" + std::to_string(stage) + " d" + std::to_string(d));
       for (int r : ranks) tp_group[static_cast<std::size_t>(r)] = id;
     }
-    for (int t = 0; t < layout.tp && layout.dp > 1; ++t) {
+    const int partner = replica_device(stage);
+    if (partner < stage) continue;  // its group exists already
+    for (int t = 0; t < layout.tp && dp_group_size > 1; ++t) {
       std::vector<std::int32_t> ranks;
       for (int d = 0; d < layout.dp; ++d) ranks.push_back(layout.rank(t, d, stage));
-      auto id = program.add_group(ranks, "dp s" + std::to_string(stage) + " t" + std::to_string(t));
+      if (partner != stage) {
+        for (int d = 0; d < layout.dp; ++d) ranks.push_back(layout.rank(t, d, partner));
+      }
+      const std::string name = "dp s" + std::to_string(stage) +
+                               (partner != stage ? "+s" + std::to_string(partner) : "") + " t" +
+                               std::to_string(t);
+      auto id = program.add_group(ranks, name);
       for (int r : ranks) dp_group[static_cast<std::size_t>(r)] = id;
     }
   }
-  const bool shared_embedding = spec.shared_embedding;
+  const int first_device = schedule.device_of_chunk.front();
+  const int last_device = schedule.device_of_chunk.back();
+  const bool shared_embedding = spec.shared_embedding && first_device != last_device;
   if (shared_embedding) {
     for (int d = 0; d < layout.dp; ++d) {
       for (int t = 0; t < layout.tp; ++t) {
-        std::vector<std::int32_t> ranks = {layout.rank(t, d, 0), layout.rank(t, d, layout.pp - 1)};
+        std::vector<std::int32_t> ranks = {layout.rank(t, d, first_device),
+                                           layout.rank(t, d, last_device)};
         auto id =
             program.add_group(ranks, "embedding d" + std::to_string(d) + " t" + std::to_string(t));
         for (int r : ranks) embedding_group[static_cast<std::size_t>(r)] = id;
@@ -305,16 +401,24 @@ Program assemble_pipeline(const PipelineSpec& spec) {
     }
   }
 
-  // One template per stage: kernel lists and labels registered once.
+  // One template per model part (and slice): kernel lists and labels registered once.
   auto copy_kernels = [&](std::int64_t bytes, MemoryTier from, MemoryTier to, std::string name) {
     return program.add_kernels({Kernel{Copy{Bytes(bytes), from, to}, std::move(name)}});
   };
-  std::vector<StageTemplate> stages(static_cast<std::size_t>(layout.pp));
-  for (int s = 0; s < layout.pp; ++s) {
-    auto& st = stages[static_cast<std::size_t>(s)];
-    st.plan = spec.stages[static_cast<std::size_t>(s)];
+  std::vector<StageTemplate> stages(template_count);
+  for (std::size_t s = 0; s < template_count; ++s) {
+    auto& st = stages[s];
+    st.plan = schedule.split_backward ? split_backward(spec.stages[s]) : spec.stages[s];
     st.forward = register_steps(program, st.plan.forward);
     st.backward = register_steps(program, st.plan.backward);
+    st.weight = register_steps(program, st.plan.weight);
+    while (st.recompute_prefix < st.plan.backward.size() &&
+           st.plan.backward[st.recompute_prefix].recompute) {
+      ++st.recompute_prefix;
+    }
+    st.b_begin = separate_recompute ? st.recompute_prefix : 0;
+    st.grad_kind = st.plan.weight.empty() ? PassKind::backward : PassKind::weight;
+    for (const Segment& f : st.plan.forward) st.stash += f.activation_delta + f.checkpoint_delta;
     st.recv_activation = program.intern_label("recv activation");
     st.send_activation = program.intern_label("send activation");
     st.recv_gradient = program.intern_label("recv gradient");
@@ -325,8 +429,13 @@ Program assemble_pipeline(const PipelineSpec& spec) {
         {Kernel{OptimizerStep{st.shard, OptimizerKind::adam, dtype, offload_optimizer},
                 offload_optimizer ? "cpu adam" : "adam"}});
     if (zero.stage == 3) {
+      const auto b = st.plan.backward.begin();
       st.forward_uses = parameter_uses(st.plan.forward, units, true);
-      st.backward_uses = parameter_uses(st.plan.backward, units, false);
+      st.recompute_uses = parameter_uses(
+          std::vector<Segment>(b, b + static_cast<std::ptrdiff_t>(st.b_begin)), units, true);
+      st.backward_uses = parameter_uses(
+          std::vector<Segment>(b + static_cast<std::ptrdiff_t>(st.b_begin), st.plan.backward.end()),
+          units, false);
       for (const auto& unit : units) {
         st.gather_label.push_back(program.intern_label("param all-gather " + unit.name));
         st.fetch_label.push_back(program.intern_label("param fetch " + unit.name));
@@ -404,60 +513,109 @@ Program assemble_pipeline(const PipelineSpec& spec) {
       }
     }
   }
-  const auto schedule = pipeline_schedule(spec.schedule, layout.pp, m);
   const bool offload_activations = spec.zero.offload_activations;
   const std::uint32_t checkpoint_out_label = program.intern_label("checkpoint to host");
   const std::uint32_t checkpoint_in_label = program.intern_label("checkpoint from host");
+  const std::uint32_t recv_input_label = program.intern_label("wait for input");
+  const std::uint32_t no_kernels = program.add_kernels({});
+  const std::vector<Use> no_uses;
+  auto template_of = [&](const Pass& x) -> const StageTemplate& {
+    const int part = schedule.part_of_chunk[static_cast<std::size_t>(x.chunk)];
+    return stages[static_cast<std::size_t>(part * slices + x.microbatch % slices)];
+  };
+  // The segments a pass runs: [begin, end) of its template's forward, backward or weight list.
+  struct Range {
+    const std::vector<StageTemplate::Step>* steps;
+    std::size_t begin, end;
+    const std::vector<Use>* uses;
+  };
+  auto range_of = [&](const Pass& x) -> Range {
+    const StageTemplate& st = template_of(x);
+    switch (x.kind) {
+      case PassKind::forward:
+        return {&st.forward, 0, st.forward.size(), fetching ? &st.forward_uses : &no_uses};
+      case PassKind::recompute:
+        return {&st.backward, 0, st.b_begin, fetching ? &st.recompute_uses : &no_uses};
+      case PassKind::backward:
+        return {&st.backward, st.b_begin, st.backward.size(),
+                fetching ? &st.backward_uses : &no_uses};
+      case PassKind::weight:
+        break;
+    }
+    return {&st.weight, 0, st.weight.size(), &no_uses};
+  };
   {
     // Room for every op up front: programs reach tens of millions of ops.
     std::size_t ops = 0, effects = 0;
     const std::size_t fetch_ops = (zero.offload_params ? 1 : 0) + (dp > 1 ? 1 : 0);
-    for (const auto& st : stages) {
-      const std::size_t uses = st.forward_uses.size() + st.backward_uses.size();
-      std::size_t per_microbatch_ops =
-          st.forward.size() + st.backward.size() + 4 + uses * (fetching ? fetch_ops : 0);
-      std::size_t with_effects = fetching ? 3 * uses : 0;
-      for (const auto* steps : {&st.forward, &st.backward}) {
-        for (const auto& step : *steps) with_effects += step.activation_delta.count() != 0 ? 1 : 0;
+    for (int device = 0; device < layout.pp; ++device) {
+      std::size_t device_ops = 0, device_effects = 0;
+      for (const Pass& x : schedule.passes[static_cast<std::size_t>(device)]) {
+        const Range r = range_of(x);
+        const StageTemplate& st = template_of(x);
+        device_ops += (r.end - r.begin) + 3 + r.uses->size() * fetch_ops;
+        device_effects += (r.end - r.begin) + 3 * r.uses->size();
+        if (per_microbatch) {
+          device_ops += 2 * st.buckets.size();
+          device_effects += 2 * st.buckets.size();
+        }
       }
-      if (per_microbatch) {
-        per_microbatch_ops += 2 * st.buckets.size();
-        with_effects += 2 * st.buckets.size();
+      for (int c : schedule.chunks_of(device)) {
+        const StageTemplate& st = stages[static_cast<std::size_t>(
+            schedule.part_of_chunk[static_cast<std::size_t>(c)] * slices)];
+        device_ops +=
+            st.plan.grad_units.size() + 2 * st.buckets.size() + 2 * st.gather_buckets.size() + 8;
       }
       const auto replicas = static_cast<std::size_t>(layout.tp) *
                             static_cast<std::size_t>(spec.mirror_data_parallel ? 1 : layout.dp);
-      ops +=
-          replicas * (static_cast<std::size_t>(m) * per_microbatch_ops + st.plan.grad_units.size() +
-                      2 * st.buckets.size() + 2 * st.gather_buckets.size() + 8);
-      effects += replicas * static_cast<std::size_t>(m) * with_effects;
+      ops += replicas * device_ops;
+      effects += replicas * device_effects;
     }
     program.reserve(ops, 2 * ops, effects);
   }
   const std::uint32_t optimizer_label = program.intern_label("optimizer step");
   const std::uint32_t host_optimizer_label = program.intern_label("optimizer step (host)");
   const std::uint32_t embedding_sync_label = program.intern_label("embedding grad all-reduce");
-  const std::vector<Use> no_uses;
   constexpr OpId kNoOp = 0xFFFFFFFFu;
+  // PipeDream-2BW: unit `unit`'s backward on `device` belongs to the previous iteration.
+  auto carried = [&schedule, m](int device, int unit) {
+    return unit >= m - schedule.carried_backwards[static_cast<std::size_t>(device)];
+  };
+  const auto chunks = static_cast<std::uint64_t>(schedule.chunks);
+  auto pass_key = [chunks](PassKind kind, int unit, int chunk) {
+    return (static_cast<std::uint64_t>(unit) * chunks + static_cast<std::uint64_t>(chunk)) * 4 +
+           static_cast<std::uint64_t>(kind);
+  };
 
-  std::vector<OpId> unit_done;  // per gradient unit: the op of the last backward completing it
-  std::vector<OpId> deps, fetch_deps;
+  std::vector<OpId> deps, fetch_deps, input;
   std::vector<MemoryEffect> effects;
   std::vector<std::uint8_t> bucket_allocated, bucket_emitted;
   std::vector<std::size_t> pass_offset;  // ZeRO-3: first use of each pass in the rank's sequence
   std::vector<OpId> fetched, released;   // per use: the op its first step waits for; its last
+  std::vector<std::optional<OpId>> chain_last;
+  std::unordered_map<std::uint64_t, OpId> pass_end;  // last op of each pass of the rank
   for (int r = 0; r < world; ++r) {
     program.begin_rank(r);
-    const int stage = layout.stage(r);
-    const StageTemplate& st = stages[static_cast<std::size_t>(stage)];
+    const int device = layout.stage(r);
     const int t = layout.tp_index(r), d = layout.dp_index(r);
     const auto ru = static_cast<std::size_t>(r);
     if (spec.mirror_data_parallel && d > 0) {  // replica d runs what replica 0 runs
-      program.set_replica(r, layout.rank(t, 0, stage));
+      program.set_replica(r, layout.rank(t, 0, device));
       continue;
     }
+    const auto& passes = schedule.passes[static_cast<std::size_t>(device)];
+    const std::vector<int> held = schedule.chunks_of(device);
+    auto slot_of = [&held](int chunk) {
+      return static_cast<std::size_t>(std::find(held.begin(), held.end(), chunk) - held.begin());
+    };
+    auto chunk_template = [&](int chunk) -> const StageTemplate& {
+      return stages[static_cast<std::size_t>(
+          schedule.part_of_chunk[static_cast<std::size_t>(chunk)] * slices)];
+    };
 
-    // Model states.
-    {
+    // Model states of every chunk the device holds.
+    for (int chunk : held) {
+      const StageTemplate& st = chunk_template(chunk);
       const std::int64_t shard = st.shard;
       const bool params_off = zero.stage == 3 && zero.offload_params;
       const std::int64_t params = zero.stage == 3 ? shard : st.plan.parameters;
@@ -469,6 +627,16 @@ Program assemble_pipeline(const PipelineSpec& spec) {
           r, {MemoryCategory::gradients, MemoryTier::device, on_device.gradients});
       program.add_initial_memory(
           r, {MemoryCategory::optimizer_states, MemoryTier::device, on_device.optimizer});
+      if (schedule.weight_versions > 1) {  // PipeDream-2BW's stashed weight version
+        program.add_initial_memory(
+            r, {MemoryCategory::parameters, MemoryTier::device,
+                on_device.parameters * static_cast<std::int64_t>(schedule.weight_versions - 1)});
+      }
+      const int carried_units = schedule.carried_backwards[static_cast<std::size_t>(device)];
+      if (carried_units > 0) {  // activations of the backwards carried from the last iteration
+        program.add_initial_memory(r, {MemoryCategory::activations, MemoryTier::device,
+                                       st.stash * static_cast<std::int64_t>(carried_units)});
+      }
       if (params_off) {
         program.add_initial_memory(
             r, {MemoryCategory::parameters, offload_tier, Bytes(params * state.parameters)});
@@ -482,17 +650,27 @@ Program assemble_pipeline(const PipelineSpec& spec) {
       }
     }
 
-    const auto& passes = schedule[static_cast<std::size_t>(stage)];
-    unit_done.assign(st.plan.grad_units.size(), 0);
-    OpId last_backward = 0;
+    // Per chunk held: the last pass completing its gradients, the op of that pass completing
+    // each gradient unit, and the pass's last op.
+    std::vector<std::size_t> last_grad_pass(held.size(), 0);
+    for (std::size_t p = 0; p < passes.size(); ++p) {
+      if (passes[p].kind == template_of(passes[p]).grad_kind) {
+        last_grad_pass[slot_of(passes[p].chunk)] = p;
+      }
+    }
+    std::vector<std::vector<OpId>> unit_done(held.size());
+    for (std::size_t k = 0; k < held.size(); ++k) {
+      unit_done[k].assign(chunk_template(held[k]).plan.grad_units.size(), 0);
+    }
+    std::vector<OpId> last_backward(held.size(), 0);
     std::optional<OpId> last_dp_comm, last_copy;
+    pass_end.clear();
 
     // ZeRO-3: the rank's uses of parameters, pass after pass, each fetched in order `ahead`
     // uses early: the fetch of use j waits for the release of use j - ahead - 1.
     pass_offset.assign(passes.size() + 1, 0);
-    for (std::size_t p = 0; p < passes.size() && fetching; ++p) {
-      const bool forward = passes[p].kind == PassKind::forward;
-      pass_offset[p + 1] = pass_offset[p] + (forward ? st.forward_uses : st.backward_uses).size();
+    for (std::size_t p = 0; p < passes.size(); ++p) {
+      pass_offset[p + 1] = pass_offset[p] + range_of(passes[p]).uses->size();
     }
     const std::size_t total_uses = pass_offset.back();
     fetched.assign(total_uses, kNoOp);
@@ -503,15 +681,16 @@ Program assemble_pipeline(const PipelineSpec& spec) {
       const auto p = static_cast<std::size_t>(
           std::upper_bound(pass_offset.begin(), pass_offset.end(), j) - pass_offset.begin() - 1);
       const Pass pass = passes[p];
-      const bool forward = pass.kind == PassKind::forward;
-      const Use& use = (forward ? st.forward_uses : st.backward_uses)[j - pass_offset[p]];
+      const StageTemplate& st = template_of(pass);
+      const bool forward = pass.kind == PassKind::forward || pass.kind == PassKind::recompute;
+      const Use& use = (*range_of(pass).uses)[j - pass_offset[p]];
       const auto u = static_cast<std::size_t>(use.unit);
       const std::int64_t params = st.plan.grad_units[u].parameters;
       const Bytes full(params * e), shard(shard_of(params) * e);
       const std::int16_t layer = st.unit_layer[u];
       OpInfo info{Stream::copy,
                   forward ? Phase::forward : Phase::backward,
-                  pass.microbatch,
+                  pass.microbatch / slices,
                   layer,
                   static_cast<std::int16_t>(layer < 0 ? -1 : layer + 1),
                   {}};
@@ -577,35 +756,83 @@ Program assemble_pipeline(const PipelineSpec& spec) {
 
     for (std::size_t p = 0; p < passes.size(); ++p) {
       const Pass pass = passes[p];
+      const StageTemplate& st = template_of(pass);
+      const std::size_t slot = slot_of(pass.chunk);
+      const int unit = pass.microbatch;
+      const int microbatch = unit / slices;
       const bool forward = pass.kind == PassKind::forward;
-      const bool final_backward = p + 1 == passes.size();
-      const Phase phase = forward ? Phase::forward : Phase::backward;
-      const int peer_stage = forward ? stage - 1 : stage + 1;  // where the input comes from
-      const int next_stage = forward ? stage + 1 : stage - 1;  // where the output goes
-      const auto& uses = !fetching ? no_uses : forward ? st.forward_uses : st.backward_uses;
+      const bool grad_pass = pass.kind == st.grad_kind;
+      const bool final_grad_pass = grad_pass && p == last_grad_pass[slot];
+      const Phase phase = forward                            ? Phase::forward
+                          : pass.kind == PassKind::recompute ? Phase::recompute
+                                                             : Phase::backward;
+      const Range range = range_of(pass);
+      if (pass.kind == PassKind::weight && range.begin == range.end) continue;
+      if (pass.kind == PassKind::recompute && range.begin == range.end) continue;
+      const auto& uses = *range.uses;
       const std::size_t offset = pass_offset[p];
-      // Stages 2 and 3: this backward pass's buckets, allocated and reduced so far.
-      bucket_allocated.assign(per_microbatch && !forward ? st.buckets.size() : 0, 0);
+      // Where the input comes from and where the output goes: the neighbouring chunks of the
+      // chain (forward: previous, backward: next), on another device or on this one.
+      const int from_chunk = forward ? schedule.prev_chunk[static_cast<std::size_t>(pass.chunk)]
+                             : pass.kind == PassKind::backward
+                                 ? schedule.next_chunk[static_cast<std::size_t>(pass.chunk)]
+                                 : -1;
+      const int to_chunk = forward ? schedule.next_chunk[static_cast<std::size_t>(pass.chunk)]
+                           : pass.kind == PassKind::backward
+                               ? schedule.prev_chunk[static_cast<std::size_t>(pass.chunk)]
+                               : -1;
+      const int from_device =
+          from_chunk < 0 ? -1 : schedule.device_of_chunk[static_cast<std::size_t>(from_chunk)];
+      const int to_device =
+          to_chunk < 0 ? -1 : schedule.device_of_chunk[static_cast<std::size_t>(to_chunk)];
+      // Stages 2 and 3: this gradient pass's buckets, allocated and reduced so far.
+      bucket_allocated.assign(per_microbatch && grad_pass ? st.buckets.size() : 0, 0);
       bucket_emitted.assign(bucket_allocated.size(), 0);
-      std::optional<OpId> previous, earlier;  // the last two ops of this pass's chain
-      if (peer_stage >= 0 && peer_stage < layout.pp) {
-        OpInfo info{Stream::pp_recv, phase, pass.microbatch, -1, -1, {}};
-        info.label_id = forward ? st.recv_activation : st.recv_gradient;
-        previous = program.add(Recv{layout.rank(t, d, peer_stage), st.plan.boundary_bytes}, info);
+      std::optional<OpId> previous, earlier;  // the last two ops of this pass
+      input.clear();
+      if (from_device >= 0 && from_device != device) {
+        // PipeDream-2BW: a carried backward's gradient came in the previous iteration unless the
+        // sender's backward is carried too.
+        const bool received_before =
+            pass.kind == PassKind::backward && carried(device, unit) && !carried(from_device, unit);
+        if (!received_before) {
+          OpInfo info{Stream::pp_recv, phase, microbatch, -1, -1, {}};
+          info.label_id = forward ? st.recv_activation : st.recv_gradient;
+          input.push_back(program.add(
+              Recv{layout.rank(t, d, from_device), template_of(pass).plan.boundary_bytes}, info));
+        }
+      } else if (from_device == device) {  // the neighbouring chunk on this device
+        const auto it = pass_end.find(pass_key(pass.kind, unit, from_chunk));
+        if (it != pass_end.end()) input.push_back(it->second);
       }
-      const auto& steps = forward ? st.forward : st.backward;
-      for (std::size_t i = 0; i < steps.size(); ++i) {
+      if (pass.kind == PassKind::backward && separate_recompute) {
+        const auto it = pass_end.find(pass_key(PassKind::recompute, unit, pass.chunk));
+        if (it != pass_end.end()) input.push_back(it->second);
+      }
+      if (pass.kind == PassKind::weight) {
+        const auto it = pass_end.find(pass_key(PassKind::backward, unit, pass.chunk));
+        if (it != pass_end.end()) input.push_back(it->second);
+      }
+      chain_last.clear();
+      const auto& steps = *range.steps;
+      for (std::size_t i = range.begin; i < range.end; ++i) {
         const auto& step = steps[i];
-        const int index = static_cast<int>(i);
+        const int index = static_cast<int>(i - range.begin);
+        const auto chain = static_cast<std::size_t>(step.chain);
+        if (chain_last.size() <= chain) chain_last.resize(chain + 1);
         OpInfo info{step.compute ? Stream::compute : Stream::tp_comm,
                     step.recompute ? Phase::recompute : phase,
-                    pass.microbatch,
+                    microbatch,
                     step.layer_begin,
                     step.layer_end,
                     {}};
         info.label_id = step.label;
         deps.clear();
-        if (previous) deps.push_back(*previous);
+        if (chain_last[chain]) {
+          deps.push_back(*chain_last[chain]);
+        } else {
+          deps.insert(deps.end(), input.begin(), input.end());
+        }
         effects.clear();
         const Bytes device_activations = step.activation_delta + step.checkpoint_delta;
         if (device_activations.count() != 0) {
@@ -619,7 +846,7 @@ Program assemble_pipeline(const PipelineSpec& spec) {
                            false},
               MemoryEffect{-step.checkpoint_fetch, MemoryCategory::activations, MemoryTier::host,
                            true}};
-          OpInfo copy{Stream::copy,     Phase::recompute, pass.microbatch,
+          OpInfo copy{Stream::copy,     Phase::recompute, microbatch,
                       step.layer_begin, step.layer_end,   {}};
           copy.label_id = checkpoint_in_label;
           // Just in time: the copy may start once the op before the previous one has ended,
@@ -641,12 +868,12 @@ Program assemble_pipeline(const PipelineSpec& spec) {
                                MemoryCategory::parameters, MemoryTier::device, true});
           }
         }
-        const bool reduces = per_microbatch && !forward && step.compute;
+        const bool reduces = per_microbatch && grad_pass && step.compute;
         if (reduces) {  // a bucket's gradients start to exist with its first unit's
-          for (int unit : *step.grads_done) {
+          for (int u : *step.grads_done) {
             const Bucket& b = st.buckets[static_cast<std::size_t>(
-                st.bucket_of_unit[static_cast<std::size_t>(unit)])];
-            if (b.first_unit == unit) {
+                st.bucket_of_unit[static_cast<std::size_t>(u)])];
+            if (b.first_unit == u) {
               effects.push_back({Bytes(b.parameters * e), MemoryCategory::comm_buffers,
                                  MemoryTier::device, true});
               bucket_allocated[static_cast<std::size_t>(&b - st.buckets.data())] = 1;
@@ -658,6 +885,7 @@ Program assemble_pipeline(const PipelineSpec& spec) {
         const OpId op = program.add(work, info, deps, effects);
         earlier = previous;
         previous = op;
+        chain_last[chain] = op;
         if (offload_activations && step.checkpoint_delta.count() > 0) {
           // The checkpoint leaves for the host once stored; the device frees it after the copy.
           const std::array<MemoryEffect, 2> out = {
@@ -665,7 +893,7 @@ Program assemble_pipeline(const PipelineSpec& spec) {
                            false},
               MemoryEffect{-step.checkpoint_delta, MemoryCategory::activations, MemoryTier::device,
                            true}};
-          OpInfo copy{Stream::copy, phase, pass.microbatch, step.layer_begin, step.layer_end, {}};
+          OpInfo copy{Stream::copy, phase, microbatch, step.layer_begin, step.layer_end, {}};
           copy.label_id = checkpoint_out_label;
           const std::array<OpId, 1> after = {op};
           program.add(Compute{step.checkpoint_out}, copy, after, out);
@@ -676,117 +904,148 @@ Program assemble_pipeline(const PipelineSpec& spec) {
           }
           try_prefetch();
         }
-        if (final_backward && step.compute) {
-          for (int unit : *step.grads_done) unit_done[static_cast<std::size_t>(unit)] = op;
+        if (final_grad_pass && step.compute) {
+          for (int u : *step.grads_done) unit_done[slot][static_cast<std::size_t>(u)] = op;
         }
         if (reduces && spec.dp_overlap) {
-          for (int unit : *step.grads_done) {
+          for (int u : *step.grads_done) {
             const Bucket& b = st.buckets[static_cast<std::size_t>(
-                st.bucket_of_unit[static_cast<std::size_t>(unit)])];
+                st.bucket_of_unit[static_cast<std::size_t>(u)])];
             const auto index_b = static_cast<std::size_t>(&b - st.buckets.data());
-            if (b.last_unit == unit && bucket_allocated[index_b]) {
-              emit_bucket(b, op, pass.microbatch, true);
+            if (b.last_unit == u && bucket_allocated[index_b]) {
+              emit_bucket(b, op, microbatch, true);
               bucket_emitted[index_b] = 1;
             }
           }
         }
       }
-      if (!forward) {
-        last_backward = *previous;
+      if (!previous) {  // a pass without segments passes its input on
+        if (input.empty()) continue;
+        OpInfo info{Stream::compute, phase, microbatch, -1, -1, {}};
+        info.label_id = recv_input_label;
+        previous = program.add(Compute{no_kernels}, info, input);
+        chain_last.assign(1, previous);
+      }
+      pass_end[pass_key(pass.kind, unit, pass.chunk)] = *previous;
+      if (grad_pass) {
+        last_backward[slot] = *previous;
         // Buckets not reduced yet (no overlap, or units no step completes) go after the pass.
         for (std::size_t b = 0; b < bucket_emitted.size(); ++b) {
           if (!bucket_emitted[b]) {
-            emit_bucket(st.buckets[b], last_backward, pass.microbatch, bucket_allocated[b] != 0);
+            emit_bucket(st.buckets[b], *previous, microbatch, bucket_allocated[b] != 0);
           }
         }
       }
-      if (next_stage >= 0 && next_stage < layout.pp) {
-        OpInfo info{Stream::pp_send, phase, pass.microbatch, -1, -1, {}};
-        info.label_id = forward ? st.send_activation : st.send_gradient;
-        std::array<OpId, 1> dep = {*previous};
-        program.add(Send{layout.rank(t, d, next_stage), st.plan.boundary_bytes}, info, dep);
+      if (to_device >= 0 && to_device != device) {
+        const bool received_later =
+            pass.kind == PassKind::backward && carried(to_device, unit) && !carried(device, unit);
+        if (!received_later) {
+          OpInfo info{Stream::pp_send, phase, microbatch, -1, -1, {}};
+          info.label_id = forward ? st.send_activation : st.send_gradient;
+          deps.clear();
+          for (const auto& last : chain_last) {
+            if (last) deps.push_back(*last);
+          }
+          program.add(Send{layout.rank(t, d, to_device), st.plan.boundary_bytes}, info, deps);
+        }
       }
     }
 
-    if (zero.stage == 0 && layout.dp > 1) {
-      // Data-parallel gradient all-reduce in buckets, each launched once the last microbatch's
-      // backward has produced all of its gradients (DDP / Megatron overlap_grad_reduce).
-      const std::int64_t bucket_target = spec.dp_bucket_size.count();
-      std::int64_t bucket_params = 0;
-      int bucket_index = 0;
-      for (std::size_t u = 0; u < st.plan.grad_units.size(); ++u) {
-        bucket_params += st.plan.grad_units[u].parameters;
-        const bool last_unit = u + 1 == st.plan.grad_units.size();
-        if (bucket_params * size_of(dtype) < bucket_target && !last_unit) continue;
-        const std::string label = "dp grad all-reduce bucket " + std::to_string(bucket_index++);
-        OpInfo info{Stream::dp_comm, Phase::other, -1, -1, -1, label};
-        std::array<OpId, 1> dep = {spec.dp_overlap ? unit_done[u] : last_backward};
-        last_dp_comm = program.add(Collective{CollectiveKind::all_reduce, dtype, dp_group[ru],
-                                              Bytes(bucket_params * size_of(dtype))},
+    // Gradient synchronisation of each chunk held, in the order their gradients complete.
+    std::vector<std::size_t> order(held.size());
+    for (std::size_t k = 0; k < held.size(); ++k) order[k] = k;
+    std::sort(order.begin(), order.end(),
+              [&](std::size_t a, std::size_t b) { return last_grad_pass[a] < last_grad_pass[b]; });
+    for (std::size_t slot : order) {
+      const int chunk = held[slot];
+      const StageTemplate& st = chunk_template(chunk);
+      if (zero.stage == 0 && dp_group_size > 1) {
+        // Data-parallel gradient all-reduce in buckets, each launched once the last
+        // microbatch's backward has produced all of its gradients (DDP / Megatron
+        // overlap_grad_reduce).
+        const std::int64_t bucket_target = spec.dp_bucket_size.count();
+        std::int64_t bucket_params = 0;
+        int bucket_index = 0;
+        for (std::size_t u = 0; u < st.plan.grad_units.size(); ++u) {
+          bucket_params += st.plan.grad_units[u].parameters;
+          const bool last_unit = u + 1 == st.plan.grad_units.size();
+          if (bucket_params * size_of(dtype) < bucket_target && !last_unit) continue;
+          const std::string label = "dp grad all-reduce bucket " + std::to_string(bucket_index++) +
+                                    (held.size() > 1 ? " chunk " + std::to_string(chunk) : "");
+          OpInfo info{Stream::dp_comm, Phase::other, -1, -1, -1, label};
+          std::array<OpId, 1> dep = {spec.dp_overlap ? unit_done[slot][u] : last_backward[slot]};
+          last_dp_comm = program.add(Collective{CollectiveKind::all_reduce, dtype, dp_group[ru],
+                                                Bytes(bucket_params * size_of(dtype))},
+                                     info, dep);
+          bucket_params = 0;
+        }
+      }
+      if (zero.stage == 1 && (dp > 1 || offload_optimizer)) {
+        // Reduce-scatter (and offload) buckets once the last microbatch has produced them.
+        for (const Bucket& b : st.buckets) {
+          const OpId dep = spec.dp_overlap ? unit_done[slot][static_cast<std::size_t>(b.last_unit)]
+                                           : last_backward[slot];
+          emit_bucket(b, dep, -1, false);
+        }
+      }
+      const int part = schedule.part_of_chunk[static_cast<std::size_t>(chunk)];
+      if (shared_embedding && (part == 0 || part == schedule.parts - 1)) {
+        OpInfo info{Stream::dp_comm, Phase::other, -1, -1, -1, {}};
+        info.label_id = embedding_sync_label;
+        std::array<OpId, 1> dep = {last_backward[slot]};
+        last_dp_comm = program.add(Collective{CollectiveKind::all_reduce, dtype,
+                                              embedding_group[ru], spec.embedding_sync_bytes},
                                    info, dep);
-        bucket_params = 0;
       }
-    }
-    if (zero.stage == 1 && (dp > 1 || offload_optimizer)) {
-      // Reduce-scatter (and offload) buckets once the last microbatch has produced them.
-      for (const Bucket& b : st.buckets) {
-        const OpId dep =
-            spec.dp_overlap ? unit_done[static_cast<std::size_t>(b.last_unit)] : last_backward;
-        emit_bucket(b, dep, -1, false);
-      }
-    }
-    if (shared_embedding && (stage == 0 || stage == layout.pp - 1)) {
-      OpInfo info{Stream::dp_comm, Phase::other, -1, -1, -1, {}};
-      info.label_id = embedding_sync_label;
-      std::array<OpId, 1> dep = {last_backward};
-      last_dp_comm = program.add(Collective{CollectiveKind::all_reduce, dtype, embedding_group[ru],
-                                            spec.embedding_sync_bytes},
-                                 info, dep);
     }
 
-    // The optimizer step waits for the last gradient synchronisation (the dp-comm and copy
-    // streams run in order), on the device or, offloaded, on the host.
-    deps.clear();
-    if (last_dp_comm) deps.push_back(*last_dp_comm);
-    if (offload_optimizer && last_copy) deps.push_back(*last_copy);
-    OpInfo info{
-        offload_optimizer ? Stream::host : Stream::compute, Phase::optimizer, -1, -1, -1, {}};
-    info.label_id = offload_optimizer ? host_optimizer_label : optimizer_label;
-    if (offload_optimizer && zero.nvme) {
-      OpInfo read = info;
-      read.label_id = st.states_in_label;
-      program.add(Compute{st.states_in}, read, deps);
-      deps.clear();  // the host stream runs in order
-    }
-    const OpId step = program.add(Compute{st.optimizer_kernels}, info, deps);
-    if (offload_optimizer && zero.nvme) {
-      OpInfo write = info;
-      write.label_id = st.states_out_label;
-      program.add(Compute{st.states_out}, write);
-    }
-    const std::array<OpId, 1> after_step = {step};
-    for (std::size_t k = 0; k < st.gather_buckets.size(); ++k) {
-      // Stages 1 and 2: the updated parameters (copied back from the host) all-gathered.
-      std::array<OpId, 1> dep = after_step;
-      if (offload_optimizer) {
+    // The optimizer step of each chunk waits for the last gradient synchronisation (the
+    // dp-comm and copy streams run in order), on the device or, offloaded, on the host.
+    for (std::size_t slot : order) {
+      const StageTemplate& st = chunk_template(held[slot]);
+      deps.clear();
+      if (last_dp_comm) deps.push_back(*last_dp_comm);
+      if (offload_optimizer && last_copy) deps.push_back(*last_copy);
+      if (deps.empty() && last_backward[slot] != 0) deps.push_back(last_backward[slot]);
+      OpInfo info{
+          offload_optimizer ? Stream::host : Stream::compute, Phase::optimizer, -1, -1, -1, {}};
+      info.label_id = offload_optimizer ? host_optimizer_label : optimizer_label;
+      if (offload_optimizer && zero.nvme) {
+        OpInfo read = info;
+        read.label_id = st.states_in_label;
+        program.add(Compute{st.states_in}, read, deps);
+        deps.clear();  // the host stream runs in order
+      }
+      const OpId step = program.add(Compute{st.optimizer_kernels}, info, deps);
+      if (offload_optimizer && zero.nvme) {
+        OpInfo write = info;
+        write.label_id = st.states_out_label;
+        program.add(Compute{st.states_out}, write);
+      }
+      const std::array<OpId, 1> after_step = {step};
+      for (std::size_t k = 0; k < st.gather_buckets.size(); ++k) {
+        // Stages 1 and 2: the updated parameters (copied back from the host) all-gathered.
+        std::array<OpId, 1> dep = after_step;
+        if (offload_optimizer) {
+          OpInfo copy{Stream::copy, Phase::optimizer, -1, -1, -1, {}};
+          copy.label_id = st.gather_bucket_copy_label[k];
+          dep[0] = program.add(Compute{st.gather_bucket_copy[k]}, copy, after_step);
+        }
+        if (dp > 1) {
+          OpInfo gather{Stream::dp_comm, Phase::other, -1, -1, -1, {}};
+          gather.label_id = st.gather_bucket_label[k];
+          program.add(Collective{CollectiveKind::all_gather, dtype, dp_group[ru],
+                                 Bytes(st.gather_buckets[k] * e)},
+                      gather, dep);
+        }
+      }
+      if (st.params_back_needed) {
+        // Stage 3: the updated shard to where the parameters live (the host writes in place).
         OpInfo copy{Stream::copy, Phase::optimizer, -1, -1, -1, {}};
-        copy.label_id = st.gather_bucket_copy_label[k];
-        dep[0] = program.add(Compute{st.gather_bucket_copy[k]}, copy, after_step);
+        if (offload_optimizer && zero.offload_params) copy.stream = Stream::host;
+        copy.label_id = st.params_back_label;
+        program.add(Compute{st.params_back}, copy, after_step);
       }
-      if (dp > 1) {
-        OpInfo gather{Stream::dp_comm, Phase::other, -1, -1, -1, {}};
-        gather.label_id = st.gather_bucket_label[k];
-        program.add(Collective{CollectiveKind::all_gather, dtype, dp_group[ru],
-                               Bytes(st.gather_buckets[k] * e)},
-                    gather, dep);
-      }
-    }
-    if (st.params_back_needed) {
-      // Stage 3: the updated shard to where the parameters live (the host writes in place).
-      OpInfo copy{Stream::copy, Phase::optimizer, -1, -1, -1, {}};
-      if (offload_optimizer && zero.offload_params) copy.stream = Stream::host;
-      copy.label_id = st.params_back_label;
-      program.add(Compute{st.params_back}, copy, after_step);
     }
   }
   program.finish();

@@ -8,6 +8,7 @@
 
 #include "strategies/experiment.hpp"
 #include "strategies/program.hpp"
+#include "strategies/schedule.hpp"
 #include "strategies/transformer.hpp"
 
 namespace stratasim::strategies {
@@ -99,9 +100,13 @@ DeviceModelStates device_model_states(const ZeroSettings& zero, DType dtype,
 struct PipelineSpec {
   RankLayout layout;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  ScheduleOptions schedule_options;
   int microbatches = 1;
   DType dtype = DType::bf16;
-  std::vector<StagePlan> stages;  // one per pipeline stage
+  /// One plan per model part (schedule_parts(): the pipeline stages, or more with interleaved and
+  /// zb-v chunks); with TeraPipe one per part and slice, at part * slices + slice. Schedules
+  /// with split backward split the plans themselves (split_backward()).
+  std::vector<StagePlan> stages;
   Bytes dp_bucket_size = Bytes(25 * 1024 * 1024);
   bool dp_overlap = true;
   /// Tied embeddings split over the first and last stage: their gradients are all-reduced
@@ -115,17 +120,34 @@ struct PipelineSpec {
   ZeroSettings zero;
 };
 
-/// Stamps out every rank's ops: for each pass of the schedule, a receive of the input from the
-/// previous stage (pp-recv stream), the stage plan's segments (compute stream and tp-comm
-/// stream, each waiting for the one before; recomputed segments get Phase::recompute), a send
-/// of the output (pp-send stream); then the data-parallel gradient synchronisation (dp-comm
-/// stream) and the optimizer step, with ZeRO's gathers and reduce-scatters and the offload
-/// copies (copy stream) and host steps (host stream) as `spec.zero` says.
+/// Stamps out every rank's ops following make_schedule(spec.schedule, ...): for each pass, a
+/// receive of its input from the device of the neighbouring chunk (pp-recv stream; a chunk on
+/// the same device is waited for instead), the pass's segments of its part's plan (forward;
+/// backward, from after its recomputation when the schedule runs recompute passes; weight), on
+/// the compute and tp-comm streams, each waiting for the segment before it in its chain
+/// (recomputed segments get Phase::recompute), and a send of the output (pp-send stream); then,
+/// per chunk held, the gradient synchronisation over the data-parallel group (dp-comm stream;
+/// with Chimera the group spans both devices holding the part) and the optimizer step, with
+/// ZeRO's gathers and reduce-scatters and the offload copies (copy stream) and host steps (host
+/// stream) as `spec.zero` says.
 Program assemble_pipeline(const PipelineSpec& spec);
 
+/// The schedule options of an experiment (virtual stages, sequence slices).
+ScheduleOptions schedule_options(const Experiment& experiment);
+
+/// The device of part `part` under `kind` with `stages` devices (interleaved: part mod p; zb-v:
+/// the V; otherwise the part itself).
+int part_device(ScheduleKind kind, int part, int stages);
+
+/// Layers per model part as the experiment's partition says: even (stage_layers) or the
+/// explicit list (which must have one entry per part). Throws std::invalid_argument otherwise.
+std::vector<int> part_layer_counts(const Experiment& experiment, int parts);
+
 /// The PipelineSpec of an experiment (transformer stage plans, with the experiment's
-/// recomputation applied to them).
+/// recomputation applied to them), its layers split by part_layer_counts.
 PipelineSpec pipeline_spec(const Experiment& experiment);
+/// ... with the layers split as `layers_per_part` says.
+PipelineSpec pipeline_spec(const Experiment& experiment, const std::vector<int>& layers_per_part);
 
 struct LowerOptions {
   /// See PipelineSpec::mirror_data_parallel.

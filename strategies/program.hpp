@@ -241,6 +241,12 @@ class Program {
     return multiplicity_[static_cast<std::size_t>(rank)];
   }
   bool mirrored() const { return mirrored_; }
+
+  /// The schedule lets the next iteration start before this one ends (PipeDream-2BW,
+  /// Zero Bubble's ZB-H2 with optimizer post-validation): reports take the steady-state period,
+  /// the longest busy window of a rank, as the iteration time.
+  bool overlapping_iterations() const { return overlapping_iterations_; }
+  void set_overlapping_iterations(bool overlap) { overlapping_iterations_ = overlap; }
   /// Makes `rank` a mirror of `representative`, a lower rank that issues its own ops.
   void set_replica(int rank, int representative);
 
@@ -283,6 +289,7 @@ class Program {
   std::vector<std::int32_t> replica_of_;    // per rank: the rank whose ops it mirrors (itself)
   std::vector<std::int32_t> multiplicity_;  // per rank: ranks it stands for
   bool mirrored_ = false;
+  bool overlapping_iterations_ = false;
 };
 
 /// Raised by validate() with a message naming the offending op(s).

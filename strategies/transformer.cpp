@@ -10,6 +10,7 @@ namespace {
 // Shapes of one layer as seen by one tensor-parallel rank.
 struct Dims {
   std::int64_t b, s, h, a, kv, d, t, ffn, up, vocab_local, e;
+  std::int64_t s_kv;       // keys each query may attend to: context + s
   std::int64_t tokens;     // b * s
   std::int64_t tokens_sp;  // tokens in sequence-parallel regions: b * s / t with SP, else b * s
   bool sp;
@@ -30,6 +31,7 @@ struct Dims {
         up(m.activation == Activation::swiglu ? 2 * std::int64_t{m.ffn_hidden} : m.ffn_hidden),
         vocab_local((std::int64_t{m.vocab} + set.tp - 1) / set.tp),
         e(size_of(set.dtype)),
+        s_kv(set.context_len + set.seq_len),
         tokens(b * s),
         tokens_sp(set.sequence_parallel && set.tp > 1 ? b * s / set.tp : b * s),
         sp(set.sequence_parallel && set.tp > 1),
@@ -105,8 +107,9 @@ Kernel dropout_residual(const Dims& d, std::string name, bool backward) {
 
 // The fused (flash) attention kernel of one tensor-parallel rank.
 Kernel fused_attention(const Dims& d, bool backward) {
-  return Kernel{Attention{d.b, d.a / d.t, d.kv / d.t, d.s, d.s, d.d, d.causal, d.dtype, backward},
-                backward ? "attention.bwd" : "attention"};
+  return Kernel{
+      Attention{d.b, d.a / d.t, d.kv / d.t, d.s, d.s_kv, d.d, d.causal, d.dtype, backward},
+      backward ? "attention.bwd" : "attention"};
 }
 
 void attention_core_forward(const Dims& d, std::vector<Kernel>& k) {
@@ -115,11 +118,11 @@ void attention_core_forward(const Dims& d, std::vector<Kernel>& k) {
     k.push_back(fused_attention(d, false));
     return;
   }
-  const std::int64_t scores = d.b * heads_local * d.s * d.s;
-  k.push_back(gemm("attention.qk", d.s, d.s, d.d, d.dtype, d.b * heads_local));
+  const std::int64_t scores = d.b * heads_local * d.s * d.s_kv;
+  k.push_back(gemm("attention.qk", d.s, d.s_kv, d.d, d.dtype, d.b * heads_local));
   k.push_back(elementwise("attention.softmax", scores, scores * d.e, scores * d.e));
   k.push_back(elementwise("attention.dropout", scores, scores * d.e, scores * d.e + scores));
-  k.push_back(gemm("attention.pv", d.s, d.d, d.s, d.dtype, d.b * heads_local));
+  k.push_back(gemm("attention.pv", d.s, d.d, d.s_kv, d.dtype, d.b * heads_local));
 }
 
 void attention_core_backward(const Dims& d, std::vector<Kernel>& k) {
@@ -128,14 +131,14 @@ void attention_core_backward(const Dims& d, std::vector<Kernel>& k) {
     k.push_back(fused_attention(d, true));
     return;
   }
-  const std::int64_t scores = d.b * heads_local * d.s * d.s;
+  const std::int64_t scores = d.b * heads_local * d.s * d.s_kv;
   const std::int64_t batch = d.b * heads_local;
-  k.push_back(gemm("attention.pv.dgrad", d.s, d.s, d.d, d.dtype, batch));  // dP = dO V^T
-  k.push_back(gemm("attention.pv.vgrad", d.s, d.d, d.s, d.dtype, batch));  // dV = P^T dO
+  k.push_back(gemm("attention.pv.dgrad", d.s, d.s_kv, d.d, d.dtype, batch));  // dP = dO V^T
+  k.push_back(gemm("attention.pv.vgrad", d.s_kv, d.d, d.s, d.dtype, batch));  // dV = P^T dO
   k.push_back(elementwise("attention.dropout.bwd", scores, scores * d.e + scores, scores * d.e));
   k.push_back(elementwise("attention.softmax.bwd", scores, 2 * scores * d.e, scores * d.e));
-  k.push_back(gemm("attention.qk.qgrad", d.s, d.d, d.s, d.dtype, batch));  // dQ = dS K
-  k.push_back(gemm("attention.qk.kgrad", d.s, d.d, d.s, d.dtype, batch));  // dK = dS^T Q
+  k.push_back(gemm("attention.qk.qgrad", d.s, d.d, d.s_kv, d.dtype, batch));  // dQ = dS K
+  k.push_back(gemm("attention.qk.kgrad", d.s_kv, d.d, d.s, d.dtype, batch));  // dK = dS^T Q
 }
 
 Bytes sum_bytes(const std::vector<ActivationItem>& items, std::size_t begin, std::size_t end) {
@@ -339,7 +342,7 @@ std::vector<ActivationItem> layer_activations(const TransformerModel& model,
   const std::int64_t e = d.e;
   // Tensors replicated across tensor-parallel ranks, unless sequence parallelism shards them.
   const std::int64_t rep = d.tokens_sp * d.h;
-  const std::int64_t scores = d.b * (d.a / d.t) * d.s * d.s;
+  const std::int64_t scores = d.b * (d.a / d.t) * d.s * d.s_kv;
   const std::int64_t kv_width = d.kv * d.d / d.t;
   std::vector<ActivationItem> items = {
       // attention block (kAttentionItems entries)

@@ -21,6 +21,9 @@ struct LayerSetting {
   bool sequence_parallel = false;
   std::int64_t micro_batch = 1;
   std::int64_t seq_len = 2048;
+  /// Tokens of the same sequence before these seq_len ones (TeraPipe slices): attention reads
+  /// their keys and values too (seq_kv = context_len + seq_len), which they stored themselves.
+  std::int64_t context_len = 0;
   DType dtype = DType::bf16;
   bool flash_attention = false;
   /// Keep every compute op within one layer (ZeRO-3 gathers each layer's parameters before
@@ -57,6 +60,10 @@ struct Segment {
   /// for sub-batch k). The pass's first segment of each chain waits for the pass's input; its
   /// output is sent once every chain has ended.
   int chain = 0;
+  /// Split backward (Zero Bubble): of what this backward segment stores or releases, the bytes
+  /// its weight-gradient kernels still need after the input gradients (M_W); 0 = the operands of
+  /// its weight-gradient GEMMs (see split_backward()).
+  Bytes weight_grad_bytes;
 };
 
 /// Activation recomputation of one pipeline stage (Megatron-LM, Korthikanti et al.; Merak

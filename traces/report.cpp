@@ -16,9 +16,14 @@
 // - model_tflops_per_device = model_flops / iteration_time / world_size / 1e12;
 //   mfu = model_flops / (iteration_time * world_size * device_peak); hfu likewise with the
 //   hardware flops (0 when the time or the peak is 0).
+// - overlapping iterations (Program::overlapping_iterations: PipeDream-2BW, ZB-H2): the next
+//   iteration starts before this one ends, so iteration_time_s is the steady-state period, the
+//   longest busy window of a rank (its first compute-stream span start to its last span end),
+//   and pipeline_time_s the longest window of a rank's forward/backward/recompute compute spans;
+//   each rank's busy time is clipped to its own window.
 // - per rank compute_busy_s: summed durations of the rank's compute-stream spans with phase
-//   forward or backward, clipped to the pipeline window. bubble_fraction = 1 - mean over ranks
-//   of compute_busy_s / pipeline_time_s (0 when pipeline_time_s is 0).
+//   forward, backward or recompute, clipped to the pipeline window. bubble_fraction = 1 - mean over
+//   ranks of compute_busy_s / pipeline_time_s (0 when pipeline_time_s is 0).
 // - per rank exposed_comm_s: length of the time during which at least one span on a
 //   communication stream (tp_comm, dp_comm, pp_send, pp_recv) is active and no compute-stream
 //   span is; the report's exposed_comm_s is the mean over ranks. Computed with a sweep: the
@@ -197,6 +202,13 @@ void fill_times(const strategies::Program& program, const Timeline& timeline,
   std::int64_t backward_end = kNoEnd;
   std::vector<std::int64_t> optimizer_ps(world, 0);
   std::vector<std::uint32_t> offsets(world * kSweepStreams + 1, 0);
+  // Overlapping iterations: per rank, its busy window (first compute start to last end) and
+  // its pipeline window (forward/backward compute).
+  const bool overlapping = program.overlapping_iterations();
+  std::vector<std::int64_t> rank_first(overlapping ? world : 0, kNoTime);
+  std::vector<std::int64_t> rank_last(overlapping ? world : 0, kNoEnd);
+  std::vector<std::int64_t> rank_fb_first(overlapping ? world : 0, kNoTime);
+  std::vector<std::int64_t> rank_fb_last(overlapping ? world : 0, kNoEnd);
   for (std::size_t i = 0; i < spans.size(); ++i) {
     const Span& span = spans[i];
     check_span(i, span, program);
@@ -208,6 +220,16 @@ void fill_times(const strategies::Program& program, const Timeline& timeline,
     if (phase == Phase::forward) forward_start = std::min(forward_start, s);
     if (phase == Phase::backward) backward_end = std::max(backward_end, e);
     const auto rank = static_cast<std::size_t>(span.rank);
+    if (overlapping) {
+      rank_last[rank] = std::max(rank_last[rank], e);
+      if (span.stream == Stream::compute) {
+        rank_first[rank] = std::min(rank_first[rank], s);
+        if (phase == Phase::forward || phase == Phase::backward || phase == Phase::recompute) {
+          rank_fb_first[rank] = std::min(rank_fb_first[rank], s);
+          rank_fb_last[rank] = std::max(rank_fb_last[rank], e);
+        }
+      }
+    }
     // The step runs on the device, or on the host when the optimizer is offloaded.
     if ((span.stream == Stream::compute || span.stream == Stream::host) &&
         phase == Phase::optimizer) {
@@ -223,6 +245,21 @@ void fill_times(const strategies::Program& program, const Timeline& timeline,
       forward_start != kNoTime && backward_end != kNoEnd && backward_end > forward_start;
   if (have_pipeline) {
     report.pipeline_time_s = static_cast<double>(backward_end - forward_start) * kPsToS;
+  }
+  if (overlapping) {
+    // The steady-state period: the longest busy window of a rank (iterations overlap, so the
+    // first-to-last span of one iteration overstates what an iteration costs).
+    std::int64_t period = 0, pipeline = 0;
+    for (std::size_t r = 0; r < world; ++r) {
+      if (rank_first[r] != kNoTime && rank_last[r] > rank_first[r]) {
+        period = std::max(period, rank_last[r] - rank_first[r]);
+      }
+      if (rank_fb_first[r] != kNoTime && rank_fb_last[r] > rank_fb_first[r]) {
+        pipeline = std::max(pipeline, rank_fb_last[r] - rank_fb_first[r]);
+      }
+    }
+    if (period > 0) report.iteration_time_s = static_cast<double>(period) * kPsToS;
+    report.pipeline_time_s = static_cast<double>(pipeline) * kPsToS;
   }
   std::int64_t optimizer_max = 0;
   for (std::int64_t v : optimizer_ps) optimizer_max = std::max(optimizer_max, v);
@@ -246,8 +283,10 @@ void fill_times(const strategies::Program& program, const Timeline& timeline,
       // Recomputation is compute too: it is not idle time.
       if (phase != Phase::forward && phase != Phase::backward && phase != Phase::recompute)
         continue;
-      const std::int64_t s = std::max(span.start.picoseconds(), forward_start);
-      const std::int64_t e = std::min(span.end.picoseconds(), backward_end);
+      const std::int64_t s =
+          std::max(span.start.picoseconds(), overlapping ? rank_fb_first[rank] : forward_start);
+      const std::int64_t e =
+          std::min(span.end.picoseconds(), overlapping ? rank_fb_last[rank] : backward_end);
       if (e > s) busy_ps[rank] += e - s;
     }
   }

@@ -33,8 +33,8 @@ TEST_CASE("1F1B on 4 stages and 8 microbatches follows PipeDream-Flush") {
   for (int mb = 5; mb < 8; ++mb) expected.push_back({PassKind::backward, mb});
   CHECK(plan[0] == expected);
   // The last stage alternates from the start.
-  CHECK(plan[3][0] == Pass{PassKind::forward, 0});
-  CHECK(plan[3][1] == Pass{PassKind::backward, 0});
+  CHECK(plan[3][0] == Pass{PassKind::forward, 0, 3});  // chunk 3: the last stage's
+  CHECK(plan[3][1] == Pass{PassKind::backward, 0, 3});
 }
 
 TEST_CASE("every schedule runs each microbatch's forward once before its backward") {
