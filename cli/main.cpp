@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -15,10 +17,12 @@
 
 #include "hw_models/cluster.hpp"
 #include "sim/memory.hpp"
+#include "sim/partition.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/experiment.hpp"
 #include "strategies/lowering.hpp"
 #include "strategies/program.hpp"
+#include "strategies/schedule.hpp"
 #include "traces/context.hpp"
 #include "traces/export.hpp"
 #include "traces/report.hpp"
@@ -58,7 +62,8 @@ struct SimulateArgs {
   std::string experiment;
   std::optional<int> tp, pp, dp, micro_batch, seq_len;
   std::optional<std::int64_t> global_batch;
-  std::optional<std::string> schedule;
+  std::optional<std::string> schedule, partition;
+  std::optional<int> virtual_stages;
   bool sequence_parallel = false;
   std::optional<int> zero, recompute_num_layers;
   std::optional<std::string> recompute, offload;
@@ -134,6 +139,19 @@ std::vector<strategies::Override> overrides_of(const SimulateArgs& a) {
   if (a.global_batch) flag("--global-batch", "training.global_batch", *a.global_batch);
   if (a.seq_len) flag("--seq-len", "training.seq_len", *a.seq_len);
   if (a.schedule) flag("--schedule", "parallelism.schedule", *a.schedule);
+  if (a.virtual_stages) flag("--virtual-stages", "parallelism.virtual_stages", *a.virtual_stages);
+  if (a.partition) {  // "balanced", "even" or "9,8,8,7"
+    nlohmann::json value = *a.partition;
+    if (a.partition->find(',') != std::string::npos ||
+        a.partition->find_first_not_of("0123456789") == std::string::npos) {
+      value = nlohmann::json::array();
+      std::stringstream items(*a.partition);
+      std::string item;
+      while (std::getline(items, item, ',')) value.push_back(config::parse_override_value(item));
+    }
+    o.push_back(
+        {"parallelism.partition", value, "command line (--partition " + *a.partition + ")"});
+  }
   if (a.sequence_parallel) flag("--sequence-parallel", "parallelism.sequence_parallel", true);
   if (a.zero) flag("--zero", "parallelism.zero", *a.zero);
   if (a.recompute) flag("--recompute", "parallelism.recompute", *a.recompute);
@@ -187,7 +205,7 @@ struct InvalidProgram : std::runtime_error {
 // Data-parallel replicas behave alike on the analytical network (no contention), so by default
 // one replica is simulated and mirrored; --exact simulates every rank (the same results).
 strategies::Program lower_and_validate(const strategies::Experiment& experiment, bool exact) {
-  auto program = strategies::lower(experiment, {.mirror_data_parallel = !exact});
+  auto program = sim::lower_partitioned(experiment, {.mirror_data_parallel = !exact});
   try {
     strategies::validate(program);
   } catch (const strategies::ProgramError& e) {
@@ -257,6 +275,178 @@ int memory_command(const SimulateArgs& args) {
   return 0;
 }
 
+std::string gib(Bytes b) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(1) << static_cast<double>(b.count()) / (1LL << 30);
+  return out.str();
+}
+
+// The stage partition the experiment asks for, with the partitioner's predicted stage times;
+// the even and the balanced (BaPipe) splits beside it for comparison.
+int partition_command(const SimulateArgs& args) {
+  const auto e =
+      strategies::load_experiment(resolve_experiment(args.experiment), overrides_of(args));
+  const auto problem = sim::partition_problem(e);
+  const auto chosen = sim::partition_layers(e);
+  const auto plan = strategies::evaluate_partition(problem, chosen);
+  const auto& par = e.parallelism;
+  std::cout << e.name << ": " << e.model.name << ", " << e.model.layers << " layers into "
+            << problem.parts << " parts on " << par.pp << " pipeline stages ("
+            << strategies::name_of(par.schedule) << ", partition "
+            << (par.partition.kind == strategies::PartitionKind::balanced ? "balanced"
+                : par.partition.kind == strategies::PartitionKind::even   ? "even"
+                                                                          : "explicit")
+            << "), micro batch " << par.micro_batch << "\n";
+  std::cout << "  part  device  layers        time/microbatch  memory / capacity (GiB)\n";
+  int begin = 0;
+  for (std::size_t k = 0; k < chosen.size(); ++k) {
+    const int end = begin + chosen[k];
+    std::ostringstream row;
+    row << "  " << std::setw(4) << k << "  " << std::setw(6)
+        << strategies::part_device(par.schedule, static_cast<int>(k), par.pp) << "  "
+        << std::setw(12) << (std::to_string(begin) + "-" + std::to_string(end - 1)) << "  "
+        << std::setw(15) << to_string(plan.part_time[k]) << "  " << gib(plan.part_memory[k])
+        << " / " << gib(problem.capacity.empty() ? Bytes(0) : problem.capacity[k]);
+    std::cout << row.str() << "\n";
+    begin = end;
+  }
+  std::cout << "  bottleneck " << to_string(plan.bottleneck) << " per microbatch\n";
+  const auto even = strategies::evaluate_partition(
+      problem, strategies::even_partition(e.model.layers, problem.parts));
+  std::cout << "  even split:     bottleneck " << to_string(even.bottleneck) << "\n";
+  try {
+    const auto balanced = strategies::balanced_partition(problem);
+    std::cout << "  balanced split: bottleneck " << to_string(balanced.bottleneck) << ", layers";
+    for (int n : balanced.layers_per_part) std::cout << ' ' << n;
+    std::cout << "  (--partition balanced, or --partition ";
+    for (std::size_t k = 0; k < balanced.layers_per_part.size(); ++k) {
+      std::cout << (k ? "," : "") << balanced.layers_per_part[k];
+    }
+    std::cout << ")\n";
+  } catch (const std::invalid_argument& error) {
+    std::cout << "  balanced split: " << error.what() << "\n";
+  }
+  return 0;
+}
+
+struct ScheduleRow {
+  std::string schedule;
+  int micro_batch = 0;
+  std::int64_t microbatches = 0;
+  double iteration_s = 0, bubble = 0;
+  bool fits = true;
+  std::vector<Bytes> stage_peaks;
+};
+
+// Every applicable schedule and micro-batch size of the experiment, simulated; best first.
+int schedules_command(const SimulateArgs& args, const std::vector<int>& micro_batches_given) {
+  check_out_dir(args.out);
+  const auto base =
+      strategies::load_experiment(resolve_experiment(args.experiment), overrides_of(args));
+  std::vector<int> micro_batches = micro_batches_given;
+  if (micro_batches.empty()) {
+    for (int mb = 1; mb <= 64; mb *= 2) micro_batches.push_back(mb);
+  }
+  std::vector<ScheduleRow> rows;
+  std::vector<std::string> skipped;
+  for (strategies::ScheduleKind kind : strategies::kAllSchedules) {
+    const std::string name(strategies::name_of(kind));
+    for (int mb : micro_batches) {
+      if (base.training.global_batch % (std::int64_t{base.parallelism.dp} * mb) != 0) continue;
+      SimulateArgs a = args;
+      a.schedule = name;
+      a.micro_batch = mb;
+      if (kind == strategies::ScheduleKind::interleaved && !a.virtual_stages) a.virtual_stages = 2;
+      if (kind != strategies::ScheduleKind::interleaved) a.virtual_stages = 1;
+      auto overrides = overrides_of(a);
+      if (kind == strategies::ScheduleKind::terapipe) {
+        overrides.push_back({"parallelism.sequence_slices", 4, "schedules (terapipe: 4 slices)"});
+      } else {
+        overrides.push_back({"parallelism.sequence_slices", 1, "schedules"});
+      }
+      std::optional<strategies::Experiment> e;
+      try {
+        e = strategies::load_experiment(resolve_experiment(args.experiment), overrides);
+      } catch (const config::ConfigError& error) {
+        if (mb == micro_batches.front() || micro_batches.size() == 1) {
+          skipped.push_back(name + " (micro batch " + std::to_string(mb) + "): " + error.what());
+        }
+        continue;
+      }
+      const auto program = lower_and_validate(*e, false);
+      sim::SimOptions options;
+      options.overheads = overheads_of(*e);
+      options.memory_sample_ranks = {};
+      const auto timeline = sim::simulate(program, e->cluster, options);
+      if (!timeline.completed) {
+        throw InvalidProgram(name + " (micro batch " + std::to_string(mb) +
+                             ") did not complete: " + timeline.problem);
+      }
+      const auto context = traces::report_context(*e);
+      const auto report = traces::make_report(program, timeline, context);
+      ScheduleRow row{name,
+                      mb,
+                      e->microbatches(),
+                      report.iteration_time_s,
+                      report.bubble_fraction,
+                      report.fits,
+                      std::vector<Bytes>(static_cast<std::size_t>(e->parallelism.pp))};
+      for (const auto& rank : report.ranks) {
+        auto& peak = row.stage_peaks[static_cast<std::size_t>(rank.stage)];
+        peak = std::max(peak, rank.peak_memory);
+      }
+      rows.push_back(std::move(row));
+    }
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const ScheduleRow& a, const ScheduleRow& b) {
+    if (a.fits != b.fits) return a.fits;
+    return a.iteration_s < b.iteration_s;
+  });
+  std::ostringstream table;
+  table << base.name << ": " << rows.size() << " schedule and micro-batch choices, best first "
+        << "(bubble: idle share of the pipeline time)\n";
+  table
+      << "  schedule        mb      m  iteration      bubble  fits  peak memory per stage (GiB)\n";
+  for (const auto& r : rows) {
+    std::ostringstream line;
+    line << "  " << std::left << std::setw(14) << r.schedule << std::right << std::setw(4)
+         << r.micro_batch << std::setw(7) << r.microbatches << std::setw(11) << std::fixed
+         << std::setprecision(1) << r.iteration_s * 1e3 << " ms" << std::setw(8)
+         << std::setprecision(1) << r.bubble * 100 << "%  " << (r.fits ? "yes " : "no  ") << " ";
+    for (std::size_t s = 0; s < r.stage_peaks.size(); ++s) {
+      line << (s ? " " : "") << gib(r.stage_peaks[s]);
+    }
+    table << line.str() << "\n";
+  }
+  for (const auto& s : skipped) table << "  not applicable: " << s << "\n";
+  if (!args.quiet) std::cout << table.str();
+  if (!args.out.empty()) {
+    std::ostringstream csv;
+    csv << "schedule,micro_batch,microbatches,iteration_time_s,bubble_fraction,fits,"
+           "peak_memory_bytes_per_stage\n";
+    for (const auto& r : rows) {
+      csv << r.schedule << ',' << r.micro_batch << ',' << r.microbatches << ','
+          << std::setprecision(9) << r.iteration_s << ',' << r.bubble << ','
+          << (r.fits ? "true" : "false") << ',';
+      for (std::size_t s = 0; s < r.stage_peaks.size(); ++s) {
+        csv << (s ? ";" : "") << r.stage_peaks[s].count();
+      }
+      csv << "\n";
+    }
+    fs::create_directories(args.out);
+    const fs::path target = fs::path(args.out) / "schedules.csv";
+    const fs::path partial = fs::path(args.out) / ".schedules.csv.partial";
+    {
+      std::ofstream file(partial);
+      file << csv.str();
+      if (!file) throw BadInput("cannot write " + partial.string());
+    }
+    fs::rename(partial, target);
+    if (!args.quiet) std::cout << "wrote " << target.string() << "\n";
+  }
+  return 0;
+}
+
 int list_command(const std::string& what) {
   const std::map<std::string, fs::path> folders = {
       {"devices", config_dir() / "hardware" / "devices"},
@@ -313,6 +503,8 @@ int main(int argc, char** argv) {
       "  stratasim simulate gpt3-175b-a100-1024 --set cluster.inter_node.bandwidth=\"400 Gb/s\"\n"
       "  stratasim simulate gpt3-175b-a100-1024 --zero 1 --recompute selective\n"
       "  stratasim memory llama2-7b-h100-8 --zero 3 --micro-batch 4\n"
+      "  stratasim schedules gpt3-1.7b-a100-8 --tp 2 --pp 4 --dp 1\n"
+      "  stratasim partition gpt3-1.7b-a100-8 --pp 4 --partition balanced\n"
       "  stratasim list models");
 
   SimulateArgs sim_args;
@@ -330,7 +522,14 @@ int main(int argc, char** argv) {
     cmd->add_option("--global-batch", sim_args.global_batch, "Samples per iteration")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--seq-len", sim_args.seq_len, "Tokens per sample")->check(CLI::PositiveNumber);
-    cmd->add_option("--schedule", sim_args.schedule, "Pipeline schedule: 1f1b or gpipe");
+    cmd->add_option("--schedule", sim_args.schedule,
+                    "Pipeline schedule: gpipe, 1f1b, interleaved, pipedream-2bw, merak-scp, zb-h1, "
+                    "zb-h2, zb-v, chimera or terapipe (docs/schedules.md)");
+    cmd->add_option("--virtual-stages", sim_args.virtual_stages,
+                    "Model chunks per device with the interleaved schedule")
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--partition", sim_args.partition,
+                    "Layers per stage: even, balanced (BaPipe) or a list like 9,8,8,7");
     cmd->add_flag("--sequence-parallel", sim_args.sequence_parallel,
                   "Megatron sequence parallelism");
     cmd->add_option("--zero", sim_args.zero, "ZeRO stage 0-3 (DeepSpeed)");
@@ -364,6 +563,21 @@ int main(int argc, char** argv) {
       "memory", "Peak memory per rank and its breakdown, without timing the iteration (fast)");
   add_experiment_options(memory);
 
+  auto* partition = app.add_subcommand(
+      "partition",
+      "The stage partition (even, explicit or BaPipe's balanced) with predicted stage "
+      "times and memory");
+  add_experiment_options(partition);
+  auto* schedules = app.add_subcommand(
+      "schedules", "Simulate every applicable pipeline schedule and micro-batch size; best first");
+  add_experiment_options(schedules);
+  std::vector<int> schedule_micro_batches;
+  schedules
+      ->add_option("--micro-batches", schedule_micro_batches,
+                   "Micro-batch sizes to try (default 1 2 4 ... 64 that divide the batch)")
+      ->delimiter(',');
+  schedules->add_option("--out", sim_args.out, "Write schedules.csv here");
+
   std::string list_what;
   auto* list =
       app.add_subcommand("list", "List the shipped devices, clusters, models or experiments");
@@ -380,6 +594,8 @@ int main(int argc, char** argv) {
   try {
     if (simulate->parsed()) return simulate_command(sim_args);
     if (memory->parsed()) return memory_command(sim_args);
+    if (partition->parsed()) return partition_command(sim_args);
+    if (schedules->parsed()) return schedules_command(sim_args, schedule_micro_batches);
     if (list->parsed()) return list_command(list_what);
   } catch (const config::ConfigError& e) {
     std::cerr << "error: " << e.what() << "\n";

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "strategies/schedule.hpp"
+
 namespace stratasim::strategies {
 
 std::string_view name_of(RecomputeKind r) {
@@ -193,7 +195,15 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
   e.description = r.string_or("description", "");
   e.file = doc.file_of("");
   r.has("model");
-  e.model = read_model(doc, "model");
+  const nlohmann::json* type = doc.find("model.type");
+  if (type && type->is_string() && *type == "layers") {
+    e.layer_table = read_layer_table(doc, "model");
+    e.model.name = e.layer_table->name;
+    e.model.source = e.layer_table->source;
+    e.model.layers = e.layer_table->layer_count();
+  } else {
+    e.model = read_model(doc, "model");
+  }
   r.has("cluster");
   e.cluster = hw::read_cluster(doc, "cluster");
   e.parallelism = read_parallelism(r.object("parallelism", "the parallel strategy"));
@@ -204,13 +214,37 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
   // Cross-checks, each reported at the key a user would change.
   auto& p = e.parallelism;
   const auto& m = e.model;
-  if (m.heads % p.tp != 0 || m.kv_heads % p.tp != 0) {
-    doc.fail("parallelism.tp", "must divide the model's attention heads (heads " + number(m.heads) +
-                                   ", kv_heads " + number(m.kv_heads) + "), got " + number(p.tp));
-  }
-  if (m.ffn_hidden % p.tp != 0) {
-    doc.fail("parallelism.tp", "must divide the model's ffn_hidden (" + number(m.ffn_hidden) +
-                                   "), got " + number(p.tp));
+  if (e.layer_table) {
+    // A layer table gives whole layers: nothing to split over tensor-parallel ranks.
+    if (p.tp != 1) {
+      doc.fail("parallelism.tp",
+               "must be 1 for a layer-table model (its layers carry no "
+               "tensor-parallel split), got " +
+                   number(p.tp));
+    }
+    if (p.recompute != RecomputeKind::none) {
+      doc.fail("parallelism.recompute",
+               "activation recomputation is modelled for transformers; a layer-table model needs "
+               "\"none\"");
+    }
+    if (p.schedule == ScheduleKind::terapipe) {
+      doc.fail("parallelism.schedule",
+               "terapipe slices transformer sequences; a layer-table model has no sequence to "
+               "slice");
+    }
+    if (p.zero == 3) {
+      doc.fail("parallelism.zero", "ZeRO-3 with a layer-table model is not modelled (use 0 to 2)");
+    }
+  } else {
+    if (m.heads % p.tp != 0 || m.kv_heads % p.tp != 0) {
+      doc.fail("parallelism.tp", "must divide the model's attention heads (heads " +
+                                     number(m.heads) + ", kv_heads " + number(m.kv_heads) +
+                                     "), got " + number(p.tp));
+    }
+    if (m.ffn_hidden % p.tp != 0) {
+      doc.fail("parallelism.tp", "must divide the model's ffn_hidden (" + number(m.ffn_hidden) +
+                                     "), got " + number(p.tp));
+    }
   }
   if (p.pp > m.layers) {
     doc.fail("parallelism.pp",
@@ -237,7 +271,8 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
                                           " * " + number(p.micro_batch) + " = " + number(per_step) +
                                           ", got " + number(e.training.global_batch));
   }
-  if (m.position_embedding == PositionEmbedding::learned && e.training.seq_len > m.max_seq_len) {
+  if (!e.layer_table && m.position_embedding == PositionEmbedding::learned &&
+      e.training.seq_len > m.max_seq_len) {
     doc.fail("training.seq_len", "must not exceed the model's max_seq_len (" +
                                      number(m.max_seq_len) + "), got " +
                                      number(e.training.seq_len));
@@ -288,6 +323,70 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
   }
   if (e.microbatches() > (1 << 24)) {
     doc.fail("training.global_batch", "gives more than 16,777,216 microbatches per pipeline");
+  }
+
+  // The pipeline schedule and how the layers are split.
+  if (p.virtual_stages > 1 && p.schedule != ScheduleKind::interleaved) {
+    doc.fail("parallelism.virtual_stages",
+             "applies to the interleaved schedule only; "
+             "parallelism.schedule is \"" +
+                 std::string(name_of(p.schedule)) + "\"");
+  }
+  if (p.sequence_slices > 1 && p.schedule != ScheduleKind::terapipe) {
+    doc.fail("parallelism.sequence_slices",
+             "applies to the terapipe schedule only; "
+             "parallelism.schedule is \"" +
+                 std::string(name_of(p.schedule)) + "\"");
+  }
+  if (e.training.seq_len % p.sequence_slices != 0 ||
+      (p.sequence_parallel && (e.training.seq_len / p.sequence_slices) % p.tp != 0)) {
+    doc.fail("parallelism.sequence_slices",
+             "must divide training.seq_len (" + number(e.training.seq_len) + ")" +
+                 (p.sequence_parallel ? " into slices divisible by tp" : "") + ", got " +
+                 number(p.sequence_slices));
+  }
+  const ScheduleOptions options{p.virtual_stages, p.sequence_slices};
+  if (auto problem =
+          schedule_constraint(p.schedule, p.pp, static_cast<int>(e.microbatches()), options)) {
+    doc.fail("parallelism.schedule", *problem +
+                                         " (microbatches = global_batch / (dp * "
+                                         "micro_batch) = " +
+                                         number(e.microbatches()) + ")");
+  }
+  const int parts = schedule_parts(p.schedule, p.pp, options);
+  if (parts > m.layers) {
+    doc.fail(p.virtual_stages > 1 ? "parallelism.virtual_stages" : "parallelism.pp",
+             std::string(name_of(p.schedule)) + " cuts the model into " + number(parts) +
+                 " parts, more than its " + number(m.layers) + " layers");
+  }
+  if (p.schedule == ScheduleKind::chimera && p.zero > 0) {
+    doc.fail("parallelism.zero",
+             "chimera holds every stage on two devices; ZeRO sharding with it "
+             "is not modelled (use 0)");
+  }
+  if (p.partition.kind == PartitionKind::explicit_) {
+    const auto& list = p.partition.layers_per_stage;
+    std::int64_t sum = 0;
+    for (int n : list) sum += n;
+    if (static_cast<int>(list.size()) != parts ||
+        std::any_of(list.begin(), list.end(), [](int n) { return n < 1; }) || sum != m.layers) {
+      doc.fail("parallelism.partition",
+               "expected " + number(parts) + " positive layer counts (one per " +
+                   (parts == p.pp ? std::string("pipeline stage") : std::string("model chunk")) +
+                   ") summing to the model's " + number(m.layers) + " layers, got " +
+                   number(static_cast<std::int64_t>(list.size())) + " entries summing to " +
+                   number(sum));
+    }
+  }
+  if (p.tp_overlap > 1 && p.micro_batch % p.tp_overlap != 0) {
+    doc.fail("parallelism.tp_overlap", "must divide parallelism.micro_batch (" +
+                                           number(p.micro_batch) + "), got " +
+                                           number(p.tp_overlap));
+  }
+  if (p.tp_overlap > 1 && e.layer_table) {
+    doc.fail("parallelism.tp_overlap",
+             "sub-pipelines tensor-parallel transformer layers; a "
+             "layer-table model has none");
   }
   return e;
 }

@@ -12,6 +12,7 @@
 
 #include "hw_models/cluster.hpp"
 #include "hw_models/config_reader.hpp"
+#include "strategies/layer_table.hpp"
 #include "strategies/model.hpp"
 
 namespace stratasim::strategies {
@@ -126,7 +127,10 @@ struct Experiment {
   std::string name;
   std::string description;
   std::filesystem::path file;  // where it was loaded from (empty if built in code)
+  /// The transformer; for a layer-table model (`model.type: "layers"`) only its name, source
+  /// and layer count are set, and `layer_table` holds the model.
   TransformerModel model;
+  std::optional<LayerTableModel> layer_table;
   hw::ClusterSpec cluster;
   ParallelismSpec parallelism;
   TrainingSpec training;

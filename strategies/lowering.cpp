@@ -10,6 +10,7 @@
 
 #include "strategies/recompute.hpp"
 #include "strategies/schedule.hpp"
+#include "strategies/tp_overlap.hpp"
 #include "strategies/weight_split.hpp"
 
 namespace stratasim::strategies {
@@ -224,6 +225,10 @@ int part_device(ScheduleKind kind, int part, int stages) {
 }
 
 std::vector<int> part_layer_counts(const Experiment& e, int parts) {
+  if (e.parallelism.partition.kind == PartitionKind::balanced) {
+    throw std::invalid_argument(
+        "a balanced partition needs layer costs: use balanced_pipeline_spec (sim/partition.hpp)");
+  }
   const PartitionSpec& partition = e.parallelism.partition;
   if (partition.kind == PartitionKind::explicit_) {
     if (static_cast<int>(partition.layers_per_stage.size()) != parts) {
@@ -269,13 +274,34 @@ PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_p
                           kind != ScheduleKind::chimera;
   const std::int64_t rows = (std::int64_t{e.model.vocab} + spec.layout.tp - 1) / spec.layout.tp;
   spec.embedding_sync_bytes = Bytes(rows * e.model.hidden * size_of(e.training.dtype));
+  const int parts = static_cast<int>(layers_per_part.size());
+  if (e.layer_table) {
+    // A layer table: each part's layers as the table gives them; Zero Bubble's W keeps what
+    // the table says the weight gradients need.
+    spec.shared_embedding = false;
+    spec.embedding_sync_bytes = Bytes(0);
+    const LayerTableSetting table_setting{e.parallelism.micro_batch, e.training.dtype};
+    int begin = 0;
+    for (int part = 0; part < parts; ++part) {
+      const int end = begin + layers_per_part[static_cast<std::size_t>(part)];
+      StagePlan plan = plan_layer_table_stage(*e.layer_table, table_setting, begin, end);
+      for (Segment& b : plan.backward) {
+        if (b.layer_begin >= 0) {
+          b.weight_grad_bytes = weight_grad_bytes(*e.layer_table, table_setting, b.layer_begin);
+        }
+      }
+      spec.stages.push_back(std::move(plan));
+      begin = end;
+    }
+    return spec;
+  }
   const LayerSetting setting = layer_setting(e);
   // Stage-aware recomputation fits what is left beside the model state ZeRO keeps.
   const std::vector<StageRecompute> recompute =
       recompute_plan(e, [&spec, &e](int, std::int64_t parameters) {
         return device_model_states(spec.zero, e.training.dtype, parameters, spec.layout.dp).total();
       });
-  const int parts = static_cast<int>(layers_per_part.size());
+  const int sub_batches = e.parallelism.tp_overlap;
   const int slices = kind == ScheduleKind::terapipe ? spec.schedule_options.sequence_slices : 1;
   int begin = 0;
   for (int part = 0; part < parts; ++part) {
@@ -285,7 +311,10 @@ PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_p
       LayerSetting sliced = setting;
       sliced.seq_len = setting.seq_len / slices;
       sliced.context_len = slice * sliced.seq_len;
-      spec.stages.push_back(plan_transformer_stage(e.model, sliced, part, parts, begin, end, r));
+      spec.stages.push_back(
+          sub_batches > 1 ? plan_transformer_stage_sub_pipelined(e.model, sliced, part, parts,
+                                                                 begin, end, r, sub_batches)
+                          : plan_transformer_stage(e.model, sliced, part, parts, begin, end, r));
     }
     begin = end;
   }

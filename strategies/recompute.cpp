@@ -15,8 +15,17 @@ ModelStateBytes unsharded_model_states(DType dtype) {
 }
 
 int microbatches_in_flight(ScheduleKind schedule, int stages, int stage, int microbatches) {
-  if (schedule == ScheduleKind::gpipe) return microbatches;
-  return std::min(stages - stage, microbatches);
+  switch (schedule) {
+    case ScheduleKind::gpipe:
+    case ScheduleKind::terapipe:
+      return microbatches;
+    case ScheduleKind::zb_h2:
+      return std::min(2 * (stages - stage) - 1, microbatches);
+    case ScheduleKind::interleaved:  // Megatron's warm-up holds about one more stage's worth
+      return std::min(stages - stage + 1, microbatches);
+    default:
+      return std::min(stages - stage, microbatches);
+  }
 }
 
 namespace {

@@ -35,16 +35,23 @@ ReportContext report_context(const strategies::Experiment& experiment) {
   for (int r = 0; r < layout.world_size(); ++r) context.stage_of_rank.push_back(layout.stage(r));
   const auto& m = experiment.model;
   const auto& p = experiment.parallelism;
+  const std::string model_line =
+      experiment.layer_table ? m.name + ": layer table, " + std::to_string(m.layers) + " layers, " +
+                                   billions(experiment.layer_table->parameters()) + " parameters"
+                             : m.name + ": " + std::to_string(m.layers) + " layers, hidden " +
+                                   std::to_string(m.hidden) + ", " + std::to_string(m.heads) +
+                                   " heads, " + billions(m.parameters()) + " parameters";
+  std::string schedule_line = std::string(strategies::name_of(p.schedule));
+  if (p.virtual_stages > 1) schedule_line += " (" + std::to_string(p.virtual_stages) + " chunks)";
+  if (p.sequence_slices > 1) schedule_line += " (" + std::to_string(p.sequence_slices) + " slices)";
+  if (p.tp_overlap > 1) schedule_line += ", tp overlap " + std::to_string(p.tp_overlap);
   context.setup = {
-      {"model", m.name + ": " + std::to_string(m.layers) + " layers, hidden " +
-                    std::to_string(m.hidden) + ", " + std::to_string(m.heads) + " heads, " +
-                    billions(m.parameters()) + " parameters"},
+      {"model", model_line},
       {"cluster", cluster.name + ": " + std::to_string(cluster.nodes) + " x " +
                       std::to_string(cluster.devices_per_node) + " " + cluster.device.name + " (" +
                       with_commas(cluster.world_size()) + " devices)"},
       {"parallelism", "tp " + std::to_string(p.tp) + " x pp " + std::to_string(p.pp) + " x dp " +
-                          std::to_string(p.dp) + ", " +
-                          std::string(strategies::name_of(p.schedule)) + ", micro batch " +
+                          std::to_string(p.dp) + ", " + schedule_line + ", micro batch " +
                           std::to_string(p.micro_batch) + ", " +
                           with_commas(experiment.microbatches()) + " microbatches per pipeline" +
                           (p.sequence_parallel ? ", sequence parallel" : "")},

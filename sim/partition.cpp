@@ -1,0 +1,120 @@
+#include "sim/partition.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "sim/cost.hpp"
+#include "sim/network.hpp"
+#include "strategies/recompute.hpp"
+#include "strategies/schedule.hpp"
+
+namespace stratasim::sim {
+
+using namespace strategies;
+
+namespace {
+
+// One microbatch's forward and backward (and weight) compute time of a plan, collectives
+// included, and what its forward leaves stored.
+struct PlanCost {
+  Time time;
+  Bytes stored;
+};
+
+PlanCost plan_cost(const StagePlan& plan, const DeviceCostModel& cost,
+                   const AnalyticalNetwork& network, const GroupShape& tp_shape) {
+  PlanCost c;
+  for (const auto* list : {&plan.forward, &plan.backward, &plan.weight}) {
+    for (const Segment& s : *list) {
+      c.time += s.compute ? cost.kernels_time(s.kernels)
+                          : network.collective_time(s.collective, tp_shape, s.bytes);
+    }
+  }
+  for (const Segment& s : plan.forward) c.stored += s.activation_delta + s.checkpoint_delta;
+  return c;
+}
+
+}  // namespace
+
+PartitionProblem partition_problem(const Experiment& e) {
+  const ParallelismSpec& par = e.parallelism;
+  const ScheduleOptions options = schedule_options(e);
+  const int p = par.pp;
+  const int parts = schedule_parts(par.schedule, p, options);
+  const int m = static_cast<int>(e.microbatches());
+  const DeviceCostModel cost(e.cluster);
+  const Program dummy(std::max(1, par.tp));
+  const AnalyticalNetwork network(e.cluster, dummy);
+  std::vector<std::int32_t> tp_ranks;
+  for (int t = 0; t < par.tp; ++t) tp_ranks.push_back(t);
+  const GroupShape tp_shape = shape_of(tp_ranks, e.cluster);
+  const ZeroSettings zero = zero_settings(e);
+  auto state = [&](std::int64_t parameters) {
+    return device_model_states(zero, e.training.dtype, parameters, par.dp).total();
+  };
+
+  PartitionProblem problem;
+  problem.parts = parts;
+  const int layers = e.model.layers;
+  // Plans of single layers (a middle part: no embedding, no head), and of the ends alone.
+  auto layer_plan = [&](int l) -> StagePlan {
+    if (e.layer_table) {
+      return plan_layer_table_stage(*e.layer_table, {par.micro_batch, e.training.dtype}, l, l + 1);
+    }
+    const std::vector<StageRecompute> recompute = recompute_plan(e);
+    return plan_transformer_stage(e.model, layer_setting(e), 1, 3, l, l + 1, recompute.front());
+  };
+  for (int l = 0; l < layers; ++l) {
+    const StagePlan plan = layer_plan(l);
+    const PlanCost c = plan_cost(plan, cost, network, tp_shape);
+    problem.layers.push_back({c.time, state(plan.parameters), c.stored, plan.boundary_bytes});
+    if (!e.layer_table) {  // transformer layers are alike: price one, copy it
+      for (int k = 1; k < layers; ++k) problem.layers.push_back(problem.layers.front());
+      break;
+    }
+  }
+  if (!e.layer_table) {
+    const LayerSetting setting = layer_setting(e);
+    const StagePlan first = plan_transformer_stage(e.model, setting, 0, 2, 0, 0);
+    const StagePlan last = plan_transformer_stage(e.model, setting, 1, 2, layers, layers);
+    const PlanCost fc = plan_cost(first, cost, network, tp_shape);
+    const PlanCost lc = plan_cost(last, cost, network, tp_shape);
+    problem.first_extra = {fc.time, state(first.parameters), fc.stored, Bytes(0)};
+    problem.last_extra = {lc.time, state(last.parameters), lc.stored, Bytes(0)};
+  }
+  // In flight per part, and the memory a part may use: the device's, shared by its parts.
+  std::vector<int> parts_on_device(static_cast<std::size_t>(p), 0);
+  for (int part = 0; part < parts; ++part) {
+    ++parts_on_device[static_cast<std::size_t>(part_device(par.schedule, part, p))];
+  }
+  const double usable = (static_cast<double>(e.cluster.device.memory_capacity.count()) -
+                         static_cast<double>(e.memory.reserved.count())) /
+                        e.memory.fragmentation;
+  for (int part = 0; part < parts; ++part) {
+    const int device = part_device(par.schedule, part, p);
+    problem.in_flight.push_back(microbatches_in_flight(par.schedule, p, device, m));
+    problem.capacity.push_back(Bytes(static_cast<std::int64_t>(
+        std::max(0.0, usable) / parts_on_device[static_cast<std::size_t>(device)])));
+  }
+  const auto layout = layout_of(e);
+  const bool across_nodes =
+      p > 1 && e.cluster.node_of(layout.rank(0, 0, 0)) != e.cluster.node_of(layout.rank(0, 0, 1));
+  const hw::LinkSpec& link = across_nodes ? e.cluster.inter_node : e.cluster.intra_node;
+  problem.p2p = link.bandwidth;
+  problem.p2p_latency = link.latency;
+  return problem;
+}
+
+std::vector<int> partition_layers(const Experiment& e) {
+  const int parts = schedule_parts(e.parallelism.schedule, e.parallelism.pp, schedule_options(e));
+  if (e.parallelism.partition.kind != PartitionKind::balanced) return part_layer_counts(e, parts);
+  return balanced_partition(partition_problem(e)).layers_per_part;
+}
+
+Program lower_partitioned(const Experiment& e, const LowerOptions& options) {
+  PipelineSpec spec = pipeline_spec(e, partition_layers(e));
+  spec.mirror_data_parallel = options.mirror_data_parallel;
+  return assemble_pipeline(spec);
+}
+
+}  // namespace stratasim::sim
