@@ -558,6 +558,11 @@ Program assemble_pipeline(const PipelineSpec& spec) {
     std::size_t begin, end;
     const std::vector<Use>* uses;
   };
+  // What chunk `chunk` sends on for `unit` (its part's output, and the gradient of it).
+  auto output_bytes = [&](int chunk, int unit) {
+    const int part = schedule.part_of_chunk[static_cast<std::size_t>(chunk)];
+    return stages[static_cast<std::size_t>(part * slices + unit % slices)].plan.boundary_bytes;
+  };
   auto range_of = [&](const Pass& x) -> Range {
     const StageTemplate& st = template_of(x);
     switch (x.kind) {
@@ -827,8 +832,9 @@ Program assemble_pipeline(const PipelineSpec& spec) {
         if (!received_before) {
           OpInfo info{Stream::pp_recv, phase, microbatch, -1, -1, {}};
           info.label_id = forward ? st.recv_activation : st.recv_gradient;
-          input.push_back(program.add(
-              Recv{layout.rank(t, d, from_device), template_of(pass).plan.boundary_bytes}, info));
+          // An activation is the previous chunk's output; a gradient, that of this chunk's.
+          const Bytes bytes = forward ? output_bytes(from_chunk, unit) : st.plan.boundary_bytes;
+          input.push_back(program.add(Recv{layout.rank(t, d, from_device), bytes}, info));
         }
       } else if (from_device == device) {  // the neighbouring chunk on this device
         const auto it = pass_end.find(pass_key(pass.kind, unit, from_chunk));
@@ -975,7 +981,8 @@ Program assemble_pipeline(const PipelineSpec& spec) {
           for (const auto& last : chain_last) {
             if (last) deps.push_back(*last);
           }
-          program.add(Send{layout.rank(t, d, to_device), st.plan.boundary_bytes}, info, deps);
+          const Bytes bytes = forward ? st.plan.boundary_bytes : output_bytes(to_chunk, unit);
+          program.add(Send{layout.rank(t, d, to_device), bytes}, info, deps);
         }
       }
     }
