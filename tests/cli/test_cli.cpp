@@ -310,3 +310,52 @@ TEST_CASE("--exact simulates every replica and reports exactly what mirroring re
   CHECK(pids(nlohmann::json::parse(read(dir / "exact" / "timeline.json"))).size() == 8);
   check_bad_input("simulate " + e + " --trace-ranks 2", {"rank 2 mirrors rank 0", "--exact"});
 }
+
+TEST_CASE("schedules: every applicable schedule, best first, and a CSV") {
+  auto dir = scratch("schedules");
+  auto file = small_experiment(dir, [](nlohmann::json& e) {
+    e["parallelism"] = {{"tp", 2}, {"pp", 4}, {"dp", 1}, {"micro_batch", 1}};
+  });
+  auto r = run("schedules " + file.string() + " --micro-batches 1,2 --out " + (dir / "o").string());
+  CAPTURE(r.output);
+  REQUIRE(r.status == 0);
+  for (const char* name : {"gpipe", "1f1b", "interleaved", "pipedream-2bw", "merak-scp", "zb-h1",
+                           "zb-h2", "zb-v", "chimera", "terapipe"}) {
+    CHECK(r.output.find(name) != std::string::npos);
+  }
+  // Rows are sorted by iteration time among the runs that fit.
+  const std::string csv = read(dir / "o" / "schedules.csv");
+  std::stringstream lines(csv);
+  std::string line;
+  std::getline(lines, line);
+  CHECK(line.starts_with("schedule,micro_batch,microbatches,iteration_time_s"));
+  double previous = 0;
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    std::stringstream fields(line);
+    std::string f[4];
+    for (auto& x : f) std::getline(fields, x, ',');
+    const double t = std::stod(f[3]);
+    CHECK(t >= previous);
+    previous = t;
+    ++rows;
+  }
+  CHECK(rows == 20);  // 10 schedules x micro batches 1 and 2 (16 and 8 microbatches)
+}
+
+TEST_CASE("partition prints the plan with predicted stage times") {
+  auto r =
+      run("partition gpt3-1.7b-a100-8 --tp 2 --pp 4 --dp 1 --global-batch 16 --partition 9,7,5,3");
+  CAPTURE(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("partition explicit") != std::string::npos);
+  CHECK(r.output.find("0-8") != std::string::npos);    // stage 0: layers 0-8
+  CHECK(r.output.find("21-23") != std::string::npos);  // stage 3: layers 21-23
+  CHECK(r.output.find("bottleneck") != std::string::npos);
+  CHECK(r.output.find("balanced split:") != std::string::npos);
+  // The list must fit the schedule's parts.
+  check_bad_input("partition gpt3-1.7b-a100-8 --tp 2 --pp 4 --dp 1 --partition 9,7,5",
+                  {"parallelism.partition", "expected 4 positive layer counts"});
+  check_bad_input("simulate gpt3-1.7b-a100-8 --tp 2 --pp 4 --dp 1 --schedule zb-h9",
+                  {"parallelism.schedule", "zb-h1"});
+}
