@@ -268,10 +268,14 @@ void list_schedule(Schedule& s, const ListScheduling& how) {
         break;
       }
       case PassKind::backward:
-        --in_flight[static_cast<std::size_t>(best_device)];
+        // With split backward W still holds activations: the forward stays in flight until it.
+        if (!s.split_backward) --in_flight[static_cast<std::size_t>(best_device)];
         b_done[idx(c.unit, c.chunk)] = end;
         if (s.split_backward) offer(PassKind::weight, c.unit, c.chunk, end);
         if (prev >= 0) offer(PassKind::backward, c.unit, prev, end);
+        break;
+      case PassKind::weight:
+        --in_flight[static_cast<std::size_t>(best_device)];
         break;
       default:
         break;
@@ -394,6 +398,7 @@ Schedule make_schedule(ScheduleKind kind, int p, int m, const ScheduleOptions& o
       ListScheduling how;  // Chimera's forward-first order, backward twice the forward
       how.forward = 1;
       how.backward = 2;
+      how.limit = 2 * p;  // at most 2p forwards in flight per device (both directions)
       list_schedule(s, how);
       break;
     }

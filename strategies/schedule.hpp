@@ -113,7 +113,8 @@ std::optional<std::string> schedule_constraint(ScheduleKind kind, int stages, in
 ///   2p chunk forwards in flight per device (activation memory of 1F1B).
 /// - chimera: two pipelines, down (chunk s on device s) and up (part s on device p - 1 - s),
 ///   even units down and odd units up; the order is list scheduling of the two with forward
-///   time 1 and backward 2, forwards first; p even, m even.
+///   time 1 and backward 2, forwards first, at most 2p forwards in flight per device (their
+///   weight passes not yet run, for zb-v); p even, m even.
 /// - terapipe: GPipe over token slices: each microbatch's sequence cut into `sequence_slices`
 ///   slices, all forwards in order, then the backwards with slices in reverse (a slice's keys and
 ///   values serve the slices after it, whose backwards produce their gradients first).
