@@ -613,7 +613,8 @@ Program assemble_pipeline(const PipelineSpec& spec) {
   constexpr OpId kNoOp = 0xFFFFFFFFu;
   // PipeDream-2BW: unit `unit`'s backward on `device` belongs to the previous iteration.
   auto carried = [&schedule, m](int device, int unit) {
-    return unit >= m - schedule.carried_backwards[static_cast<std::size_t>(device)];
+    const int count = schedule.carried_backwards[static_cast<std::size_t>(device)];
+    return count > 0 && unit >= m - count;
   };
   const auto chunks = static_cast<std::uint64_t>(schedule.chunks);
   auto pass_key = [chunks](PassKind kind, int unit, int chunk) {
