@@ -2,6 +2,7 @@
 // assembly, simulated by the real engine, measured by the real report.
 #include <doctest/doctest.h>
 
+#include "pipeline_test_cluster.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/lowering.hpp"
 #include "strategies/schedule.hpp"
@@ -13,17 +14,7 @@ using namespace stratasim::strategies;
 namespace {
 
 hw::ClusterSpec free_network_cluster(int devices) {
-  hw::ClusterSpec c;
-  c.name = "free";
-  c.nodes = 1;
-  c.devices_per_node = devices;
-  c.device.name = "test";
-  c.device.peak_flops[static_cast<std::size_t>(DType::bf16)] = FlopRate(100e12);
-  c.device.memory_capacity = Bytes(80LL << 30);
-  c.device.memory_bandwidth = Bandwidth(2e12);
-  c.intra_node = {Bandwidth(1e12), Time::zero()};  // no latency, and the messages are empty
-  c.inter_node = {Bandwidth(1e12), Time::zero()};
-  return c;
+  return stratasim::testing::pipeline_test_cluster(devices);
 }
 
 // Every stage takes t_f forward and t_b backward per microbatch; boundaries carry 0 bytes.

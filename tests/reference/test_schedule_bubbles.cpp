@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hw_models/config_reader.hpp"
+#include "pipeline_test_cluster.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/layer_table.hpp"
 #include "strategies/lowering.hpp"
@@ -37,20 +38,9 @@ using namespace stratasim::strategies;
 
 namespace {
 
-// One node of `devices` devices whose links move `bandwidth` bytes/s with no latency: with
-// 0-byte boundaries communication is free; with B bytes a transfer takes B / bandwidth.
+// One node of `devices` devices whose links move `bandwidth` bytes/s with no latency.
 hw::ClusterSpec cluster(int devices, Bandwidth bandwidth = Bandwidth(1e12)) {
-  hw::ClusterSpec c;
-  c.name = "test";
-  c.nodes = 1;
-  c.devices_per_node = devices;
-  c.device.name = "test";
-  c.device.peak_flops[static_cast<std::size_t>(DType::bf16)] = FlopRate(100e12);
-  c.device.memory_capacity = Bytes(80LL << 30);
-  c.device.memory_bandwidth = Bandwidth(2e12);
-  c.intra_node = {bandwidth, Time::zero()};
-  c.inter_node = {bandwidth, Time::zero()};
-  return c;
+  return stratasim::testing::pipeline_test_cluster(devices, bandwidth);
 }
 
 Time us(std::int64_t v) {
