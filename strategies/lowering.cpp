@@ -548,9 +548,13 @@ Program assemble_pipeline(const PipelineSpec& spec) {
   const std::uint32_t recv_input_label = program.intern_label("wait for input");
   const std::uint32_t no_kernels = program.add_kernels({});
   const std::vector<Use> no_uses;
+  // The template chunk `chunk` runs for `unit` (its part's plan, for the unit's slice).
+  auto template_at = [&](int chunk, int unit) -> const StageTemplate& {
+    const int part = schedule.part_of_chunk[static_cast<std::size_t>(chunk)];
+    return stages[static_cast<std::size_t>(part * slices + unit % slices)];
+  };
   auto template_of = [&](const Pass& x) -> const StageTemplate& {
-    const int part = schedule.part_of_chunk[static_cast<std::size_t>(x.chunk)];
-    return stages[static_cast<std::size_t>(part * slices + x.microbatch % slices)];
+    return template_at(x.chunk, x.microbatch);
   };
   // The segments a pass runs: [begin, end) of its template's forward, backward or weight list.
   struct Range {
@@ -560,8 +564,7 @@ Program assemble_pipeline(const PipelineSpec& spec) {
   };
   // What chunk `chunk` sends on for `unit` (its part's output, and the gradient of it).
   auto output_bytes = [&](int chunk, int unit) {
-    const int part = schedule.part_of_chunk[static_cast<std::size_t>(chunk)];
-    return stages[static_cast<std::size_t>(part * slices + unit % slices)].plan.boundary_bytes;
+    return template_at(chunk, unit).plan.boundary_bytes;
   };
   auto range_of = [&](const Pass& x) -> Range {
     const StageTemplate& st = template_of(x);
@@ -595,8 +598,7 @@ Program assemble_pipeline(const PipelineSpec& spec) {
         }
       }
       for (int c : schedule.chunks_of(device)) {
-        const StageTemplate& st = stages[static_cast<std::size_t>(
-            schedule.part_of_chunk[static_cast<std::size_t>(c)] * slices)];
+        const StageTemplate& st = template_at(c, 0);
         device_ops +=
             st.plan.grad_units.size() + 2 * st.buckets.size() + 2 * st.gather_buckets.size() + 8;
       }
@@ -643,10 +645,7 @@ Program assemble_pipeline(const PipelineSpec& spec) {
     auto slot_of = [&held](int chunk) {
       return static_cast<std::size_t>(std::find(held.begin(), held.end(), chunk) - held.begin());
     };
-    auto chunk_template = [&](int chunk) -> const StageTemplate& {
-      return stages[static_cast<std::size_t>(
-          schedule.part_of_chunk[static_cast<std::size_t>(chunk)] * slices)];
-    };
+    auto chunk_template = [&](int chunk) -> const StageTemplate& { return template_at(chunk, 0); };
 
     // Model states of every chunk the device holds.
     for (int chunk : held) {
