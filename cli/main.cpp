@@ -16,6 +16,10 @@
 #include <CLI/CLI.hpp>
 
 #include "hw_models/cluster.hpp"
+#include "hw_models/topology.hpp"
+#include "sim/collective_bench.hpp"
+#include "sim/flow_network.hpp"
+#include "sim/jobs.hpp"
 #include "sim/memory.hpp"
 #include "sim/partition.hpp"
 #include "sim/simulator.hpp"
@@ -23,6 +27,7 @@
 #include "strategies/lowering.hpp"
 #include "strategies/program.hpp"
 #include "strategies/schedule.hpp"
+#include "traces/bus_bandwidth.hpp"
 #include "traces/context.hpp"
 #include "traces/export.hpp"
 #include "traces/report.hpp"
@@ -60,6 +65,9 @@ fs::path resolve_experiment(const std::string& given) {
 
 struct SimulateArgs {
   std::string experiment;
+  std::vector<std::string> more_experiments;  // simulate: further jobs on one cluster
+  std::string cluster;                        // the cluster the jobs share
+  std::string placement = "packed";
   std::optional<int> tp, pp, dp, micro_batch, seq_len;
   std::optional<std::int64_t> global_batch;
   std::optional<std::string> schedule, partition;
@@ -202,10 +210,18 @@ struct InvalidProgram : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Data-parallel replicas behave alike on the analytical network (no contention), so by default
-// one replica is simulated and mirrored; --exact simulates every rank (the same results).
+// Data-parallel replicas behave alike on the analytical network (no contention) and identical
+// devices, so by default one replica is simulated and mirrored; --exact simulates every rank
+// (the same results). On the flow-level network replicas contend for links, and with per-device
+// overrides they differ: every rank is simulated there.
+bool mirrors(const strategies::Experiment& experiment, bool exact) {
+  return !exact && experiment.cluster.network_model == hw::NetworkModel::analytical &&
+         experiment.cluster.homogeneous();
+}
+
 strategies::Program lower_and_validate(const strategies::Experiment& experiment, bool exact) {
-  auto program = sim::lower_partitioned(experiment, {.mirror_data_parallel = !exact});
+  auto program =
+      sim::lower_partitioned(experiment, {.mirror_data_parallel = mirrors(experiment, exact)});
   try {
     strategies::validate(program);
   } catch (const strategies::ProgramError& e) {
@@ -218,7 +234,146 @@ sim::MemoryOverheads overheads_of(const strategies::Experiment& e) {
   return sim::MemoryOverheads{e.memory.fragmentation, e.memory.reserved};
 }
 
+// Simulates on the cluster's network model; with the flow-level network, also the busiest
+// links of the run (observed from outside the network, as every statistic is).
+traces::Timeline run_simulation(const strategies::Program& program, const hw::ClusterSpec& cluster,
+                                const sim::SimOptions& options,
+                                std::vector<traces::LinkLoad>& links) {
+  if (cluster.network_model != hw::NetworkModel::flow) {
+    return sim::simulate(program, cluster, options);
+  }
+  sim::FlowNetwork network(cluster, hw::build_topology(cluster), program);
+  sim::LinkUsage usage(network);
+  network.set_observer(&usage);
+  auto timeline = sim::simulate(program, cluster, network, options);
+  Time span;
+  for (const auto& s : timeline.spans) span = std::max(span, s.end);
+  const auto& topology = network.topology();
+  for (const auto& busy : usage.busiest(span, 10)) {
+    const auto& link = topology.link(busy.link);
+    links.push_back({topology.name(link.from) + " -> " + topology.name(link.to),
+                     Bandwidth(network.capacity(busy.link)), busy.bytes, busy.utilisation});
+  }
+  return timeline;
+}
+
+// {0,1,2,3,8,9} -> "0-3,8-9".
+std::string ranges_text(const std::vector<std::int32_t>& devices) {
+  std::string out;
+  for (std::size_t i = 0; i < devices.size();) {
+    std::size_t j = i;
+    while (j + 1 < devices.size() && devices[j + 1] == devices[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += std::to_string(devices[i]);
+    if (j > i) out += "-" + std::to_string(devices[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+fs::path resolve_cluster(const std::string& given) {
+  fs::path path(given);
+  std::error_code ec;
+  if (fs::exists(path, ec)) return path;
+  if (path.parent_path().empty()) {
+    fs::path catalog = config_dir() / "hardware" / "clusters" / (given + ".json");
+    if (fs::exists(catalog, ec)) return catalog;
+  }
+  return path;
+}
+
+// Several experiments placed on one cluster, simulated together so that they share its network;
+// each gets its own report.
+int simulate_jobs_command(const SimulateArgs& args) {
+  if (args.cluster.empty()) {
+    throw BadInput(
+        "simulating several experiments together needs --cluster: the cluster they share "
+        "(each experiment's own cluster says what one job asks for)");
+  }
+  if (!overrides_of(args).empty()) {
+    throw BadInput(
+        "with several experiments, flags that change an experiment (--tp, --set, ...) would "
+        "apply to all of them; write them into the experiment files instead");
+  }
+  check_out_dir(args.out);
+  const hw::ClusterSpec cluster = hw::load_cluster(resolve_cluster(args.cluster));
+  std::vector<std::string> files{args.experiment};
+  files.insert(files.end(), args.more_experiments.begin(), args.more_experiments.end());
+  std::vector<strategies::Experiment> jobs;
+  std::vector<int> sizes;
+  std::vector<std::string> names;
+  for (const auto& f : files) {
+    jobs.push_back(strategies::load_experiment(resolve_experiment(f)));
+    sizes.push_back(jobs.back().cluster.world_size());
+    std::string name = jobs.back().name;
+    int same = 1;
+    for (const auto& n : names) same += n.rfind(jobs.back().name, 0) == 0 ? 1 : 0;
+    if (same > 1) name += "#" + std::to_string(same);
+    names.push_back(name);
+  }
+  std::vector<sim::Placement> placements;
+  try {
+    placements = sim::place_jobs(sizes, args.placement, cluster);
+  } catch (const std::invalid_argument& e) {
+    throw BadInput(e.what());
+  }
+  for (std::size_t j = 0; j < jobs.size(); ++j) {
+    for (std::int32_t d : placements[j].devices) {
+      const auto& device = cluster.device_of(d);
+      if (device.name != jobs[j].cluster.device.name) {
+        throw BadInput("job " + names[j] + " runs on " + jobs[j].cluster.device.name +
+                       ", but device " + std::to_string(d) + " of cluster " + cluster.name +
+                       " is " + device.name);
+      }
+    }
+    if (jobs[j].memory.fragmentation != jobs[0].memory.fragmentation ||
+        jobs[j].memory.reserved != jobs[0].memory.reserved) {
+      throw BadInput("jobs " + names[0] + " and " + names[j] +
+                     " set different memory overheads (memory.fragmentation, memory.reserved); "
+                     "jobs simulated together share them");
+    }
+  }
+  std::vector<strategies::Program> programs;
+  for (const auto& e : jobs) programs.push_back(lower_and_validate(e, /*exact=*/true));
+  std::vector<const strategies::Program*> pointers;
+  for (const auto& p : programs) pointers.push_back(&p);
+  const auto merged = sim::merge_programs(pointers, placements, names, cluster.world_size());
+  sim::SimOptions options;
+  options.overheads = overheads_of(jobs[0]);
+  options.stop_on_oom = args.stop_on_oom;
+  std::vector<traces::LinkLoad> links;
+  const auto timeline = run_simulation(merged, cluster, options, links);
+  for (std::size_t j = 0; j < jobs.size(); ++j) {
+    const auto job_timeline = sim::split_timeline(timeline, merged, programs[j], placements[j]);
+    const auto context = traces::report_context(jobs[j]);
+    auto report = traces::make_report(programs[j], job_timeline, context);
+    report.links = links;
+    const auto& devices = placements[j].devices;
+    if (!args.quiet) {
+      std::cout << "job " << j + 1 << " of " << jobs.size() << " on cluster " << cluster.name
+                << " (" << hw::name_of(cluster.network_model) << " network), devices "
+                << ranges_text(devices) << "\n";
+      traces::print_summary(std::cout, report, context);
+      std::cout << "\n";
+    }
+    if (!args.out.empty()) {
+      const fs::path dir =
+          fs::path(args.out) / ("job" + std::to_string(j + 1) + "-" + jobs[j].name);
+      traces::ExportOptions export_options;
+      traces::write_outputs(dir.string(), programs[j], job_timeline, report, context,
+                            export_options);
+      if (!args.quiet) std::cout << "wrote " << (dir / "report.json").string() << "\n";
+    }
+  }
+  if (!timeline.completed && !timeline.stopped_on_oom) {
+    std::cerr << "error: the simulation did not complete: " << timeline.problem << "\n";
+    return kExitSimulationFailed;
+  }
+  return 0;
+}
+
 int simulate_command(const SimulateArgs& args) {
+  if (!args.more_experiments.empty()) return simulate_jobs_command(args);
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
   check_out_dir(args.out);
@@ -226,16 +381,18 @@ int simulate_command(const SimulateArgs& args) {
       strategies::load_experiment(resolve_experiment(args.experiment), overrides_of(args));
   const auto layout = strategies::layout_of(experiment);
   traces::ExportOptions export_options;
-  export_options.ranks = trace_ranks(args.trace_ranks, layout, !args.exact);
+  export_options.ranks = trace_ranks(args.trace_ranks, layout, mirrors(experiment, args.exact));
   const auto program = lower_and_validate(experiment, args.exact);
   sim::SimOptions options;
   options.overheads = overheads_of(experiment);
   options.stop_on_oom = args.stop_on_oom;
   options.memory_sample_ranks = export_options.ranks;  // memory.csv covers these ranks only
-  const auto timeline = sim::simulate(program, experiment.cluster, options);
+  std::vector<traces::LinkLoad> links;
+  const auto timeline = run_simulation(program, experiment.cluster, options, links);
 
   const auto context = traces::report_context(experiment);
-  const auto report = traces::make_report(program, timeline, context);
+  auto report = traces::make_report(program, timeline, context);
+  report.links = std::move(links);
   const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
   if (!args.quiet) {
     traces::print_summary(std::cout, report, context);
@@ -447,6 +604,132 @@ int schedules_command(const SimulateArgs& args, const std::vector<int>& micro_ba
   return 0;
 }
 
+struct CollectiveArgs {
+  std::string cluster;
+  std::string op = "all_reduce";
+  std::string ranks;  // "0-7"; default: every device
+  std::vector<std::string> sizes;
+  std::string algorithm;  // empty: the cluster's choice
+  std::string network;    // empty: the cluster's model
+  std::string out;
+};
+
+// "1M" -> 1 MiB, "2G" -> 2 GiB, "512" -> 512 bytes, "64 KiB" -> as units.hpp reads it.
+Bytes size_of(const std::string& text) {
+  static const std::map<char, std::int64_t> suffix = {
+      {'K', 1LL << 10}, {'M', 1LL << 20}, {'G', 1LL << 30}, {'T', 1LL << 40}};
+  try {
+    std::size_t used = 0;
+    const long long n = std::stoll(text, &used);
+    if (used == text.size() && n >= 0) return Bytes(n);
+    if (used + 1 == text.size() && n >= 0 && suffix.count(text.back())) {
+      return Bytes(n * suffix.at(text.back()));
+    }
+  } catch (const std::logic_error&) {
+  }
+  try {
+    return parse_bytes(text);
+  } catch (const std::exception&) {
+    throw BadInput("--sizes: expected sizes like 1M, 256M, 4G or \"64 KiB\", got \"" + text + "\"");
+  }
+}
+
+// One collective alone on a cluster, size by size, printed as nccl-tests prints it.
+int collective_command(const CollectiveArgs& args) {
+  auto doc = config::Document::load(resolve_cluster(args.cluster));
+  if (!args.network.empty()) {
+    doc.set("network_model", args.network, "command line (--network " + args.network + ")");
+  }
+  const auto cluster = hw::read_cluster(doc, "");
+  std::optional<strategies::CollectiveKind> kind;
+  for (std::size_t k = 0; k < std::size(hw::kCollectiveKindNames); ++k) {
+    if (hw::kCollectiveKindNames[k] == args.op) kind = static_cast<strategies::CollectiveKind>(k);
+  }
+  if (!kind) {
+    throw BadInput(
+        "--op: expected all_reduce, reduce_scatter, all_gather, broadcast, reduce or "
+        "all_to_all, got \"" +
+        args.op + "\"");
+  }
+  std::vector<std::int32_t> ranks;
+  if (args.ranks.empty()) {
+    for (int r = 0; r < cluster.world_size(); ++r) ranks.push_back(r);
+  } else {
+    {
+      std::stringstream items(args.ranks);
+      std::string item;
+      while (std::getline(items, item, ',')) {
+        const auto dash = item.find('-');
+        try {
+          const int lo = std::stoi(item.substr(0, dash));
+          const int hi = dash == std::string::npos ? lo : std::stoi(item.substr(dash + 1));
+          if (lo < 0 || hi >= cluster.world_size() || lo > hi) throw std::out_of_range(item);
+          for (int r = lo; r <= hi; ++r) ranks.push_back(r);
+        } catch (const std::logic_error&) {
+          throw BadInput("--ranks: expected device ranges of cluster " + cluster.name + " (0-" +
+                         std::to_string(cluster.world_size() - 1) + ") like 0-7 or 0,8,16, got \"" +
+                         item + "\"");
+        }
+      }
+    }
+  }
+  std::vector<Bytes> sizes;
+  if (args.sizes.empty()) {
+    for (std::int64_t b = 1LL << 20; b <= (8LL << 30); b *= 4) sizes.emplace_back(b);
+  }
+  for (const auto& text : args.sizes) sizes.push_back(size_of(text));
+  std::optional<hw::CollectiveAlgorithm> algorithm;
+  if (!args.algorithm.empty()) {
+    algorithm = hw::collective_algorithm_from_name(args.algorithm);
+    if (!algorithm) {
+      throw BadInput(
+          "--algorithm: expected auto, ring, tree, halving_doubling, direct, "
+          "hierarchical or nvls, got \"" +
+          args.algorithm + "\"");
+    }
+  }
+  std::vector<sim::CollectiveMeasurement> rows;
+  try {
+    rows = sim::measure_collective(cluster, *kind, ranks, sizes, algorithm);
+  } catch (const std::invalid_argument& e) {
+    throw BadInput(e.what());
+  }
+  std::ostringstream table;
+  table << args.op << " over " << ranks.size() << " devices of " << cluster.name << " ("
+        << hw::name_of(cluster.network_model) << " network, protocol efficiency "
+        << cluster.collectives.protocol_efficiency << ")\n";
+  table << "  " << std::setw(14) << "size" << std::setw(14) << "time" << std::setw(14)
+        << "algbw GB/s" << std::setw(14) << "busbw GB/s"
+        << "  algorithm\n";
+  for (const auto& row : rows) {
+    table << "  " << std::setw(14) << to_string(row.bytes) << std::setw(14) << to_string(row.time)
+          << std::setw(14) << std::fixed << std::setprecision(2) << row.algbw / 1e9 << std::setw(14)
+          << row.busbw / 1e9 << "  " << hw::name_of(row.algorithm) << "\n";
+  }
+  std::cout << table.str();
+  if (!args.out.empty()) {
+    check_out_dir(args.out);
+    std::ostringstream csv;
+    csv << "op,ranks,bytes,time_s,algbw_bytes_per_s,busbw_bytes_per_s,algorithm\n";
+    for (const auto& row : rows) {
+      csv << args.op << ',' << ranks.size() << ',' << row.bytes.count() << ','
+          << std::setprecision(9) << row.time.seconds() << ',' << row.algbw << ',' << row.busbw
+          << ',' << hw::name_of(row.algorithm) << "\n";
+    }
+    fs::create_directories(args.out);
+    const fs::path target = fs::path(args.out) / "collective.csv";
+    const fs::path partial = fs::path(args.out) / ".collective.csv.partial";
+    {
+      std::ofstream file(partial);
+      file << csv.str();
+      if (!file) throw BadInput("cannot write " + partial.string());
+    }
+    fs::rename(partial, target);
+    std::cout << "wrote " << target.string() << "\n";
+  }
+  return 0;
+}
+
 int list_command(const std::string& what) {
   const std::map<std::string, fs::path> folders = {
       {"devices", config_dir() / "hardware" / "devices"},
@@ -505,6 +788,10 @@ int main(int argc, char** argv) {
       "  stratasim memory llama2-7b-h100-8 --zero 3 --micro-batch 4\n"
       "  stratasim schedules gpt3-1.7b-a100-8 --tp 2 --pp 4 --dp 1\n"
       "  stratasim partition gpt3-1.7b-a100-8 --pp 4 --partition balanced\n"
+      "  stratasim simulate gpt3-175b-a100-1024-fat-tree --out out/\n"
+      "  stratasim simulate configs/jobs/gpt3-1.7b-dp16.json configs/jobs/llama2-7b-tp8-dp2.json\n"
+      "      --cluster dgx-a100-32-oversubscribed --placement interleaved\n"
+      "  stratasim collective dgx-h100-1-nvls --op all_reduce --algorithm ring --sizes 1G,4G\n"
       "  stratasim list models");
 
   SimulateArgs sim_args;
@@ -557,6 +844,14 @@ int main(int argc, char** argv) {
                        "Ranks in timeline.json and memory.csv: all, stages (rank 0 of each "
                        "pipeline stage), or a list like 0,8,16; default all up to 256 ranks, "
                        "else stages");
+  simulate->add_option("more", sim_args.more_experiments,
+                       "Further experiments to run at the same time on the cluster given by "
+                       "--cluster, sharing its network (each gets its own report)");
+  simulate->add_option("--cluster", sim_args.cluster,
+                       "With several experiments: the cluster they share (file or catalog name)");
+  simulate->add_option("--placement", sim_args.placement,
+                       "With several experiments: packed (one after the other), interleaved "
+                       "(nodes dealt round-robin) or device ranges per job like \"0-15;16-31\"");
   simulate->add_flag("--stop-on-oom", sim_args.stop_on_oom,
                      "End the simulation at the first out-of-memory (default: finish and report)");
   auto* memory = app.add_subcommand(
@@ -578,6 +873,27 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   schedules->add_option("--out", sim_args.out, "Write schedules.csv here");
 
+  CollectiveArgs coll_args;
+  auto* collective = app.add_subcommand(
+      "collective",
+      "Time one collective alone on a cluster's network, size by size, with algbw and busbw as "
+      "nccl-tests reports them");
+  collective->add_option("cluster", coll_args.cluster, "Cluster JSON file, or a catalog name")
+      ->required();
+  collective->add_option("--op", coll_args.op,
+                         "all_reduce (default), reduce_scatter, all_gather, broadcast, reduce or "
+                         "all_to_all");
+  collective->add_option("--ranks", coll_args.ranks,
+                         "Devices in the group, e.g. 0-7 (default all)");
+  collective->add_option("--sizes", coll_args.sizes, "Sizes, e.g. 1M,64M,1G (default 1M to 4G)")
+      ->delimiter(',');
+  collective->add_option("--algorithm", coll_args.algorithm,
+                         "ring, tree, halving_doubling, direct, hierarchical or nvls (default: "
+                         "the cluster's rule)");
+  collective->add_option("--network", coll_args.network,
+                         "analytical or flow (default: the cluster's)");
+  collective->add_option("--out", coll_args.out, "Write collective.csv here");
+
   std::string list_what;
   auto* list =
       app.add_subcommand("list", "List the shipped devices, clusters, models or experiments");
@@ -597,6 +913,7 @@ int main(int argc, char** argv) {
     if (partition->parsed()) return partition_command(sim_args);
     if (schedules->parsed()) return schedules_command(sim_args, schedule_micro_batches);
     if (list->parsed()) return list_command(list_what);
+    if (collective->parsed()) return collective_command(coll_args);
   } catch (const config::ConfigError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitBadInput;

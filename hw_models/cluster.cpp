@@ -1,5 +1,8 @@
 #include "hw_models/cluster.hpp"
 
+#include <algorithm>
+#include <stdexcept>
+
 namespace stratasim::hw {
 
 namespace {
@@ -12,7 +15,115 @@ LinkSpec read_link(config::ObjectReader r) {
   return link;
 }
 
+constexpr std::string_view kNetworkModelNames[] = {"analytical", "flow"};
+constexpr std::string_view kAlgorithmNames[] = {
+    "auto", "ring", "tree", "halving_doubling", "direct", "hierarchical", "nvls"};
+
+/// The override that applies to `rank` last, or nullptr.
+template <class Field>
+const DeviceOverride* last_override(const std::vector<DeviceOverride>& overrides, int rank,
+                                    Field&& has_field) {
+  const DeviceOverride* found = nullptr;
+  for (const auto& o : overrides) {
+    if (!has_field(o)) continue;
+    for (int r : o.ranks) {
+      if (r == rank) {
+        found = &o;
+        break;
+      }
+    }
+  }
+  return found;
+}
+
+/// "0-7,16,18-19" or a JSON array of integers: the ranks an override applies to.
+std::vector<int> read_ranks(config::ObjectReader& r, std::string_view key, int world) {
+  const auto* value = r.document().find(r.path_of(key));
+  std::vector<int> ranks;
+  auto add = [&](long long lo, long long hi) {
+    if (lo < 0 || hi >= world || lo > hi) {
+      r.fail(key, "expected ranks in [0, " + std::to_string(world - 1) + "], got " +
+                      std::to_string(lo) + (lo == hi ? "" : "-" + std::to_string(hi)));
+    }
+    for (long long x = lo; x <= hi; ++x) ranks.push_back(static_cast<int>(x));
+  };
+  if (value != nullptr && value->is_array()) {
+    r.has(key);
+    for (const auto& v : *value) {
+      if (!v.is_number_integer()) r.fail(key, "expected an array of integer ranks");
+      add(v.get<long long>(), v.get<long long>());
+    }
+  } else {
+    const std::string text = r.string(key);
+    std::size_t at = 0;
+    while (at <= text.size()) {
+      const std::size_t comma = std::min(text.find(',', at), text.size());
+      const std::string part = text.substr(at, comma - at);
+      const std::size_t dash = part.find('-');
+      try {
+        std::size_t used = 0;
+        if (dash == std::string::npos) {
+          const long long x = std::stoll(part, &used);
+          if (used != part.size()) throw std::invalid_argument(part);
+          add(x, x);
+        } else {
+          const std::string a = part.substr(0, dash), b = part.substr(dash + 1);
+          std::size_t used_b = 0;
+          const long long lo = std::stoll(a, &used);
+          const long long hi = std::stoll(b, &used_b);
+          if (used != a.size() || used_b != b.size()) throw std::invalid_argument(part);
+          add(lo, hi);
+        }
+      } catch (const std::logic_error&) {
+        r.fail(key, "expected ranks such as \"0-7,16\" or [0, 1], got \"" + text + "\"");
+      }
+      at = comma + 1;
+    }
+  }
+  if (ranks.empty()) r.fail(key, "expected at least one rank");
+  return ranks;
+}
+
 }  // namespace
+
+std::string_view name_of(NetworkModel m) {
+  return kNetworkModelNames[static_cast<int>(m)];
+}
+
+std::string_view name_of(CollectiveAlgorithm a) {
+  return kAlgorithmNames[static_cast<int>(a)];
+}
+
+std::optional<CollectiveAlgorithm> collective_algorithm_from_name(std::string_view name) {
+  for (std::size_t i = 0; i < std::size(kAlgorithmNames); ++i) {
+    if (kAlgorithmNames[i] == name) return static_cast<CollectiveAlgorithm>(i);
+  }
+  return std::nullopt;
+}
+
+const DeviceSpec& ClusterSpec::device_of(int rank) const {
+  const auto* o =
+      last_override(overrides, rank, [](const DeviceOverride& x) { return x.device.has_value(); });
+  return o ? *o->device : device;
+}
+
+double ClusterSpec::slowdown_of(int rank) const {
+  const auto* o =
+      last_override(overrides, rank, [](const DeviceOverride& x) { return x.slowdown != 1.0; });
+  return o ? o->slowdown : 1.0;
+}
+
+const LinkSpec& ClusterSpec::intra_link_of(int rank) const {
+  const auto* o = last_override(overrides, rank,
+                                [](const DeviceOverride& x) { return x.intra_node.has_value(); });
+  return o ? *o->intra_node : intra_node;
+}
+
+const LinkSpec& ClusterSpec::inter_link_of(int rank) const {
+  const auto* o = last_override(overrides, rank,
+                                [](const DeviceOverride& x) { return x.inter_node.has_value(); });
+  return o ? *o->inter_node : inter_node;
+}
 
 void ClusterSpec::validate() const {
   if (nodes <= 0) throw config::ValidationError("nodes", "expected at least 1 node");
@@ -27,6 +138,24 @@ void ClusterSpec::validate() const {
   }
   if (!(inter_node.bandwidth.bytes_per_second() > 0)) {
     throw config::ValidationError("inter_node.bandwidth", "expected a positive bandwidth");
+  }
+  if (!(collectives.protocol_efficiency > 0 && collectives.protocol_efficiency <= 1)) {
+    throw config::ValidationError("collectives.protocol_efficiency",
+                                  "expected a fraction in (0, 1]");
+  }
+  for (std::size_t i = 0; i < overrides.size(); ++i) {
+    const std::string at = "overrides." + std::to_string(i);
+    if (!(overrides[i].slowdown > 0)) {
+      throw config::ValidationError(at + ".slowdown",
+                                    "expected a positive factor (2 = twice as slow)");
+    }
+    for (const auto* link : {&overrides[i].intra_node, &overrides[i].inter_node}) {
+      if (*link && !((*link)->bandwidth.bytes_per_second() > 0)) {
+        throw config::ValidationError(
+            at + (link == &overrides[i].intra_node ? ".intra_node" : ".inter_node") + ".bandwidth",
+            "expected a positive bandwidth");
+      }
+    }
   }
 }
 
@@ -64,8 +193,54 @@ ClusterSpec read_cluster(config::Document& doc, const std::string& path) {
     c.nvme = NvmeSpec{n.bytes("capacity"), n.bandwidth("bandwidth")};
     n.finish();
   }
+  if (r.has("topology")) c.topology = read_topology(r.object("topology", "the network topology"));
+  c.network_model = r.choice_or("network_model", {"analytical", "flow"}, "analytical") == "flow"
+                        ? NetworkModel::flow
+                        : NetworkModel::analytical;
+  if (r.has("collectives")) {
+    auto coll = r.object("collectives", "collective settings");
+    c.collectives.protocol_efficiency =
+        coll.number_or("protocol_efficiency", c.collectives.protocol_efficiency);
+    if (coll.has("algorithm")) {
+      auto alg = coll.object("algorithm", "a fixed algorithm per collective kind");
+      for (std::size_t k = 0; k < std::size(kCollectiveKindNames); ++k) {
+        const std::string key(kCollectiveKindNames[k]);
+        if (!alg.has(key)) continue;
+        const std::string name = alg.choice(
+            key, {"auto", "ring", "tree", "halving_doubling", "direct", "hierarchical", "nvls"});
+        c.collectives.algorithm[k] = *collective_algorithm_from_name(name);
+      }
+      alg.finish();
+    }
+    coll.finish();
+  }
+  if (r.has("overrides")) {
+    const auto* list = doc.find(r.path_of("overrides"));
+    if (!list->is_array()) r.fail("overrides", "expected an array of per-device overrides");
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      const std::string at = config::join_path(r.path_of("overrides"), std::to_string(i));
+      doc.inline_reference(config::join_path(at, "device"));
+      config::ObjectReader o(doc, at, "a per-device override");
+      DeviceOverride d;
+      d.ranks = read_ranks(o, "ranks", c.world_size());
+      if (o.has("device")) d.device = read_device(doc, o.path_of("device"));
+      d.slowdown = o.number_or("slowdown", 1.0);
+      if (o.has("intra_node"))
+        d.intra_node = read_link(o.object("intra_node", "this device's link inside its node"));
+      if (o.has("inter_node"))
+        d.inter_node = read_link(o.object("inter_node", "this device's NIC"));
+      o.finish();
+      c.overrides.push_back(std::move(d));
+    }
+  }
   r.finish();
   doc.validated(path, [&] { c.validate(); });
+  if (c.topology) {
+    doc.validated(config::join_path(path, "topology"), [&] { c.topology->validate(); });
+    // Checks that need the whole cluster (a torus's extents, a graph's devices) run by building
+    // the graph once.
+    doc.validated(path, [&] { (void)build_topology(c); });
+  }
   return c;
 }
 

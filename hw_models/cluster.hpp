@@ -1,13 +1,19 @@
-// A cluster: identical nodes of identical devices, with one link figure inside a node
-// (NVLink/NVSwitch) and one between nodes (the NIC each device uses). Bandwidths are per
-// device and per direction. Richer topologies extend this without changing these fields.
+// A cluster: nodes of devices, with one link figure inside a node (NVLink/NVSwitch) and one
+// between nodes (the NIC each device uses). Bandwidths are per device and per direction.
+// Optional sections refine it: `topology` (how the links connect, hw_models/topology.hpp),
+// `network_model` (analytical or flow-level), `collectives` (algorithms and protocol
+// efficiency) and `overrides` (devices of another type, stragglers, degraded links).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "hw_models/config_reader.hpp"
 #include "hw_models/device.hpp"
+#include "hw_models/topology.hpp"
 
 namespace stratasim::hw {
 
@@ -32,6 +38,48 @@ struct NvmeSpec {
   Bandwidth bandwidth;  // per node, read or write (bytes/s)
 };
 
+/// How the network is simulated: alpha-beta formulas per collective algorithm with no
+/// contention, or flows over the topology's links sharing bandwidth max-min fairly.
+enum class NetworkModel : std::uint8_t { analytical, flow };
+std::string_view name_of(NetworkModel m);
+
+/// Collective algorithms (sim/collectives.hpp says what each one sends). `automatic` lets a
+/// rule like NCCL's choose per collective from its size and group.
+enum class CollectiveAlgorithm : std::uint8_t {
+  automatic,
+  ring,
+  tree,              // double binary tree
+  halving_doubling,  // recursive halving-doubling
+  direct,            // every rank to every rank at once (all-to-all's natural form)
+  hierarchical,      // intra-node reduce-scatter, inter-node all-reduce, intra-node all-gather
+  nvls,              // NVLink SHARP: the NVSwitch reduces
+};
+std::string_view name_of(CollectiveAlgorithm a);
+std::optional<CollectiveAlgorithm> collective_algorithm_from_name(std::string_view name);
+
+/// Collective kinds by their config names, in strategies::CollectiveKind order.
+inline constexpr std::string_view kCollectiveKindNames[] = {
+    "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"};
+
+struct CollectiveSettings {
+  /// Fraction of a link's bandwidth that collectives and point-to-point transfers reach (NCCL's
+  /// protocol overhead: ~0.82 on H100 NVLink, 0.8 on A100). In (0, 1].
+  double protocol_efficiency = 1.0;
+  /// A fixed algorithm per collective kind (index: kCollectiveKindNames); automatic: the rule.
+  std::vector<CollectiveAlgorithm> algorithm = std::vector<CollectiveAlgorithm>(
+      std::size(kCollectiveKindNames), CollectiveAlgorithm::automatic);
+};
+
+/// Changes to some devices of the cluster: another device type (mixed generations, GPUs and
+/// FPGAs), a straggler's slowdown, degraded links.
+struct DeviceOverride {
+  std::vector<int> ranks;              // the devices it applies to
+  std::optional<DeviceSpec> device;    // another device type
+  double slowdown = 1.0;               // compute takes this many times longer (>= 1 slower)
+  std::optional<LinkSpec> intra_node;  // this device's link inside its node
+  std::optional<LinkSpec> inter_node;  // this device's NIC
+};
+
 struct ClusterSpec {
   std::string name;
   std::string source;
@@ -42,6 +90,10 @@ struct ClusterSpec {
   LinkSpec inter_node;
   std::optional<HostSpec> host;  // absent: host memory is not modelled (no offload)
   std::optional<NvmeSpec> nvme;
+  std::optional<TopologySpec> topology;  // absent: the two-level form
+  NetworkModel network_model = NetworkModel::analytical;
+  CollectiveSettings collectives;
+  std::vector<DeviceOverride> overrides;  // later entries win where they overlap
 
   /// Checks ranges; throws config::ValidationError with the offending key's path.
   void validate() const;
@@ -49,6 +101,14 @@ struct ClusterSpec {
   int world_size() const { return nodes * devices_per_node; }
   /// Devices are numbered node by node: rank r lives on node r / devices_per_node.
   int node_of(int rank) const { return rank / devices_per_node; }
+
+  /// Device type, compute slowdown and links of one rank, overrides applied.
+  const DeviceSpec& device_of(int rank) const;
+  double slowdown_of(int rank) const;
+  const LinkSpec& intra_link_of(int rank) const;
+  const LinkSpec& inter_link_of(int rank) const;
+  /// True when every device is the same type with no slowdown and no link override.
+  bool homogeneous() const { return overrides.empty(); }
 };
 
 /// Reads a cluster from the object at `path` of `doc`; a string "device" names a device file

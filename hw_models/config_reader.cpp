@@ -121,6 +121,16 @@ Document Document::from_json(nlohmann::json root, std::string source) {
 const nlohmann::json* Document::find(std::string_view path) const {
   const nlohmann::json* node = &root_;
   for (const auto& part : split_path(path)) {
+    if (node->is_array()) {  // "overrides.0": a numeric part indexes an array
+      if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos ||
+          part.size() > 9) {
+        return nullptr;
+      }
+      const auto index = static_cast<std::size_t>(std::stoul(std::string(part)));
+      if (index >= node->size()) return nullptr;
+      node = &(*node)[index];
+      continue;
+    }
     if (!node->is_object()) return nullptr;
     auto it = node->find(part);
     if (it == node->end()) return nullptr;
@@ -169,8 +179,8 @@ void Document::inline_reference(const std::string& path) {
     }
     throw;
   }
-  nlohmann::json* node = &root_;
-  for (const auto& part : split_path(path)) node = &(*node)[part];
+  // `value` points into root_, which this (non-const) member may change.
+  auto* node = const_cast<nlohmann::json*>(value);
   *node = std::move(content);
   // Overrides of this subtree recorded earlier are superseded by the file.
   std::erase_if(origins_,

@@ -1,13 +1,28 @@
 // What an accelerator is: peak rates, memory, launch overhead and the efficiency figures the
 // roofline cost model uses. Figures are per device.
+//
+// Two kinds of device:
+// - "gpu": peak rates per dtype, device memory (HBM), SMs and the GEMM tile that sets tile and
+//   wave quantisation (docs/gemm-efficiency.md);
+// - "fpga": a DSP array (DSP count x clock x operations per DSP per cycle gives the peak per
+//   dtype), the fraction of it a layer-pipelined dataflow design keeps busy, on-chip SRAM
+//   (BRAM + URAM, or M20K), off-chip memory (HBM and/or DDR), the host PCIe link and the
+//   FPGA-to-FPGA network ports (docs/fpga.md). peak(), memory_capacity and memory_bandwidth are
+//   derived from these (off-chip memory), so code that only needs a roofline works unchanged.
+//
+// Either kind may carry a measured profile (hw_models/profile.hpp) that replaces the modelled
+// GEMM efficiency and other figures where it has measurements.
 #pragma once
 
 #include <array>
+#include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "hw_models/config_reader.hpp"
 #include "hw_models/dtype.hpp"
+#include "hw_models/profile.hpp"
 #include "hw_models/units.hpp"
 
 namespace stratasim::hw {
@@ -20,18 +35,69 @@ struct DeviceEfficiency {
   int tile_n = 128;
 };
 
+/// A memory of an FPGA card: on-chip SRAM, in-package HBM or on-board DDR.
+struct MemoryTierSpec {
+  Bytes capacity;
+  Bandwidth bandwidth;  // aggregate peak over all banks/channels (bytes/s)
+};
+
+/// Links of an FPGA card: its PCIe link to the host, or its network ports (QSFP28).
+struct PortSpec {
+  int count = 1;
+  Bandwidth bandwidth;  // per port, per direction (bytes/s)
+  Time latency;         // per message
+};
+
+/// The figures of an FPGA (kind "fpga"). Operations per DSP per cycle count FLOPs as the GPU
+/// figures do (2 per multiply-add): a DSP48E2 packing two int8 multiply-adds does 4 int8
+/// operations per cycle; a fp16 multiply-add spread over 2 DSPs does 1 FLOP per DSP per cycle.
+struct FpgaSpec {
+  std::int64_t dsp_count = 0;  // DSP slices (Xilinx DSP48E2) or AI tensor blocks (Intel NX)
+  double clock_hz = 0;         // the clock the DSP array runs at in the design
+  /// FLOPs one DSP completes per cycle, per dtype (index: DType); absent: no datapath for it.
+  std::array<std::optional<double>, std::size(kAllDTypes)> ops_per_dsp_per_cycle{};
+  /// Integer operations per DSP per cycle in int8 (stratasim has no int8 DType yet: reported,
+  /// not used for costing).
+  std::optional<double> int8_ops_per_dsp_per_cycle;
+  /// Fraction of the DSP array a layer-pipelined dataflow design keeps busy (0, 1]: replaces
+  /// the GPU's efficiency.gemm and tile/wave quantisation.
+  double dataflow_efficiency = 0.8;
+  MemoryTierSpec on_chip;             // BRAM + URAM (Xilinx) or M20K (Intel)
+  std::optional<MemoryTierSpec> hbm;  // in-package HBM
+  std::optional<MemoryTierSpec> ddr;  // on-board DDR4
+  std::optional<PortSpec> pcie;       // link to the host
+  std::optional<PortSpec> network;    // FPGA-to-FPGA ports; absent: PCIe only
+
+  /// dsp_count * clock_hz * ops_per_dsp_per_cycle[t], when the dtype has a datapath.
+  std::optional<FlopRate> peak(DType t) const;
+  /// dsp_count * clock_hz * int8_ops_per_dsp_per_cycle (integer operations per second).
+  std::optional<double> int8_peak_ops() const;
+  /// Off-chip capacity: HBM + DDR.
+  Bytes off_chip_capacity() const;
+  /// Off-chip bandwidth that kernels stream from: HBM's when the card has HBM, else DDR's.
+  Bandwidth off_chip_bandwidth() const;
+  /// Checks ranges; throws config::ValidationError with a path relative to the "fpga" object.
+  void validate() const;
+};
+
 struct DeviceSpec {
   std::string name;
-  std::string kind = "gpu";
+  std::string kind = "gpu";  // "gpu" or "fpga"
   std::string source;
-  /// Dense peak rate per dtype (FLOP/s); absent when the device has no such unit.
+  /// Dense peak rate per dtype (FLOP/s); absent when the device has no such unit. Derived
+  /// from the DSP array for FPGAs.
   std::array<std::optional<FlopRate>, std::size(kAllDTypes)> peak_flops{};
-  Bytes memory_capacity;       // device memory (HBM)
-  Bandwidth memory_bandwidth;  // device memory bandwidth (bytes/s)
+  Bytes memory_capacity;       // device memory (HBM); an FPGA's off-chip memory (HBM + DDR)
+  Bandwidth memory_bandwidth;  // its bandwidth (bytes/s); an FPGA's HBM, else DDR
+  /// Fixed cost per kernel: a GPU's launch; an FPGA's per-kernel control and pipeline fill.
   Time kernel_launch_overhead = Time::us(4);
-  int compute_units = 108;  // SMs: how many GEMM tiles run at once
+  int compute_units = 108;  // SMs: how many GEMM tiles run at once (GPUs)
   DeviceEfficiency efficiency;
+  std::optional<FpgaSpec> fpga;  // present exactly when kind == "fpga"
+  /// Measured figures (hw_models/profile.hpp); shared, as device specs are copied freely.
+  std::shared_ptr<const DeviceProfile> profile;
 
+  bool is_fpga() const { return fpga.has_value(); }
   /// Peak for `t`, falling back as hardware does: tf32 -> fp32, bf16 <-> fp16, fp8 -> fp16.
   /// Throws std::invalid_argument when the device has no usable rate.
   FlopRate peak(DType t) const;
@@ -39,7 +105,18 @@ struct DeviceSpec {
   void validate() const;
 };
 
-/// Reads a device from the object at `path` of `doc` (strict; validated).
+/// An FPGA device built from its figures: kind "fpga", peak_flops from the DSP array,
+/// memory_capacity and memory_bandwidth from the off-chip memory, efficiency.gemm =
+/// dataflow_efficiency, a 1 us per-kernel overhead.
+DeviceSpec make_fpga_device(std::string name, FpgaSpec fpga);
+
+/// Reads a device from the object at `path` of `doc` (strict; validated). FPGA keys (the
+/// "fpga" object) are rejected on GPUs; GPU keys that an FPGA derives ("peak_flops", "memory")
+/// or lacks ("compute_units", "efficiency.gemm", tiles) are rejected on FPGAs. A "profile" is
+/// an object or the path of a profile file, relative to the file that names it.
 DeviceSpec read_device(const config::Document& doc, const std::string& path);
+
+/// Parses a clock frequency: "300 MHz", "1.2 GHz", "600e6 Hz". Throws UnitError.
+double parse_frequency(std::string_view text);
 
 }  // namespace stratasim::hw

@@ -19,8 +19,16 @@ using strategies::MemoryTier;
 using strategies::OptimizerKind;
 using strategies::OptimizerStep;
 
+/// Measured GEMM shapes an unmeasured shape's efficiency is interpolated from.
+constexpr std::size_t kProfileNeighbours = 4;
+
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
   return (a + b - 1) / b;
+}
+
+Time scaled(Time t, double factor) {
+  if (factor == 1.0) return t;
+  return Time::ps(std::llround(static_cast<double>(t.picoseconds()) * factor));
 }
 
 }  // namespace
@@ -32,6 +40,18 @@ DeviceCostModel::DeviceCostModel(const hw::ClusterSpec& cluster)
       host_(cluster.host),
       nvme_(cluster.nvme),
       devices_per_node_(std::max(1, cluster.devices_per_node)) {}
+
+DeviceCostModel::DeviceCostModel(const hw::ClusterSpec& cluster, int rank)
+    : device_(cluster.device_of(rank)),
+      host_(cluster.host),
+      nvme_(cluster.nvme),
+      devices_per_node_(std::max(1, cluster.devices_per_node)),
+      slowdown_(cluster.slowdown_of(rank)) {
+  if (!(slowdown_ > 0)) {
+    throw std::invalid_argument("rank " + std::to_string(rank) +
+                                ": expected a positive slowdown, got " + std::to_string(slowdown_));
+  }
+}
 
 const hw::HostSpec& DeviceCostModel::host(const char* what) const {
   if (!host_) {
@@ -85,9 +105,9 @@ Time DeviceCostModel::copy_time(const Copy& c) const {
   return storage(c.bytes);  // host <-> NVMe
 }
 
-double DeviceCostModel::gemm_efficiency(const Gemm& gemm) const {
-  const double base = device_.efficiency.gemm;
-  if (gemm.m <= 0 || gemm.n <= 0 || gemm.batch <= 0) return base;
+double DeviceCostModel::quantisation(const Gemm& gemm) const {
+  if (device_.is_fpga()) return 1.0;  // a dataflow array has no output tiles or waves
+  if (gemm.m <= 0 || gemm.n <= 0 || gemm.batch <= 0) return 1.0;
   const std::int64_t tile_m = std::max(1, device_.efficiency.tile_m);
   const std::int64_t tile_n = std::max(1, device_.efficiency.tile_n);
   const std::int64_t units = std::max(1, device_.compute_units);
@@ -102,23 +122,83 @@ double DeviceCostModel::gemm_efficiency(const Gemm& gemm) const {
       static_cast<double>(tiles_m) * static_cast<double>(tiles_n) * static_cast<double>(gemm.batch);
   const double waves = std::ceil(tiles / static_cast<double>(units));
   const double wave_q = tiles / (waves * static_cast<double>(units));
-  return base * tile_q * wave_q;
+  return tile_q * wave_q;
 }
 
-Time DeviceCostModel::kernel_time(const strategies::Kernel& kernel) const {
-  const Bandwidth memory = device_.memory_bandwidth * device_.efficiency.memory;
-  const Time launch = device_.kernel_launch_overhead;
+double DeviceCostModel::modelled_gemm_efficiency(const Gemm& gemm) const {
+  if (device_.is_fpga()) return device_.fpga->dataflow_efficiency;
+  return device_.efficiency.gemm * quantisation(gemm);
+}
+
+double DeviceCostModel::gemm_efficiency(const Gemm& gemm) const {
+  const hw::DeviceProfile* profile = device_.profile.get();
+  if (profile == nullptr || gemm.m <= 0 || gemm.n <= 0 || gemm.k <= 0 || gemm.batch <= 0 ||
+      !profile->has_gemm(gemm.dtype)) {
+    return modelled_gemm_efficiency(gemm);
+  }
+  const double peak = device_.peak(gemm.dtype).flops_per_second();
+  auto efficiency_of = [&](const hw::GemmMeasurement& row) {
+    return row.rate().flops_per_second() / peak;
+  };
+  if (const auto* row = profile->find_gemm(gemm.m, gemm.n, gemm.k, gemm.batch, gemm.dtype)) {
+    return std::min(1.0, efficiency_of(*row));
+  }
+  // Inverse-square-distance weighting, in log space, of the neighbours' efficiencies with
+  // their own quantisation divided out; the query's quantisation is applied to the result.
+  double sum_w = 0, sum = 0;
+  for (const auto& [row, distance] :
+       profile->nearest_gemms(gemm.m, gemm.n, gemm.k, gemm.batch, gemm.dtype, kProfileNeighbours)) {
+    const Gemm shape{row->m, row->n, row->k, row->batch, row->dtype};
+    const double base = efficiency_of(*row) / quantisation(shape);
+    const double w = 1.0 / (distance * distance);
+    sum_w += w;
+    sum += w * std::log(base);
+  }
+  return std::clamp(std::exp(sum / sum_w) * quantisation(gemm), 1e-9, 1.0);
+}
+
+Bandwidth DeviceCostModel::streaming_bandwidth() const {
+  if (device_.profile && device_.profile->memory_bandwidth) {
+    return *device_.profile->memory_bandwidth;
+  }
+  return device_.memory_bandwidth * device_.efficiency.memory;
+}
+
+Time DeviceCostModel::launch_overhead() const {
+  if (device_.profile && device_.profile->kernel_launch_overhead) {
+    return *device_.profile->kernel_launch_overhead;
+  }
+  return device_.kernel_launch_overhead;
+}
+
+Time DeviceCostModel::gemm_work(const Gemm& w, const strategies::Kernel& kernel) const {
+  const std::int64_t size = size_of(w.dtype);
+  if (const hw::DeviceProfile* profile = device_.profile.get()) {
+    if (const auto* row = profile->find_gemm(w.m, w.n, w.k, w.batch, w.dtype)) return row->time;
+  }
+  const Flops flops = strategies::matmul_flops(kernel);
+  const Time t_flop = compute_time(flops, device_.peak(w.dtype) * gemm_efficiency(w));
+  const std::int64_t bytes = (w.m * w.k + w.k * w.n + w.m * w.n) * w.batch * size;
+  Bandwidth bandwidth = streaming_bandwidth();
+  if (device_.is_fpga()) {
+    // The weights (B) held in BRAM/URAM: the layer's traffic stays on chip.
+    const Bytes weights(w.k * w.n * w.batch * size);
+    if (weights <= device_.fpga->on_chip.capacity) {
+      bandwidth = device_.fpga->on_chip.bandwidth * device_.efficiency.memory;
+    }
+  }
+  return std::max(t_flop, transfer_time(Bytes(bytes), bandwidth));
+}
+
+DeviceCostModel::Cost DeviceCostModel::kernel_cost(const strategies::Kernel& kernel) const {
+  const Bandwidth memory = streaming_bandwidth();
+  const Time launch = launch_overhead();
   return std::visit(
-      [&](const auto& w) -> Time {
+      [&](const auto& w) -> Cost {
         using W = std::decay_t<decltype(w)>;
         if constexpr (std::is_same_v<W, Gemm>) {
-          if (w.m <= 0 || w.n <= 0 || w.k <= 0 || w.batch <= 0) return launch;
-          const Flops flops = strategies::matmul_flops(kernel);
-          const Time t_flop = compute_time(flops, device_.peak(w.dtype) * gemm_efficiency(w));
-          const std::int64_t bytes =
-              (w.m * w.k + w.k * w.n + w.m * w.n) * w.batch * size_of(w.dtype);
-          const Time t_mem = transfer_time(Bytes(bytes), memory);
-          return launch + std::max(t_flop, t_mem);
+          if (w.m <= 0 || w.n <= 0 || w.k <= 0 || w.batch <= 0) return {launch, {}, {}};
+          return {launch, gemm_work(w, kernel), {}};
         } else if constexpr (std::is_same_v<W, Attention>) {
           // A causal kernel skips the masked part of the score matrix: half of it when queries
           // and keys are the same tokens; when the queries are the last seq_q of seq_kv tokens
@@ -130,8 +210,14 @@ Time DeviceCostModel::kernel_time(const strategies::Kernel& kernel) const {
             causal_share = (static_cast<double>(w.seq_kv) - q / 2) / static_cast<double>(w.seq_kv);
           }
           const Flops flops(strategies::matmul_flops(kernel).count() * causal_share);
-          const Time t_flop =
-              compute_time(flops, device_.peak(w.dtype) * device_.efficiency.attention);
+          FlopRate rate = device_.peak(w.dtype) * device_.efficiency.attention;
+          if (device_.profile) {
+            if (const auto& measured =
+                    device_.profile->attention[static_cast<std::size_t>(w.dtype)]) {
+              rate = *measured;
+            }
+          }
+          const Time t_flop = compute_time(flops, rate);
           // Read Q, K, V and write O; the backward pass also reads dO and writes dQ, dK, dV.
           const std::int64_t kv_heads = w.kv_heads > 0 ? w.kv_heads : w.heads;
           std::int64_t bytes = (2 * w.batch * w.heads * w.seq_q * w.head_dim +
@@ -139,11 +225,15 @@ Time DeviceCostModel::kernel_time(const strategies::Kernel& kernel) const {
                                size_of(w.dtype);
           if (w.backward) bytes = bytes * 5 / 2;  // exact: bytes is even
           const Time t_mem = transfer_time(Bytes(bytes), memory);
-          return launch + std::max(t_flop, t_mem);
+          return {launch, std::max(t_flop, t_mem), {}};
         } else if constexpr (std::is_same_v<W, Elementwise>) {
-          return launch + transfer_time(w.bytes_read + w.bytes_written, memory);
+          Bandwidth bandwidth = memory;
+          if (device_.profile && device_.profile->elementwise_bandwidth) {
+            bandwidth = *device_.profile->elementwise_bandwidth;
+          }
+          return {launch, transfer_time(w.bytes_read + w.bytes_written, bandwidth), {}};
         } else if constexpr (std::is_same_v<W, OptimizerStep>) {
-          if (w.on_host) return host_optimizer_time(w);
+          if (w.on_host) return {{}, {}, host_optimizer_time(w)};
           const std::int64_t size = size_of(w.dtype);
           std::int64_t per_param = 0;
           if (w.kind == OptimizerKind::adam) {
@@ -154,20 +244,32 @@ Time DeviceCostModel::kernel_time(const strategies::Kernel& kernel) const {
             // Read fp32 master and the gradient; write the master and the weight copy.
             per_param = 4 + size + 4 + size;
           }
-          return launch + transfer_time(Bytes(w.params * per_param), memory);
+          return {launch, transfer_time(Bytes(w.params * per_param), memory), {}};
         } else if constexpr (std::is_same_v<W, Copy>) {
-          if (w.from != MemoryTier::device || w.to != MemoryTier::device) return copy_time(w);
-          return launch + transfer_time(w.bytes * 2, memory);  // read and write
+          if (w.from != MemoryTier::device || w.to != MemoryTier::device) {
+            return {{}, {}, copy_time(w)};
+          }
+          return {launch, transfer_time(w.bytes * 2, memory), {}};  // read and write
         } else if constexpr (std::is_same_v<W, strategies::RooflineWork>) {
-          const Time t_flop =
-              compute_time(w.flops, device_.peak(w.dtype) * device_.efficiency.gemm);
-          return launch + std::max(t_flop, transfer_time(w.bytes, memory));
+          const double efficiency =
+              device_.is_fpga() ? device_.fpga->dataflow_efficiency : device_.efficiency.gemm;
+          const Time t_flop = compute_time(w.flops, device_.peak(w.dtype) * efficiency);
+          Bandwidth bandwidth = memory;
+          if (device_.is_fpga() && w.bytes <= device_.fpga->on_chip.capacity) {
+            bandwidth = device_.fpga->on_chip.bandwidth * device_.efficiency.memory;
+          }
+          return {launch, std::max(t_flop, transfer_time(w.bytes, bandwidth)), {}};
         } else {
           static_assert(std::is_same_v<W, Measured>);
-          return w.duration;
+          return {{}, w.duration, {}};
         }
       },
       kernel.work);
+}
+
+Time DeviceCostModel::kernel_time(const strategies::Kernel& kernel) const {
+  const Cost c = kernel_cost(kernel);
+  return c.overhead + scaled(c.work, slowdown_) + c.off_device;
 }
 
 Time DeviceCostModel::kernels_time(const std::vector<strategies::Kernel>& kernels) const {

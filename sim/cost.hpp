@@ -1,7 +1,31 @@
-// What work costs on a device: a roofline per kernel. A GEMM takes the longer of its FLOP time
-// (at a shape-aware efficiency: tile and wave quantisation over the device's compute units)
-// and its memory time; memory-bound kernels take their bytes over the achievable bandwidth;
-// every kernel pays the launch overhead.
+// What work costs on a device: a roofline per kernel. Every kernel pays a fixed per-kernel
+// overhead (a GPU's launch, an FPGA's control and pipeline fill) plus its work time.
+//
+// GPUs (docs/gemm-efficiency.md): a GEMM takes the longer of its FLOP time, at
+//   efficiency = efficiency.gemm x tile quantisation x wave quantisation,
+// and its memory time (A, B and C once over the achievable bandwidth); attention runs at
+// efficiency.attention of peak; memory-bound kernels take their bytes over the achievable
+// bandwidth.
+//
+// FPGAs (docs/fpga.md): layer-pipelined dataflow designs (DNNBuilder, BaPipe's FPGA model) keep
+// a fraction of the DSP array busy, with no tile or wave quantisation:
+// - a GEMM or RooflineWork takes max(FLOPs / (peak x fpga.dataflow_efficiency),
+//   bytes / (bandwidth x efficiency.memory)), where the bandwidth is the on-chip SRAM's when the
+//   kernel's working set fits on chip (a GEMM's weights, the B operand; a RooflineWork's bytes,
+//   all that is known of it), else the off-chip memory's (HBM, else DDR);
+// - attention runs at efficiency.attention of peak, elementwise, optimizer and copy work stream
+//   from off-chip memory.
+//
+// A measured profile (hw_models/profile.hpp), when the device has one, replaces the modelled
+// figures it measures: a GEMM of a measured shape takes its measured time; another shape of a
+// measured dtype takes an efficiency interpolated in log space over the nearest measured
+// shapes, corrected by the roofline model's quantisation (gemm_efficiency); dtypes without rows
+// keep the roofline model. Attention rates, bandwidths and the launch overhead likewise.
+//
+// Heterogeneous clusters: the model of one rank uses that rank's device (overrides applied)
+// and multiplies its on-device work by the rank's slowdown (a straggler: throttled clocks, a
+// noisy neighbour). The fixed per-kernel overhead (host-side launch) and off-device work (host
+// optimizer steps, PCIe and NVMe copies) are not slowed down.
 //
 // Off the device (given a cluster with a host and NVMe): each node's host memory bandwidth,
 // cores and NVMe bandwidth are shared evenly by the node's devices, whose processes run their
@@ -32,22 +56,41 @@ class DeviceCostModel {
   /// A device alone: host optimizer steps and copies off the device cannot be costed (they
   /// throw std::invalid_argument).
   explicit DeviceCostModel(const hw::DeviceSpec& device);
-  /// A device of `cluster`, with the cluster's host and NVMe (when it has them).
+  /// The cluster's (base) device, with the cluster's host and NVMe (when it has them).
   explicit DeviceCostModel(const hw::ClusterSpec& cluster);
+  /// Rank `rank` of `cluster`: cluster.device_of(rank), with its on-device work taking
+  /// cluster.slowdown_of(rank) times longer; the cluster's host and NVMe.
+  DeviceCostModel(const hw::ClusterSpec& cluster, int rank);
 
-  /// Duration of one kernel, launch overhead included.
+  /// Duration of one kernel, per-kernel overhead included.
   Time kernel_time(const strategies::Kernel& kernel) const;
   /// Duration of a list of kernels run back to back.
   Time kernels_time(const std::vector<strategies::Kernel>& kernels) const;
 
-  /// Fraction of peak a GEMM of this shape reaches: efficiency.gemm times the tile
-  /// quantisation (useful / padded output tiles) times the wave quantisation (tiles / (waves *
-  /// compute_units)). In (0, efficiency.gemm].
+  /// Fraction of peak a GEMM of this shape reaches: from the profile when it measures the
+  /// dtype (exact, or interpolated), else modelled_gemm_efficiency. In (0, 1].
   double gemm_efficiency(const strategies::Gemm& gemm) const;
+  /// The model without a profile: GPUs efficiency.gemm x quantisation(gemm); FPGAs
+  /// fpga.dataflow_efficiency.
+  double modelled_gemm_efficiency(const strategies::Gemm& gemm) const;
+  /// GPUs: tile quantisation (useful / padded output tiles) x wave quantisation (tiles /
+  /// (waves x compute_units)), in (0, 1]; FPGAs: 1.
+  double quantisation(const strategies::Gemm& gemm) const;
 
   const hw::DeviceSpec& device() const { return device_; }
+  /// How many times longer on-device work takes (1 unless the cluster slows this rank down).
+  double slowdown() const { return slowdown_; }
 
  private:
+  struct Cost {
+    Time overhead;  // fixed per-kernel cost, never slowed down
+    Time work;      // on-device work, slowed down
+    Time off_device;
+  };
+  Cost kernel_cost(const strategies::Kernel& kernel) const;
+  Time gemm_work(const strategies::Gemm& gemm, const strategies::Kernel& kernel) const;
+  Bandwidth streaming_bandwidth() const;
+  Time launch_overhead() const;
   Time host_optimizer_time(const strategies::OptimizerStep& step) const;
   Time copy_time(const strategies::Copy& copy) const;
   const hw::HostSpec& host(const char* what) const;
@@ -57,6 +100,7 @@ class DeviceCostModel {
   std::optional<hw::HostSpec> host_;
   std::optional<hw::NvmeSpec> nvme_;
   int devices_per_node_ = 1;
+  double slowdown_ = 1.0;
 };
 
 }  // namespace stratasim::sim

@@ -24,6 +24,14 @@ MemoryTracker::MemoryTracker(const strategies::Program& program, const hw::Clust
   }
   const std::int64_t per_node = cluster.devices_per_node;
   capacity_[static_cast<std::size_t>(MemoryTier::device)] = cluster.device.memory_capacity;
+  if (!cluster.homogeneous()) {  // devices of another type hold another capacity
+    device_capacity_.resize(static_cast<std::size_t>(program.world_size()));
+    for (int r = 0; r < program.world_size(); ++r) {
+      device_capacity_[static_cast<std::size_t>(r)] = r < cluster.world_size()
+                                                          ? cluster.device_of(r).memory_capacity
+                                                          : cluster.device.memory_capacity;
+    }
+  }
   if (cluster.host) {
     capacity_[static_cast<std::size_t>(MemoryTier::host)] =
         Bytes(cluster.host->memory_capacity.count() / per_node);
@@ -46,7 +54,10 @@ void MemoryTracker::start() {
     const OpId first = program_.first_op(r);
     auto& tiers = timeline_.ranks[static_cast<std::size_t>(r)].tiers;
     for (int t = 0; t < kMemoryTierCount; ++t) {
-      tiers[static_cast<std::size_t>(t)].capacity = capacity_[static_cast<std::size_t>(t)];
+      tiers[static_cast<std::size_t>(t)].capacity =
+          t == static_cast<int>(MemoryTier::device) && !device_capacity_.empty()
+              ? device_capacity_[static_cast<std::size_t>(r)]
+              : capacity_[static_cast<std::size_t>(t)];
       tiers[static_cast<std::size_t>(t)].op = first;
     }
     unsigned touched =

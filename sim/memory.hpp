@@ -24,10 +24,10 @@ struct MemoryOverheads {
 
 class MemoryTracker {
  public:
-  /// Capacities per rank: device memory; the node's host memory and NVMe shared evenly by its
-  /// devices (0 — not modelled, never out of memory — when the cluster has none).
-  /// `timeline` receives samples (when `record`), peaks and verdicts; `on_sample` sees every
-  /// sample.
+  /// Capacities per rank: device memory (of the rank's own device type); the node's host memory and
+  /// NVMe shared evenly by its devices (0 — not modelled, never out of memory — when the cluster
+  /// has none). `timeline` receives samples (when `record`), peaks and verdicts; `on_sample` sees
+  /// every sample.
   MemoryTracker(const strategies::Program& program, const hw::ClusterSpec& cluster,
                 const MemoryOverheads& overheads, traces::Timeline& timeline, bool record,
                 std::function<void(const traces::MemorySample&)> on_sample = {},
@@ -59,7 +59,8 @@ class MemoryTracker {
   std::vector<char> record_;  // per rank: keep its samples
   std::function<void(const traces::MemorySample&)> on_sample_;
   std::array<Bytes, strategies::kMemoryTierCount> capacity_{};
-  std::vector<TierState> tiers_;  // rank * tiers + tier
+  std::vector<Bytes> device_capacity_;  // per rank, where devices differ (else empty)
+  std::vector<TierState> tiers_;        // rank * tiers + tier
   bool out_of_memory_ = false;
 };
 

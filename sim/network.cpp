@@ -4,121 +4,118 @@
 #include <stdexcept>
 #include <string>
 
+#include "sim/flow_network.hpp"
+
 namespace stratasim::sim {
 
 namespace {
 
+using hw::CollectiveAlgorithm;
 using strategies::CollectiveKind;
-
-/// ceil(numerator * size / denominator) bytes, in integers.
-Bytes fraction(Bytes size, std::int64_t numerator, std::int64_t denominator) {
-  if (size.count() <= 0) return Bytes(0);
-  return Bytes((size.count() * numerator + denominator - 1) / denominator);
-}
-
-/// One flat ring (or pipelined chain) of `kind` over n ranks on `link`.
-Time flat(CollectiveKind kind, std::int64_t n, Bytes size, const hw::LinkSpec& link) {
-  if (n <= 1) return Time::zero();
-  switch (kind) {
-    case CollectiveKind::all_reduce:
-      return transfer_time(fraction(size, 2 * (n - 1), n), link.bandwidth) +
-             link.latency * (2 * (n - 1));
-    case CollectiveKind::reduce_scatter:
-    case CollectiveKind::all_gather:
-    case CollectiveKind::all_to_all:
-      return transfer_time(fraction(size, n - 1, n), link.bandwidth) + link.latency * (n - 1);
-    case CollectiveKind::broadcast:
-    case CollectiveKind::reduce:
-      return transfer_time(size, link.bandwidth) + link.latency * (n - 1);
-  }
-  return Time::zero();
-}
 
 }  // namespace
 
-GroupShape shape_of(std::span<const std::int32_t> ranks, const hw::ClusterSpec& cluster) {
-  GroupShape shape;
-  shape.size = static_cast<int>(ranks.size());
-  if (ranks.empty()) {
-    shape.nodes = 0;
-    shape.max_ranks_per_node = 0;
-    return shape;
+std::unique_ptr<Network> make_network(const hw::ClusterSpec& cluster,
+                                      const strategies::Program& program) {
+  if (cluster.network_model == hw::NetworkModel::flow) {
+    return std::make_unique<FlowNetwork>(cluster, hw::build_topology(cluster), program);
   }
-  std::vector<int> nodes;
-  nodes.reserve(ranks.size());
-  for (std::int32_t r : ranks) nodes.push_back(cluster.node_of(r));
-  std::sort(nodes.begin(), nodes.end());
-  int distinct = 0;
-  int most = 0;
-  for (std::size_t i = 0; i < nodes.size();) {
-    std::size_t j = i;
-    while (j < nodes.size() && nodes[j] == nodes[i]) ++j;
-    ++distinct;
-    most = std::max(most, static_cast<int>(j - i));
-    i = j;
-  }
-  shape.nodes = distinct;
-  shape.max_ranks_per_node = most;
-  return shape;
+  return std::make_unique<AnalyticalNetwork>(cluster, program);
 }
 
 AnalyticalNetwork::AnalyticalNetwork(const hw::ClusterSpec& cluster,
                                      const strategies::Program& program)
     : cluster_(cluster) {
-  shapes_.reserve(program.groups().size());
-  for (const auto& g : program.groups()) shapes_.push_back(shape_of(g.ranks, cluster_));
+  // An explicit graph may hold reducing switches: ask its topology which groups they serve.
+  // Otherwise the cluster's topology section says (nvswitch with sharp), without building it.
+  std::optional<hw::Topology> graph;
+  if (cluster_.topology && cluster_.topology->kind == hw::TopologyKind::graph &&
+      std::any_of(cluster_.topology->vertices.begin(), cluster_.topology->vertices.end(),
+                  [](const hw::ExplicitVertex& v) { return v.reduces; })) {
+    graph = hw::build_topology(cluster_);
+  }
+  groups_.resize(program.groups().size());
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const auto& ranks = program.groups()[g].ranks;
+    GroupInfo& info = groups_[g];
+    info.members = member_links(ranks, cluster_);
+    info.nodes.reserve(ranks.size());
+    for (const auto& m : info.members) info.nodes.push_back(m.node);
+    info.shape = shape_of(ranks, cluster_);
+    info.switch_reduces =
+        graph
+            ? info.shape.nodes <= 1 && ranks.size() > 1 &&
+                  graph->reducing_switch(std::vector<std::int32_t>(ranks.begin(), ranks.end())) >= 0
+            : cluster_switch_reduces(cluster_, info.shape);
+  }
+}
+
+const AnalyticalNetwork::GroupInfo& AnalyticalNetwork::group(std::uint32_t group) const {
+  if (group >= groups_.size()) {
+    throw std::invalid_argument("collective on group " + std::to_string(group) +
+                                ", but the program has " + std::to_string(groups_.size()) +
+                                " groups");
+  }
+  return groups_[group];
 }
 
 Time AnalyticalNetwork::collective_time(CollectiveKind kind, const GroupShape& shape,
                                         Bytes bytes) const {
-  const std::int64_t n = shape.size;
-  if (n <= 1) return Time::zero();
-  if (shape.nodes <= 1) return flat(kind, n, bytes, cluster_.intra_node);
-  const std::int64_t k = shape.max_ranks_per_node;
-  if (k <= 1) return flat(kind, n, bytes, cluster_.inter_node);
-  // Hierarchical: inside each node the k ranks reduce-scatter (or all-gather) the whole
-  // buffer; k parallel inter-node rings, one per local shard, carry S/k bytes each.
-  const std::int64_t nodes = shape.nodes;
-  const Bytes shard = fraction(bytes, 1, k);
-  const auto& intra = cluster_.intra_node;
-  const auto& inter = cluster_.inter_node;
-  switch (kind) {
-    case CollectiveKind::all_reduce:
-      return flat(CollectiveKind::reduce_scatter, k, bytes, intra) +
-             flat(CollectiveKind::all_reduce, nodes, shard, inter) +
-             flat(CollectiveKind::all_gather, k, bytes, intra);
-    case CollectiveKind::reduce_scatter:
-      return flat(CollectiveKind::reduce_scatter, k, bytes, intra) +
-             flat(CollectiveKind::reduce_scatter, nodes, shard, inter);
-    case CollectiveKind::all_gather:
-      return flat(CollectiveKind::all_gather, nodes, shard, inter) +
-             flat(CollectiveKind::all_gather, k, bytes, intra);
-    case CollectiveKind::broadcast:
-    case CollectiveKind::reduce:
-    case CollectiveKind::all_to_all:
-      return flat(kind, n, bytes, inter);
+  if (shape.size <= 1) return Time::zero();
+  const auto members = nominal_members(shape, cluster_);
+  std::vector<int> nodes;
+  nodes.reserve(members.size());
+  for (const auto& m : members) nodes.push_back(m.node);
+  const CollectiveAlgorithm algorithm =
+      choose_algorithm(kind, shape, bytes, cluster_, cluster_switch_reduces(cluster_, shape));
+  return CollectiveCost(build_schedule(kind, algorithm, nodes), members).time(bytes);
+}
+
+const CollectiveCost& AnalyticalNetwork::cost(std::uint32_t g, CollectiveKind kind,
+                                              CollectiveAlgorithm a) const {
+  GroupInfo& info = groups_[g];
+  auto& slot =
+      info.costs[static_cast<std::size_t>(kind) * kAlgorithms + static_cast<std::size_t>(a)];
+  if (!slot) {
+    slot = std::make_unique<CollectiveCost>(build_schedule(kind, a, info.nodes), info.members);
   }
-  return Time::zero();
+  return *slot;
+}
+
+CollectiveAlgorithm AnalyticalNetwork::algorithm(CollectiveKind kind, std::uint32_t g,
+                                                 Bytes bytes) const {
+  const GroupInfo& info = group(g);
+  return choose_algorithm(kind, info.shape, bytes, cluster_, info.switch_reduces,
+                          [&](CollectiveAlgorithm a) { return cost(g, kind, a).time(bytes); });
+}
+
+Time AnalyticalNetwork::collective_time(CollectiveKind kind, std::uint32_t g, Bytes bytes) const {
+  const GroupInfo& info = group(g);
+  if (info.shape.size <= 1) return Time::zero();
+  const CollectiveAlgorithm a = algorithm(kind, g, bytes);
+  if (a == CollectiveAlgorithm::nvls && !info.switch_reduces) {
+    throw std::invalid_argument(
+        "nvls " + std::string(strategies::name_of(kind)) + " over " +
+        std::to_string(info.shape.size) + " ranks on " + std::to_string(info.shape.nodes) +
+        " node(s): no switch one hop from every member reduces (a cluster topology `nvswitch` "
+        "with `sharp` and a group within one node, or a graph vertex with `reduces`, is needed)");
+  }
+  return cost(g, kind, a).time(bytes);
 }
 
 Time AnalyticalNetwork::p2p_time(std::int32_t src, std::int32_t dst, Bytes bytes) const {
-  const auto& link =
-      cluster_.node_of(src) == cluster_.node_of(dst) ? cluster_.intra_node : cluster_.inter_node;
-  return link.latency + transfer_time(bytes, link.bandwidth);
+  const bool same_node = cluster_.node_of(src) == cluster_.node_of(dst);
+  const auto& a = same_node ? cluster_.intra_link_of(src) : cluster_.inter_link_of(src);
+  const auto& b = same_node ? cluster_.intra_link_of(dst) : cluster_.inter_link_of(dst);
+  const Bandwidth bw =
+      std::min(a.bandwidth, b.bandwidth) * cluster_.collectives.protocol_efficiency;
+  return std::max(a.latency, b.latency) + transfer_time(bytes, bw);
 }
 
 void AnalyticalNetwork::start(TransferId id, const TransferRequest& request, Time now) {
-  Time duration;
-  if (request.collective) {
-    if (request.group >= shapes_.size()) {
-      throw std::invalid_argument("collective on group " + std::to_string(request.group) +
-                                  ", but the program has " + std::to_string(shapes_.size()) +
-                                  " groups");
-    }
-    duration = collective_time(request.kind, shapes_[request.group], request.bytes);
-  } else {
-    duration = p2p_time(request.src, request.dst, request.bytes);
-  }
+  const Time duration = request.collective
+                            ? collective_time(request.kind, request.group, request.bytes)
+                            : p2p_time(request.src, request.dst, request.bytes);
   active_.push_back(Active{now + duration, sequence_++, id});
   std::push_heap(active_.begin(), active_.end(), Later{});
 }

@@ -1,27 +1,23 @@
 // Networks carry transfers: collectives over a communicator group and point-to-point messages.
-// A network is a resource in the SimGrid sense: it answers when its next transfer completes
-// and advances to a time, so that models with bandwidth sharing (flow-level) plug in beside
-// the analytical one without changing the program simulator.
+// A network is a resource in the SimGrid sense: it answers when it next needs attention (a
+// transfer completing, or an internal event) and advances to a time, so that models with
+// bandwidth sharing (the flow-level one, sim/flow_network.hpp) plug in beside the analytical one
+// without changing the program simulator. make_network picks the cluster's model.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "hw_models/cluster.hpp"
+#include "sim/collectives.hpp"
 #include "strategies/program.hpp"
 
 namespace stratasim::sim {
 
 using TransferId = std::uint32_t;
-
-/// Where a group's ranks live: how many nodes it spans and the most ranks it has on one node.
-struct GroupShape {
-  int size = 1;
-  int nodes = 1;
-  int max_ranks_per_node = 1;
-};
-GroupShape shape_of(std::span<const std::int32_t> ranks, const hw::ClusterSpec& cluster);
 
 struct TransferRequest {
   bool collective = true;
@@ -32,30 +28,50 @@ struct TransferRequest {
   Bytes bytes;
 };
 
+/// Contract between the program simulator and a network model. The simulator starts
+/// transfers, asks when the network next needs attention and advances it there:
+/// - next_completion() is the time of the network's next event: a transfer's completion, or an
+///   internal event of a model with phases and shared links (a phase's latency elapsing, a flow
+///   ending and freeing bandwidth). It never goes back in time;
+/// - advance_to(t), t <= next_completion() (or any t when nothing is due before it), processes
+///   the events up to t and appends the transfers finished by then, in a deterministic order.
+///   It may finish none (an internal event): the simulator then asks again. Each call at the
+///   announced time makes progress: the next announced time is later, or something finished.
 class Network {
  public:
   virtual ~Network() = default;
   /// Starts a transfer at `now`.
   virtual void start(TransferId id, const TransferRequest& request, Time now) = 0;
-  /// When the earliest active transfer completes; Time::infinity() when none is active.
+  /// The time of the next event (see above); Time::infinity() when nothing is active.
   virtual Time next_completion() const = 0;
-  /// Advances to `t` (at most next_completion()) and appends the transfers finished by then, in
-  /// a deterministic order.
+  /// Advances to `t` and appends the transfers finished by then (see above).
   virtual void advance_to(Time t, std::vector<TransferId>& finished) = 0;
 };
 
-/// Alpha-beta costs per collective algorithm, with no contention between transfers.
-/// Ring all-reduce of S bytes over n ranks: 2(n-1)/n * S/B + 2(n-1) * alpha; reduce-scatter and
-/// all-gather: (n-1)/n * S/B + (n-1) * alpha; broadcast and reduce (pipelined ring): S/B +
-/// (n-1) * alpha; all-to-all: (n-1)/n * S/B + (n-1) * alpha. B and alpha are the intra-node
-/// link's when the group lives on one node, else the inter-node link's. A group spanning
-/// nodes with k > 1 ranks per node runs hierarchically: intra-node reduce-scatter, k parallel
-/// inter-node rings on S/k bytes, intra-node all-gather.
+/// The network the cluster names (cluster.network_model): AnalyticalNetwork, or FlowNetwork on
+/// the cluster's topology (hw::build_topology), which it owns.
+std::unique_ptr<Network> make_network(const hw::ClusterSpec& cluster,
+                                      const strategies::Program& program);
+
+/// Alpha-beta costs per collective algorithm (sim/collectives.hpp), with no contention between
+/// transfers: each collective takes its algorithm's time (the cluster's fixed choice or the
+/// NCCL-like rule of choose_algorithm) over its members' own links, bandwidths times the
+/// protocol efficiency. A point-to-point message takes the latency plus bytes / bandwidth of
+/// the pair's link: the intra-node link on one node, else the NICs; the slower end's figures.
+/// Costs are compiled on first use per (group, kind, algorithm), also from const members: one
+/// network is not to be shared between threads.
 class AnalyticalNetwork final : public Network {
  public:
   AnalyticalNetwork(const hw::ClusterSpec& cluster, const strategies::Program& program);
 
+  /// A collective over a group of `shape` (k members per node, node by node) with the cluster's
+  /// nominal links (per-device overrides are not seen): for cost models that know only shapes.
   Time collective_time(strategies::CollectiveKind kind, const GroupShape& shape, Bytes bytes) const;
+  /// A collective over program group `group`, with its members' own links.
+  Time collective_time(strategies::CollectiveKind kind, std::uint32_t group, Bytes bytes) const;
+  /// The algorithm a collective over program group `group` runs.
+  hw::CollectiveAlgorithm algorithm(strategies::CollectiveKind kind, std::uint32_t group,
+                                    Bytes bytes) const;
   Time p2p_time(std::int32_t src, std::int32_t dst, Bytes bytes) const;
 
   void start(TransferId id, const TransferRequest& request, Time now) override;
@@ -73,9 +89,23 @@ class AnalyticalNetwork final : public Network {
       return a.end != b.end ? a.end > b.end : a.sequence > b.sequence;
     }
   };
+  static constexpr std::size_t kKinds = 6;
+  static constexpr std::size_t kAlgorithms = 7;
+  struct GroupInfo {
+    GroupShape shape;
+    std::vector<MemberLinks> members;
+    std::vector<int> nodes;
+    bool switch_reduces = false;
+    // Compiled costs per (kind, algorithm), made on first use.
+    std::array<std::unique_ptr<CollectiveCost>, kKinds * kAlgorithms> costs;
+  };
+  const GroupInfo& group(std::uint32_t group) const;
+  const CollectiveCost& cost(std::uint32_t group, strategies::CollectiveKind kind,
+                             hw::CollectiveAlgorithm algorithm) const;
+
   hw::ClusterSpec cluster_;
-  std::vector<GroupShape> shapes_;  // per program group
-  std::vector<Active> active_;      // binary heap ordered by Later
+  mutable std::vector<GroupInfo> groups_;  // per program group; costs filled lazily
+  std::vector<Active> active_;             // binary heap ordered by Later
   std::uint64_t sequence_ = 0;
 };
 

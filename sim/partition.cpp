@@ -1,6 +1,7 @@
 #include "sim/partition.hpp"
 
 #include <algorithm>
+#include <array>
 #include <stdexcept>
 
 #include "sim/cost.hpp"
@@ -21,13 +22,18 @@ struct PlanCost {
   Bytes stored;
 };
 
+// Shapes of the tensor-parallel groups of tp rank 0 on each mesh axis (rows, columns and depth
+// of 2D/2.5D/3D tensor parallelism are smaller groups than the whole tp group).
+using AxisShapes = std::array<GroupShape, strategies::kTpAxisCount>;
+
 PlanCost plan_cost(const StagePlan& plan, const DeviceCostModel& cost,
-                   const AnalyticalNetwork& network, const GroupShape& tp_shape) {
+                   const AnalyticalNetwork& network, const AxisShapes& tp_shapes) {
   PlanCost c;
   for (const auto* list : {&plan.forward, &plan.backward, &plan.weight}) {
     for (const Segment& s : *list) {
       c.time += s.compute ? cost.kernels_time(s.kernels)
-                          : network.collective_time(s.collective, tp_shape, s.bytes);
+                          : network.collective_time(
+                                s.collective, tp_shapes[static_cast<std::size_t>(s.axis)], s.bytes);
     }
   }
   for (const Segment& s : plan.forward) c.stored += s.activation_delta + s.checkpoint_delta;
@@ -45,9 +51,14 @@ PartitionProblem partition_problem(const Experiment& e) {
   const DeviceCostModel cost(e.cluster);
   const Program dummy(std::max(1, par.tp));
   const AnalyticalNetwork network(e.cluster, dummy);
-  std::vector<std::int32_t> tp_ranks;
-  for (int t = 0; t < par.tp; ++t) tp_ranks.push_back(t);
-  const GroupShape tp_shape = shape_of(tp_ranks, e.cluster);
+  // Tensor-parallel ranks are consecutive (RankLayout): tp index t of the first group is rank t.
+  AxisShapes tp_shape;
+  const strategies::TpMesh mesh = layer_setting(e).mesh();
+  for (int a = 0; a < strategies::kTpAxisCount; ++a) {
+    const auto members = mesh.axis_members(static_cast<strategies::TpAxis>(a), 0);
+    const std::vector<std::int32_t> ranks(members.begin(), members.end());
+    tp_shape[static_cast<std::size_t>(a)] = shape_of(ranks, e.cluster);
+  }
   const ZeroSettings zero = zero_settings(e);
   auto state = [&](std::int64_t parameters) {
     return device_model_states(zero, e.training.dtype, parameters, par.dp).total();

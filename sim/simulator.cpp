@@ -122,9 +122,11 @@ class Simulator {
         engine_.advance_to(network_next);
         now_ = engine_.now();  // a network never moves the clock back
         network_.advance_to(network_next, finished);
-        if (finished.empty()) {
-          throw std::logic_error("simulate: the network announced a completion at " +
-                                 to_string(network_next) + " but finished nothing");
+        // An internal event (a phase's latency passed) may finish nothing, but it must move
+        // the network on: a network stuck at one time would loop forever.
+        if (finished.empty() && network_.next_completion() <= network_next) {
+          throw std::logic_error("simulate: the network announced an event at " +
+                                 to_string(network_next) + " but made no progress");
         }
         completions += finished.size();
         for (TransferId t : finished) complete_instance(t);
@@ -175,10 +177,31 @@ class Simulator {
     const auto group_count = static_cast<std::uint32_t>(groups.size());
     ops_.assign(static_cast<std::size_t>(n_) + 1, OpState{});  // one more: the end of succ_
 
-    // Kernel-list durations, computed once per list that some op uses.
-    const DeviceCostModel cost(cluster_);
-    list_time_.assign(program_.kernel_lists().size(), Time());
-    std::vector<std::uint8_t> list_known(program_.kernel_lists().size(), 0);
+    // Kernel-list durations, computed once per (device class, list) that some op uses. Ranks
+    // of one class cost alike: the same device type and slowdown (one class unless the
+    // cluster overrides some devices).
+    const std::size_t lists = program_.kernel_lists().size();
+    std::vector<DeviceCostModel> costs;
+    std::vector<std::uint32_t> class_of(static_cast<std::size_t>(world_), 0);
+    if (cluster_.homogeneous()) {
+      costs.emplace_back(cluster_);
+    } else {
+      std::vector<std::pair<const hw::DeviceSpec*, double>> keys;
+      for (int r = 0; r < world_; ++r) {
+        const int device = r < cluster_.world_size() ? r : 0;
+        const std::pair<const hw::DeviceSpec*, double> key{&cluster_.device_of(device),
+                                                           cluster_.slowdown_of(device)};
+        auto it = std::find(keys.begin(), keys.end(), key);
+        if (it == keys.end()) {
+          keys.push_back(key);
+          costs.emplace_back(cluster_, device);
+          it = keys.end() - 1;
+        }
+        class_of[static_cast<std::size_t>(r)] = static_cast<std::uint32_t>(it - keys.begin());
+      }
+    }
+    list_time_.assign(lists * costs.size(), Time());
+    std::vector<std::uint8_t> list_known(list_time_.size(), 0);
 
     // Members of each group (distinct, valid ranks) and, per rank, the groups it belongs to.
     group_members_.assign(group_count, {});
@@ -275,12 +298,14 @@ class Simulator {
               throw std::invalid_argument(program_.describe(id) + ": kernel list " +
                                           std::to_string(c.kernels) + " out of range");
             }
-            if (!list_known[c.kernels]) {
-              list_time_[c.kernels] = cost.kernels_time(program_.kernel_lists()[c.kernels]);
-              list_known[c.kernels] = 1;
+            const std::uint32_t cost_class = class_of[static_cast<std::size_t>(o.rank)];
+            const std::size_t slot = cost_class * lists + c.kernels;
+            if (!list_known[slot]) {
+              list_time_[slot] = costs[cost_class].kernels_time(program_.kernel_lists()[c.kernels]);
+              list_known[slot] = 1;
             }
             st.kind = kCompute;
-            st.payload = c.kernels;
+            st.payload = static_cast<std::uint32_t>(slot);
             break;
           }
           case 1: {
@@ -583,8 +608,8 @@ class Simulator {
 
 traces::Timeline simulate(const strategies::Program& program, const hw::ClusterSpec& cluster,
                           const SimOptions& options) {
-  AnalyticalNetwork network(cluster, program);
-  return simulate(program, cluster, network, options);
+  const auto network = make_network(cluster, program);
+  return simulate(program, cluster, *network, options);
 }
 
 traces::Timeline simulate(const strategies::Program& program, const hw::ClusterSpec& cluster,

@@ -39,7 +39,8 @@ struct SimOptions {
   std::vector<Observer*> observers;
 };
 
-/// Simulates one iteration of `program` on `cluster` with the analytical network.
+/// Simulates one iteration of `program` on `cluster` with the network model the cluster names
+/// (cluster.network_model: analytical or flow-level).
 traces::Timeline simulate(const strategies::Program& program, const hw::ClusterSpec& cluster,
                           const SimOptions& options = {});
 

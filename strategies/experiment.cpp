@@ -55,12 +55,75 @@ std::optional<ScheduleKind> schedule_from_name(std::string_view name) {
 
 namespace {
 
+// "grad_compression": a name ("none", "fp16", "int8", "topk", "s2-reducer") or an object
+// {"kind": ..., "density": 0.01, "sketch_ratio": 1}.
+GradCompression read_grad_compression(config::ObjectReader& r) {
+  GradCompression c;
+  const std::string key = "grad_compression";
+  if (!r.has(key)) return c;
+  const nlohmann::json* v = r.document().find(r.path_of(key));
+  if (v == nullptr || v->is_null()) return c;
+  const std::vector<std::string> names = {"none", "fp16", "int8", "topk", "s2-reducer"};
+  const std::string expected =
+      "expected \"none\", \"fp16\", \"int8\", \"topk\", \"s2-reducer\" or an object such as "
+      "{\"kind\": \"topk\", \"density\": 0.01}";
+  if (v->is_string()) {
+    const auto kind = grad_compression_from_name(v->get<std::string>());
+    if (!kind) {
+      const std::string hint = config::closest_match(v->get<std::string>(), names);
+      r.fail(key, expected + (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
+    }
+    c.kind = *kind;
+    return c;
+  }
+  if (!v->is_object()) r.fail(key, expected);
+  config::ObjectReader o(r.document(), r.path_of(key), "a gradient compression");
+  c.kind =
+      *grad_compression_from_name(o.choice("kind", {"none", "fp16", "int8", "topk", "s2-reducer"}));
+  const bool sparse =
+      c.kind == GradCompressionKind::topk || c.kind == GradCompressionKind::s2_reducer;
+  if (o.has("density") && !sparse) {
+    o.fail("density", "applies to \"topk\" and \"s2-reducer\" only; kind is \"" +
+                          std::string(name_of(c.kind)) + "\"");
+  }
+  if (o.has("sketch_ratio") && c.kind != GradCompressionKind::s2_reducer) {
+    o.fail("sketch_ratio",
+           "applies to \"s2-reducer\" only; kind is \"" + std::string(name_of(c.kind)) + "\"");
+  }
+  c.density = o.number_or("density", c.density);
+  if (!(c.density > 0.0 && c.density <= 1.0)) {
+    o.fail("density", "expected the fraction of gradient elements sent, in (0, 1], got " +
+                          std::to_string(c.density));
+  }
+  c.sketch_ratio = o.number_or("sketch_ratio", c.sketch_ratio);
+  if (!(c.sketch_ratio > 0.0 && c.sketch_ratio <= 1e6)) {
+    o.fail("sketch_ratio", "expected count-sketch counters per non-zero gradient, > 0, got " +
+                               std::to_string(c.sketch_ratio));
+  }
+  o.finish();
+  return c;
+}
+
 ParallelismSpec read_parallelism(config::ObjectReader r) {
   ParallelismSpec p;
   constexpr std::int64_t kMaxDegree = 1 << 24;
   p.tp = static_cast<int>(r.integer_in_or("tp", 1, kMaxDegree, 1));
   p.pp = static_cast<int>(r.integer_in_or("pp", 1, kMaxDegree, 1));
   p.dp = static_cast<int>(r.integer_in_or("dp", 1, kMaxDegree, 0));
+  p.tp_mode = *tp_mode_from_name(r.choice_or("tp_mode", {"1d", "2d", "2.5d", "3d"}, "1d"));
+  const nlohmann::json* depth =
+      r.has("tp_depth") ? r.document().find(r.path_of("tp_depth")) : nullptr;
+  if (depth != nullptr && !depth->is_null()) {
+    p.tp_depth = static_cast<int>(r.integer_in("tp_depth", 1, 1 << 12));
+    if (p.tp_mode != TpMode::two_half_d) {
+      r.fail("tp_depth", "is 2.5D's depth d: it applies to tp_mode \"2.5d\" only; tp_mode is \"" +
+                             std::string(name_of(p.tp_mode)) + "\"");
+    }
+  } else if (p.tp_mode == TpMode::two_half_d) {
+    r.fail("tp_depth",
+           "tp_mode \"2.5d\" needs the depth d of its d x q x q mesh (tp = d * q^2), e.g. "
+           "\"tp_depth\": 2");
+  }
   p.sequence_parallel = r.boolean_or("sequence_parallel", false);
   p.schedule =
       *schedule_from_name(r.choice_or("schedule",
@@ -94,6 +157,7 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
   p.dp_bucket_size = r.bytes_or("dp_bucket_size", p.dp_bucket_size);
   if (p.dp_bucket_size.count() <= 0) r.fail("dp_bucket_size", "expected a positive size");
   p.dp_overlap = r.boolean_or("dp_overlap", true);
+  p.grad_compression = read_grad_compression(r);
 
   p.zero = static_cast<int>(r.integer_in_or("zero", 0, 3, 0));
   p.zero_prefetch_layers = static_cast<int>(r.integer_in_or("zero_prefetch_layers", 0, 1 << 16, 1));
@@ -175,6 +239,68 @@ std::string number(std::int64_t v) {
   return std::to_string(v);
 }
 
+// tp_mode 2d, 2.5d and 3d: the mesh, what the layers' shapes need and what is not modelled
+// with them.
+void check_tp_mode(const config::Document& doc, const Experiment& e) {
+  const auto& p = e.parallelism;
+  const auto& m = e.model;
+  const std::string mode = "tp_mode " + std::string(name_of(p.tp_mode));
+  if (e.layer_table) {
+    doc.fail("parallelism.tp_mode",
+             "a layer-table model has no tensor-parallel layers to split; use \"1d\" (and tp 1)");
+  }
+  if (auto problem = tp_mesh_problem(p.tp_mode, p.tp, p.tp_depth)) {
+    doc.fail("parallelism.tp", *problem);
+  }
+  const TpMesh mesh = make_tp_mesh(p.tp_mode, p.tp, p.tp_depth);
+  if (p.sequence_parallel) {
+    doc.fail("parallelism.tp_mode",
+             mode +
+                 " already splits every activation over the mesh; sequence parallelism "
+                 "(parallelism.sequence_parallel) is modelled with Megatron's \"1d\" only");
+  }
+  if (p.tp_overlap > 1) {
+    doc.fail("parallelism.tp_mode",
+             mode +
+                 ": Merak's sub-pipelined tensor parallelism "
+                 "(parallelism.tp_overlap > 1) is modelled with \"1d\" only");
+  }
+  if (p.schedule == ScheduleKind::zb_h1 || p.schedule == ScheduleKind::zb_h2 ||
+      p.schedule == ScheduleKind::zb_v) {
+    doc.fail("parallelism.tp_mode",
+             mode + ": the split backward of " + std::string(name_of(p.schedule)) +
+                 " would separate the weight-gradient GEMMs from their mesh reductions; it is "
+                 "modelled with \"1d\" only");
+  }
+  const std::int64_t q = mesh.q;
+  const std::string qs = " (q = " + number(q) + ")";
+  if (m.heads % q != 0 || m.kv_heads % q != 0) {
+    doc.fail("parallelism.tp", mode + qs +
+                                   " splits the attention heads over q: q must divide "
+                                   "heads (" +
+                                   number(m.heads) + ") and kv_heads (" + number(m.kv_heads) + ")");
+  }
+  const std::int64_t qkv = std::int64_t{m.heads + 2 * m.kv_heads} * m.head_dim();
+  for (const auto& [what, value] : {std::pair<std::string, std::int64_t>{"hidden", m.hidden},
+                                    {"ffn_hidden", m.ffn_hidden},
+                                    {"qkv width (heads + 2 kv_heads) * head_dim", qkv}}) {
+    if (value % (q * q) != 0) {
+      doc.fail("parallelism.tp",
+               mode + qs + " splits weights and their biases and norms in q^2 = " + number(q * q) +
+                   " pieces: it must divide the model's " + what + " (" + number(value) + ")");
+    }
+  }
+  if (p.micro_batch % mesh.batch_split() != 0) {
+    doc.fail("parallelism.micro_batch", mode + qs + " splits each micro-batch's samples over " +
+                                            number(mesh.batch_split()) + " ranks" +
+                                            (p.tp_mode == TpMode::two_half_d ? " (tp_depth * q)"
+                                             : p.tp_mode == TpMode::three_d  ? " (q^2)"
+                                                                             : " (q)") +
+                                            ": it must divide micro_batch, got " +
+                                            number(p.micro_batch));
+  }
+}
+
 }  // namespace
 
 Experiment read_experiment(config::Document& doc, const std::vector<Override>& overrides) {
@@ -214,6 +340,7 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
   // Cross-checks, each reported at the key a user would change.
   auto& p = e.parallelism;
   const auto& m = e.model;
+  if (p.tp_mode != TpMode::one_d) check_tp_mode(doc, e);
   if (e.layer_table) {
     // A layer table gives whole layers: nothing to split over tensor-parallel ranks.
     if (p.tp != 1) {
@@ -235,7 +362,7 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
     if (p.zero == 3) {
       doc.fail("parallelism.zero", "ZeRO-3 with a layer-table model is not modelled (use 0 to 2)");
     }
-  } else {
+  } else if (p.tp_mode == TpMode::one_d) {
     if (m.heads % p.tp != 0 || m.kv_heads % p.tp != 0) {
       doc.fail("parallelism.tp", "must divide the model's attention heads (heads " +
                                      number(m.heads) + ", kv_heads " + number(m.kv_heads) +
@@ -358,6 +485,14 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
     doc.fail(p.virtual_stages > 1 ? "parallelism.virtual_stages" : "parallelism.pp",
              std::string(name_of(p.schedule)) + " cuts the model into " + number(parts) +
                  " parts, more than its " + number(m.layers) + " layers");
+  }
+  if (p.grad_compression.enabled() && p.zero > 0) {
+    doc.fail("parallelism.grad_compression",
+             "compressed gradient synchronisation replaces the dense data-parallel all-reduce "
+             "of ZeRO stage 0; ZeRO stage " +
+                 number(p.zero) +
+                 " reduce-scatters gradient shards instead, which is not modelled compressed "
+                 "(use parallelism.zero 0 or grad_compression \"none\")");
   }
   if (p.schedule == ScheduleKind::chimera && p.zero > 0) {
     doc.fail("parallelism.zero",

@@ -12,8 +12,10 @@
 
 #include "hw_models/cluster.hpp"
 #include "hw_models/config_reader.hpp"
+#include "strategies/grad_compression.hpp"
 #include "strategies/layer_table.hpp"
 #include "strategies/model.hpp"
+#include "strategies/tp_modes.hpp"
 
 namespace stratasim::strategies {
 
@@ -69,9 +71,13 @@ struct OffloadSpec {
 };
 
 struct ParallelismSpec {
-  int tp = 1;  // tensor-parallel degree (Megatron 1D)
-  int pp = 1;  // pipeline stages
-  int dp = 0;  // data-parallel degree; 0 in a config means "all remaining devices"
+  int tp = 1;  // tensor-parallel degree P
+  /// How the tp devices split each layer: Megatron's 1D, or Colossal-AI's 2D (tp = q^2), 2.5D
+  /// (tp = tp_depth q^2) or 3D (tp = q^3) meshes (strategies/tp_modes.hpp).
+  TpMode tp_mode = TpMode::one_d;
+  int tp_depth = 1;  // 2.5D's depth d
+  int pp = 1;        // pipeline stages
+  int dp = 0;        // data-parallel degree; 0 in a config means "all remaining devices"
   bool sequence_parallel = false;  // Megatron sequence parallelism (needs tp > 1 to matter)
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   /// Model chunks per device with the interleaved schedule (Megatron's
@@ -88,6 +94,8 @@ struct ParallelismSpec {
   /// the last microbatch's backward has produced them (as DDP and Megatron do).
   Bytes dp_bucket_size = Bytes(25 * 1024 * 1024);
   bool dp_overlap = true;  // overlap the bucket all-reduces with backward (else after it)
+  /// Compressed data-parallel gradient synchronisation (strategies/grad_compression.hpp).
+  GradCompression grad_compression;
 
   /// ZeRO stage (DeepSpeed): 0 none, 1 optimizer states, 2 + gradients, 3 + parameters
   /// sharded over the data-parallel group.

@@ -28,6 +28,8 @@ std::pair<int, int> stage_layers(int layers, int stages, int stage) {
 LayerSetting layer_setting(const Experiment& e) {
   LayerSetting s;
   s.tp = e.parallelism.tp;
+  s.tp_mode = e.parallelism.tp_mode;
+  s.tp_depth = e.parallelism.tp_depth;
   s.sequence_parallel = e.parallelism.sequence_parallel;
   s.micro_batch = e.parallelism.micro_batch;
   s.seq_len = e.training.seq_len;
@@ -131,6 +133,7 @@ struct StageTemplate {
     Bytes checkpoint_delta, checkpoint_fetch;
     std::uint32_t checkpoint_out = 0, checkpoint_in = 0;  // copy kernels (activation offload)
     int chain = 0;
+    TpAxis axis = TpAxis::tp;  // collective: the tensor-parallel communicator it runs on
   };
   StagePlan plan;
   std::vector<Step> forward, backward, weight;
@@ -159,6 +162,18 @@ struct StageTemplate {
   std::uint32_t states_in = 0, states_out = 0, params_back = 0;
   std::uint32_t states_in_label = 0, states_out_label = 0, params_back_label = 0;
   bool params_back_needed = false;
+  // Compressed gradient synchronisation (ZeRO stage 0): the data-parallel buckets (as the dense
+  // all-reduce forms them), each unit's bucket, and per bucket its steps with their kernel lists
+  // registered once; `head` steps (up to the first collective) may run inside the backward.
+  struct DpSync {
+    int first_unit = 0, last_unit = 0;
+    CompressedSync sync;
+    std::vector<std::uint32_t> kernels;  // per step (compute steps)
+    std::size_t head = 0;
+  };
+  std::vector<DpSync> dp_sync;
+  std::vector<int> dp_sync_of_unit;
+  Bytes residual;  // error feedback of every bucket (top-k)
 };
 
 std::vector<StageTemplate::Step> register_steps(Program& program,
@@ -172,6 +187,7 @@ std::vector<StageTemplate::Step> register_steps(Program& program,
                      s.checkpoint_delta, s.checkpoint_fetch});
     auto& step = steps.back();
     step.chain = s.chain;
+    step.axis = s.axis;
     if (s.checkpoint_delta.count() > 0) {
       step.checkpoint_out = program.add_kernels({Kernel{
           Copy{s.checkpoint_delta, MemoryTier::device, MemoryTier::host}, "checkpoint.d2h"}});
@@ -265,6 +281,9 @@ PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_p
   spec.dtype = e.training.dtype;
   spec.dp_bucket_size = e.parallelism.dp_bucket_size;
   spec.dp_overlap = e.parallelism.dp_overlap;
+  spec.grad_compression = e.parallelism.grad_compression;
+  spec.tp_mode = e.parallelism.tp_mode;
+  spec.tp_depth = e.parallelism.tp_depth;
   spec.zero = zero_settings(e);
   const int p = spec.layout.pp;
   const ScheduleKind kind = spec.schedule;
@@ -429,6 +448,48 @@ Program assemble_pipeline(const PipelineSpec& spec) {
       }
     }
   }
+  // Tensor-parallel mesh groups (2D, 2.5D, 3D): every tp group's rows, columns and depth lines
+  // (strategies/tp_modes.hpp), made after all others so that 1D programs keep their groups.
+  const TpMesh mesh = make_tp_mesh(spec.tp_mode, layout.tp, spec.tp_depth);
+  constexpr std::uint32_t kNoGroup = 0xFFFFFFFFu;
+  std::array<std::vector<std::uint32_t>, kTpAxisCount> axis_group;
+  if (mesh.mode != TpMode::one_d) {
+    for (TpAxis axis : {TpAxis::tp_row, TpAxis::tp_col, TpAxis::tp_depth}) {
+      if (mesh.axis_size(axis) <= 1) continue;
+      auto& groups = axis_group[static_cast<std::size_t>(axis)];
+      groups.assign(static_cast<std::size_t>(world), kNoGroup);
+      for (int stage = 0; stage < layout.pp; ++stage) {
+        for (int d = 0; d < layout.dp; ++d) {
+          for (int t = 0; t < layout.tp; ++t) {
+            const std::vector<int> members = mesh.axis_members(axis, t);
+            if (members.front() != t) continue;  // made by the line's first member
+            std::vector<std::int32_t> ranks;
+            for (int member : members) ranks.push_back(layout.rank(member, d, stage));
+            const auto id =
+                program.add_group(ranks, std::string(name_of(axis)) + " s" + std::to_string(stage) +
+                                             " d" + std::to_string(d) + " t" + std::to_string(t));
+            for (int r : ranks) groups[static_cast<std::size_t>(r)] = id;
+          }
+        }
+      }
+    }
+  }
+  auto tp_group_on = [&](TpAxis axis, std::size_t rank) -> std::uint32_t {
+    if (axis == TpAxis::tp) return tp_group[rank];
+    const auto& groups = axis_group[static_cast<std::size_t>(axis)];
+    if (groups.empty() || groups[rank] == kNoGroup) {
+      throw std::invalid_argument("assemble_pipeline: a collective on axis " +
+                                  std::string(name_of(axis)) + ", which tp_mode " +
+                                  std::string(name_of(mesh.mode)) + " with tp " +
+                                  std::to_string(layout.tp) + " does not have");
+    }
+    return groups[rank];
+  };
+  const bool compress_dp = spec.grad_compression.enabled() && zero.stage == 0 && dp_group_size > 1;
+  if (spec.grad_compression.enabled() && zero.stage > 0) {
+    throw std::invalid_argument(
+        "assemble_pipeline: gradient compression is modelled with ZeRO stage 0 only");
+  }
 
   // One template per model part (and slice): kernel lists and labels registered once.
   auto copy_kernels = [&](std::int64_t bytes, MemoryTier from, MemoryTier to, std::string name) {
@@ -478,6 +539,31 @@ Program assemble_pipeline(const PipelineSpec& spec) {
           layer = static_cast<std::int16_t>(std::stoi(unit.name.substr(1)));
         }
         st.unit_layer.push_back(layer);
+      }
+    }
+    if (compress_dp) {
+      // The dense all-reduce's buckets: units in backward order until dp_bucket_size bytes.
+      st.dp_sync_of_unit.assign(units.size(), 0);
+      std::int64_t params = 0;
+      int first = 0;
+      for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+        params += units[static_cast<std::size_t>(u)].parameters;
+        st.dp_sync_of_unit[static_cast<std::size_t>(u)] = static_cast<int>(st.dp_sync.size());
+        if (params * e < spec.dp_bucket_size.count() && u + 1 < static_cast<int>(units.size())) {
+          continue;
+        }
+        StageTemplate::DpSync b;
+        b.first_unit = first;
+        b.last_unit = u;
+        b.sync = compressed_sync(spec.grad_compression, params, dp_group_size, dtype);
+        for (const SyncStep& step : b.sync.steps) {
+          b.kernels.push_back(step.compute ? program.add_kernels(step.kernels) : 0);
+          if (b.head == 0 && !step.compute) b.head = b.kernels.size();
+        }
+        st.residual += b.sync.residual;
+        st.dp_sync.push_back(std::move(b));
+        params = 0;
+        first = u + 1;
       }
     }
     if (zero.stage >= 1) {
@@ -601,6 +687,7 @@ Program assemble_pipeline(const PipelineSpec& spec) {
         const StageTemplate& st = template_at(c, 0);
         device_ops +=
             st.plan.grad_units.size() + 2 * st.buckets.size() + 2 * st.gather_buckets.size() + 8;
+        for (const auto& b : st.dp_sync) device_ops += b.sync.steps.size();
       }
       const auto replicas = static_cast<std::size_t>(layout.tp) *
                             static_cast<std::size_t>(spec.mirror_data_parallel ? 1 : layout.dp);
@@ -675,6 +762,9 @@ Program assemble_pipeline(const PipelineSpec& spec) {
         program.add_initial_memory(
             r, {MemoryCategory::parameters, offload_tier, Bytes(params * state.parameters)});
       }
+      if (st.residual.count() > 0) {  // top-k's error feedback
+        program.add_initial_memory(r, {MemoryCategory::gradients, MemoryTier::device, st.residual});
+      }
       if (offload_optimizer) {
         // fp32 gradients on the host, where the reduced buckets accumulate for the step.
         program.add_initial_memory(r,
@@ -699,6 +789,39 @@ Program assemble_pipeline(const PipelineSpec& spec) {
     std::vector<OpId> last_backward(held.size(), 0);
     std::optional<OpId> last_dp_comm, last_copy;
     pass_end.clear();
+
+    // Compressed gradient synchronisation: steps [begin, end) of a bucket's, the first waiting
+    // for `dep`; returns the last op. sync_head: per chunk held and bucket, the last op of its
+    // head steps once issued.
+    std::vector<std::vector<OpId>> sync_head(held.size());
+    for (std::size_t k = 0; k < held.size(); ++k) {
+      sync_head[k].assign(chunk_template(held[k]).dp_sync.size(), kNoOp);
+    }
+    auto sync_suffix = [&](std::size_t bucket, int chunk) {
+      return " bucket " + std::to_string(bucket) +
+             (held.size() > 1 ? " chunk " + std::to_string(chunk) : "");
+    };
+    auto emit_sync = [&](const StageTemplate::DpSync& b, std::size_t begin, std::size_t end,
+                         OpId dep, const std::string& suffix) {
+      OpId last = dep;
+      for (std::size_t i = begin; i < end; ++i) {
+        const SyncStep& step = b.sync.steps[i];
+        const std::string label = "dp grad " + step.what + suffix;
+        OpInfo info{
+            step.compute ? Stream::compute : Stream::dp_comm, Phase::other, -1, -1, -1, label};
+        const MemoryEffect buffer{step.buffer_delta, MemoryCategory::comm_buffers,
+                                  MemoryTier::device, step.buffer_delta.count() < 0};
+        const std::array<OpId, 1> after = {last};
+        const Work work =
+            step.compute ? Work(Compute{b.kernels[i]})
+                         : Work(Collective{step.collective, step.dtype, dp_group[ru], step.bytes});
+        last = program.add(
+            work, info, after,
+            std::span<const MemoryEffect>(&buffer, step.buffer_delta.count() != 0 ? 1 : 0));
+        if (!step.compute) last_dp_comm = last;
+      }
+      return last;
+    };
 
     // ZeRO-3: the rank's uses of parameters, pass after pass, each fetched in order `ahead`
     // uses early: the fetch of use j waits for the release of use j - ahead - 1.
@@ -915,8 +1038,10 @@ Program assemble_pipeline(const PipelineSpec& spec) {
             }
           }
         }
-        Work work = step.compute ? Work(Compute{step.kernels})
-                                 : Work(Collective{step.kind, dtype, tp_group[ru], step.bytes});
+        Work work =
+            step.compute
+                ? Work(Compute{step.kernels})
+                : Work(Collective{step.kind, dtype, tp_group_on(step.axis, ru), step.bytes});
         const OpId op = program.add(work, info, deps, effects);
         earlier = previous;
         previous = op;
@@ -941,6 +1066,16 @@ Program assemble_pipeline(const PipelineSpec& spec) {
         }
         if (final_grad_pass && step.compute) {
           for (int u : *step.grads_done) unit_done[slot][static_cast<std::size_t>(u)] = op;
+        }
+        if (compress_dp && spec.dp_overlap && final_grad_pass && step.compute) {
+          // A bucket complete: compress it and start its first collective right away.
+          for (int u : *step.grads_done) {
+            const auto b =
+                static_cast<std::size_t>(st.dp_sync_of_unit[static_cast<std::size_t>(u)]);
+            const StageTemplate::DpSync& sync = st.dp_sync[b];
+            if (sync.last_unit != u || sync_head[slot][b] != kNoOp) continue;
+            sync_head[slot][b] = emit_sync(sync, 0, sync.head, op, sync_suffix(b, pass.chunk));
+          }
         }
         if (reduces && spec.dp_overlap) {
           for (int u : *step.grads_done) {
@@ -995,7 +1130,16 @@ Program assemble_pipeline(const PipelineSpec& spec) {
     for (std::size_t slot : order) {
       const int chunk = held[slot];
       const StageTemplate& st = chunk_template(chunk);
-      if (zero.stage == 0 && dp_group_size > 1) {
+      if (compress_dp) {
+        // Compressed buckets: what the backward has not issued yet, then the rest in order.
+        for (std::size_t b = 0; b < st.dp_sync.size(); ++b) {
+          const StageTemplate::DpSync& sync = st.dp_sync[b];
+          const std::string suffix = sync_suffix(b, chunk);
+          OpId head = sync_head[slot][b];
+          if (head == kNoOp) head = emit_sync(sync, 0, sync.head, last_backward[slot], suffix);
+          emit_sync(sync, sync.head, sync.sync.steps.size(), head, suffix);
+        }
+      } else if (zero.stage == 0 && dp_group_size > 1) {
         // Data-parallel gradient all-reduce in buckets, each launched once the last
         // microbatch's backward has produced all of its gradients (DDP / Megatron
         // overlap_grad_reduce).

@@ -7,12 +7,15 @@
 #include <vector>
 
 #include "strategies/experiment.hpp"
+#include "strategies/grad_compression.hpp"
 #include "strategies/program.hpp"
 #include "strategies/schedule.hpp"
 #include "strategies/transformer.hpp"
 
 namespace stratasim::strategies {
 
+/// With tp_mode 2d, 2.5d and 3d, a rank's tp_index is also its mesh coordinate,
+/// tp_index = col + q * (row + q * depth) (strategies/tp_modes.hpp).
 struct RankLayout {
   int tp = 1, dp = 1, pp = 1;
   int world_size() const { return tp * dp * pp; }
@@ -118,6 +121,21 @@ struct PipelineSpec {
   bool mirror_data_parallel = false;
   Bytes embedding_sync_bytes;
   ZeroSettings zero;
+  /// The tensor-parallel mesh of the stage plans (make_tp_mesh(tp_mode, layout.tp, tp_depth)):
+  /// with 2D, 2.5D and 3D every tp group of the layout is also split into the mesh's row,
+  /// column and depth groups, and a plan's collective segment runs on the group of its axis.
+  TpMode tp_mode = TpMode::one_d;
+  int tp_depth = 1;
+  /// Compressed data-parallel gradient synchronisation (ZeRO stage 0 only): each gradient
+  /// bucket runs compressed_sync()'s steps instead of one all-reduce. The compression kernel
+  /// and the first collective are issued as soon as the last microbatch's backward has
+  /// produced the bucket (inside that backward, on the compute and dp-comm streams; after the
+  /// backward without dp_overlap); the steps after the first collective (int8's local reduce,
+  /// the decompression) run on the compute stream after the backward, before the optimizer
+  /// step. Collective labels say "compressed"; the compressed buffers are comm_buffers from
+  /// the compression until the decompression ends; top-k's error-feedback residual is held as
+  /// gradients from the start.
+  GradCompression grad_compression;
 };
 
 /// Stamps out every rank's ops following make_schedule(spec.schedule, ...): for each pass, a

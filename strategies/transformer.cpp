@@ -18,6 +18,13 @@ struct Dims {
   bool flash;
   bool causal;
   bool gated;
+  // The tensor-parallel mesh and what one rank holds of an activation: its samples (bl) and
+  // tokens (tl), its slice of the hidden dimension (hl), its attention heads, and the elements
+  // of the residual stream it holds (1D: tokens_sp * h; 2D, 2.5D, 3D: tl * hl).
+  TpMesh mesh;
+  bool nd;  // tp_mode 2d, 2.5d or 3d
+  std::int64_t q;
+  std::int64_t bl, tl, hl, heads_l, kv_l, n_res;
 
   Dims(const TransformerModel& m, const LayerSetting& set)
       : b(set.micro_batch),
@@ -34,11 +41,20 @@ struct Dims {
         s_kv(set.context_len + set.seq_len),
         tokens(b * s),
         tokens_sp(set.sequence_parallel && set.tp > 1 ? b * s / set.tp : b * s),
-        sp(set.sequence_parallel && set.tp > 1),
+        sp(set.sequence_parallel && set.tp > 1 && set.tp_mode == TpMode::one_d),
         dtype(set.dtype),
         flash(set.flash_attention),
         causal(m.causal),
-        gated(m.activation == Activation::swiglu) {}
+        gated(m.activation == Activation::swiglu),
+        mesh(set.mesh()),
+        nd(mesh.mode != TpMode::one_d),
+        q(mesh.q),
+        bl(nd ? b / mesh.batch_split() : b),
+        tl(bl * s),
+        hl(nd ? h / q : h),
+        heads_l(nd ? a / q : a / t),
+        kv_l(nd ? kv / q : kv / t),
+        n_res(nd ? tl * hl : tokens_sp * h) {}
 
   std::int64_t qkv_width() const { return (a + 2 * kv) * d / t; }  // local QKV output width
   Bytes hidden_bytes() const { return Bytes(tokens * h * e); }     // one full [b, s, h] tensor
@@ -91,15 +107,15 @@ Segment tp_gather(const Dims& d, const std::string& label, int layer) {
   return collective(label + " tp all-gather", CollectiveKind::all_gather, d.hidden_bytes(), layer);
 }
 
-// Norm, dropout and residual work on the [tokens_sp, h] activations.
+// Norm, dropout and residual work on the rank's n_res elements of the residual stream.
 Kernel norm_kernel(const Dims& d, std::string name, bool backward) {
-  std::int64_t n = d.tokens_sp * d.h;
+  std::int64_t n = d.n_res;
   return backward ? elementwise(std::move(name), n, 2 * n * d.e, n * d.e)
                   : elementwise(std::move(name), n, n * d.e, n * d.e);
 }
 
 Kernel dropout_residual(const Dims& d, std::string name, bool backward) {
-  std::int64_t n = d.tokens_sp * d.h;
+  std::int64_t n = d.n_res;
   // forward: read the branch and the residual, write the sum and a 1-byte mask
   return backward ? elementwise(std::move(name), n, n * d.e + n, 2 * n * d.e)
                   : elementwise(std::move(name), n, 2 * n * d.e, n * d.e + n);
@@ -107,32 +123,31 @@ Kernel dropout_residual(const Dims& d, std::string name, bool backward) {
 
 // The fused (flash) attention kernel of one tensor-parallel rank.
 Kernel fused_attention(const Dims& d, bool backward) {
-  return Kernel{
-      Attention{d.b, d.a / d.t, d.kv / d.t, d.s, d.s_kv, d.d, d.causal, d.dtype, backward},
-      backward ? "attention.bwd" : "attention"};
+  return Kernel{Attention{d.bl, d.heads_l, d.kv_l, d.s, d.s_kv, d.d, d.causal, d.dtype, backward},
+                backward ? "attention.bwd" : "attention"};
 }
 
 void attention_core_forward(const Dims& d, std::vector<Kernel>& k) {
-  const std::int64_t heads_local = d.a / d.t;
+  const std::int64_t heads_local = d.heads_l;
   if (d.flash) {
     k.push_back(fused_attention(d, false));
     return;
   }
-  const std::int64_t scores = d.b * heads_local * d.s * d.s_kv;
-  k.push_back(gemm("attention.qk", d.s, d.s_kv, d.d, d.dtype, d.b * heads_local));
+  const std::int64_t scores = d.bl * heads_local * d.s * d.s_kv;
+  k.push_back(gemm("attention.qk", d.s, d.s_kv, d.d, d.dtype, d.bl * heads_local));
   k.push_back(elementwise("attention.softmax", scores, scores * d.e, scores * d.e));
   k.push_back(elementwise("attention.dropout", scores, scores * d.e, scores * d.e + scores));
-  k.push_back(gemm("attention.pv", d.s, d.d, d.s_kv, d.dtype, d.b * heads_local));
+  k.push_back(gemm("attention.pv", d.s, d.d, d.s_kv, d.dtype, d.bl * heads_local));
 }
 
 void attention_core_backward(const Dims& d, std::vector<Kernel>& k) {
-  const std::int64_t heads_local = d.a / d.t;
+  const std::int64_t heads_local = d.heads_l;
   if (d.flash) {
     k.push_back(fused_attention(d, true));
     return;
   }
-  const std::int64_t scores = d.b * heads_local * d.s * d.s_kv;
-  const std::int64_t batch = d.b * heads_local;
+  const std::int64_t scores = d.bl * heads_local * d.s * d.s_kv;
+  const std::int64_t batch = d.bl * heads_local;
   k.push_back(gemm("attention.pv.dgrad", d.s, d.s_kv, d.d, d.dtype, batch));  // dP = dO V^T
   k.push_back(gemm("attention.pv.vgrad", d.s_kv, d.d, d.s, d.dtype, batch));  // dV = P^T dO
   k.push_back(elementwise("attention.dropout.bwd", scores, scores * d.e + scores, scores * d.e));
@@ -147,8 +162,9 @@ Bytes sum_bytes(const std::vector<ActivationItem>& items, std::size_t begin, std
   return total;
 }
 
-// Indices in layer_activations(): [0, kAttentionItems) belong to the attention block, of which
-// [kCoreBegin, kCoreEnd) are the attention core's (softmax output, dropout mask and output).
+// Indices in layer_activations(): [0, attention_items()) belong to the attention block, of
+// which [kCoreBegin, kCoreEnd) are the attention core's (softmax output, dropout mask and
+// output). 3D adds the attention block's gathered weights as its 11th item.
 constexpr std::size_t kAttentionItems = 10;
 constexpr std::size_t kCoreBegin = 5, kCoreEnd = 8;
 
@@ -252,10 +268,226 @@ void layer_backward(const Dims& d, int layer, int grad_unit, Bytes attention_byt
 
   out.push_back(compute(L + " ln1 bwd",
                         {norm_kernel(d, "ln1.bwd", true),
-                         elementwise("residual.bwd", d.tokens_sp * d.h, 2 * d.tokens_sp * d.h * d.e,
-                                     d.tokens_sp * d.h * d.e)},
+                         elementwise("residual.bwd", d.n_res, 2 * d.n_res * d.e, d.n_res * d.e)},
                         layer));
   out.back().grads_done.push_back(grad_unit);
+}
+
+// ---- Colossal-AI's 2D, 2.5D and 3D tensor parallelism (docs/tensor-parallelism.md).
+
+Segment axis_collective(std::string label, CollectiveKind kind, Bytes bytes, TpAxis axis,
+                        int layer) {
+  Segment s = collective(std::move(label), kind, bytes, layer);
+  s.axis = axis;
+  return s;
+}
+
+// The 3D axes of the k-th Linear of a layer (0 qkv, 1 proj, 2 fc1, 3 fc2): its input is
+// all-gathered along `input`, its weight along `weight` and its output reduce-scattered along
+// `output` (the axis its input's hidden slices lie along: the partial products are summed there).
+// Consecutive Linears swap input and output axes (Colossal-AI's swap_in_out_group), so the
+// residual stream entering qkv and fc1 has its hidden dimension split along tp_row, as in 2D.
+struct Axes3d {
+  TpAxis input, weight, output;
+};
+Axes3d axes_3d(int k) {
+  return k % 2 == 0 ? Axes3d{TpAxis::tp_col, TpAxis::tp_depth, TpAxis::tp_row}
+                    : Axes3d{TpAxis::tp_row, TpAxis::tp_depth, TpAxis::tp_col};
+}
+
+// Forward of Linear `name`, [tokens, in] -> [tokens, out], on this rank's blocks.
+// - 2D and 2.5D (SUMMA, Colossal-AI's Matmul_AB): q steps; step i broadcasts the input block of
+//   mesh column i along each row ([tl, in/q]) and the weight block of mesh row i along each
+//   column ([in/q, out/q]), then multiplies them into the [tl, out/q] output block.
+// - 3D (Colossal-AI's linear_3d): all-gather the input along its input axis ([q tl, in/q]) and
+//   the weight along the depth ([in/q, out/q]), one GEMM, reduce-scatter the output along the
+//   output axis back to [tl, out/q].
+void nd_linear_forward(const Dims& d, const std::string& L, const std::string& name,
+                       std::int64_t in, std::int64_t out, int k, int layer,
+                       std::vector<Segment>& segs) {
+  const std::int64_t q = d.q, e = d.e, t = d.tl;
+  const std::string base = L + " " + name;
+  if (d.mesh.mode == TpMode::three_d) {
+    const Axes3d ax = axes_3d(k);
+    segs.push_back(axis_collective(base + " input all-gather", CollectiveKind::all_gather,
+                                   Bytes(q * t * (in / q) * e), ax.input, layer));
+    segs.push_back(axis_collective(base + " weight all-gather", CollectiveKind::all_gather,
+                                   Bytes((in / q) * (out / q) * e), ax.weight, layer));
+    segs.push_back(compute(base, {gemm(name, q * t, out / q, in / q, d.dtype)}, layer));
+    segs.push_back(axis_collective(base + " output reduce-scatter", CollectiveKind::reduce_scatter,
+                                   Bytes(q * t * (out / q) * e), ax.output, layer));
+    return;
+  }
+  for (std::int64_t step = 0; step < q; ++step) {
+    const std::string at = base + " summa " + std::to_string(step);
+    segs.push_back(axis_collective(at + " input broadcast", CollectiveKind::broadcast,
+                                   Bytes(t * (in / q) * e), TpAxis::tp_row, layer));
+    segs.push_back(axis_collective(at + " weight broadcast", CollectiveKind::broadcast,
+                                   Bytes((in / q) * (out / q) * e), TpAxis::tp_col, layer));
+    segs.push_back(compute(at, {gemm(name, t, out / q, in / q, d.dtype)}, layer));
+  }
+}
+
+// Backward of Linear `name`: the input gradient, then the weight gradient.
+// - 2D and 2.5D (Colossal-AI's Matmul_ABT and Matmul_ATB): dX in q steps, each broadcasting a
+//   weight block along the columns, multiplying, and reducing the [tl, in/q] partial dX along
+//   the row to its owner; dW in q steps, each broadcasting an input block along the rows,
+//   multiplying, and reducing the [in/q, out/q] partial dW along the column. 2.5D then sums the
+//   weight gradient of the d depth layers (each saw its own samples): an all-reduce along the
+//   depth.
+// - 3D: all-gather dY along the output axis, dX = dY W^T reduce-scattered along the input axis,
+//   dW = X^T dY reduce-scattered along the depth (the gathered X and W are kept from forward).
+void nd_linear_backward(const Dims& d, const std::string& L, const std::string& name,
+                        std::int64_t in, std::int64_t out, int k, int layer,
+                        std::vector<Segment>& segs) {
+  const std::int64_t q = d.q, e = d.e, t = d.tl;
+  const std::string base = L + " " + name + " bwd";
+  if (d.mesh.mode == TpMode::three_d) {
+    const Axes3d ax = axes_3d(k);
+    segs.push_back(axis_collective(base + " output-grad all-gather", CollectiveKind::all_gather,
+                                   Bytes(q * t * (out / q) * e), ax.output, layer));
+    segs.push_back(
+        compute(base + " dgrad", {gemm(name + ".dgrad", q * t, in / q, out / q, d.dtype)}, layer));
+    segs.push_back(axis_collective(base + " input-grad reduce-scatter",
+                                   CollectiveKind::reduce_scatter, Bytes(q * t * (in / q) * e),
+                                   ax.input, layer));
+    segs.push_back(
+        compute(base + " wgrad", {gemm(name + ".wgrad", in / q, out / q, q * t, d.dtype)}, layer));
+    segs.push_back(axis_collective(base + " weight-grad reduce-scatter",
+                                   CollectiveKind::reduce_scatter, Bytes((in / q) * (out / q) * e),
+                                   ax.weight, layer));
+    return;
+  }
+  for (std::int64_t step = 0; step < q; ++step) {
+    const std::string at = base + " dgrad summa " + std::to_string(step);
+    segs.push_back(axis_collective(at + " weight broadcast", CollectiveKind::broadcast,
+                                   Bytes((in / q) * (out / q) * e), TpAxis::tp_col, layer));
+    segs.push_back(compute(at, {gemm(name + ".dgrad", t, in / q, out / q, d.dtype)}, layer));
+    segs.push_back(axis_collective(at + " input-grad reduce", CollectiveKind::reduce,
+                                   Bytes(t * (in / q) * e), TpAxis::tp_row, layer));
+  }
+  for (std::int64_t step = 0; step < q; ++step) {
+    const std::string at = base + " wgrad summa " + std::to_string(step);
+    segs.push_back(axis_collective(at + " input broadcast", CollectiveKind::broadcast,
+                                   Bytes(t * (in / q) * e), TpAxis::tp_row, layer));
+    segs.push_back(compute(at, {gemm(name + ".wgrad", in / q, out / q, t, d.dtype)}, layer));
+    segs.push_back(axis_collective(at + " weight-grad reduce", CollectiveKind::reduce,
+                                   Bytes((in / q) * (out / q) * e), TpAxis::tp_col, layer));
+  }
+  if (d.mesh.mode == TpMode::two_half_d && d.mesh.d > 1) {
+    segs.push_back(axis_collective(base + " weight-grad depth all-reduce",
+                                   CollectiveKind::all_reduce, Bytes((in / q) * (out / q) * e),
+                                   TpAxis::tp_depth, layer));
+  }
+}
+
+// A norm over a hidden dimension split along tp_row: local sums, an all-reduce of the two fp32
+// statistics per token (mean and mean square forward; their gradients backward), as
+// Colossal-AI's LayerNorm2D / _Layernorm3D do, then the elementwise work.
+void nd_norm(const Dims& d, const std::string& label, const std::string& name, bool backward,
+             int layer, std::vector<Segment>& segs) {
+  const std::int64_t n = d.n_res, stats = 2 * d.tl * 4;
+  const std::string kname = backward ? name + ".bwd" : name;
+  segs.push_back(compute(label + " stats",
+                         {elementwise(kname + ".stats", n, (backward ? 2 : 1) * n * d.e, stats)},
+                         layer));
+  segs.push_back(axis_collective(label + " stats all-reduce", CollectiveKind::all_reduce,
+                                 Bytes(stats), TpAxis::tp_row, layer));
+  segs.push_back(compute(label, {elementwise(kname, n, n * d.e + stats, n * d.e)}, layer));
+}
+
+// The widths of a layer's Linears: qkv h -> (a + 2 kv) d, proj h -> h, fc1 h -> up,
+// fc2 ffn -> h.
+std::int64_t qkv_out(const Dims& d) {
+  return (d.a + 2 * d.kv) * d.d;
+}
+
+void add_to_last_compute(std::vector<Segment>& segs, Bytes delta) {
+  for (auto it = segs.rbegin(); it != segs.rend(); ++it) {
+    if (it->compute) {
+      it->activation_delta += delta;
+      return;
+    }
+  }
+}
+
+void nd_layer_forward(const Dims& d, int layer, Bytes attention_bytes, Bytes mlp_bytes,
+                      std::vector<Segment>& out) {
+  const std::string L = layer_name(layer);
+  nd_norm(d, L + " ln1", "ln1", false, layer, out);
+  nd_linear_forward(d, L, "qkv", d.h, qkv_out(d), 0, layer, out);
+  std::vector<Kernel> core;
+  attention_core_forward(d, core);
+  out.push_back(compute(L + " attention core", std::move(core), layer));
+  out.back().activation_delta = attention_bytes;
+  nd_linear_forward(d, L, "proj", d.h, d.h, 1, layer, out);
+  out.push_back(compute(L + " attention residual",
+                        {dropout_residual(d, "attention.dropout_residual", false)}, layer));
+  nd_norm(d, L + " ln2", "ln2", false, layer, out);
+  nd_linear_forward(d, L, "fc1", d.h, d.up, 2, layer, out);
+  const std::int64_t up_l = d.tl * (d.up / d.q), ffn_l = d.tl * (d.ffn / d.q);
+  out.push_back(compute(L + " mlp activation",
+                        {elementwise(d.gated ? "swiglu" : "gelu", up_l, up_l * d.e, ffn_l * d.e)},
+                        layer));
+  out.back().activation_delta = mlp_bytes;
+  nd_linear_forward(d, L, "fc2", d.ffn, d.h, 3, layer, out);
+  out.push_back(
+      compute(L + " residual", {dropout_residual(d, "mlp.dropout_residual", false)}, layer));
+}
+
+void nd_layer_backward(const Dims& d, int layer, int grad_unit, Bytes attention_bytes,
+                       Bytes mlp_bytes, Bytes recomputed_core, std::vector<Segment>& out) {
+  const std::string L = layer_name(layer);
+  out.push_back(
+      compute(L + " residual bwd", {dropout_residual(d, "mlp.dropout_residual.bwd", true)}, layer));
+  nd_linear_backward(d, L, "fc2", d.ffn, d.h, 3, layer, out);
+  const std::int64_t up_l = d.tl * (d.up / d.q), ffn_l = d.tl * (d.ffn / d.q);
+  out.push_back(compute(
+      L + " mlp activation bwd",
+      {elementwise(d.gated ? "swiglu.bwd" : "gelu.bwd", up_l, (up_l + ffn_l) * d.e, up_l * d.e)},
+      layer));
+  nd_linear_backward(d, L, "fc1", d.h, d.up, 2, layer, out);
+  add_to_last_compute(out, -mlp_bytes);
+  nd_norm(d, L + " ln2 bwd", "ln2", true, layer, out);
+  out.push_back(compute(L + " attention residual bwd",
+                        {dropout_residual(d, "attention.dropout_residual.bwd", true)}, layer));
+  nd_linear_backward(d, L, "proj", d.h, d.h, 1, layer, out);
+  std::vector<Kernel> k;
+  if (recomputed_core.count() > 0) {  // Megatron's checkpointed core attention
+    attention_core_forward(d, k);
+    out.push_back(compute("recompute " + L + " attention core", std::move(k), layer));
+    out.back().recompute = true;
+    out.back().activation_delta = recomputed_core;
+    k.clear();
+  }
+  attention_core_backward(d, k);
+  out.push_back(compute(L + " attention core bwd", std::move(k), layer));
+  nd_linear_backward(d, L, "qkv", d.h, qkv_out(d), 0, layer, out);
+  add_to_last_compute(out, -attention_bytes);
+  nd_norm(d, L + " ln1 bwd", "ln1", true, layer, out);
+  out.push_back(compute(L + " residual grad",
+                        {elementwise("residual.bwd", d.n_res, 2 * d.n_res * d.e, d.n_res * d.e)},
+                        layer));
+  out.back().grads_done.push_back(grad_unit);
+}
+
+// A layer's forward and backward under the setting's tp mode.
+void any_layer_forward(const Dims& d, int layer, Bytes attention_bytes, Bytes mlp_bytes,
+                       std::vector<Segment>& out) {
+  if (d.nd) {
+    nd_layer_forward(d, layer, attention_bytes, mlp_bytes, out);
+  } else {
+    layer_forward(d, layer, attention_bytes, mlp_bytes, out);
+  }
+}
+
+void any_layer_backward(const Dims& d, int layer, int grad_unit, Bytes attention_bytes,
+                        Bytes mlp_bytes, Bytes recomputed_core, std::vector<Segment>& out) {
+  if (d.nd) {
+    nd_layer_backward(d, layer, grad_unit, attention_bytes, mlp_bytes, recomputed_core, out);
+  } else {
+    layer_backward(d, layer, grad_unit, attention_bytes, mlp_bytes, recomputed_core, out);
+  }
 }
 
 // Joins neighbouring compute segments into one (one op per chunk of work between two
@@ -336,9 +568,60 @@ std::vector<Segment> merge_compute(std::vector<Segment> segments, bool split_lay
 
 }  // namespace
 
+namespace {
+
+std::size_t attention_items(const Dims& d) {
+  return kAttentionItems + (d.mesh.mode == TpMode::three_d ? 1 : 0);
+}
+
+// 2D, 2.5D and 3D: every tensor is this rank's block ([tl, hl] for the residual stream, local
+// heads for attention); 3D keeps each Linear's gathered input [q tl, in/q] and gathered weight
+// [in/q, out/q] from forward for its backward, as Colossal-AI's linear_3d saves them.
+std::vector<ActivationItem> nd_layer_activations(const Dims& d) {
+  const std::int64_t e = d.e, q = d.q, tl = d.tl;
+  const std::int64_t rep = d.n_res;
+  const std::int64_t scores = d.bl * d.heads_l * d.s * d.s_kv;
+  const std::int64_t kv_width = d.kv_l * d.d;
+  const bool three = d.mesh.mode == TpMode::three_d;
+  const std::int64_t g = three ? q : 1;  // rows of a stored Linear input, in tl
+  std::vector<ActivationItem> items = {
+      {"ln1 input", Bytes(rep * e)},
+      {three ? "qkv input (gathered)" : "qkv input (ln1 output)", Bytes(g * rep * e)},
+      {"q", Bytes(tl * d.heads_l * d.d * e)},
+      {"k", Bytes(tl * kv_width * e)},
+      {"v", Bytes(tl * kv_width * e)},
+      {d.flash ? "softmax statistics (fp32)" : "softmax output",
+       Bytes(d.flash ? d.bl * d.heads_l * d.s * 4 : scores * e)},
+      {"softmax dropout mask", Bytes(d.flash ? 0 : scores)},
+      {"softmax dropout output", Bytes(d.flash ? 0 : scores * e)},
+      {three ? "proj input (gathered)" : "proj input", Bytes(g * tl * (d.h / q) * e)},
+      {"attention dropout mask", Bytes(rep)},
+  };
+  if (three) {
+    items.push_back({"qkv and proj weights (gathered)",
+                     Bytes(((d.h / q) * (qkv_out(d) / q) + (d.h / q) * (d.h / q)) * e)});
+  }
+  const std::vector<ActivationItem> mlp = {
+      {"ln2 input", Bytes(rep * e)},
+      {three ? "fc1 input (gathered)" : "fc1 input (ln2 output)", Bytes(g * rep * e)},
+      {d.gated ? "swiglu input" : "gelu input", Bytes(tl * (d.up / q) * e)},
+      {three ? "fc2 input (gathered)" : "fc2 input", Bytes(g * tl * (d.ffn / q) * e)},
+      {"mlp dropout mask", Bytes(rep)},
+  };
+  items.insert(items.end(), mlp.begin(), mlp.end());
+  if (three) {
+    items.push_back({"fc1 and fc2 weights (gathered)",
+                     Bytes(((d.h / q) * (d.up / q) + (d.ffn / q) * (d.h / q)) * e)});
+  }
+  return items;
+}
+
+}  // namespace
+
 std::vector<ActivationItem> layer_activations(const TransformerModel& model,
                                               const LayerSetting& setting) {
   const Dims d(model, setting);
+  if (d.nd) return nd_layer_activations(d);
   const std::int64_t e = d.e;
   // Tensors replicated across tensor-parallel ranks, unless sequence parallelism shards them.
   const std::int64_t rep = d.tokens_sp * d.h;
@@ -369,7 +652,7 @@ std::vector<ActivationItem> layer_activations(const TransformerModel& model,
 
 Bytes checkpoint_bytes(const TransformerModel& model, const LayerSetting& setting) {
   const Dims d(model, setting);
-  return Bytes(d.tokens_sp * d.h * d.e);
+  return Bytes(d.n_res * d.e);
 }
 
 std::int64_t layer_parameters_per_rank(const TransformerModel& m, int tp) {
@@ -386,14 +669,54 @@ std::int64_t layer_parameters_per_rank(const TransformerModel& m, int tp) {
   return sharded + replicated;
 }
 
+namespace {
+
+// Parameters of one norm held by one rank: replicated in 1D, q^2 pieces in 2D and 2.5D, q
+// slices in 3D (docs/tensor-parallelism.md).
+std::int64_t norm_parameters_per_rank(const TransformerModel& m, const TpMesh& mesh) {
+  const std::int64_t n = m.norm == Norm::layernorm ? 2 * std::int64_t{m.hidden} : m.hidden;
+  const std::int64_t q = mesh.q;
+  switch (mesh.mode) {
+    case TpMode::one_d:
+      return n;
+    case TpMode::two_d:
+    case TpMode::two_half_d:
+      return n / (q * q);
+    case TpMode::three_d:
+      return n / q;
+  }
+  return n;
+}
+
+}  // namespace
+
+std::int64_t layer_parameters_per_rank(const TransformerModel& m, const LayerSetting& setting) {
+  const TpMesh mesh = setting.mesh();
+  if (mesh.mode == TpMode::one_d) return layer_parameters_per_rank(m, setting.tp);
+  const std::int64_t h = m.hidden, kv = m.kv_hidden(), f = m.ffn_hidden, q = mesh.q;
+  const std::int64_t b = m.bias ? 1 : 0;
+  const std::int64_t up = m.activation == Activation::swiglu ? 2 * f : f;
+  // (in, out) of qkv, proj, fc1, fc2.
+  const std::int64_t linears[4][2] = {{h, h + 2 * kv}, {h, h}, {h, up}, {f, h}};
+  std::int64_t total = 2 * norm_parameters_per_rank(m, mesh);
+  for (const auto& [in, out] : linears) {
+    if (mesh.mode == TpMode::three_d) {
+      total += (in / q) * (out / (q * q)) + b * (out / q);
+    } else {
+      total += (in / q) * (out / q) + b * (out / (q * q));
+    }
+  }
+  return total;
+}
+
 StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetting& setting,
                                  int stage, int stages, int layer_begin, int layer_end,
                                  const StageRecompute& recompute) {
   const Dims d(model, setting);
   const bool first = stage == 0, last = stage == stages - 1;
   const auto items = layer_activations(model, setting);
-  const Bytes attention_bytes = sum_bytes(items, 0, kAttentionItems);
-  const Bytes mlp_bytes = sum_bytes(items, kAttentionItems, items.size());
+  const Bytes attention_bytes = sum_bytes(items, 0, attention_items(d));
+  const Bytes mlp_bytes = sum_bytes(items, attention_items(d), items.size());
   // Selective recomputation: the attention core's items are not stored (none with flash
   // attention, whose core keeps only its softmax statistics: nothing to recompute).
   const Bytes core_bytes =
@@ -407,18 +730,18 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
   const auto group_begin = [&](int l) { return layer_begin + (l - layer_begin) / group * group; };
   const auto group_end = [&](int l) { return std::min(group_begin(l) + group, recomputed_end); };
   StagePlan plan;
-  plan.boundary_bytes = Bytes(d.tokens_sp * d.h * d.e);
+  plan.boundary_bytes = Bytes(d.n_res * d.e);
 
   // Gradient units in the order backward completes them: head, layers last to first, embedding.
   int next_unit = 0;
-  const std::int64_t head_params = (model.norm == Norm::layernorm ? 2 * d.h : d.h) +
+  const std::int64_t head_params = norm_parameters_per_rank(model, d.mesh) +
                                    (!model.tied_embeddings || stages > 1 ? d.vocab_local * d.h : 0);
   const int head_unit = last ? next_unit++ : -1;
   if (last) plan.grad_units.push_back({"head", head_params});
   std::vector<int> layer_unit(static_cast<std::size_t>(layer_end - layer_begin));
   for (int l = layer_end - 1; l >= layer_begin; --l) {
     layer_unit[static_cast<std::size_t>(l - layer_begin)] = next_unit++;
-    plan.grad_units.push_back({layer_name(l), layer_parameters_per_rank(model, setting.tp)});
+    plan.grad_units.push_back({layer_name(l), layer_parameters_per_rank(model, setting)});
   }
   const std::int64_t embedding_params =
       d.vocab_local * d.h + (model.position_embedding == PositionEmbedding::learned
@@ -440,23 +763,34 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
     }
     fwd.push_back(compute("embedding", std::move(k)));
     if (d.t > 1) fwd.push_back(tp_reduce(d, "embedding", -1));  // vocab-parallel embedding
-    fwd.push_back(compute("embedding dropout",
-                          {elementwise("embedding.dropout", d.tokens_sp * d.h,
-                                       d.tokens_sp * d.h * d.e, d.tokens_sp * d.h * (d.e + 1))}));
-    fwd.back().activation_delta = Bytes(d.tokens_sp * d.h);  // dropout mask
+    // The embedding's all-reduce leaves the whole [b s, h] on every rank; with 2D, 2.5D and 3D
+    // each keeps its block (n_res elements).
+    fwd.push_back(compute("embedding dropout", {elementwise("embedding.dropout", d.n_res,
+                                                            d.n_res * d.e, d.n_res * (d.e + 1))}));
+    fwd.back().activation_delta = Bytes(d.n_res);  // dropout mask
   }
   for (int l = layer_begin; l < layer_end; ++l) {
     if (fully_recomputed(l)) {  // run it, keep only the group's input
       const std::size_t at = fwd.size();
-      layer_forward(d, l, Bytes(), Bytes(), fwd);
+      any_layer_forward(d, l, Bytes(), Bytes(), fwd);
       if (l == group_begin(l)) fwd[at].checkpoint_delta += checkpoint;
     } else {
-      layer_forward(d, l, attention_bytes - core_bytes, mlp_bytes, fwd);
+      any_layer_forward(d, l, attention_bytes - core_bytes, mlp_bytes, fwd);
     }
   }
   const std::int64_t logits = d.tokens * d.vocab_local;
+  // Stored by the head: final norm input and output (with 2D, 2.5D and 3D its input block and
+  // the output all-gathered over the tp group), fp32 logits (Korthikanti's 4sbv/t term).
+  const Bytes head_stored =
+      Bytes((d.nd ? d.n_res * d.e + d.tokens * d.h * d.e : 2 * d.n_res * d.e) + logits * 4);
   if (last) {
-    std::vector<Kernel> k = {norm_kernel(d, "final_norm", false)};
+    std::vector<Kernel> k;
+    if (d.nd) {  // the vocab-parallel head (as 1D) needs the whole [b s, h] on every rank
+      nd_norm(d, "final norm", "final_norm", false, -1, fwd);
+      fwd.push_back(tp_gather(d, "head", -1));
+    } else {
+      k.push_back(norm_kernel(d, "final_norm", false));
+    }
     if (d.sp) {
       fwd.push_back(compute("final norm", std::move(k)));
       fwd.push_back(tp_gather(d, "head", -1));
@@ -465,8 +799,7 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
     k.push_back(gemm("logits", d.tokens, d.vocab_local, d.h, d.dtype));
     k.push_back(elementwise("cross_entropy", logits, logits * d.e, logits * 4));
     fwd.push_back(compute("head", std::move(k)));
-    // Stored: final norm input and output, fp32 logits (Korthikanti's 4sbv/t term).
-    fwd.back().activation_delta = Bytes(2 * d.tokens_sp * d.h * d.e + logits * 4);
+    fwd.back().activation_delta = head_stored;
     if (d.t > 1) {  // vocab-parallel cross entropy: max, sum of exponentials, target logit
       fwd.push_back(
           collective("loss tp all-reduce", CollectiveKind::all_reduce, Bytes(3 * d.tokens * 4)));
@@ -483,9 +816,13 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
                              gemm("logits.dgrad", d.tokens, d.h, d.vocab_local, d.dtype),
                              gemm("logits.wgrad", d.h, d.vocab_local, d.tokens, d.dtype)};
     bwd.push_back(compute("head bwd", std::move(k)));
-    bwd.back().activation_delta = -Bytes(2 * d.tokens_sp * d.h * d.e + logits * 4);
+    bwd.back().activation_delta = -head_stored;
     if (d.t > 1) bwd.push_back(tp_reduce(d, "head bwd", -1));
-    bwd.push_back(compute("final norm bwd", {norm_kernel(d, "final_norm.bwd", true)}));
+    if (d.nd) {  // each rank keeps its block of the all-reduced input gradient
+      nd_norm(d, "final norm bwd", "final_norm", true, -1, bwd);
+    } else {
+      bwd.push_back(compute("final norm bwd", {norm_kernel(d, "final_norm.bwd", true)}));
+    }
     bwd.back().grads_done.push_back(head_unit);
   }
   for (int l = layer_end - 1; l >= layer_begin; --l) {
@@ -494,7 +831,7 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
       const std::size_t group_start = bwd.size();
       for (int r = group_begin(l); r <= l; ++r) {
         const std::size_t at = bwd.size();
-        layer_forward(d, r, attention_bytes, mlp_bytes, bwd);
+        any_layer_forward(d, r, attention_bytes, mlp_bytes, bwd);
         for (std::size_t i = at; i < bwd.size(); ++i) {
           bwd[i].recompute = true;
           bwd[i].label = "recompute " + bwd[i].label;
@@ -502,21 +839,21 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
       }
       bwd[group_start].checkpoint_fetch = checkpoint;  // the recompute starts from the checkpoint
     }
-    layer_backward(d, l, layer_unit[static_cast<std::size_t>(l - layer_begin)], attention_bytes,
-                   mlp_bytes, full ? Bytes() : core_bytes, bwd);
+    any_layer_backward(d, l, layer_unit[static_cast<std::size_t>(l - layer_begin)], attention_bytes,
+                       mlp_bytes, full ? Bytes() : core_bytes, bwd);
     if (full && l == group_begin(l)) bwd.back().checkpoint_delta -= checkpoint;
   }
   if (first) {
-    std::vector<Kernel> k = {elementwise("embedding.dropout.bwd", d.tokens_sp * d.h,
-                                         d.tokens_sp * d.h * (d.e + 1), d.tokens_sp * d.h * d.e)};
-    if (d.sp) {
+    std::vector<Kernel> k = {
+        elementwise("embedding.dropout.bwd", d.n_res, d.n_res * (d.e + 1), d.n_res * d.e)};
+    if (d.sp || d.nd) {  // the vocab-parallel table's gradient needs the whole [b s, h]
       bwd.push_back(compute("embedding dropout bwd", std::move(k)));
       bwd.push_back(tp_gather(d, "embedding bwd", -1));
       k.clear();
     }
     k.push_back(elementwise("embedding.grad", n_hidden, 2 * n_hidden * d.e, n_hidden * d.e));
     bwd.push_back(compute("embedding bwd", std::move(k)));
-    bwd.back().activation_delta = -Bytes(d.tokens_sp * d.h);
+    bwd.back().activation_delta = -Bytes(d.n_res);
     bwd.back().grads_done.push_back(embedding_unit);
   }
   plan.backward = merge_compute(std::move(bwd), setting.split_layers);

@@ -4,7 +4,10 @@
 // reduce-scatter pairs with sequence parallelism), the activations each layer stores for its
 // backward (itemised as Korthikanti et al. do) and the parameters each rank holds; with
 // activation recomputation (StageRecompute) the checkpoints stored instead and the recomputed
-// forward work that runs before the backward it serves.
+// forward work that runs before the backward it serves. With tp_mode 2d, 2.5d or 3d
+// (strategies/tp_modes.hpp) the layers follow Colossal-AI's 2D (SUMMA), 2.5D (Tesseract) and 3D
+// tensor parallelism instead: GEMMs on blocks of the batch and hidden dimensions, broadcasts,
+// reductions, all-gathers and reduce-scatters along the mesh axes (docs/tensor-parallelism.md).
 #pragma once
 
 #include <string>
@@ -12,12 +15,17 @@
 
 #include "strategies/model.hpp"
 #include "strategies/program.hpp"
+#include "strategies/tp_modes.hpp"
 
 namespace stratasim::strategies {
 
 /// The per-rank setting a layer is lowered for.
 struct LayerSetting {
-  int tp = 1;
+  int tp = 1;  // tensor-parallel devices P
+  /// How the tp devices split a layer: Megatron's 1D, or Colossal-AI's 2D, 2.5D (with depth
+  /// `tp_depth`) or 3D mesh.
+  TpMode tp_mode = TpMode::one_d;
+  int tp_depth = 1;
   bool sequence_parallel = false;
   std::int64_t micro_batch = 1;
   std::int64_t seq_len = 2048;
@@ -29,6 +37,9 @@ struct LayerSetting {
   /// Keep every compute op within one layer (ZeRO-3 gathers each layer's parameters before
   /// its first op); otherwise neighbouring compute segments merge across layers.
   bool split_layers = false;
+
+  /// The tensor-parallel mesh (make_tp_mesh(tp_mode, tp, tp_depth)).
+  TpMesh mesh() const { return make_tp_mesh(tp_mode, tp, tp_depth); }
 };
 
 /// A piece of one pass of a stage: compute kernels, or a tensor-parallel collective.
@@ -37,6 +48,10 @@ struct Segment {
   std::vector<Kernel> kernels;  // compute segments
   CollectiveKind collective = CollectiveKind::all_reduce;
   Bytes bytes;  // collective segments: nccl-tests size
+  /// Collective segments: the tensor-parallel communicator it runs on (the whole tp group, or
+  /// a mesh row, column or depth line of tp_mode 2d, 2.5d and 3d); the lowering maps it to
+  /// the rank's group on that axis.
+  TpAxis axis = TpAxis::tp;
   std::string label;
   int layer_begin = -1;  // transformer layers touched (embedding and head: none)
   int layer_end = -1;
@@ -119,7 +134,9 @@ struct StagePlan {
 
 /// Activations one layer stores for backward, per rank and microbatch. Summed they follow
 /// Korthikanti et al.: sbh(34 + 5as/h) without parallelism, sbh(10 + 24/t + 5as/(ht)) with
-/// tensor parallelism, sbh(34/t + 5as/(ht)) with sequence parallelism (2-byte dtype).
+/// tensor parallelism, sbh(34/t + 5as/(ht)) with sequence parallelism (2-byte dtype). With
+/// tp_mode 2d and 2.5d every item is the rank's block (1/q^2, 1/(d q^2) of the whole); 3d keeps
+/// each Linear's gathered input and weight (docs/tensor-parallelism.md).
 std::vector<ActivationItem> layer_activations(const TransformerModel& model,
                                               const LayerSetting& setting);
 
@@ -131,6 +148,13 @@ Bytes checkpoint_bytes(const TransformerModel& model, const LayerSetting& settin
 /// Parameters of one layer held by one tensor-parallel rank (weights and column-parallel biases
 /// sharded, row-parallel biases and norms replicated, as in Megatron).
 std::int64_t layer_parameters_per_rank(const TransformerModel& model, int tp);
+/// ... under the setting's tp mode. 1D as above; 2D and 2.5D shard every weight, bias and norm
+/// parameter over the q x q mesh (Colossal-AI keeps biases and norm parameters in q^2 pieces
+/// and all-gathers them within the mesh before use; 2.5D replicates all of it over the
+/// depth), so a rank holds 1/q^2 of the layer; 3D shards the weights over the q^3 cube
+/// (W[in/q, out/q^2]) and keeps biases and norm parameters in q slices ([out/q], [h/q]),
+/// replicated over the q^2 ranks of a slice, as Colossal-AI's Linear3D and LayerNorm3D do.
+std::int64_t layer_parameters_per_rank(const TransformerModel& model, const LayerSetting& setting);
 
 /// The plan of stage `stage` of `stages`, covering layers [layer_begin, layer_end); the first
 /// stage also runs the embedding, the last the final norm, LM head and loss. `recompute` is the

@@ -1,5 +1,7 @@
 #include "traces/context.hpp"
 
+#include <algorithm>
+#include <cstdio>
 #include <sstream>
 
 #include "strategies/lowering.hpp"
@@ -30,8 +32,35 @@ ReportContext report_context(const strategies::Experiment& experiment) {
   context.experiment = experiment.name;
   context.samples_per_iteration = experiment.training.global_batch;
   context.tokens_per_iteration = experiment.tokens_per_iteration();
-  context.device_peak = cluster.device.peak(experiment.training.dtype);
   context.device_capacity = cluster.device.memory_capacity;
+  std::string devices = std::to_string(cluster.nodes) + " x " +
+                        std::to_string(cluster.devices_per_node) + " " + cluster.device.name;
+  if (cluster.homogeneous()) {
+    context.device_peak = cluster.device.peak(experiment.training.dtype);
+  } else {
+    // Mixed devices: MFU against the sum of the peaks; the setup line counts each type.
+    double sum = 0;
+    std::vector<std::pair<std::string, int>> counts;
+    for (int r = 0; r < cluster.world_size(); ++r) {
+      const auto& d = cluster.device_of(r);
+      sum += d.peak(experiment.training.dtype).flops_per_second();
+      auto it = std::find_if(counts.begin(), counts.end(),
+                             [&](const auto& c) { return c.first == d.name; });
+      if (it == counts.end()) {
+        counts.emplace_back(d.name, 1);
+      } else {
+        ++it->second;
+      }
+    }
+    context.device_peak = FlopRate(sum / cluster.world_size());
+    devices = std::to_string(cluster.nodes) + (cluster.nodes == 1 ? " node of" : " nodes of");
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+      devices += (i ? " +" : "") + (" " + std::to_string(counts[i].second) + " ") + counts[i].first;
+    }
+    int stragglers = 0;
+    for (int r = 0; r < cluster.world_size(); ++r) stragglers += cluster.slowdown_of(r) != 1.0;
+    if (stragglers > 0) devices += ", " + std::to_string(stragglers) + " slowed down";
+  }
   for (int r = 0; r < layout.world_size(); ++r) context.stage_of_rank.push_back(layout.stage(r));
   const auto& m = experiment.model;
   const auto& p = experiment.parallelism;
@@ -45,15 +74,26 @@ ReportContext report_context(const strategies::Experiment& experiment) {
   if (p.virtual_stages > 1) schedule_line += " (" + std::to_string(p.virtual_stages) + " chunks)";
   if (p.sequence_slices > 1) schedule_line += " (" + std::to_string(p.sequence_slices) + " slices)";
   if (p.tp_overlap > 1) schedule_line += ", tp overlap " + std::to_string(p.tp_overlap);
+  std::string tp_text = "tp " + std::to_string(p.tp);
+  if (p.tp_mode != strategies::TpMode::one_d) {
+    tp_text +=
+        " (" + std::string(strategies::name_of(p.tp_mode)) +
+        (p.tp_mode == strategies::TpMode::two_half_d ? ", depth " + std::to_string(p.tp_depth)
+                                                     : std::string()) +
+        ")";
+  }
   context.setup = {
       {"model", model_line},
-      {"cluster", cluster.name + ": " + std::to_string(cluster.nodes) + " x " +
-                      std::to_string(cluster.devices_per_node) + " " + cluster.device.name + " (" +
-                      with_commas(cluster.world_size()) + " devices)"},
-      {"parallelism", "tp " + std::to_string(p.tp) + " x pp " + std::to_string(p.pp) + " x dp " +
-                          std::to_string(p.dp) + ", " + schedule_line + ", micro batch " +
-                          std::to_string(p.micro_batch) + ", " +
-                          with_commas(experiment.microbatches()) + " microbatches per pipeline" +
+      {"cluster",
+       cluster.name + ": " + devices + " (" + with_commas(cluster.world_size()) + " devices, " +
+           std::string(hw::name_of(cluster.network_model)) + " network" +
+           (cluster.topology ? ", " + std::string(hw::name_of(cluster.topology->kind)) + " topology"
+                             : std::string()) +
+           ")"},
+      {"parallelism", tp_text + " x pp " + std::to_string(p.pp) + " x dp " + std::to_string(p.dp) +
+                          ", " + schedule_line + ", micro batch " + std::to_string(p.micro_batch) +
+                          ", " + with_commas(experiment.microbatches()) +
+                          " microbatches per pipeline" +
                           (p.sequence_parallel ? ", sequence parallel" : "")},
       {"training", "global batch " + with_commas(experiment.training.global_batch) + " x " +
                        with_commas(experiment.training.seq_len) + " tokens, " +
@@ -75,6 +115,17 @@ ReportContext report_context(const strategies::Experiment& experiment) {
     if (on) offload += (offload.empty() ? "" : "+") + std::string(name);
   }
   if (!offload.empty()) memory_line += ", offload " + offload;
+  if (p.grad_compression.enabled()) {
+    const auto kind = p.grad_compression.kind;
+    memory_line += ", gradients compressed (" + std::string(strategies::name_of(kind));
+    if (kind == strategies::GradCompressionKind::topk ||
+        kind == strategies::GradCompressionKind::s2_reducer) {
+      char density[32];
+      std::snprintf(density, sizeof density, "%g", p.grad_compression.density * 100);
+      memory_line += std::string(", density ") + density + "%";
+    }
+    memory_line += ")";
+  }
   context.setup.emplace_back("memory", memory_line);
   return context;
 }

@@ -36,6 +36,8 @@
 // - completed and problem are copied from the timeline.
 #include "traces/report.hpp"
 
+#include "traces/bus_bandwidth.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -329,6 +331,79 @@ void fill_times(const strategies::Program& program, const Timeline& timeline,
   report.exposed_comm_s = exposed_sum / static_cast<double>(world);
 }
 
+// Per rank and (stream, kind): calls, bytes, wire bytes and time with data moving; the report
+// keeps, per (stream, kind), the rank with the most wire bytes (ties: the lowest rank).
+void fill_communication(const strategies::Program& program, const Timeline& timeline,
+                        Report& report) {
+  constexpr int kKinds = 7;  // the collective kinds, then "send"
+  struct Tally {
+    std::int64_t calls = 0;
+    std::int64_t bytes = 0;
+    double wire = 0;
+    std::int64_t time_ps = 0;
+  };
+  const auto world = static_cast<std::size_t>(program.world_size());
+  std::vector<Tally> tally(world * strategies::kStreamCount * kKinds);
+  std::vector<char> used(strategies::kStreamCount * kKinds, 0);
+  const bool indexed = timeline.spans.size() == program.op_count();
+  for (OpId id = 0; id < program.op_count(); ++id) {
+    const auto& op = program.op(id);
+    int kind = -1;
+    std::int64_t bytes = 0;
+    double wire = 0;
+    if (const auto* c = std::get_if<strategies::Collective>(&op.work)) {
+      kind = static_cast<int>(c->kind);
+      bytes = c->bytes.count();
+      const auto n = c->group < program.groups().size()
+                         ? static_cast<int>(program.groups()[c->group].ranks.size())
+                         : 1;
+      wire = n <= 1 ? 0.0 : static_cast<double>(bytes) * busbw_factor(c->kind, n);
+    } else if (const auto* send = std::get_if<strategies::Send>(&op.work)) {
+      kind = kKinds - 1;
+      bytes = send->bytes.count();
+      wire = static_cast<double>(bytes);
+    } else {
+      continue;
+    }
+    const auto slot = static_cast<std::size_t>(op.stream) * kKinds + static_cast<std::size_t>(kind);
+    used[slot] = 1;
+    Tally& t = tally[static_cast<std::size_t>(op.rank) * strategies::kStreamCount * kKinds + slot];
+    ++t.calls;
+    t.bytes += bytes;
+    t.wire += wire;
+    if (indexed) t.time_ps += (timeline.spans[id].end - timeline.spans[id].start).picoseconds();
+  }
+  for (std::size_t slot = 0; slot < used.size(); ++slot) {
+    if (!used[slot]) continue;
+    std::size_t best = 0;
+    for (std::size_t r = 0; r < world; ++r) {
+      if (tally[r * used.size() + slot].wire > tally[best * used.size() + slot].wire) best = r;
+    }
+    const Tally& t = tally[best * used.size() + slot];
+    CommTraffic c;
+    const auto stream = static_cast<strategies::Stream>(slot / kKinds);
+    c.stream = stream == strategies::Stream::tp_comm   ? "tp"
+               : stream == strategies::Stream::dp_comm ? "dp"
+               : stream == strategies::Stream::pp_send || stream == strategies::Stream::pp_recv
+                   ? "pp"
+                   : std::string(strategies::name_of(stream));
+    const int kind = static_cast<int>(slot % kKinds);
+    c.kind = kind == kKinds - 1
+                 ? "send"
+                 : std::string(strategies::name_of(static_cast<strategies::CollectiveKind>(kind)));
+    c.rank = static_cast<int>(best);
+    c.calls = t.calls;
+    c.bytes = Bytes(t.bytes);
+    c.wire_bytes = Bytes(static_cast<std::int64_t>(std::llround(t.wire)));
+    c.time_s = static_cast<double>(t.time_ps) * kPsToS;
+    if (c.time_s > 0) {
+      c.algbw = static_cast<double>(t.bytes) / c.time_s;
+      c.busbw = t.wire / c.time_s;
+    }
+    report.communication.push_back(std::move(c));
+  }
+}
+
 void fill_memory(const Timeline& timeline, Report& report) {
   const auto device = static_cast<std::size_t>(MemoryTier::device);
   for (RankReport& rank : report.ranks) {
@@ -336,6 +411,7 @@ void fill_memory(const Timeline& timeline, Report& report) {
     if (r < timeline.ranks.size()) {
       const TierPeak& peak = timeline.ranks[r].tiers[device];
       rank.peak_memory = peak.peak;
+      rank.capacity = peak.capacity;
       rank.breakdown = peak.breakdown;
     }
     rank.fits = true;
@@ -406,6 +482,7 @@ Report make_report(const strategies::Program& program, const Timeline& timeline,
   count_flops(program, report);
   fill_times(program, timeline, context, report);
   fill_memory(timeline, report);
+  fill_communication(program, timeline, report);
   for (RankReport& rank : report.ranks) {
     const auto r = static_cast<std::size_t>(rank.rank);
     if (r >= timeline.ranks.size()) continue;
@@ -479,6 +556,27 @@ nlohmann::json to_json(const Report& report, const ReportContext& context) {
                          {"nvme_peak_memory_bytes", r.nvme_peak.count()}});
   }
   j["ranks"] = std::move(ranks);
+  json comm = json::array();
+  for (const CommTraffic& c : report.communication) {
+    comm.push_back(json{{"stream", c.stream},
+                        {"kind", c.kind},
+                        {"rank", c.rank},
+                        {"calls", c.calls},
+                        {"bytes", c.bytes.count()},
+                        {"wire_bytes", c.wire_bytes.count()},
+                        {"time_s", c.time_s},
+                        {"algbw_bytes_per_s", c.algbw},
+                        {"busbw_bytes_per_s", c.busbw}});
+  }
+  j["communication"] = std::move(comm);
+  json links = json::array();
+  for (const LinkLoad& l : report.links) {
+    links.push_back(json{{"link", l.link},
+                         {"capacity_bytes_per_s", l.capacity.bytes_per_second()},
+                         {"bytes", l.bytes.count()},
+                         {"utilisation", l.utilisation}});
+  }
+  j["links"] = std::move(links);
   json oom = json::array();
   for (std::size_t i = 0; i < report.out_of_memory.size(); ++i) {
     const OutOfMemory& o = report.out_of_memory[i];
@@ -533,7 +631,9 @@ void print_memory_table(std::ostream& out, const Report& report, const ReportCon
       if (row.worst == nullptr) continue;
       const MemoryBreakdown& b = row.worst->breakdown;
       std::string peak = to_string(row.worst->peak_memory);
-      if (context.device_capacity.count() > 0) peak += " / " + to_string(context.device_capacity);
+      const Bytes capacity =
+          row.worst->capacity.count() > 0 ? row.worst->capacity : context.device_capacity;
+      if (capacity.count() > 0) peak += " / " + to_string(capacity);
       std::string status = "fits";
       if (row.device_excess.count() > 0) {
         status = "OUT OF MEMORY by " + to_string(row.device_excess);
@@ -648,6 +748,24 @@ void print_summary(std::ostream& out, const Report& report, const ReportContext&
     out << "  " << pad(lines[i].first, width + 2) << lines[i].second << '\n';
   }
 
+  if (!report.communication.empty()) {
+    out << "\n  communication per iteration (the busiest rank of each kind; busbw as nccl-tests)\n";
+    out << "    " << pad("stream/kind", 20) << pad("calls", 8) << pad("size", 12)
+        << pad("on the wire", 14) << pad("time", 12) << "busbw\n";
+    for (const CommTraffic& c : report.communication) {
+      out << "    " << pad(c.stream + " " + c.kind, 20) << pad(std::to_string(c.calls), 8)
+          << pad(to_string(c.bytes), 12) << pad(to_string(c.wire_bytes), 14)
+          << pad(seconds_text(c.time_s), 12)
+          << (c.time_s > 0 ? to_string(Bandwidth(c.busbw)) : std::string("-")) << '\n';
+    }
+  }
+  if (!report.links.empty()) {
+    out << "\n  busiest links (flow-level network)\n";
+    for (const LinkLoad& l : report.links) {
+      out << "    " << pad(l.link, 32) << pad(percent_text(l.utilisation), 8) << to_string(l.bytes)
+          << " at " << to_string(l.capacity) << '\n';
+    }
+  }
   print_memory_table(out, report, context);
   print_verdict(out, report);
 }

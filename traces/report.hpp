@@ -20,9 +20,11 @@ struct ReportContext {
   std::string experiment;                  // name
   std::int64_t samples_per_iteration = 0;  // global batch
   std::int64_t tokens_per_iteration = 0;   // global batch * sequence length
-  FlopRate device_peak;                    // dense peak of one device for the training dtype
-  Bytes device_capacity;                   // device memory of one device
-  std::vector<int> stage_of_rank;          // pipeline stage of each rank
+  /// Dense peak of one device for the training dtype; on a cluster of mixed devices, the mean
+  /// over the ranks (so MFU divides by the sum of the devices' peaks).
+  FlopRate device_peak;
+  Bytes device_capacity;           // device memory of one device (the cluster's base device)
+  std::vector<int> stage_of_rank;  // pipeline stage of each rank
   /// Lines describing the setup for the summary, e.g. {"model", "gpt3-175b, 174.6 B params"}.
   std::vector<std::pair<std::string, std::string>> setup;
 };
@@ -31,6 +33,7 @@ struct RankReport {
   int rank = 0;
   int stage = 0;
   Bytes peak_memory;          // device tier
+  Bytes capacity;             // device tier capacity of this rank's device (0: not modelled)
   MemoryBreakdown breakdown;  // at the peak
   bool fits = true;
   double peak_time_s = 0;     // when the device peak was first reached
@@ -39,6 +42,33 @@ struct RankReport {
   Bytes nvme_peak;            // NVMe-tier peak, 0 when none
   double compute_busy_s = 0;  // compute-stream time in forward/backward within the pipeline
   double exposed_comm_s = 0;  // communication with no compute running
+};
+
+/// Communication of one kind on one stream ("dp all_reduce", "pp send"), for the rank that
+/// moves the most bytes over the wire. `bytes` sums the collectives' sizes as nccl-tests counts
+/// them (the whole buffer); `wire_bytes` what the rank sends: bytes times nccl-tests' bus
+/// bandwidth factor (2(n-1)/n for an all-reduce, (n-1)/n for an all-gather, ...), the sent
+/// bytes for a point-to-point send. algbw = bytes / time, busbw = wire_bytes / time, time being
+/// the rank's time in these ops with data moving.
+struct CommTraffic {
+  std::string stream;  // tp, dp, pp
+  std::string kind;    // all_reduce, ..., send
+  int rank = 0;
+  std::int64_t calls = 0;
+  Bytes bytes;
+  Bytes wire_bytes;
+  double time_s = 0;
+  double algbw = 0;  // bytes/s
+  double busbw = 0;  // bytes/s
+};
+
+/// One network link's load over the iteration (flow-level network only; filled by the caller
+/// from the network's link usage): utilisation = bytes / (capacity * iteration time).
+struct LinkLoad {
+  std::string link;  // "gpu3 -> nic3"
+  Bandwidth capacity;
+  Bytes bytes;
+  double utilisation = 0;
 };
 
 struct Report {
@@ -66,6 +96,10 @@ struct Report {
   /// ... and its position in that rank's program (as `at` says "rank r op k": k).
   std::vector<std::uint32_t> out_of_memory_op_index;
   bool stopped_on_oom = false;  // the run was ended at the first out-of-memory on purpose
+  /// Per (stream, collective kind or send), stream order then kind order.
+  std::vector<CommTraffic> communication;
+  /// The busiest links, most utilised first (empty with the analytical network).
+  std::vector<LinkLoad> links;
 };
 
 Report make_report(const strategies::Program& program, const Timeline& timeline,

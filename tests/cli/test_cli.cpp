@@ -359,3 +359,95 @@ TEST_CASE("partition prints the plan with predicted stage times") {
   check_bad_input("simulate gpt3-1.7b-a100-8 --tp 2 --pp 4 --dp 1 --schedule zb-h9",
                   {"parallelism.schedule", "zb-h1"});
 }
+
+namespace {
+
+// The first "iteration time   X ms|s" after `from` in a report, in seconds.
+double iteration_seconds(const std::string& output, std::size_t from = 0) {
+  const auto at = output.find("iteration time", from);
+  REQUIRE(at != std::string::npos);
+  std::istringstream in(output.substr(at + std::string("iteration time").size()));
+  double value = 0;
+  std::string unit;
+  in >> value >> unit;
+  return unit == "ms" ? value / 1e3 : unit == "us" ? value / 1e6 : value;
+}
+
+}  // namespace
+
+TEST_CASE("several experiments share one cluster's network, each with its own report") {
+  const std::string jobs = (configs_dir() / "jobs").string();
+  const std::string both = jobs + "/gpt3-1.7b-dp16.json " + jobs + "/llama2-7b-tp8-dp2.json";
+  auto packed = run("simulate " + both + " --cluster dgx-a100-32-oversubscribed");
+  REQUIRE(packed.status == 0);
+  auto interleaved =
+      run("simulate " + both + " --cluster dgx-a100-32-oversubscribed --placement interleaved");
+  REQUIRE(interleaved.status == 0);
+  CAPTURE(interleaved.output);
+  CHECK(packed.output.find("job 1 of 2") != std::string::npos);
+  CHECK(packed.output.find("devices 0-15") != std::string::npos);
+  CHECK(interleaved.output.find("devices 0-7,16-23") != std::string::npos);
+  // Packed, each job has its own racks (2 nodes of a 2-node rack): its leaf uplinks carry only
+  // its own traffic. Interleaved, both jobs' cross-node all-reduces share every rack's 2:1
+  // oversubscribed uplinks: both are slower.
+  const auto second_packed = packed.output.find("job 2 of 2");
+  const auto second_interleaved = interleaved.output.find("job 2 of 2");
+  CHECK(iteration_seconds(interleaved.output) > iteration_seconds(packed.output));
+  CHECK(iteration_seconds(interleaved.output, second_interleaved) >
+        iteration_seconds(packed.output, second_packed));
+  CHECK(interleaved.output.find("busiest links") != std::string::npos);
+
+  auto dir = scratch("jobs");
+  auto written = run("simulate " + both + " --cluster dgx-a100-32-oversubscribed --quiet --out " +
+                     dir.string());
+  REQUIRE(written.status == 0);
+  CHECK(fs::exists(dir / "job1-gpt3-1.7b-dp16" / "report.json"));
+  CHECK(fs::exists(dir / "job2-llama2-7b-tp8-dp2" / "report.json"));
+  auto report = nlohmann::json::parse(read(dir / "job1-gpt3-1.7b-dp16" / "report.json"));
+  CHECK_FALSE(report["links"].empty());
+}
+
+TEST_CASE("bad multi-job input is a clear error with exit code 2") {
+  const std::string jobs = (configs_dir() / "jobs").string();
+  const std::string both = jobs + "/gpt3-1.7b-dp16.json " + jobs + "/llama2-7b-tp8-dp2.json";
+  auto no_cluster = run("simulate " + both);
+  CHECK(no_cluster.status == 2);
+  CHECK(no_cluster.output.find("--cluster") != std::string::npos);
+  auto too_small = run("simulate " + both + " --cluster dgx-a100-1");
+  CHECK(too_small.status == 2);
+  CHECK(too_small.output.find("need 32 devices") != std::string::npos);
+  auto overlap = run("simulate " + both + " --cluster dgx-a100-32-oversubscribed --placement " +
+                     "\"0-15;8-23\"");
+  CHECK(overlap.status == 2);
+  CHECK(overlap.output.find("device 8") != std::string::npos);
+  auto other_device = run("simulate " + both + " --cluster dgx-h100-8");
+  CHECK(other_device.status == 2);
+  CHECK(other_device.output.find("A100") != std::string::npos);
+  auto with_flags = run("simulate " + both + " --cluster dgx-a100-32-oversubscribed --tp 2");
+  CHECK(with_flags.status == 2);
+}
+
+TEST_CASE("collective: nccl-tests figures for one collective on a cluster") {
+  // nccl-h100-nvlink: ring all-reduce on 8 H100s reaches ~370 GB/s busbw with the 0.82
+  // protocol efficiency the cluster configures; 2 GiB is on the plateau.
+  auto r = run("collective dgx-h100-1-nvls --op all_reduce --algorithm ring --sizes 2G");
+  REQUIRE(r.status == 0);
+  CAPTURE(r.output);
+  const auto line = r.output.find("2 GiB");
+  REQUIRE(line != std::string::npos);
+  std::istringstream in(r.output.substr(line + 5));
+  std::string time_value, time_unit;
+  double algbw = 0, busbw = 0;
+  in >> time_value >> time_unit >> algbw >> busbw;
+  CHECK(busbw == doctest::Approx(370).epsilon(0.1));
+  CHECK(busbw == doctest::Approx(algbw * 1.75).epsilon(0.01));  // 2(n-1)/n for n = 8
+  auto dir = scratch("collective");
+  auto csv =
+      run("collective dgx-a100-1 --ranks 0-3 --sizes 1M,1G --network flow --out " + dir.string());
+  REQUIRE(csv.status == 0);
+  CHECK(read(dir / "collective.csv").find("all_reduce,4,1073741824,") != std::string::npos);
+  CHECK(run("collective dgx-a100-1 --op allreduce").status == 2);
+  CHECK(run("collective dgx-a100-1 --ranks 0-9").status == 2);
+  CHECK(run("collective dgx-a100-1 --algorithm nvls").status == 2);  // no reducing switch
+  CHECK(run("collective dgx-a100-1 --sizes 12Q").status == 2);
+}

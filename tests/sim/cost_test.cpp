@@ -112,3 +112,17 @@ TEST_CASE("cost: measured kernels, lists, and what is not modelled") {
       cost.kernel_time(Kernel{Copy{Bytes(10), MemoryTier::device, MemoryTier::host}, "offload"}),
       std::invalid_argument);
 }
+
+TEST_CASE("cost: the GEMM efficiency is base x tile quantisation x wave quantisation") {
+  sim::DeviceCostModel cost(testing::test_device());
+  // m = 200, n = 300: 2 x 3 tiles of 128 x 128 padding 256 x 384: tile_q = 60000 / 98304;
+  // 6 tiles on 108 units, one wave: wave_q = 6/108.
+  const Gemm g{200, 300, 64, 1, DType::bf16};
+  CHECK(cost.quantisation(g) == doctest::Approx(60000.0 / 98304.0 * 6.0 / 108.0));
+  CHECK(cost.modelled_gemm_efficiency(g) == doctest::Approx(0.5 * 60000.0 / 98304.0 * 6.0 / 108.0));
+  CHECK(cost.gemm_efficiency(g) == cost.modelled_gemm_efficiency(g));  // no profile
+  // The quantisation ignores k: the same at k = 8192.
+  CHECK(cost.quantisation(Gemm{200, 300, 8192, 1, DType::bf16}) == cost.quantisation(g));
+  // 2 x 2 tiles x batch 27 = 108 tiles: one full wave; tile_q 1 at 256 x 256.
+  CHECK(cost.quantisation(Gemm{256, 256, 64, 27, DType::bf16}) == doctest::Approx(1.0));
+}

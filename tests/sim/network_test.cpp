@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <stdexcept>
 #include <vector>
 
 #include "sim/network.hpp"
@@ -115,4 +116,55 @@ TEST_CASE("network: point to point and the resource protocol") {
   // Equal ends finish in the order they were started.
   CHECK(done == std::vector<sim::TransferId>{9, 5, 3});
   CHECK(net.next_completion() == Time::infinity());
+}
+
+TEST_CASE("network: the factory picks the cluster's model") {
+  auto cluster = testing::test_cluster(2, 8);
+  strategies::Program program(16);
+  program.add_group({0, 1}, "tp 0");
+  CHECK(dynamic_cast<sim::AnalyticalNetwork*>(sim::make_network(cluster, program).get()) !=
+        nullptr);
+  cluster.network_model = hw::NetworkModel::flow;
+  CHECK(dynamic_cast<sim::AnalyticalNetwork*>(sim::make_network(cluster, program).get()) ==
+        nullptr);
+}
+
+TEST_CASE("network: groups use their members' own links and the protocol efficiency") {
+  auto cluster = testing::test_cluster(2, 8);
+  cluster.collectives.protocol_efficiency = 0.8;
+  hw::DeviceOverride slow;
+  slow.ranks = {9};
+  slow.inter_node = hw::LinkSpec{Bandwidth(5e9), Time::us(8)};
+  cluster.overrides.push_back(slow);
+  strategies::Program program(16);
+  program.add_group({0, 1, 2, 3, 4, 5, 6, 7}, "tp 0");
+  program.add_group({1, 9}, "dp 1");
+  sim::AnalyticalNetwork net(cluster, program);
+  const Bytes s(1'000'000'000);
+  // 1.75e9 B at 80 GB/s = 21.875 ms, + 14 us.
+  CHECK(net.collective_time(CollectiveKind::all_reduce, 0u, s) == Time::us(21'875 + 14));
+  CHECK(net.algorithm(CollectiveKind::all_reduce, 0u, s) == hw::CollectiveAlgorithm::ring);
+  // Rank 9's NIC (5 GB/s, 8 us) paces the ring of two across nodes: 1e9 B at 4 GB/s = 250 ms,
+  // + 2 * 8 us.
+  CHECK(net.collective_time(CollectiveKind::all_reduce, 1u, s) == Time::us(250'000 + 16));
+  // Point to point: the slower end's link, at the protocol efficiency: 8 us + 1e6 / 4e9.
+  CHECK(net.p2p_time(1, 9, Bytes(1'000'000)) == Time::us(8 + 250));
+  CHECK(net.p2p_time(9, 1, Bytes(1'000'000)) == Time::us(8 + 250));
+  CHECK(net.p2p_time(0, 1, Bytes(1'000'000)) == Time::ps(1'000'000 + 12'500'000));
+  // An unknown group is an error.
+  CHECK_THROWS_AS(net.collective_time(CollectiveKind::all_reduce, 5u, s), std::invalid_argument);
+  // NVLS fixed by the cluster, without a reducing switch: an error naming why.
+  auto fixed = testing::test_cluster(1, 8);
+  fixed.collectives.algorithm[0] = hw::CollectiveAlgorithm::nvls;
+  strategies::Program one_node(8);
+  one_node.add_group({0, 1, 2, 3, 4, 5, 6, 7}, "tp 0");
+  sim::AnalyticalNetwork nvls(fixed, one_node);
+  CHECK_THROWS_AS(nvls.collective_time(CollectiveKind::all_reduce, 0u, s), std::invalid_argument);
+  hw::TopologySpec sharp;
+  sharp.kind = hw::TopologyKind::nvswitch;
+  sharp.sharp = true;
+  fixed.topology = sharp;
+  sim::AnalyticalNetwork with_switch(fixed, one_node);
+  // S / B + alpha: 10 ms + 1 us.
+  CHECK(with_switch.collective_time(CollectiveKind::all_reduce, 0u, s) == Time::us(10'001));
 }

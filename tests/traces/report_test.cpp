@@ -288,7 +288,9 @@ TEST_CASE("report: to_json has exactly the documented keys") {
                                       "completed",
                                       "problem",
                                       "out_of_memory",
-                                      "stopped_on_oom"});
+                                      "stopped_on_oom",
+                                      "communication",
+                                      "links"});
   CHECK(j["experiment"] == "two-ranks");
   CHECK(j["completed"] == true);
   CHECK(j["problem"] == "");
@@ -393,4 +395,24 @@ TEST_CASE("report: an offloaded optimizer step on the host stream counts as opti
   t.ranks.resize(1);
   auto report = traces::make_report(p, t, traces::ReportContext{});
   CHECK(report.optimizer_time_s == doctest::Approx(3e-3));
+}
+
+TEST_CASE("report: communication per stream and kind, with nccl-tests' algbw and busbw") {
+  TwoRanks f;
+  const auto r = traces::make_report(f.program, f.timeline, f.context);
+  REQUIRE(r.communication.size() == 1);
+  const auto& c = r.communication.front();
+  CHECK(c.stream == "dp");
+  CHECK(c.kind == "all-reduce");
+  CHECK(c.rank == 0);
+  CHECK(c.calls == 1);
+  CHECK(c.bytes == Bytes(1 << 20));
+  // All-reduce over n = 2: busbw factor 2(n-1)/n = 1, so 1 MiB on the wire; 35 to 50 us.
+  CHECK(c.wire_bytes == Bytes(1 << 20));
+  CHECK(c.time_s == doctest::Approx(15e-6));
+  CHECK(c.algbw == doctest::Approx(1048576 / 15e-6));
+  CHECK(c.busbw == doctest::Approx(1048576 / 15e-6));
+  const auto j = traces::to_json(r, f.context);
+  CHECK(j["communication"][0]["wire_bytes"] == 1 << 20);
+  CHECK(j["links"].empty());
 }

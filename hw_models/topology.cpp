@@ -1,0 +1,1000 @@
+// The topology graph, its builders and its config section.
+//
+// Storage: vertices and links are kept in plain vectors (ids are indices, link ids are in
+// insertion order) beside a Boost.Graph adjacency list with the same vertices and one edge per
+// link; Boost computes the hop distances (BFS on the reversed graph from a destination) and the
+// strongly connected components (reachability check of explicit graphs).
+//
+// Routing: for each destination asked for, one BFS gives every vertex's hop distance to it, and
+// from those a table of next hops: for every vertex, the links out of it whose far end is one
+// hop closer. A route walks that table from the source, choosing among several next hops by a
+// hash of (source, destination, flow key, current vertex), so one flow keeps one path and the
+// flows between one pair spread over all shortest paths (ECMP). Tables are built on first use
+// and kept; a route then costs one table lookup per hop and allocates nothing beyond `out`.
+// Memory: one table per destination, about (vertices + next hops) ints each.
+//
+// Latency placement ("the sender pays"): the builders put a route's configured latency on the
+// link where a message enters the fabric and zero on the links after it, so that the sum over a
+// route equals the configured figure exactly (integer picoseconds, no halving):
+// - NVSwitch (two_level, nvswitch, fat_tree): device -> NVSwitch carries the device's intra_node
+//   latency, NVSwitch -> device zero; intra-node route = intra_node.latency.
+// - NIC: device -> NIC carries the device's inter_node latency; NIC -> switch, switch -> switch,
+//   switch -> NIC, NIC -> device carry zero; inter-node route = inter_node.latency (whether it
+//   crosses one switch or a leaf, a spine and a leaf).
+// - pcie_tree: every upward PCIe hop (GPU -> PCIe switch, PCIe switch -> root complex) carries
+//   the PCIe latency, downward hops zero; PCIe switch -> NIC carries the inter_node latency. So
+//   GPUs under one PCIe switch: pcie latency; across the root complex: 2 x pcie latency; across
+//   nodes: pcie + inter_node latency.
+// - ring, torus, explicit graphs: every link carries its own latency in both directions (a
+//   message pays it at each hop).
+#include "hw_models/topology.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <span>
+#include <stdexcept>
+#include <unordered_map>
+#include <utility>
+
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/breadth_first_search.hpp>
+#include <boost/graph/reverse_graph.hpp>
+#include <boost/graph/strong_components.hpp>
+#include <boost/graph/visitors.hpp>
+
+#include "hw_models/cluster.hpp"
+
+namespace stratasim::hw {
+
+namespace {
+
+constexpr std::string_view kVertexKindNames[] = {"device",         "nic", "pcie_switch", "nvswitch",
+                                                 "network_switch", "host"};
+constexpr std::string_view kTopologyKindNames[] = {"two_level", "nvswitch", "pcie_tree", "fat_tree",
+                                                   "ring",      "torus",    "graph"};
+
+// The config keys of each kind (besides "kind"), in TopologyKind order.
+constexpr std::string_view kNvswitchKeys[] = {"sharp"};
+constexpr std::string_view kPcieKeys[] = {"devices_per_pcie_switch", "pcie"};
+constexpr std::string_view kFatTreeKeys[] = {"nodes_per_rack", "oversubscription", "spines"};
+constexpr std::string_view kRingKeys[] = {"link"};
+constexpr std::string_view kTorusKeys[] = {"dims", "link"};
+constexpr std::string_view kGraphKeys[] = {"vertices", "links", "devices"};
+
+std::span<const std::string_view> keys_of(TopologyKind kind) {
+  switch (kind) {
+    case TopologyKind::two_level:
+      return {};  // no parameters
+    case TopologyKind::nvswitch:
+      return kNvswitchKeys;
+    case TopologyKind::pcie_tree:
+      return kPcieKeys;
+    case TopologyKind::fat_tree:
+      return kFatTreeKeys;
+    case TopologyKind::ring:
+      return kRingKeys;
+    case TopologyKind::torus:
+      return kTorusKeys;
+    case TopologyKind::graph:
+      return kGraphKeys;
+  }
+  return {};
+}
+
+using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS>;
+
+// splitmix64's finaliser: a cheap, well-mixed 64-bit hash, identical on every machine.
+constexpr std::uint64_t mix(std::uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+std::string in_quotes(std::string_view s) {
+  return "'" + std::string(s) + "'";
+}
+
+}  // namespace
+
+std::string_view name_of(VertexKind kind) {
+  return kVertexKindNames[static_cast<int>(kind)];
+}
+
+std::string_view name_of(TopologyKind kind) {
+  return kTopologyKindNames[static_cast<int>(kind)];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Topology
+
+struct Topology::Impl {
+  struct Vertex {
+    VertexKind kind = VertexKind::device;
+    std::string name;
+    bool reduces = false;
+    int rank = -1;  // the device rank this vertex is, or -1
+  };
+  // For one destination, the links out of every vertex that start a shortest path to it:
+  // links[offset[v] .. offset[v + 1]). Empty for the destination itself and for vertices that
+  // cannot reach it.
+  struct NextHops {
+    std::vector<int> offset;
+    std::vector<int> links;
+  };
+
+  Graph graph;
+  std::vector<Vertex> vertices;
+  std::vector<TopologyLink> links;
+  std::vector<std::vector<int>> out_links, in_links;  // link ids by vertex, insertion order
+  std::vector<int> device_vertex;                     // by rank; -1 while unset
+  // Routing tables by destination vertex, built on first use. Shared (immutable) between
+  // copies of an Impl; cleared whenever the graph changes.
+  mutable std::vector<std::shared_ptr<const NextHops>> next_hops;
+
+  int vertex_count() const { return static_cast<int>(vertices.size()); }
+
+  void check_vertex(int v) const {
+    if (v < 0 || v >= vertex_count()) {
+      throw std::invalid_argument("no vertex " + std::to_string(v) + " (the topology has " +
+                                  std::to_string(vertex_count()) + ")");
+    }
+  }
+
+  std::string describe(int v) const {
+    return in_quotes(vertices[v].name) + " (" + std::to_string(v) + ")";
+  }
+
+  /// Hop distance from every vertex to `to` (-1: unreachable): a BFS from `to` over the
+  /// reversed edges.
+  std::vector<int> hop_distances_to(int to) const {
+    std::vector<int> dist(vertices.size(), -1);
+    dist[static_cast<std::size_t>(to)] = 0;
+    auto reversed = boost::make_reverse_graph(graph);
+    boost::breadth_first_search(
+        reversed, boost::vertex(static_cast<std::size_t>(to), reversed),
+        boost::visitor(boost::make_bfs_visitor(boost::record_distances(
+            boost::make_iterator_property_map(dist.begin(), boost::get(boost::vertex_index, graph)),
+            boost::on_tree_edge()))));
+    return dist;
+  }
+
+  const NextHops& next_hops_to(int to) const {
+    if (next_hops.size() != vertices.size()) next_hops.assign(vertices.size(), nullptr);
+    auto& slot = next_hops[static_cast<std::size_t>(to)];
+    if (slot) return *slot;
+    const std::vector<int> dist = hop_distances_to(to);
+    auto table = std::make_shared<NextHops>();
+    table->offset.reserve(vertices.size() + 1);
+    table->links.reserve(vertices.size());
+    for (std::size_t v = 0; v < vertices.size(); ++v) {
+      table->offset.push_back(static_cast<int>(table->links.size()));
+      if (dist[v] <= 0) continue;  // the destination, or unreachable
+      for (int l : out_links[v]) {
+        if (dist[static_cast<std::size_t>(links[static_cast<std::size_t>(l)].to)] == dist[v] - 1) {
+          table->links.push_back(l);
+        }
+      }
+    }
+    table->offset.push_back(static_cast<int>(table->links.size()));
+    slot = std::move(table);
+    return *slot;
+  }
+
+  bool has_link(int from, int to) const {
+    // Scans the shorter of the two lists: a device has a handful of links, a switch many.
+    const auto& out = out_links[static_cast<std::size_t>(from)];
+    const auto& in = in_links[static_cast<std::size_t>(to)];
+    if (out.size() <= in.size()) {
+      return std::any_of(out.begin(), out.end(),
+                         [&](int l) { return links[static_cast<std::size_t>(l)].to == to; });
+    }
+    return std::any_of(in.begin(), in.end(),
+                       [&](int l) { return links[static_cast<std::size_t>(l)].from == from; });
+  }
+
+  /// A pair of device ranks (a, b) with no path from a to b, if any.
+  std::optional<std::pair<int, int>> disconnected_devices() const {
+    if (device_vertex.size() < 2) return std::nullopt;
+    std::vector<int> component(vertices.size());
+    boost::strong_components(graph, boost::make_iterator_property_map(
+                                        component.begin(), boost::get(boost::vertex_index, graph)));
+    const int first = device_vertex.front();
+    for (std::size_t r = 1; r < device_vertex.size(); ++r) {
+      const int v = device_vertex[r];
+      if (component[static_cast<std::size_t>(v)] == component[static_cast<std::size_t>(first)]) {
+        continue;
+      }
+      // Not mutually reachable: find the direction that fails.
+      const bool first_reaches = hop_distances_to(v)[static_cast<std::size_t>(first)] >= 0;
+      if (!first_reaches) return std::pair{0, static_cast<int>(r)};
+      return std::pair{static_cast<int>(r), 0};
+    }
+    return std::nullopt;
+  }
+};
+
+const Topology::Impl& Topology::get() const {
+  static const Impl empty;
+  return impl_ ? *impl_ : empty;
+}
+
+Topology::Impl& Topology::edit() {
+  if (!impl_) {
+    impl_ = std::make_shared<Impl>();
+  } else if (impl_.use_count() > 1) {
+    impl_ = std::make_shared<Impl>(*impl_);  // copy on write: other copies keep their graph
+  }
+  impl_->next_hops.clear();  // the graph changes: routes must be recomputed
+  return *impl_;
+}
+
+int Topology::add_vertex(VertexKind kind, std::string name, bool reduces) {
+  Impl& m = edit();
+  m.vertices.push_back({kind, std::move(name), reduces, -1});
+  m.out_links.emplace_back();
+  m.in_links.emplace_back();
+  boost::add_vertex(m.graph);
+  return m.vertex_count() - 1;
+}
+
+int Topology::add_link(int from, int to, Bandwidth bandwidth, Time latency) {
+  Impl& m = edit();
+  m.check_vertex(from);
+  m.check_vertex(to);
+  if (from == to) {
+    throw std::invalid_argument("a link must join two different vertices, got " + m.describe(from) +
+                                " to itself");
+  }
+  if (!(bandwidth.bytes_per_second() > 0)) {
+    throw std::invalid_argument("link " + m.describe(from) + " -> " + m.describe(to) +
+                                ": expected a positive bandwidth");
+  }
+  if (latency < Time::zero()) {
+    throw std::invalid_argument("link " + m.describe(from) + " -> " + m.describe(to) +
+                                ": expected a latency of at least zero");
+  }
+  const int id = static_cast<int>(m.links.size());
+  m.links.push_back({from, to, bandwidth, latency});
+  m.out_links[static_cast<std::size_t>(from)].push_back(id);
+  m.in_links[static_cast<std::size_t>(to)].push_back(id);
+  boost::add_edge(static_cast<std::size_t>(from), static_cast<std::size_t>(to), m.graph);
+  return id;
+}
+
+int Topology::add_duplex(int a, int b, Bandwidth bandwidth, Time latency) {
+  const int id = add_link(a, b, bandwidth, latency);
+  add_link(b, a, bandwidth, latency);
+  return id;
+}
+
+void Topology::set_device(int rank, int vertex) {
+  Impl& m = edit();
+  m.check_vertex(vertex);
+  if (rank < 0) throw std::invalid_argument("negative rank " + std::to_string(rank));
+  auto& v = m.vertices[static_cast<std::size_t>(vertex)];
+  if (v.rank >= 0 && v.rank != rank) {
+    throw std::invalid_argument("vertex " + m.describe(vertex) + " is already device " +
+                                std::to_string(v.rank) + ", cannot also be device " +
+                                std::to_string(rank));
+  }
+  if (static_cast<std::size_t>(rank) >= m.device_vertex.size()) {
+    m.device_vertex.resize(static_cast<std::size_t>(rank) + 1, -1);
+  }
+  int& slot = m.device_vertex[static_cast<std::size_t>(rank)];
+  if (slot >= 0) m.vertices[static_cast<std::size_t>(slot)].rank = -1;
+  slot = vertex;
+  v.rank = rank;
+}
+
+int Topology::vertex_count() const {
+  return get().vertex_count();
+}
+
+int Topology::link_count() const {
+  return static_cast<int>(get().links.size());
+}
+
+int Topology::device_count() const {
+  return static_cast<int>(get().device_vertex.size());
+}
+
+int Topology::vertex_of_device(int rank) const {
+  const Impl& m = get();
+  if (rank < 0 || static_cast<std::size_t>(rank) >= m.device_vertex.size() ||
+      m.device_vertex[static_cast<std::size_t>(rank)] < 0) {
+    throw std::invalid_argument("device " + std::to_string(rank) +
+                                " has no vertex in the topology (it has " +
+                                std::to_string(m.device_vertex.size()) + " devices)");
+  }
+  return m.device_vertex[static_cast<std::size_t>(rank)];
+}
+
+VertexKind Topology::kind(int vertex) const {
+  get().check_vertex(vertex);
+  return get().vertices[static_cast<std::size_t>(vertex)].kind;
+}
+
+const std::string& Topology::name(int vertex) const {
+  get().check_vertex(vertex);
+  return get().vertices[static_cast<std::size_t>(vertex)].name;
+}
+
+bool Topology::reduces(int vertex) const {
+  get().check_vertex(vertex);
+  return get().vertices[static_cast<std::size_t>(vertex)].reduces;
+}
+
+const TopologyLink& Topology::link(int id) const {
+  const Impl& m = get();
+  if (id < 0 || static_cast<std::size_t>(id) >= m.links.size()) {
+    throw std::invalid_argument("no link " + std::to_string(id) + " (the topology has " +
+                                std::to_string(m.links.size()) + ")");
+  }
+  return m.links[static_cast<std::size_t>(id)];
+}
+
+std::vector<int> Topology::links_from(int vertex) const {
+  get().check_vertex(vertex);
+  return get().out_links[static_cast<std::size_t>(vertex)];
+}
+
+void Topology::route(int from, int to, std::uint64_t flow_key, std::vector<int>& out) const {
+  const Impl& m = get();
+  m.check_vertex(from);
+  m.check_vertex(to);
+  if (from == to) return;
+  const Impl::NextHops& table = m.next_hops_to(to);
+  const auto* offset = table.offset.data();
+  if (offset[from] == offset[from + 1]) {
+    throw std::invalid_argument("no path from vertex " + m.describe(from) + " to vertex " +
+                                m.describe(to));
+  }
+  // ECMP: the flow's hash, mixed with the vertex at each choice, so that the choices at
+  // successive vertices are independent and one flow always takes one path.
+  const std::uint64_t flow =
+      mix(flow_key ^ mix((static_cast<std::uint64_t>(static_cast<std::uint32_t>(from)) << 32) |
+                         static_cast<std::uint32_t>(to)));
+  int at = from;
+  while (at != to) {
+    const int first = offset[at];
+    const int choices = offset[at + 1] - first;
+    int pick = first;
+    if (choices > 1) {
+      const std::uint64_t h = mix(flow ^ (static_cast<std::uint64_t>(at) * 0x9e3779b97f4a7c15ULL));
+      pick += static_cast<int>(h % static_cast<std::uint64_t>(choices));
+    }
+    const int l = table.links[static_cast<std::size_t>(pick)];
+    out.push_back(l);
+    at = m.links[static_cast<std::size_t>(l)].to;
+  }
+}
+
+Time Topology::latency(const std::vector<int>& route) const {
+  Time sum = Time::zero();
+  for (int l : route) sum += link(l).latency;
+  return sum;
+}
+
+Bandwidth Topology::bottleneck(const std::vector<int>& route) const {
+  Bandwidth least(std::numeric_limits<double>::infinity());
+  for (int l : route) least = std::min(least, link(l).bandwidth);
+  return least;
+}
+
+int Topology::reducing_switch(const std::vector<std::int32_t>& ranks) const {
+  if (ranks.empty()) return -1;
+  const Impl& m = get();
+  const int first = vertex_of_device(ranks.front());
+  for (int l : m.out_links[static_cast<std::size_t>(first)]) {
+    const int s = m.links[static_cast<std::size_t>(l)].to;
+    if (!m.vertices[static_cast<std::size_t>(s)].reduces) continue;
+    const bool serves_all = std::all_of(ranks.begin(), ranks.end(), [&](std::int32_t r) {
+      const int d = vertex_of_device(r);
+      return m.has_link(d, s) && m.has_link(s, d);
+    });
+    if (serves_all) return s;
+  }
+  return -1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The config section
+
+void TopologySpec::validate() const {
+  using config::ValidationError;
+  if (devices_per_pcie_switch < 1) {
+    throw ValidationError("devices_per_pcie_switch", "expected at least 1 device per PCIe switch");
+  }
+  if (pcie_bandwidth && !(pcie_bandwidth->bytes_per_second() > 0)) {
+    throw ValidationError("pcie.bandwidth", "expected a positive bandwidth");
+  }
+  if (pcie_latency && *pcie_latency < Time::zero()) {
+    throw ValidationError("pcie.latency", "expected a latency of at least zero");
+  }
+  if (nodes_per_rack < 1) {
+    throw ValidationError("nodes_per_rack", "expected at least 1 node per rack");
+  }
+  if (!(oversubscription >= 1) || !std::isfinite(oversubscription)) {
+    throw ValidationError("oversubscription",
+                          "expected a finite ratio of at least 1 (a leaf's downlink to uplink "
+                          "bandwidth; 1 = full bisection)");
+  }
+  if (spines < 0) {
+    throw ValidationError("spines",
+                          "expected a spine count of at least 1 (0: one per node of a "
+                          "rack)");
+  }
+  if (link_bandwidth && !(link_bandwidth->bytes_per_second() > 0)) {
+    throw ValidationError("link.bandwidth", "expected a positive bandwidth");
+  }
+  if (link_latency && *link_latency < Time::zero()) {
+    throw ValidationError("link.latency", "expected a latency of at least zero");
+  }
+  if (kind == TopologyKind::torus) {
+    if (dims.size() != 2 && dims.size() != 3) {
+      throw ValidationError(
+          "dims", "expected 2 or 3 extents (a 2D or 3D torus), got " + std::to_string(dims.size()));
+    }
+    for (std::size_t i = 0; i < dims.size(); ++i) {
+      if (dims[i] < 1) {
+        throw ValidationError("dims." + std::to_string(i), "expected an extent of at least 1");
+      }
+    }
+  }
+  if (kind != TopologyKind::graph) return;
+
+  if (vertices.empty()) throw ValidationError("vertices", "expected at least one vertex");
+  std::unordered_map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < vertices.size(); ++i) {
+    const std::string at = "vertices." + std::to_string(i);
+    const auto& v = vertices[i];
+    if (v.name.empty()) throw ValidationError(at + ".name", "expected a non-empty name");
+    auto [it, added] = index.emplace(v.name, i);
+    if (!added) {
+      throw ValidationError(at + ".name", "duplicate vertex name " + in_quotes(v.name) +
+                                              " (also vertices." + std::to_string(it->second) +
+                                              ")");
+    }
+    if (v.reduces && v.kind != VertexKind::nvswitch && v.kind != VertexKind::network_switch &&
+        v.kind != VertexKind::pcie_switch) {
+      throw ValidationError(at + ".reduces", "only switches reduce in the network; " +
+                                                 in_quotes(v.name) + " is a " +
+                                                 std::string(name_of(v.kind)));
+    }
+  }
+  auto unknown = [&](const std::string& at, const std::string& name) {
+    std::vector<std::string> names;
+    for (const auto& v : vertices) names.push_back(v.name);
+    const std::string hint = config::closest_match(name, names);
+    throw ValidationError(at, "unknown vertex " + in_quotes(name) +
+                                  (hint.empty() ? "" : "; did you mean " + in_quotes(hint) + "?"));
+  };
+  for (std::size_t i = 0; i < links.size(); ++i) {
+    const std::string at = "links." + std::to_string(i);
+    const auto& l = links[i];
+    if (!index.contains(l.from)) unknown(at + ".from", l.from);
+    if (!index.contains(l.to)) unknown(at + ".to", l.to);
+    if (l.from == l.to) {
+      throw ValidationError(at + ".to", "a link must join two different vertices, got " +
+                                            in_quotes(l.from) + " to itself");
+    }
+    if (!(l.bandwidth.bytes_per_second() > 0)) {
+      throw ValidationError(at + ".bandwidth", "expected a positive bandwidth");
+    }
+    if (l.latency < Time::zero()) {
+      throw ValidationError(at + ".latency", "expected a latency of at least zero");
+    }
+  }
+  if (devices.empty()) {
+    throw ValidationError("devices", "expected the vertex name of every device, by rank");
+  }
+  std::unordered_map<std::string, std::size_t> rank_of;
+  for (std::size_t r = 0; r < devices.size(); ++r) {
+    const std::string at = "devices." + std::to_string(r);
+    auto it = index.find(devices[r]);
+    if (it == index.end()) unknown(at, devices[r]);
+    const auto& v = vertices[it->second];
+    if (v.kind != VertexKind::device) {
+      throw ValidationError(at, in_quotes(v.name) + " is a " + std::string(name_of(v.kind)) +
+                                    " vertex; expected a vertex of kind device");
+    }
+    auto [seen, added] = rank_of.emplace(devices[r], r);
+    if (!added) {
+      throw ValidationError(at, "vertex " + in_quotes(devices[r]) + " is already device " +
+                                    std::to_string(seen->second));
+    }
+  }
+}
+
+namespace {
+
+// Reads the members of one object inside an array (ObjectReader finds objects by a dotted
+// path of object keys only). Same strictness and messages as ObjectReader.
+class ElementReader {
+ public:
+  ElementReader(const config::Document& doc, std::string path, const nlohmann::json& value,
+                std::string_view what)
+      : doc_(&doc), path_(std::move(path)), value_(&value) {
+    if (!value.is_object()) {
+      doc.fail(path_, "expected " + std::string(what) + " (a JSON object)");
+    }
+  }
+
+  std::string string(std::string_view key) {
+    const auto& v = require(key);
+    if (!v.is_string()) fail(key, "expected a string");
+    return v.get<std::string>();
+  }
+  bool boolean_or(std::string_view key, bool fallback) {
+    const auto* v = optional(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_boolean()) fail(key, "expected true or false");
+    return v->get<bool>();
+  }
+  std::string choice(std::string_view key, std::span<const std::string_view> options) {
+    const std::string value = string(key);
+    std::vector<std::string> known(options.begin(), options.end());
+    if (std::find(known.begin(), known.end(), value) != known.end()) return value;
+    std::string list;
+    for (const auto& o : known) list += (list.empty() ? "\"" : ", \"") + o + "\"";
+    const std::string hint = config::closest_match(value, known);
+    fail(key, "expected one of " + list + ", got \"" + value + "\"" +
+                  (hint.empty() ? "" : "; did you mean \"" + hint + "\"?"));
+  }
+  Bandwidth bandwidth(std::string_view key) {
+    return unit<Bandwidth>(key, "900 GB/s",
+                           [](const std::string& s) { return parse_bandwidth(s); });
+  }
+  Time time(std::string_view key) {
+    return unit<Time>(key, "2 us", [](const std::string& s) { return parse_time(s); });
+  }
+
+  void finish() const {
+    std::vector<std::string> known(known_.begin(), known_.end());
+    for (const auto& [key, unused] : value_->items()) {
+      if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+      const std::string hint = config::closest_match(key, known);
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      doc_->fail(config::join_path(path_, key),
+                 "unknown key " + in_quotes(key) +
+                     (hint.empty() ? "" : "; did you mean " + in_quotes(hint) + "?") +
+                     " (known keys: " + list + ")");
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(std::string_view key, const std::string& message) const {
+    doc_->fail(config::join_path(path_, key), message);
+  }
+  const nlohmann::json* optional(std::string_view key) {
+    known_.emplace_back(key);
+    auto it = value_->find(key);
+    return it == value_->end() || it->is_null() ? nullptr : &*it;
+  }
+  const nlohmann::json& require(std::string_view key) {
+    const auto* v = optional(key);
+    if (v == nullptr) fail(key, "missing required key " + in_quotes(key));
+    return *v;
+  }
+  template <class T, class Parse>
+  T unit(std::string_view key, std::string_view example, Parse parse) {
+    const auto& v = require(key);
+    if (!v.is_string()) {
+      fail(key, "expected a quantity with its unit as a string, such as \"" + std::string(example) +
+                    "\"");
+    }
+    try {
+      return parse(v.get<std::string>());
+    } catch (const UnitError& e) {
+      fail(key, e.what());
+    }
+  }
+
+  const config::Document* doc_;
+  std::string path_;
+  const nlohmann::json* value_;
+  std::vector<std::string> known_;
+};
+
+/// The array at `key` of `r`, or a failure naming what was expected.
+const nlohmann::json& array_of(config::ObjectReader& r, std::string_view key,
+                               const std::string& expected) {
+  r.has(key);
+  const auto* value = r.document().find(r.path_of(key));
+  if (value == nullptr || value->is_null()) r.fail(key, "missing required key " + in_quotes(key));
+  if (!value->is_array()) r.fail(key, "expected " + expected);
+  return *value;
+}
+
+/// A link's figures from an object {bandwidth, latency}, each optional.
+void read_link_figures(config::ObjectReader r, std::optional<Bandwidth>& bandwidth,
+                       std::optional<Time>& latency) {
+  const auto* value = r.document().find(r.path());
+  auto set = [&](std::string_view key) {
+    r.has(key);
+    auto it = value->find(key);
+    return it != value->end() && !it->is_null();
+  };
+  if (set("bandwidth")) bandwidth = r.bandwidth("bandwidth");
+  if (set("latency")) latency = r.time("latency");
+  r.finish();
+}
+
+}  // namespace
+
+TopologySpec read_topology(config::ObjectReader r) {
+  TopologySpec s;
+  const std::string kind_name = r.choice(
+      "kind", {"two_level", "nvswitch", "pcie_tree", "fat_tree", "ring", "torus", "graph"});
+  for (std::size_t k = 0; k < std::size(kTopologyKindNames); ++k) {
+    if (kTopologyKindNames[k] == kind_name) s.kind = static_cast<TopologyKind>(k);
+  }
+  // A key of another kind gets a message that says so (finish() would only call it unknown).
+  const auto own = keys_of(s.kind);
+  for (const auto& [key, unused] : r.document().find(r.path())->items()) {
+    if (key == "kind" || std::find(own.begin(), own.end(), key) != own.end()) continue;
+    for (std::size_t k = 0; k < std::size(kTopologyKindNames); ++k) {
+      const auto other = keys_of(static_cast<TopologyKind>(k));
+      if (std::find(other.begin(), other.end(), key) == other.end()) continue;
+      std::string list;
+      for (auto o : own) list += (list.empty() ? "" : ", ") + std::string(o);
+      r.fail(key, in_quotes(key) + " is a key of kind \"" + std::string(kTopologyKindNames[k]) +
+                      "\", not of \"" + kind_name + "\" (which takes " +
+                      (list.empty() ? std::string("no other keys") : "only: " + list) + ")");
+    }
+  }
+
+  switch (s.kind) {
+    case TopologyKind::two_level:
+      break;
+    case TopologyKind::nvswitch:
+      s.sharp = r.boolean_or("sharp", false);
+      break;
+    case TopologyKind::pcie_tree:
+      s.devices_per_pcie_switch = static_cast<int>(
+          r.integer_in_or("devices_per_pcie_switch", 1, 1 << 16, s.devices_per_pcie_switch));
+      if (r.has("pcie")) {
+        read_link_figures(r.object("pcie", "the PCIe link figures {bandwidth, latency}"),
+                          s.pcie_bandwidth, s.pcie_latency);
+      }
+      break;
+    case TopologyKind::fat_tree:
+      s.nodes_per_rack =
+          static_cast<int>(r.integer_in_or("nodes_per_rack", 1, 1 << 24, s.nodes_per_rack));
+      s.oversubscription = r.number_or("oversubscription", s.oversubscription);
+      s.spines = static_cast<int>(r.integer_in_or("spines", 0, 1 << 20, s.spines));
+      break;
+    case TopologyKind::torus: {
+      const auto& dims = array_of(r, "dims",
+                                  "an array of 2 or 3 extents whose product is the device count, "
+                                  "such as [4, 8]");
+      for (const auto& d : dims) {
+        if (!d.is_number_integer() || d.get<std::int64_t>() < 1 ||
+            d.get<std::int64_t>() > (1 << 24)) {
+          r.fail("dims", "expected an array of positive integer extents, such as [4, 8]");
+        }
+        s.dims.push_back(static_cast<int>(d.get<std::int64_t>()));
+      }
+    }
+      [[fallthrough]];
+    case TopologyKind::ring:
+      if (r.has("link")) {
+        read_link_figures(r.object("link", "the device-to-device link {bandwidth, latency}"),
+                          s.link_bandwidth, s.link_latency);
+      }
+      break;
+    case TopologyKind::graph: {
+      const auto& doc = r.document();
+      const auto& vertices = array_of(r, "vertices", "an array of vertices {name, kind, reduces}");
+      for (std::size_t i = 0; i < vertices.size(); ++i) {
+        ElementReader e(doc, config::join_path(r.path_of("vertices"), std::to_string(i)),
+                        vertices[i], "a vertex {name, kind, reduces}");
+        ExplicitVertex v;
+        v.name = e.string("name");
+        const std::string kind = e.choice("kind", kVertexKindNames);
+        for (std::size_t k = 0; k < std::size(kVertexKindNames); ++k) {
+          if (kVertexKindNames[k] == kind) v.kind = static_cast<VertexKind>(k);
+        }
+        v.reduces = e.boolean_or("reduces", false);
+        e.finish();
+        s.vertices.push_back(std::move(v));
+      }
+      const auto& links =
+          array_of(r, "links", "an array of links {from, to, bandwidth, latency, duplex}");
+      for (std::size_t i = 0; i < links.size(); ++i) {
+        ElementReader e(doc, config::join_path(r.path_of("links"), std::to_string(i)), links[i],
+                        "a link {from, to, bandwidth, latency, duplex}");
+        ExplicitLink l;
+        l.from = e.string("from");
+        l.to = e.string("to");
+        l.bandwidth = e.bandwidth("bandwidth");
+        l.latency = e.time("latency");
+        l.duplex = e.boolean_or("duplex", true);
+        e.finish();
+        s.links.push_back(std::move(l));
+      }
+      const auto& devices =
+          array_of(r, "devices", "an array with the vertex name of every device, by rank");
+      for (std::size_t i = 0; i < devices.size(); ++i) {
+        if (!devices[i].is_string()) {
+          doc.fail(config::join_path(r.path_of("devices"), std::to_string(i)),
+                   "expected a vertex name (a string)");
+        }
+        s.devices.push_back(devices[i].get<std::string>());
+      }
+      break;
+    }
+  }
+  r.finish();
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Builders. Every one adds the devices first, so device rank r is vertex r (except explicit
+// graphs, whose vertices come in the config's order).
+
+namespace {
+
+std::string numbered(std::string_view prefix, int n) {
+  return std::string(prefix) + std::to_string(n);
+}
+
+void add_devices(Topology& t, const ClusterSpec& c) {
+  for (int r = 0; r < c.world_size(); ++r) {
+    t.set_device(r, t.add_vertex(VertexKind::device, numbered("dev", r)));
+  }
+}
+
+/// A link pair a <-> b whose latency is paid on a -> b only (see "the sender pays" above).
+void add_paid_pair(Topology& t, int a, int b, Bandwidth bandwidth, Time latency) {
+  t.add_link(a, b, bandwidth, latency);
+  t.add_link(b, a, bandwidth, Time::zero());
+}
+
+/// One NVSwitch per node; each device duplex-linked to it with its own intra_node link.
+void add_nvswitches(Topology& t, const ClusterSpec& c, bool reduces) {
+  for (int n = 0; n < c.nodes; ++n) {
+    const int sw =
+        t.add_vertex(VertexKind::nvswitch, "node" + std::to_string(n) + ".nvswitch", reduces);
+    for (int i = 0; i < c.devices_per_node; ++i) {
+      const int r = n * c.devices_per_node + i;
+      const LinkSpec& l = c.intra_link_of(r);
+      add_paid_pair(t, t.vertex_of_device(r), sw, l.bandwidth, l.latency);
+    }
+  }
+}
+
+/// Each device's own NIC (device <-> NIC carries the device's inter_node link, latency paid
+/// leaving the device); returns the NIC vertices by rank.
+std::vector<int> add_device_nics(Topology& t, const ClusterSpec& c) {
+  std::vector<int> nics;
+  for (int r = 0; r < c.world_size(); ++r) {
+    const LinkSpec& l = c.inter_link_of(r);
+    const int nic = t.add_vertex(VertexKind::nic, numbered("dev", r) + ".nic");
+    add_paid_pair(t, t.vertex_of_device(r), nic, l.bandwidth, l.latency);
+    nics.push_back(nic);
+  }
+  return nics;
+}
+
+void build_two_level(Topology& t, const ClusterSpec& c, bool sharp) {
+  add_devices(t, c);
+  add_nvswitches(t, c, sharp);
+  if (c.nodes == 1) return;  // no network inside one node
+  // One non-blocking switch: its per-port bandwidth is the NIC's, so only NICs limit flows.
+  const int network = t.add_vertex(VertexKind::network_switch, "network");
+  const auto nics = add_device_nics(t, c);
+  for (int r = 0; r < c.world_size(); ++r) {
+    t.add_duplex(nics[static_cast<std::size_t>(r)], network, c.inter_link_of(r).bandwidth,
+                 Time::zero());
+  }
+}
+
+void build_pcie_tree(Topology& t, const ClusterSpec& c, const TopologySpec& s) {
+  // A PCIe switch never holds more GPUs than a node has (the default 4 fits 8-GPU nodes).
+  const int per_switch = std::min(s.devices_per_pcie_switch, c.devices_per_node);
+  if (c.devices_per_node % per_switch != 0) {
+    throw config::ValidationError("topology.devices_per_pcie_switch",
+                                  "expected a divisor of devices_per_node (" +
+                                      std::to_string(c.devices_per_node) + "), got " +
+                                      std::to_string(s.devices_per_pcie_switch));
+  }
+  const Bandwidth pcie_bandwidth = s.pcie_bandwidth.value_or(
+      c.host ? c.host->pcie.bandwidth : Bandwidth(32e9));  // PCIe 5.0 x16, per direction
+  const Time pcie_latency = s.pcie_latency.value_or(c.host ? c.host->pcie.latency : Time::us(1));
+  add_devices(t, c);
+  const int network = c.nodes > 1 ? t.add_vertex(VertexKind::network_switch, "network") : -1;
+  for (int n = 0; n < c.nodes; ++n) {
+    const std::string node = "node" + std::to_string(n);
+    const int root = t.add_vertex(VertexKind::host, node + ".host");
+    for (int k = 0; k < c.devices_per_node / per_switch; ++k) {
+      const std::string name = node + ".pcie" + std::to_string(k);
+      const int sw = t.add_vertex(VertexKind::pcie_switch, name);
+      add_paid_pair(t, sw, root, pcie_bandwidth, pcie_latency);
+      // The shared NIC is as slow as the slowest of its devices' NIC figures (an override of
+      // one device's inter_node link degrades the NIC its switch-mates share).
+      Bandwidth nic_bandwidth(std::numeric_limits<double>::infinity());
+      Time nic_latency = Time::zero();
+      for (int i = 0; i < per_switch; ++i) {
+        const int r = n * c.devices_per_node + k * per_switch + i;
+        add_paid_pair(t, t.vertex_of_device(r), sw, pcie_bandwidth, pcie_latency);
+        nic_bandwidth = std::min(nic_bandwidth, c.inter_link_of(r).bandwidth);
+        nic_latency = std::max(nic_latency, c.inter_link_of(r).latency);
+      }
+      if (network < 0) continue;
+      const int nic = t.add_vertex(VertexKind::nic, name + ".nic");
+      add_paid_pair(t, sw, nic, nic_bandwidth, nic_latency);
+      t.add_duplex(nic, network, nic_bandwidth, Time::zero());
+    }
+  }
+}
+
+void build_fat_tree(Topology& t, const ClusterSpec& c, const TopologySpec& s) {
+  add_devices(t, c);
+  add_nvswitches(t, c, false);
+  if (c.nodes == 1) return;
+  const int per_rack = s.nodes_per_rack;
+  const int racks = (c.nodes + per_rack - 1) / per_rack;  // the last rack may be smaller
+  const int rails = c.devices_per_node;
+  const int spines = s.spines > 0 ? s.spines : per_rack;
+  // Leaf of (rack, rail) is leaves[rack * rails + rail].
+  std::vector<int> leaves;
+  for (int k = 0; k < racks; ++k) {
+    for (int i = 0; i < rails; ++i) {
+      leaves.push_back(
+          t.add_vertex(VertexKind::network_switch,
+                       "rack" + std::to_string(k) + ".rail" + std::to_string(i) + ".leaf"));
+    }
+  }
+  std::vector<int> spine;
+  for (int j = 0; j < spines; ++j) {
+    spine.push_back(t.add_vertex(VertexKind::network_switch, numbered("spine", j)));
+  }
+  const auto nics = add_device_nics(t, c);
+  for (int r = 0; r < c.world_size(); ++r) {
+    const int leaf =
+        leaves[static_cast<std::size_t>(c.node_of(r) / per_rack * rails + r % c.devices_per_node)];
+    t.add_duplex(nics[static_cast<std::size_t>(r)], leaf, c.inter_link_of(r).bandwidth,
+                 Time::zero());
+  }
+  // A leaf's uplink capacity is its downlinks' nominal capacity over the oversubscription,
+  // spread evenly over one uplink to every spine (the nominal inter_node figure: a degraded
+  // NIC does not shrink the switch's uplinks).
+  for (int k = 0; k < racks; ++k) {
+    const int downlinks = std::min(per_rack, c.nodes - k * per_rack);
+    const Bandwidth uplink(downlinks * c.inter_node.bandwidth.bytes_per_second() /
+                           s.oversubscription / spines);
+    for (int i = 0; i < rails; ++i) {
+      for (int j = 0; j < spines; ++j) {
+        t.add_duplex(leaves[static_cast<std::size_t>(k * rails + i)],
+                     spine[static_cast<std::size_t>(j)], uplink, Time::zero());
+      }
+    }
+  }
+}
+
+/// A device's ring/torus link figures: its inter_node override where it has one, else the
+/// topology's link figures (default: the cluster's inter_node link).
+LinkSpec device_link(const ClusterSpec& c, const TopologySpec& s, int rank) {
+  const LinkSpec& own = c.inter_link_of(rank);
+  if (&own != &c.inter_node) return own;  // an override
+  return {s.link_bandwidth.value_or(c.inter_node.bandwidth),
+          s.link_latency.value_or(c.inter_node.latency)};
+}
+
+/// A cable between two devices: as fast as the slower end.
+void add_cable(Topology& t, const ClusterSpec& c, const TopologySpec& s, int a, int b) {
+  const LinkSpec la = device_link(c, s, a), lb = device_link(c, s, b);
+  t.add_duplex(t.vertex_of_device(a), t.vertex_of_device(b), std::min(la.bandwidth, lb.bandwidth),
+               std::max(la.latency, lb.latency));
+}
+
+void build_ring(Topology& t, const ClusterSpec& c, const TopologySpec& s) {
+  add_devices(t, c);
+  const int n = c.world_size();
+  if (n == 1) return;
+  // Two devices are one cable, not two parallel ones.
+  for (int r = 0; r < (n == 2 ? 1 : n); ++r) add_cable(t, c, s, r, (r + 1) % n);
+}
+
+void build_torus(Topology& t, const ClusterSpec& c, const TopologySpec& s) {
+  long long product = 1;
+  std::string shape;
+  for (int d : s.dims) {
+    product *= d;
+    shape += (shape.empty() ? "" : " x ") + std::to_string(d);
+  }
+  if (product != c.world_size()) {
+    throw config::ValidationError(
+        "topology.dims", "expected extents whose product is the device count " +
+                             std::to_string(c.world_size()) + " (" + std::to_string(c.nodes) +
+                             " nodes x " + std::to_string(c.devices_per_node) + "), got " + shape +
+                             " = " + std::to_string(product));
+  }
+  add_devices(t, c);
+  // Rank r has coordinates in row-major order: the last dimension varies fastest.
+  std::vector<int> stride(s.dims.size(), 1);
+  for (std::size_t d = s.dims.size() - 1; d > 0; --d) stride[d - 1] = stride[d] * s.dims[d];
+  for (int r = 0; r < c.world_size(); ++r) {
+    for (std::size_t d = 0; d < s.dims.size(); ++d) {
+      const int extent = s.dims[d];
+      const int coord = r / stride[d] % extent;
+      // Extent 1: no link; extent 2: the wraparound is the same neighbour, so one cable.
+      if (extent == 1 || (extent == 2 && coord == 1)) continue;
+      const int next = r + ((coord + 1) % extent - coord) * stride[d];
+      add_cable(t, c, s, r, next);
+    }
+  }
+}
+
+void build_graph(Topology& t, const ClusterSpec& c, const TopologySpec& s) {
+  if (static_cast<int>(s.devices.size()) != c.world_size()) {
+    throw config::ValidationError(
+        "topology.devices", "expected the vertex of each of the " + std::to_string(c.world_size()) +
+                                " devices (" + std::to_string(c.nodes) + " nodes x " +
+                                std::to_string(c.devices_per_node) + "), got " +
+                                std::to_string(s.devices.size()));
+  }
+  std::unordered_map<std::string, int> id;
+  for (const auto& v : s.vertices) id[v.name] = t.add_vertex(v.kind, v.name, v.reduces);
+  for (const auto& l : s.links) {
+    t.add_link(id.at(l.from), id.at(l.to), l.bandwidth, l.latency);
+    if (l.duplex) t.add_link(id.at(l.to), id.at(l.from), l.bandwidth, l.latency);
+  }
+  for (std::size_t r = 0; r < s.devices.size(); ++r) {
+    t.set_device(static_cast<int>(r), id.at(s.devices[r]));
+  }
+}
+
+}  // namespace
+
+Topology build_topology(const ClusterSpec& cluster) {
+  const TopologySpec spec = cluster.topology.value_or(TopologySpec{});
+  try {
+    spec.validate();
+  } catch (const config::ValidationError& e) {
+    throw config::ValidationError(config::join_path("topology", e.path()), e.what());
+  }
+  Topology t;
+  switch (spec.kind) {
+    case TopologyKind::two_level:
+      build_two_level(t, cluster, false);
+      break;
+    case TopologyKind::nvswitch:
+      build_two_level(t, cluster, spec.sharp);
+      break;
+    case TopologyKind::pcie_tree:
+      build_pcie_tree(t, cluster, spec);
+      break;
+    case TopologyKind::fat_tree:
+      build_fat_tree(t, cluster, spec);
+      break;
+    case TopologyKind::ring:
+      build_ring(t, cluster, spec);
+      break;
+    case TopologyKind::torus:
+      build_torus(t, cluster, spec);
+      break;
+    case TopologyKind::graph: {
+      build_graph(t, cluster, spec);
+      if (auto pair = t.get().disconnected_devices()) {
+        const auto& [a, b] = *pair;
+        throw config::ValidationError("topology.links",
+                                      "no path from device " + std::to_string(a) + " (" +
+                                          in_quotes(spec.devices[static_cast<std::size_t>(a)]) +
+                                          ") to device " + std::to_string(b) + " (" +
+                                          in_quotes(spec.devices[static_cast<std::size_t>(b)]) +
+                                          "): every device must reach every other one");
+      }
+      break;
+    }
+  }
+  return t;
+}
+
+}  // namespace stratasim::hw

@@ -1,0 +1,142 @@
+// A cluster's network as a graph (Boost.Graph): devices, NICs, PCIe switches, NVSwitches and
+// network switches are vertices; every link is one directed edge with its own bandwidth and
+// latency, so a duplex cable is two edges. Builders turn a cluster's `topology` section (or the
+// spine's two-level form: an NVSwitch per node, one NIC per device, a non-blocking network) into
+// a graph; routing takes shortest paths by hop count and picks among equal-cost next hops by
+// hashing (ECMP), so one flow always takes one path and different flows spread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hw_models/config_reader.hpp"
+#include "hw_models/units.hpp"
+
+namespace stratasim::hw {
+
+struct ClusterSpec;
+
+enum class VertexKind : std::uint8_t { device, nic, pcie_switch, nvswitch, network_switch, host };
+std::string_view name_of(VertexKind kind);
+
+/// One direction of a link.
+struct TopologyLink {
+  int from = 0;  // vertex ids
+  int to = 0;
+  Bandwidth bandwidth;  // bytes/s in this direction
+  Time latency;         // per message crossing this link
+};
+
+/// The `topology` section of a cluster config. `kind` picks the builder; the other fields are
+/// that builder's parameters (unused ones keep their defaults and are rejected in the config).
+enum class TopologyKind : std::uint8_t {
+  two_level,  // the spine's form: NVSwitch per node, one NIC per device, non-blocking network
+  nvswitch,   // two_level, with `sharp`: the NVSwitch reduces (NVLink SHARP / NVLS)
+  pcie_tree,  // GPUs behind PCIe switches; the GPUs of one PCIe switch share its NIC
+  fat_tree,   // rail-optimised two-level fat-tree (leaf per rail and rack, spines above)
+  ring,       // devices in one ring (e.g. FPGAs cabled port to port)
+  torus,      // 2D or 3D torus of devices
+  graph,      // explicit vertices and links
+};
+std::string_view name_of(TopologyKind kind);
+
+struct ExplicitVertex {
+  std::string name;
+  VertexKind kind = VertexKind::network_switch;
+  bool reduces = false;  // a switch that reduces in the network (SHARP)
+};
+struct ExplicitLink {
+  std::string from, to;  // vertex names
+  Bandwidth bandwidth;
+  Time latency;
+  bool duplex = true;  // also the reverse direction, with the same figures
+};
+
+struct TopologySpec {
+  TopologyKind kind = TopologyKind::two_level;
+  // nvswitch
+  bool sharp = false;
+  // pcie_tree: GPUs per PCIe switch (they share one NIC), the PCIe link figures (per direction)
+  int devices_per_pcie_switch = 4;
+  std::optional<Bandwidth> pcie_bandwidth;  // default: the cluster host's pcie link, else 32 GB/s
+  std::optional<Time> pcie_latency;
+  // fat_tree: nodes under one leaf switch per rail (a rack), leaf-to-spine oversubscription
+  // (downlink bandwidth / uplink bandwidth at a leaf), spine switches
+  int nodes_per_rack = 4;
+  double oversubscription = 1.0;
+  int spines = 0;  // 0: as many as needed for the uplink count
+  // ring, torus: the device-to-device link (default: the cluster's inter_node link)
+  std::vector<int> dims;  // torus: 2 or 3 extents whose product is the device count
+  std::optional<Bandwidth> link_bandwidth;
+  std::optional<Time> link_latency;
+  // graph
+  std::vector<ExplicitVertex> vertices;
+  std::vector<ExplicitLink> links;
+  std::vector<std::string> devices;  // vertex name of each device, by rank
+
+  /// Checks ranges; throws config::ValidationError with the offending key's path.
+  void validate() const;
+};
+
+/// Reads a `topology` object (strict; validated by the caller through validate()).
+TopologySpec read_topology(config::ObjectReader r);
+
+class Topology {
+ public:
+  int add_vertex(VertexKind kind, std::string name, bool reduces = false);
+  /// One direction; returns the link id.
+  int add_link(int from, int to, Bandwidth bandwidth, Time latency);
+  /// Both directions with the same figures; returns the id of from->to (to->from is id + 1).
+  int add_duplex(int a, int b, Bandwidth bandwidth, Time latency);
+  /// Device `rank` is vertex `vertex`. Every rank in [0, device_count) must be set.
+  void set_device(int rank, int vertex);
+
+  int vertex_count() const;
+  int link_count() const;
+  int device_count() const;
+  int vertex_of_device(int rank) const;
+  VertexKind kind(int vertex) const;
+  const std::string& name(int vertex) const;
+  bool reduces(int vertex) const;
+  const TopologyLink& link(int id) const;
+  /// Link ids out of `vertex`, in insertion order.
+  std::vector<int> links_from(int vertex) const;
+
+  /// The links of a shortest path (by hop count) from vertex `from` to vertex `to`, appended to
+  /// `out` in order. Where several next hops are equally short, `flow_key` picks one by hash,
+  /// so equal keys give equal paths. Appends nothing when from == to. Throws
+  /// std::invalid_argument when `to` is unreachable. Tables are built per destination on first
+  /// use; after that a route costs a lookup per hop and allocates nothing beyond `out`.
+  void route(int from, int to, std::uint64_t flow_key, std::vector<int>& out) const;
+  /// Sum of the latencies of a route (zero for an empty route).
+  Time latency(const std::vector<int>& route) const;
+  /// The smallest bandwidth on a route (infinite for an empty route: nothing limits it).
+  Bandwidth bottleneck(const std::vector<int>& route) const;
+  /// A switch that reduces in the network and is one hop from every device of `ranks`, or -1.
+  int reducing_switch(const std::vector<std::int32_t>& ranks) const;
+
+ private:
+  struct Impl;
+  // Implementation (Boost.Graph adjacency list, per-destination next-hop tables computed by
+  // BFS on first use) lives in topology.cpp. Copies share it until one of them is changed
+  // (copy on write); the routing cache is mutable, so a Topology is used by one thread.
+  std::shared_ptr<Impl> impl_ = nullptr;
+  const Impl& get() const;
+  Impl& edit();
+  // Checks that every device reaches every other one (explicit graphs).
+  friend Topology build_topology(const ClusterSpec& cluster);
+};
+
+/// The cluster's graph: its `topology` section, or the two-level form when it has none.
+/// Per-device link overrides (cluster.overrides) apply to that device's own links. Builders add
+/// the devices first (rank r is vertex r, named "dev<r>"; explicit graphs keep the config's
+/// order). A route's latency is the configured end-to-end figure: builders put it on the link
+/// where a message enters the fabric (topology.cpp says where, per kind); ring, torus and
+/// explicit links pay their latency at every hop. Throws config::ValidationError (path from the
+/// cluster object, e.g. "topology.dims") where the section does not fit the cluster.
+Topology build_topology(const ClusterSpec& cluster);
+
+}  // namespace stratasim::hw

@@ -1,0 +1,163 @@
+// The flow-level network: every transfer becomes flows over the topology's links, which share
+// bandwidth max-min fairly with every other flow in flight (sim/max_min.hpp), so that
+// concurrent collectives (tensor-, data- and pipeline-parallel traffic, or several jobs) slow
+// each other down where they cross the same links.
+//
+// A collective runs its algorithm's plan (sim/collectives.hpp): phase after phase, each phase
+// waiting for its latency and then starting its flows, the next phase starting when the last
+// flow ends; the transfer completes with its last phase. A point-to-point message is one flow
+// after its route's latency. Each flow takes topology.route(src, dst, key) with a key hashed
+// from (transfer id, flow index), so that ECMP spreads flows over equal-cost paths and the
+// same inputs always give the same paths. A link's capacity is its bandwidth times the
+// cluster's protocol efficiency.
+//
+// Cost: the plan of each (group, kind, algorithm) is made once, with the route of every flow
+// whose path is the only shortest one (inside a node, under one leaf switch); per transfer the
+// network routes only the flows that ECMP can spread (a table lookup per hop) and hands the
+// flows to the solver, whose work per start or end is the connected component of flows sharing
+// links with them. Nothing is allocated per flow once buffers have grown.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "hw_models/cluster.hpp"
+#include "hw_models/topology.hpp"
+#include "sim/collectives.hpp"
+#include "sim/max_min.hpp"
+#include "sim/network.hpp"
+#include "strategies/program.hpp"
+
+namespace stratasim::sim {
+
+/// Sees every flow when it ends: its links, bytes and when it ran.
+class FlowObserver {
+ public:
+  virtual ~FlowObserver() = default;
+  virtual void on_flow(std::span<const int> route_links, Bytes bytes, Time start, Time end) = 0;
+};
+
+class FlowNetwork final : public Network {
+ public:
+  FlowNetwork(const hw::ClusterSpec& cluster, hw::Topology topology,
+              const strategies::Program& program);
+
+  void start(TransferId id, const TransferRequest& request, Time now) override;
+  Time next_completion() const override;
+  void advance_to(Time t, std::vector<TransferId>& finished) override;
+
+  /// Called for every flow as it ends (nullptr: none).
+  void set_observer(FlowObserver* observer) { observer_ = observer; }
+  const hw::Topology& topology() const { return topology_; }
+  /// A link's capacity in the model: its bandwidth times the protocol efficiency (bytes/s).
+  double capacity(int link) const { return solver_.capacity(link); }
+  /// Flows handed to the solver so far (zero-byte flows are not started).
+  std::uint64_t flows_started() const { return flows_started_; }
+  /// Flows whose rates water-filling computed so far (the solver's work).
+  std::uint64_t flows_refilled() const { return solver_.refilled_flows(); }
+  /// The algorithm a collective over program group `group` runs.
+  hw::CollectiveAlgorithm algorithm(strategies::CollectiveKind kind, std::uint32_t group,
+                                    Bytes bytes) const;
+
+ private:
+  static constexpr std::size_t kKinds = 6;
+  static constexpr std::size_t kAlgorithms = 7;
+  /// A plan and, per flow (phase by phase), its fixed route (fixed_route's id) or -1 where
+  /// ECMP has a choice and each transfer routes the flow by its own key.
+  struct Plan {
+    PlanTemplate plan;
+    std::vector<int> routes;
+  };
+  struct GroupInfo {
+    std::vector<std::int32_t> ranks;
+    GroupShape shape;
+    bool switch_reduces = false;
+    std::vector<MemberLinks> members;  // for the rule's alpha-beta comparisons
+    std::vector<int> nodes;
+    std::array<std::unique_ptr<Plan>, kKinds * kAlgorithms> plans;
+    // Alpha-beta costs the rule compares (the tree's test), made on first use.
+    mutable std::array<std::unique_ptr<CollectiveCost>, kKinds * kAlgorithms> costs;
+  };
+  struct Transfer {
+    TransferId id = 0;
+    const Plan* plan = nullptr;  // nullptr: point to point
+    Bytes bytes;
+    std::size_t phase = 0;
+    std::int64_t outstanding = 0;  // flows of the current phase still running
+    std::vector<int> route;        // point to point: its route
+  };
+  struct Timer {
+    Time at;
+    std::uint64_t sequence;
+    int transfer;
+  };
+  struct Later {
+    bool operator()(const Timer& a, const Timer& b) const {
+      return a.at != b.at ? a.at > b.at : a.sequence > b.sequence;
+    }
+  };
+
+  const Plan& plan(std::uint32_t group, strategies::CollectiveKind kind,
+                   hw::CollectiveAlgorithm algorithm);
+  /// The only shortest route between two vertices (an id for fixed_route_links), or -1 where
+  /// there are several (equal-cost next hops somewhere along it). Found once per pair.
+  int fixed_route(int src, int dst);
+  std::span<const int> fixed_route_links(int id) const;
+  void schedule(int transfer, Time at);
+  /// The current phase's latency has passed: start its flows (or finish the transfer).
+  void on_timer(int transfer, std::vector<TransferId>& finished);
+  void phase_done(int transfer);
+
+  hw::ClusterSpec cluster_;
+  hw::Topology topology_;
+  mutable MaxMinSolver solver_;  // settles lazily, also when asked for its next completion
+  std::vector<GroupInfo> groups_;
+  std::vector<Transfer> transfers_;
+  std::vector<int> free_transfers_;
+  std::vector<Timer> timers_;  // binary heap by Later
+  std::vector<int> route_;     // scratch
+  std::vector<int> probe_;     // scratch
+  // Fixed routes by (src, dst) vertex pair; route i's links are
+  // route_links_[route_offset_[i] .. route_offset_[i + 1]).
+  std::unordered_map<std::uint64_t, int> route_of_pair_;
+  std::vector<int> route_offset_{0};
+  std::vector<int> route_links_;
+  std::vector<std::uint64_t> done_tags_;  // scratch
+  FlowObserver* observer_ = nullptr;
+  Time now_;
+  std::uint64_t sequence_ = 0;
+  std::uint64_t flows_started_ = 0;
+};
+
+/// Sums the bytes that cross each link, for per-link utilisation (bytes / (capacity * span))
+/// and the busiest links of a run.
+class LinkUsage final : public FlowObserver {
+ public:
+  explicit LinkUsage(const FlowNetwork& network);
+  void on_flow(std::span<const int> route_links, Bytes bytes, Time start, Time end) override;
+
+  Bytes bytes(int link) const { return bytes_[static_cast<std::size_t>(link)]; }
+  std::uint64_t flows() const { return flows_; }
+  /// bytes / (capacity * span) of one link over a run of length `span`.
+  double utilisation(int link, Time span) const;
+
+  struct Busy {
+    int link = 0;
+    Bytes bytes;
+    double utilisation = 0;
+  };
+  /// The `count` links with the highest utilisation over `span` (ties: lower link id first),
+  /// links that carried nothing left out.
+  std::vector<Busy> busiest(Time span, std::size_t count) const;
+
+ private:
+  std::vector<double> capacity_;
+  std::vector<Bytes> bytes_;
+  std::uint64_t flows_ = 0;
+};
+
+}  // namespace stratasim::sim

@@ -1,0 +1,276 @@
+#include "sim/jobs.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace stratasim::sim {
+
+namespace {
+
+using strategies::OpId;
+using strategies::Program;
+
+/// "0-7,16" -> {0..7, 16}.
+std::vector<std::int32_t> parse_ranges(std::string_view text, int world, std::size_t job) {
+  std::vector<std::int32_t> out;
+  const std::string where = "--placement: job " + std::to_string(job + 1) + ": ";
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string part(text.substr(at, comma - at));
+    const std::size_t dash = part.find('-');
+    long long lo = 0, hi = 0;
+    try {
+      std::size_t used = 0, used_hi = 0;
+      if (dash == std::string::npos) {
+        lo = hi = std::stoll(part, &used);
+        used_hi = 0;
+        if (used != part.size()) throw std::invalid_argument(part);
+      } else {
+        const std::string a = part.substr(0, dash), b = part.substr(dash + 1);
+        lo = std::stoll(a, &used);
+        hi = std::stoll(b, &used_hi);
+        if (used != a.size() || used_hi != b.size()) throw std::invalid_argument(part);
+      }
+    } catch (const std::logic_error&) {
+      throw std::invalid_argument(where + "expected device ranges like 0-63 or 0-7,16-23, got \"" +
+                                  part + "\"");
+    }
+    if (lo < 0 || hi >= world || lo > hi) {
+      throw std::invalid_argument(where + "devices " + part + " are outside 0-" +
+                                  std::to_string(world - 1));
+    }
+    for (long long d = lo; d <= hi; ++d) out.push_back(static_cast<std::int32_t>(d));
+    at = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Placement> place_jobs(std::span<const int> sizes, std::string_view spec,
+                                  const hw::ClusterSpec& cluster) {
+  const int world = cluster.world_size();
+  std::vector<Placement> out(sizes.size());
+  long long total = 0;
+  for (int n : sizes) total += n;
+  if (spec == "packed" || spec == "interleaved") {
+    if (total > world) {
+      throw std::invalid_argument("--placement: the jobs need " + std::to_string(total) +
+                                  " devices, but cluster " + cluster.name + " has " +
+                                  std::to_string(world));
+    }
+  }
+  if (spec == "packed") {
+    std::int32_t next = 0;
+    for (std::size_t j = 0; j < sizes.size(); ++j) {
+      for (int r = 0; r < sizes[j]; ++r) out[j].devices.push_back(next++);
+    }
+  } else if (spec == "interleaved") {
+    // Deal whole nodes round-robin; a job takes devices of its node in order.
+    std::size_t job = 0;
+    for (int node = 0; node < cluster.nodes; ++node) {
+      std::size_t tried = 0;
+      while (tried < sizes.size() && static_cast<int>(out[job].devices.size()) >= sizes[job]) {
+        job = (job + 1) % sizes.size();
+        ++tried;
+      }
+      if (tried == sizes.size()) break;
+      for (int d = 0; d < cluster.devices_per_node; ++d) {
+        if (static_cast<int>(out[job].devices.size()) >= sizes[job]) break;
+        out[job].devices.push_back(node * cluster.devices_per_node + d);
+      }
+      job = (job + 1) % sizes.size();
+    }
+  } else {
+    std::size_t at = 0;
+    std::size_t j = 0;
+    while (at <= spec.size()) {
+      const std::size_t semi = std::min(spec.find(';', at), spec.size());
+      if (j >= sizes.size()) {
+        throw std::invalid_argument("--placement: " + std::to_string(j + 1) + " device lists for " +
+                                    std::to_string(sizes.size()) +
+                                    " jobs; expected packed, interleaved or one list per job "
+                                    "separated by ';'");
+      }
+      out[j].devices = parse_ranges(spec.substr(at, semi - at), world, j);
+      at = semi + 1;
+      ++j;
+    }
+    if (j != sizes.size()) {
+      throw std::invalid_argument("--placement: " + std::to_string(j) + " device lists for " +
+                                  std::to_string(sizes.size()) +
+                                  " jobs; expected one list per job separated by ';'");
+    }
+  }
+  std::vector<int> owner(static_cast<std::size_t>(world), -1);
+  for (std::size_t j = 0; j < sizes.size(); ++j) {
+    if (static_cast<int>(out[j].devices.size()) != sizes[j]) {
+      throw std::invalid_argument("--placement: job " + std::to_string(j + 1) + " needs " +
+                                  std::to_string(sizes[j]) + " devices, got " +
+                                  std::to_string(out[j].devices.size()));
+    }
+    for (std::int32_t d : out[j].devices) {
+      int& o = owner[static_cast<std::size_t>(d)];
+      if (o >= 0) {
+        throw std::invalid_argument("--placement: device " + std::to_string(d) +
+                                    " is given to job " + std::to_string(o + 1) + " and job " +
+                                    std::to_string(j + 1));
+      }
+      o = static_cast<int>(j);
+    }
+  }
+  return out;
+}
+
+Program merge_programs(std::span<const Program* const> programs,
+                       std::span<const Placement> placements, std::span<const std::string> names,
+                       int world) {
+  if (programs.size() != placements.size() || programs.size() != names.size()) {
+    throw std::invalid_argument("merge_programs: one placement and name per program");
+  }
+  struct Slot {
+    int job = -1;
+    int rank = 0;
+  };
+  std::vector<Slot> slot(static_cast<std::size_t>(world));
+  for (std::size_t j = 0; j < programs.size(); ++j) {
+    if (programs[j]->mirrored()) {
+      throw std::invalid_argument("merge_programs: job " + names[j] +
+                                  " is mirrored; lower it with every replica");
+    }
+    const auto& devices = placements[j].devices;
+    if (static_cast<int>(devices.size()) != programs[j]->world_size()) {
+      throw std::invalid_argument("merge_programs: job " + names[j] + " has " +
+                                  std::to_string(programs[j]->world_size()) + " ranks but " +
+                                  std::to_string(devices.size()) + " devices");
+    }
+    for (std::size_t r = 0; r < devices.size(); ++r) {
+      slot[static_cast<std::size_t>(devices[r])] = {static_cast<int>(j), static_cast<int>(r)};
+    }
+  }
+  Program merged(world);
+  std::size_t ops = 0, deps = 0, effects = 0;
+  for (const auto* p : programs) {
+    ops += p->op_count();
+    for (const auto& o : p->ops()) {
+      deps += o.deps_count;
+      effects += o.effects_count;
+    }
+  }
+  merged.reserve(ops, deps, effects);
+  std::vector<std::uint32_t> group_base(programs.size()), list_base(programs.size());
+  for (std::size_t j = 0; j < programs.size(); ++j) {
+    const auto& devices = placements[j].devices;
+    group_base[j] = static_cast<std::uint32_t>(merged.groups().size());
+    for (const auto& g : programs[j]->groups()) {
+      std::vector<std::int32_t> ranks;
+      ranks.reserve(g.ranks.size());
+      for (std::int32_t r : g.ranks) ranks.push_back(devices[static_cast<std::size_t>(r)]);
+      merged.add_group(std::move(ranks), names[j] + ": " + g.name);
+    }
+    list_base[j] = static_cast<std::uint32_t>(merged.kernel_lists().size());
+    for (const auto& list : programs[j]->kernel_lists()) merged.add_kernels(list);
+  }
+  std::vector<OpId> dep_buffer;
+  std::vector<strategies::MemoryEffect> effect_buffer;
+  for (int d = 0; d < world; ++d) {
+    merged.begin_rank(d);
+    const Slot s = slot[static_cast<std::size_t>(d)];
+    if (s.job < 0) continue;
+    const Program& p = *programs[static_cast<std::size_t>(s.job)];
+    const auto& devices = placements[static_cast<std::size_t>(s.job)].devices;
+    for (const auto& m : p.initial_memory(s.rank)) merged.add_initial_memory(d, m);
+    const OpId old_first = p.first_op(s.rank);
+    const OpId new_first = static_cast<OpId>(merged.op_count());
+    for (const auto& o : p.ops_of(s.rank)) {
+      strategies::Work work = o.work;
+      if (auto* c = std::get_if<strategies::Collective>(&work)) {
+        c->group += group_base[static_cast<std::size_t>(s.job)];
+      } else if (auto* compute = std::get_if<strategies::Compute>(&work)) {
+        compute->kernels += list_base[static_cast<std::size_t>(s.job)];
+      } else if (auto* send = std::get_if<strategies::Send>(&work)) {
+        send->peer = devices[static_cast<std::size_t>(send->peer)];
+      } else if (auto* recv = std::get_if<strategies::Recv>(&work)) {
+        recv->peer = devices[static_cast<std::size_t>(recv->peer)];
+      }
+      dep_buffer.clear();
+      for (OpId dep : p.deps_of(o)) dep_buffer.push_back(new_first + (dep - old_first));
+      const auto fx = p.effects_of(o);
+      effect_buffer.assign(fx.begin(), fx.end());
+      strategies::OpInfo info;
+      info.stream = o.stream;
+      info.phase = o.phase;
+      info.microbatch = o.microbatch;
+      info.layer_begin = o.layer_begin;
+      info.layer_end = o.layer_end;
+      info.label = p.label_of(o);
+      merged.add(std::move(work), info, dep_buffer, effect_buffer);
+    }
+  }
+  merged.finish();
+  return merged;
+}
+
+traces::Timeline split_timeline(const traces::Timeline& merged, const Program& merged_program,
+                                const Program& job, const Placement& placement) {
+  traces::Timeline out;
+  out.world_size = job.world_size();
+  out.completed = merged.completed;
+  out.problem = merged.problem;
+  out.stopped_on_oom = merged.stopped_on_oom;
+  out.events = merged.events;
+  // Device -> job rank.
+  std::vector<std::int32_t> rank_of(static_cast<std::size_t>(merged_program.world_size()), -1);
+  for (std::size_t r = 0; r < placement.devices.size(); ++r) {
+    rank_of[static_cast<std::size_t>(placement.devices[r])] = static_cast<std::int32_t>(r);
+  }
+  auto job_op = [&](std::int32_t device, OpId id) {
+    const std::int32_t r = rank_of[static_cast<std::size_t>(device)];
+    return job.first_op(r) + (id - merged_program.first_op(device));
+  };
+  const bool indexed = merged.spans.size() == merged_program.op_count();
+  if (indexed) out.spans.resize(job.op_count());
+  for (const auto& span : merged.spans) {
+    const std::int32_t r = rank_of[static_cast<std::size_t>(span.rank)];
+    if (r < 0) continue;
+    traces::Span s = span;
+    s.rank = r;
+    s.op = job_op(span.rank, span.op);
+    if (indexed) {
+      out.spans[s.op] = s;
+    } else {
+      out.spans.push_back(s);
+    }
+  }
+  for (const auto& sample : merged.memory) {
+    const std::int32_t r = rank_of[static_cast<std::size_t>(sample.rank)];
+    if (r < 0) continue;
+    traces::MemorySample m = sample;
+    m.rank = r;
+    m.op = job_op(sample.rank, sample.op);
+    out.memory.push_back(m);
+  }
+  out.ranks.resize(placement.devices.size());
+  for (std::size_t r = 0; r < placement.devices.size(); ++r) {
+    const auto device = placement.devices[r];
+    if (static_cast<std::size_t>(device) >= merged.ranks.size()) continue;
+    out.ranks[r] = merged.ranks[static_cast<std::size_t>(device)];
+    for (auto& tier : out.ranks[r].tiers) {
+      if (job.op_count() > 0 && merged_program.ops_of(device).size() > 0) {
+        tier.op = job_op(device, tier.op);
+      }
+    }
+  }
+  for (const auto& oom : merged.out_of_memory) {
+    const std::int32_t r = rank_of[static_cast<std::size_t>(oom.rank)];
+    if (r < 0) continue;
+    traces::OutOfMemory o = oom;
+    o.rank = r;
+    o.first_op = job_op(oom.rank, oom.first_op);
+    out.out_of_memory.push_back(o);
+  }
+  return out;
+}
+
+}  // namespace stratasim::sim

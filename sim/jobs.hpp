@@ -1,0 +1,44 @@
+// Several jobs on one cluster: each experiment's Program is placed on some of the cluster's
+// devices, the Programs are merged into one (ranks renumbered to devices, groups and peers
+// remapped) and simulated together, so that with the flow-level network their transfers share
+// links; the merged Timeline is then split back into one Timeline per job, each reported on
+// its own.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hw_models/cluster.hpp"
+#include "strategies/program.hpp"
+#include "traces/timeline.hpp"
+
+namespace stratasim::sim {
+
+/// Where a job runs: its rank r is cluster device devices[r].
+struct Placement {
+  std::vector<std::int32_t> devices;
+};
+
+/// Places jobs of `sizes` ranks on `cluster` by `spec`:
+/// - "packed": job 0 on devices 0..n0-1, job 1 on the next n1, ... (whole racks per job);
+/// - "interleaved": nodes dealt round-robin to the jobs that still need devices (job 0 takes
+///   node 0, job 1 node 1, ...), so jobs share racks and uplinks;
+/// - explicit ranges per job separated by ';', e.g. "0-63;64-127" or "0-7,16-23;8-15,24-31".
+/// Throws std::invalid_argument when the jobs do not fit, overlap, or the spec is malformed.
+std::vector<Placement> place_jobs(std::span<const int> sizes, std::string_view spec,
+                                  const hw::ClusterSpec& cluster);
+
+/// One Program over `world` devices holding every job's ops on its placed devices. Group names
+/// are prefixed with the job's name ("job1: dp 0"). Programs must not be mirrored.
+strategies::Program merge_programs(std::span<const strategies::Program* const> programs,
+                                   std::span<const Placement> placements,
+                                   std::span<const std::string> names, int world);
+
+/// The part of a merged run that belongs to one job, in the job's own rank and op numbering.
+traces::Timeline split_timeline(const traces::Timeline& merged,
+                                const strategies::Program& merged_program,
+                                const strategies::Program& job, const Placement& placement);
+
+}  // namespace stratasim::sim

@@ -1,0 +1,161 @@
+// Max-min fair sharing of link bandwidth between flows (the flow-level network's solver).
+//
+// Links have capacities (bytes/s); a flow crosses a route of links and carries some bytes. The
+// rates are max-min fair: no flow's rate can grow without lowering the rate of a flow that has
+// no more. Progressive filling (water-filling) finds them: every unfrozen flow's rate grows
+// together; the link whose remaining capacity divided by its unfrozen flows is smallest
+// saturates first and freezes its flows at that share; repeat until every flow is frozen.
+//
+// Incremental: a flow that starts or ends changes the rates only of the flows connected to it
+// through shared links (transitively: its connected component in the flow-link graph), since
+// max-min fairness decomposes over components. Starts and ends mark their links dirty; the
+// next settle() (or next_completion()) walks the components reachable from dirty links and
+// refills only those. Flows whose rate comes out unchanged keep their completion time.
+//
+// Time is integer picoseconds. A flow's remaining bytes are tracked lazily (as of its last rate
+// change, plus rate times elapsed time); its completion is the current time plus remaining /
+// rate rounded up to a whole picosecond (never early), kept in a heap with lazy invalidation.
+// Flows completing at the same picosecond come out in the order they were started (sequence
+// number). Everything is deterministic: equal inputs give equal outputs.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "hw_models/units.hpp"
+
+namespace stratasim::sim {
+
+class MaxMinSolver {
+ public:
+  /// Adds a link of `capacity` bytes per second (> 0); returns its id (0, 1, ...).
+  int add_link(double capacity);
+  int link_count() const { return static_cast<int>(links_.size()); }
+  double capacity(int link) const { return links_[static_cast<std::size_t>(link)].capacity; }
+
+  /// Starts a flow of `bytes` over `route` (link ids; may be empty: infinitely fast) at `now`,
+  /// which must not be before the last time given to the solver. `tag` is the caller's, handed
+  /// back on completion. Returns the flow's id (ids are reused after completion). A flow of no
+  /// bytes or an empty route completes at `now`.
+  int start_flow(std::span<const int> route, double bytes, Time now, std::uint64_t tag = 0);
+
+  /// Recomputes the rates of the components touched since the last settle, at time `now`.
+  void settle(Time now);
+
+  /// When the earliest active flow completes (Time::infinity() when none); settles first.
+  Time next_completion(Time now);
+
+  /// Removes every flow that completes at `at` (which must be next_completion()), in start
+  /// order, calling done(flow id, route, bytes, start, tag) for each before its id is reused.
+  /// The rates of the others are recomputed at the next settle.
+  template <class Done>
+  void take_completions(Time at, Done&& done) {
+    while (!heap_.empty()) {
+      const HeapEntry top = heap_.front();
+      if (!valid(top)) {
+        pop_heap_entry();
+        continue;
+      }
+      if (top.at != at) break;
+      pop_heap_entry();
+      Flow& f = flows_[static_cast<std::size_t>(top.flow)];
+      done(top.flow, std::span<const int>(f.route), f.bytes, f.start, f.tag);
+      finish_flow(top.flow, at);
+    }
+  }
+
+  /// Rate of an active flow in bytes per second (as of the last settle).
+  double rate(int flow) const;
+  /// Bytes an active flow still has to carry at `now` (>= the last settle).
+  double remaining(int flow, Time now) const;
+  /// Completion time of an active flow (as of the last settle).
+  Time completion(int flow) const;
+  std::size_t active_flows() const { return active_; }
+  /// Flows whose rates were computed by water-filling so far (a measure of the work done).
+  std::uint64_t refilled_flows() const { return refilled_; }
+
+  void reserve(std::size_t flows);
+
+ private:
+  struct Flow {
+    std::vector<int> route;  // link ids
+    std::vector<int> slot;   // per route entry: index in that link's flow list
+    double bytes = 0;        // total
+    double remaining = 0;    // as of `updated`
+    double rate = 0;         // bytes per second
+    Time updated;            // when `remaining` was last brought up to date
+    Time start;              // when the flow started
+    Time completion = Time::infinity();
+    std::uint64_t sequence = 0;  // start order: breaks ties
+    std::uint64_t tag = 0;
+    std::uint32_t version = 0;  // bumps on each reschedule: older heap entries are stale
+    std::uint32_t mark = 0;     // component walk epoch
+    bool active = false;
+    bool frozen = false;  // water-filling scratch
+    bool dirty = false;   // started since the last settle: no rate yet
+  };
+  struct LinkEntry {
+    int flow;
+    int index;  // position of this link in the flow's route
+  };
+  struct Link {
+    double capacity = 0;
+    std::vector<LinkEntry> flows;
+    std::uint32_t mark = 0;  // component walk epoch
+    // Water-filling scratch.
+    double left = 0;
+    int unfrozen = 0;
+    std::uint32_t touch = 0;
+  };
+  struct HeapEntry {
+    Time at;
+    std::uint64_t sequence;
+    int flow;
+    std::uint32_t version;
+  };
+  struct Later {
+    bool operator()(const HeapEntry& a, const HeapEntry& b) const {
+      return a.at != b.at ? a.at > b.at : a.sequence > b.sequence;
+    }
+  };
+  struct Share {
+    double share;
+    int link;
+  };
+  struct ShareLater {
+    bool operator()(const Share& a, const Share& b) const {
+      return a.share != b.share ? a.share > b.share : a.link > b.link;
+    }
+  };
+
+  bool valid(const HeapEntry& e) const {
+    const Flow& f = flows_[static_cast<std::size_t>(e.flow)];
+    return f.active && f.version == e.version;
+  }
+  void pop_heap_entry();
+  void push_completion(int flow);
+  void schedule(int flow, Time now);
+  void finish_flow(int flow, Time at);
+  void compact_heap();
+
+  std::vector<Link> links_;
+  std::vector<Flow> flows_;
+  std::vector<int> free_;             // reusable flow ids
+  std::vector<HeapEntry> heap_;       // completions, binary heap by Later
+  std::vector<int> dirty_links_;      // seeds of the next settle
+  std::vector<int> dirty_flows_;      // started since the last settle
+  std::vector<int> component_flows_;  // scratch
+  std::vector<int> component_links_;  // scratch
+  std::vector<int> stack_;            // scratch
+  std::vector<Share> shares_;         // scratch heap
+  std::vector<int> touched_;          // scratch
+  std::vector<double> rate_next_;     // scratch: per flow id, its rate being computed
+  std::uint32_t epoch_ = 0;
+  std::uint32_t touch_epoch_ = 0;
+  std::uint64_t sequence_ = 0;
+  std::uint64_t refilled_ = 0;
+  std::size_t active_ = 0;
+};
+
+}  // namespace stratasim::sim

@@ -1,0 +1,128 @@
+// The cluster config's optional sections: topology, network model, collectives and per-device
+// overrides (heterogeneous devices, stragglers, degraded links).
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "hw_models/cluster.hpp"
+#include "hw_models/config_reader.hpp"
+#include "test_paths.hpp"
+
+using namespace stratasim;
+using config::ConfigError;
+
+namespace {
+
+nlohmann::json base_cluster() {
+  nlohmann::json device = {{"name", "gpu-a"},
+                           {"kind", "gpu"},
+                           {"peak_flops", {{"bf16", "100 TFLOP/s"}}},
+                           {"memory", {{"capacity", "40 GiB"}, {"bandwidth", "1 TB/s"}}}};
+  return {{"name", "test"},
+          {"nodes", 2},
+          {"devices_per_node", 4},
+          {"device", device},
+          {"intra_node", {{"bandwidth", "100 GB/s"}, {"latency", "1 us"}}},
+          {"inter_node", {{"bandwidth", "10 GB/s"}, {"latency", "5 us"}}}};
+}
+
+hw::ClusterSpec read(const nlohmann::json& j) {
+  auto doc = config::Document::from_json(j, "cluster.json");
+  return hw::read_cluster(doc, "");
+}
+
+std::string error_path(const nlohmann::json& j) {
+  try {
+    read(j);
+  } catch (const ConfigError& e) {
+    return e.path();
+  }
+  FAIL("expected a ConfigError");
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("a cluster without the new sections keeps the spine's two-level form") {
+  const auto c = read(base_cluster());
+  CHECK_FALSE(c.topology.has_value());
+  CHECK(c.network_model == hw::NetworkModel::analytical);
+  CHECK(c.collectives.protocol_efficiency == 1.0);
+  CHECK(c.homogeneous());
+  for (int r = 0; r < c.world_size(); ++r) {
+    CHECK(c.device_of(r).name == "gpu-a");
+    CHECK(c.slowdown_of(r) == 1.0);
+    CHECK(c.inter_link_of(r).bandwidth.bytes_per_second() == doctest::Approx(10e9));
+  }
+}
+
+TEST_CASE("network model, collective settings and topology are read") {
+  auto j = base_cluster();
+  j["network_model"] = "flow";
+  j["collectives"] = {{"protocol_efficiency", 0.82},
+                      {"algorithm", {{"all_reduce", "tree"}, {"all_to_all", "direct"}}}};
+  j["topology"] = {{"kind", "fat_tree"}, {"nodes_per_rack", 1}, {"oversubscription", 2.0}};
+  const auto c = read(j);
+  CHECK(c.network_model == hw::NetworkModel::flow);
+  CHECK(c.collectives.protocol_efficiency == doctest::Approx(0.82));
+  CHECK(c.collectives.algorithm[0] == hw::CollectiveAlgorithm::tree);    // all_reduce
+  CHECK(c.collectives.algorithm[5] == hw::CollectiveAlgorithm::direct);  // all_to_all
+  CHECK(c.collectives.algorithm[1] == hw::CollectiveAlgorithm::automatic);
+  REQUIRE(c.topology.has_value());
+  CHECK(c.topology->kind == hw::TopologyKind::fat_tree);
+  CHECK(c.topology->oversubscription == 2.0);
+}
+
+TEST_CASE("bad network sections name their JSON path") {
+  auto j = base_cluster();
+  j["network_model"] = "packet";
+  CHECK(error_path(j) == "network_model");
+  j = base_cluster();
+  j["collectives"] = {{"protocol_efficiency", 1.5}};
+  CHECK(error_path(j) == "collectives.protocol_efficiency");
+  j = base_cluster();
+  j["collectives"] = {{"algorithm", {{"all_reduce", "butterfly"}}}};
+  CHECK(error_path(j) == "collectives.algorithm.all_reduce");
+  j = base_cluster();
+  j["collectives"] = {{"algorithm", {{"allreduce", "ring"}}}};
+  CHECK(error_path(j) == "collectives.algorithm.allreduce");
+  j = base_cluster();
+  j["topology"] = {{"kind", "torus"}, {"dims", {3, 3}}};  // 9 devices, the cluster has 8
+  CHECK(error_path(j).rfind("topology", 0) == 0);
+}
+
+TEST_CASE("per-device overrides: another device, a straggler, a degraded NIC") {
+  auto j = base_cluster();
+  auto other = j["device"];
+  other["name"] = "gpu-b";
+  other["memory"]["capacity"] = "80 GiB";
+  j["overrides"] = nlohmann::json::array(
+      {{{"ranks", "4-7"}, {"device", other}},
+       {{"ranks", nlohmann::json::array({1})}, {"slowdown", 1.5}},
+       {{"ranks", "2,6"}, {"inter_node", {{"bandwidth", "5 GB/s"}, {"latency", "10 us"}}}}});
+  const auto c = read(j);
+  CHECK_FALSE(c.homogeneous());
+  CHECK(c.device_of(0).name == "gpu-a");
+  CHECK(c.device_of(5).name == "gpu-b");
+  CHECK(c.device_of(5).memory_capacity == Bytes(80LL << 30));
+  CHECK(c.slowdown_of(1) == 1.5);
+  CHECK(c.slowdown_of(0) == 1.0);
+  CHECK(c.inter_link_of(6).bandwidth.bytes_per_second() == doctest::Approx(5e9));
+  CHECK(c.inter_link_of(6).latency == Time::us(10));
+  CHECK(c.inter_link_of(7).bandwidth.bytes_per_second() == doctest::Approx(10e9));
+  CHECK(c.intra_link_of(6).bandwidth.bytes_per_second() == doctest::Approx(100e9));
+}
+
+TEST_CASE("bad overrides name the entry and key") {
+  auto j = base_cluster();
+  j["overrides"] = nlohmann::json::array({{{"ranks", "0-8"}}});  // 8 devices: 0-7
+  CHECK(error_path(j) == "overrides.0.ranks");
+  j["overrides"] = nlohmann::json::array({{{"ranks", "x"}}});
+  CHECK(error_path(j) == "overrides.0.ranks");
+  j["overrides"] = nlohmann::json::array({{{"ranks", "1"}, {"slowdown", 0}}});
+  CHECK(error_path(j) == "overrides.0.slowdown");
+  j["overrides"] = nlohmann::json::array({{{"ranks", "1"}, {"slow", 2}}});
+  CHECK(error_path(j) == "overrides.0.slow");
+  j["overrides"] = {{"ranks", "1"}};
+  CHECK(error_path(j) == "overrides");
+}
