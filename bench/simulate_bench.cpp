@@ -2,7 +2,9 @@
 // (dp 8) and on 16,384 H100s (dp 128), end to end: load, lower, validate, simulate, report.
 // Each scenario runs in its own child process so that its peak resident memory is its own.
 // Targets (issue 2): 1,024 GPUs under 2 s and 16,384 under 30 s on one core; issue 3: the same
-// with ZeRO-3 and selective recomputation on.
+// with ZeRO-3 and selective recomputation on; issue 5: the flow-level network on Selene's
+// rail-optimised fat-tree ("1024-fat-tree", every replica simulated: replicas contend) under
+// 10x the analytical model's time on the same program ("1024-fat-tree-analytical").
 //
 //   build/bench/bench_simulate                  # every scenario
 //   build/bench/bench_simulate 1024 16384-zero3 # some
@@ -16,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "hw_models/topology.hpp"
+#include "sim/flow_network.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/experiment.hpp"
 #include "strategies/lowering.hpp"
@@ -34,9 +38,18 @@ double since(Clock::time_point t) {
 int run_scenario(const std::string& name) {
   const std::string root = STRATASIM_SOURCE_DIR;
   const bool zero3 = name.find("-zero3") != std::string::npos;
-  const bool exact = name.ends_with("-exact");  // every replica simulated (the CLI's --exact)
+  const bool fat_tree = name.find("-fat-tree") != std::string::npos;
+  const bool flow = fat_tree && !name.ends_with("-analytical");
+  // Every replica simulated (the CLI's --exact); always on the fat-tree, as the CLI does for
+  // the flow-level network, so that both network models run the same program.
+  const bool exact = name.ends_with("-exact") || fat_tree;
   const int gpus = std::atoi(name.c_str());
   std::vector<strategies::Override> overrides;
+  if (fat_tree) {
+    overrides.push_back(
+        {"cluster", root + "/configs/hardware/clusters/selene-a100-1024-fat-tree.json", "bench"});
+    overrides.push_back({"cluster.network_model", flow ? "flow" : "analytical", "bench"});
+  }
   if (zero3) {
     overrides.push_back({"parallelism.zero", 3, "bench"});
     overrides.push_back({"parallelism.recompute", "selective", "bench"});
@@ -46,7 +59,9 @@ int run_scenario(const std::string& name) {
         {"cluster", root + "/configs/hardware/clusters/dgx-h100-2048.json", "bench"});
     overrides.push_back({"parallelism.dp", 128, "bench"});
   } else if (gpus != 1024) {
-    std::fprintf(stderr, "unknown scenario %s (1024 or 16384, then -zero3 and/or -exact)\n",
+    std::fprintf(stderr,
+                 "unknown scenario %s (1024 or 16384, then -zero3 and/or -exact; or "
+                 "1024-fat-tree[-analytical])\n",
                  name.c_str());
     return 2;
   }
@@ -65,7 +80,15 @@ int run_scenario(const std::string& name) {
   sim::SimOptions options;
   const auto layout = strategies::layout_of(experiment);
   for (int s = 0; s < layout.pp; ++s) options.memory_sample_ranks.push_back(layout.rank(0, 0, s));
-  auto timeline = sim::simulate(program, experiment.cluster, options);
+  std::uint64_t flows = 0;
+  traces::Timeline timeline;
+  if (flow) {
+    sim::FlowNetwork network(experiment.cluster, hw::build_topology(experiment.cluster), program);
+    timeline = sim::simulate(program, experiment.cluster, network, options);
+    flows = network.flows_started();
+  } else {
+    timeline = sim::simulate(program, experiment.cluster, options);
+  }
   double t_sim = since(t3);
   auto t4 = Clock::now();
   const auto context = traces::report_context(experiment);
@@ -89,6 +112,15 @@ int run_scenario(const std::string& name) {
       t_validate, t_sim, t_report, total, static_cast<double>(timeline.events) / t_sim / 1e6,
       total / static_cast<double>(program.op_count()) * 1e9, peak_mib, report.iteration_time_s,
       report.mfu * 100, timeline.completed ? "" : " (DID NOT COMPLETE)");
+  if (fat_tree) {
+    std::printf("  network: %s on a rail-optimised fat-tree%s\n",
+                flow ? "flow-level" : "analytical",
+                flow ? (", " + std::to_string(flows) + " flows, " +
+                        std::to_string(static_cast<long long>(static_cast<double>(flows) / t_sim)) +
+                        " flows/s")
+                           .c_str()
+                     : "");
+  }
   return timeline.completed ? 0 : 1;
 }
 
@@ -97,7 +129,10 @@ int run_scenario(const std::string& name) {
 int main(int argc, char** argv) {
   std::vector<std::string> scenarios(argv + 1, argv + argc);
   if (scenarios.empty()) {
-    scenarios = {"1024", "16384", "1024-zero3", "16384-zero3", "1024-exact", "1024-zero3-exact"};
+    scenarios = {"1024",          "16384",
+                 "1024-zero3",    "16384-zero3",
+                 "1024-exact",    "1024-zero3-exact",
+                 "1024-fat-tree", "1024-fat-tree-analytical"};
   }
   if (scenarios.size() == 1) return run_scenario(scenarios[0]);
   int status = 0;

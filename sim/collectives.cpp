@@ -281,8 +281,17 @@ void nvls_schedule(CollectiveKind kind, int n, Schedule& out) {
     case CollectiveKind::all_reduce:
     case CollectiveKind::reduce_scatter:
     case CollectiveKind::all_gather: {
-      const Share up = kind == CollectiveKind::all_gather ? part : whole;
-      const Share down = kind == CollectiveKind::reduce_scatter ? part : whole;
+      // NCCL's NVLS all-reduce is a reduce-scatter through the switch (multimem.ld_reduce:
+      // the switch reads each rank's whole buffer, S up, and returns its reduced shard, S/n
+      // down) pipelined with an all-gather through it (multimem.st: the shard goes up, S/n,
+      // and the switch multicasts every shard, S down): (n+1)/n S each way.
+      const Share both = share(n + 1, n);
+      const Share up = kind == CollectiveKind::all_gather     ? part
+                       : kind == CollectiveKind::all_reduce ? both
+                                                            : whole;
+      const Share down = kind == CollectiveKind::reduce_scatter ? part
+                         : kind == CollectiveKind::all_reduce   ? both
+                                                                : whole;
       for (int i = 0; i < n; ++i) p.flows.push_back(ScheduleFlow{i, kSwitch, up});
       for (int i = 0; i < n; ++i) p.flows.push_back(ScheduleFlow{kSwitch, i, down});
       break;

@@ -63,12 +63,14 @@
 //   members lends its member j mod k_node to ring j (its NIC then carries several rings: the
 //   flow model sees that contention, the analytical one does not). Groups on one node or with
 //   one member per node, and broadcast, reduce and all-to-all, run the ring.
-// - nvls (NVLink SHARP; a switch one hop from every member reduces): all-reduce: every member
-//   sends S to the switch and the switch sends the reduced S back, concurrently (multimem
-//   stores and loads, pipelined): S/B + alpha, alpha the latency device -> switch -> device;
+// - nvls (NVLink SHARP; a switch one hop from every member reduces): all-reduce as NCCL runs
+//   it, a reduce-scatter through the switch (multimem.ld_reduce: S up, the reduced S/n shard
+//   down) pipelined with an all-gather through it (multimem.st: S/n up, the switch multicasts
+//   S down): (n+1)/n S each way, (n+1)/n S/B + alpha, alpha the latency device -> switch ->
+//   device — so algbw = B n/(n+1), the growth with n that users measure (nccl-h100-nvlink);
 //   reduce-scatter: S up, the member's S/n shard down; all-gather: the S/n shard up, S down;
 //   broadcast: the root sends S up, the switch multicasts S down to the others; reduce: every
-//   member sends S up, the root receives S. All S/B + alpha. All-to-all has nothing to reduce
+//   member sends S up, the root receives S. These S/B + alpha. All-to-all has nothing to reduce
 //   or multicast: std::invalid_argument. Needs a reducing switch (cluster topology `nvswitch`
 //   with `sharp`, or an explicit graph vertex with `reduces`): plan_collective and the
 //   analytical network throw std::invalid_argument without one.

@@ -203,8 +203,9 @@ TEST_CASE("collectives: alpha-beta times by algorithm") {
         Time::us(8'750 + 7 + 12'500 + 10 + 8'750 + 7));
   // A flat ring over 2 nodes of 8: the two NIC hops set the pace: 1.875e9 / 1e10 + 30 * 5 us.
   CHECK(time(K::all_reduce, A::ring, iota(16), s) == Time::us(187'500 + 150));
-  // NVLS: S/B + alpha.
-  CHECK(time(K::all_reduce, A::nvls, node, s) == Time::us(10'000 + 1));
+  // NVLS all-reduce: (n+1)/n S each way (reduce-scatter then multicast all-gather through the
+  // switch, pipelined): 9/8 * 1e9 / 1e11 = 11.25 ms + alpha. Reduce-scatter: S up, S/B + alpha.
+  CHECK(time(K::all_reduce, A::nvls, node, s) == Time::us(11'250 + 1));
   CHECK(time(K::reduce_scatter, A::nvls, node, s) == Time::us(10'000 + 1));
   // Automatic: the rule (a ring in one node), and zero for one rank.
   CHECK(time(K::all_reduce, A::automatic, node, s) == Time::us(17'500 + 14));
