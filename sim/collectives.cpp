@@ -286,7 +286,7 @@ void nvls_schedule(CollectiveKind kind, int n, Schedule& out) {
       // down) pipelined with an all-gather through it (multimem.st: the shard goes up, S/n,
       // and the switch multicasts every shard, S down): (n+1)/n S each way.
       const Share both = share(n + 1, n);
-      const Share up = kind == CollectiveKind::all_gather     ? part
+      const Share up = kind == CollectiveKind::all_gather   ? part
                        : kind == CollectiveKind::all_reduce ? both
                                                             : whole;
       const Share down = kind == CollectiveKind::reduce_scatter ? part
