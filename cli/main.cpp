@@ -655,22 +655,10 @@ int collective_command(const CollectiveArgs& args) {
   if (args.ranks.empty()) {
     for (int r = 0; r < cluster.world_size(); ++r) ranks.push_back(r);
   } else {
-    {
-      std::stringstream items(args.ranks);
-      std::string item;
-      while (std::getline(items, item, ',')) {
-        const auto dash = item.find('-');
-        try {
-          const int lo = std::stoi(item.substr(0, dash));
-          const int hi = dash == std::string::npos ? lo : std::stoi(item.substr(dash + 1));
-          if (lo < 0 || hi >= cluster.world_size() || lo > hi) throw std::out_of_range(item);
-          for (int r = lo; r <= hi; ++r) ranks.push_back(r);
-        } catch (const std::logic_error&) {
-          throw BadInput("--ranks: expected device ranges of cluster " + cluster.name + " (0-" +
-                         std::to_string(cluster.world_size() - 1) + ") like 0-7 or 0,8,16, got \"" +
-                         item + "\"");
-        }
-      }
+    try {
+      for (int r : hw::parse_device_ranges(args.ranks, cluster.world_size())) ranks.push_back(r);
+    } catch (const std::invalid_argument& e) {
+      throw BadInput("--ranks: " + std::string(e.what()) + " (cluster " + cluster.name + ")");
     }
   }
   std::vector<Bytes> sizes;

@@ -55,29 +55,10 @@ std::vector<int> read_ranks(config::ObjectReader& r, std::string_view key, int w
     }
   } else {
     const std::string text = r.string(key);
-    std::size_t at = 0;
-    while (at <= text.size()) {
-      const std::size_t comma = std::min(text.find(',', at), text.size());
-      const std::string part = text.substr(at, comma - at);
-      const std::size_t dash = part.find('-');
-      try {
-        std::size_t used = 0;
-        if (dash == std::string::npos) {
-          const long long x = std::stoll(part, &used);
-          if (used != part.size()) throw std::invalid_argument(part);
-          add(x, x);
-        } else {
-          const std::string a = part.substr(0, dash), b = part.substr(dash + 1);
-          std::size_t used_b = 0;
-          const long long lo = std::stoll(a, &used);
-          const long long hi = std::stoll(b, &used_b);
-          if (used != a.size() || used_b != b.size()) throw std::invalid_argument(part);
-          add(lo, hi);
-        }
-      } catch (const std::logic_error&) {
-        r.fail(key, "expected ranks such as \"0-7,16\" or [0, 1], got \"" + text + "\"");
-      }
-      at = comma + 1;
+    try {
+      for (int x : parse_device_ranges(text, world)) ranks.push_back(x);
+    } catch (const std::invalid_argument& e) {
+      r.fail(key, e.what());
     }
   }
   if (ranks.empty()) r.fail(key, "expected at least one rank");
@@ -85,6 +66,39 @@ std::vector<int> read_ranks(config::ObjectReader& r, std::string_view key, int w
 }
 
 }  // namespace
+
+std::vector<int> parse_device_ranges(std::string_view text, int world) {
+  std::vector<int> out;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string part(text.substr(at, comma - at));
+    const std::size_t dash = part.find('-');
+    long long lo = 0, hi = 0;
+    try {
+      std::size_t used = 0, used_hi = 0;
+      if (dash == std::string::npos) {
+        lo = hi = std::stoll(part, &used);
+        if (used != part.size()) throw std::invalid_argument(part);
+      } else {
+        const std::string a = part.substr(0, dash), b = part.substr(dash + 1);
+        lo = std::stoll(a, &used);
+        hi = std::stoll(b, &used_hi);
+        if (used != a.size() || used_hi != b.size()) throw std::invalid_argument(part);
+      }
+    } catch (const std::logic_error&) {
+      throw std::invalid_argument("expected device ranges like \"0-7,16\", got \"" +
+                                  std::string(text) + "\"");
+    }
+    if (lo < 0 || hi >= world || lo > hi) {
+      throw std::invalid_argument("devices " + part + " are outside 0-" +
+                                  std::to_string(world - 1));
+    }
+    for (long long d = lo; d <= hi; ++d) out.push_back(static_cast<int>(d));
+    at = comma + 1;
+  }
+  return out;
+}
 
 std::string_view name_of(NetworkModel m) {
   return kNetworkModelNames[static_cast<int>(m)];

@@ -111,6 +111,10 @@ struct ClusterSpec {
   bool homogeneous() const { return overrides.empty(); }
 };
 
+/// Device ranges as configs and flags write them, "0-7,16,18-19", within [0, world): the
+/// listed devices in the order given. Throws std::invalid_argument saying what is wrong.
+std::vector<int> parse_device_ranges(std::string_view text, int world);
+
 /// Reads a cluster from the object at `path` of `doc`; a string "device" names a device file
 /// relative to the cluster's file and is inlined first.
 ClusterSpec read_cluster(config::Document& doc, const std::string& path);

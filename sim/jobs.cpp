@@ -12,38 +12,12 @@ using strategies::Program;
 
 /// "0-7,16" -> {0..7, 16}.
 std::vector<std::int32_t> parse_ranges(std::string_view text, int world, std::size_t job) {
-  std::vector<std::int32_t> out;
-  const std::string where = "--placement: job " + std::to_string(job + 1) + ": ";
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', at), text.size());
-    const std::string part(text.substr(at, comma - at));
-    const std::size_t dash = part.find('-');
-    long long lo = 0, hi = 0;
-    try {
-      std::size_t used = 0, used_hi = 0;
-      if (dash == std::string::npos) {
-        lo = hi = std::stoll(part, &used);
-        used_hi = 0;
-        if (used != part.size()) throw std::invalid_argument(part);
-      } else {
-        const std::string a = part.substr(0, dash), b = part.substr(dash + 1);
-        lo = std::stoll(a, &used);
-        hi = std::stoll(b, &used_hi);
-        if (used != a.size() || used_hi != b.size()) throw std::invalid_argument(part);
-      }
-    } catch (const std::logic_error&) {
-      throw std::invalid_argument(where + "expected device ranges like 0-63 or 0-7,16-23, got \"" +
-                                  part + "\"");
-    }
-    if (lo < 0 || hi >= world || lo > hi) {
-      throw std::invalid_argument(where + "devices " + part + " are outside 0-" +
-                                  std::to_string(world - 1));
-    }
-    for (long long d = lo; d <= hi; ++d) out.push_back(static_cast<std::int32_t>(d));
-    at = comma + 1;
+  try {
+    const auto devices = hw::parse_device_ranges(text, world);
+    return {devices.begin(), devices.end()};
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("--placement: job " + std::to_string(job + 1) + ": " + e.what());
   }
-  return out;
 }
 
 }  // namespace
