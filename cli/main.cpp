@@ -75,6 +75,7 @@ struct SimulateArgs {
   bool sequence_parallel = false;
   std::optional<int> zero, recompute_num_layers;
   std::optional<std::string> recompute, offload;
+  std::optional<std::string> tp_mode, grad_compression;
   bool stop_on_oom = false;
   std::vector<std::string> sets;
   std::string out;
@@ -162,6 +163,10 @@ std::vector<strategies::Override> overrides_of(const SimulateArgs& a) {
   }
   if (a.sequence_parallel) flag("--sequence-parallel", "parallelism.sequence_parallel", true);
   if (a.zero) flag("--zero", "parallelism.zero", *a.zero);
+  if (a.tp_mode) flag("--tp-mode", "parallelism.tp_mode", *a.tp_mode);
+  if (a.grad_compression) {
+    flag("--grad-compression", "parallelism.grad_compression", *a.grad_compression);
+  }
   if (a.recompute) flag("--recompute", "parallelism.recompute", *a.recompute);
   if (a.recompute_num_layers) {
     flag("--recompute-num-layers", "parallelism.recompute_num_layers", *a.recompute_num_layers);
@@ -808,6 +813,12 @@ int main(int argc, char** argv) {
     cmd->add_flag("--sequence-parallel", sim_args.sequence_parallel,
                   "Megatron sequence parallelism");
     cmd->add_option("--zero", sim_args.zero, "ZeRO stage 0-3 (DeepSpeed)");
+    cmd->add_option("--tp-mode", sim_args.tp_mode,
+                    "Tensor parallelism: 1d (Megatron), 2d, 2.5d or 3d (Colossal-AI; "
+                    "docs/tensor-parallelism.md)");
+    cmd->add_option("--grad-compression", sim_args.grad_compression,
+                    "Data-parallel gradients: none, fp16, int8, topk or s2-reducer "
+                    "(docs/grad-compression.md)");
     cmd->add_option("--recompute", sim_args.recompute,
                     "Activation recomputation: none, full, selective or stage_aware");
     cmd->add_option("--recompute-num-layers", sim_args.recompute_num_layers,

@@ -451,3 +451,53 @@ TEST_CASE("collective: nccl-tests figures for one collective on a cluster") {
   CHECK(run("collective dgx-a100-1 --algorithm nvls").status == 2);  // no reducing switch
   CHECK(run("collective dgx-a100-1 --sizes 12Q").status == 2);
 }
+
+TEST_CASE("the flow-level network gives byte-identical outputs twice") {
+  auto dir = scratch("flow-determinism");
+  const std::string exp = (configs_dir() / "experiments" / "llama2-7b-a100-pcie-16.json").string();
+  REQUIRE(run("simulate " + exp + " --quiet --out " + (dir / "a").string()).status == 0);
+  REQUIRE(run("simulate " + exp + " --quiet --out " + (dir / "b").string()).status == 0);
+  for (const char* name : {"report.json", "timeline.json", "memory.csv"}) {
+    CAPTURE(name);
+    auto first = read(dir / "a" / name);
+    CHECK_FALSE(first.empty());
+    CHECK(first == read(dir / "b" / name));
+  }
+  // Every rank is simulated (no mirroring on the flow network) and the busiest links are kept.
+  auto report = nlohmann::json::parse(read(dir / "a" / "report.json"));
+  CHECK(report["ranks"].size() == 16);
+  CHECK(report["links"].size() == 10);
+}
+
+TEST_CASE("top-k gradient compression at 1% cuts the data-parallel traffic the report shows") {
+  auto dir = scratch("topk");
+  const std::string exp = "gpt3-1.7b-a100-8 --global-batch 8 --quiet --out ";
+  REQUIRE(run("simulate " + exp + (dir / "dense").string()).status == 0);
+  REQUIRE(
+      run("simulate " + exp + (dir / "topk").string() + " --set parallelism.grad_compression=topk")
+          .status == 0);
+  auto wire = [&](const char* run_name, const char* kind) {
+    auto report = nlohmann::json::parse(read(dir / run_name / "report.json"));
+    for (const auto& c : report["communication"]) {
+      if (c["stream"] == "dp" && c["kind"] == kind) return c["wire_bytes"].get<double>();
+    }
+    FAIL("no dp " << kind << " in " << run_name);
+    return 0.0;
+  };
+  // N gradient elements of e = 2 bytes (bf16) over n = 8 ranks. Dense ring all-reduce: each
+  // rank sends 2(n-1)/n N e = 3.5 N bytes. Top-k at density 0.01: k = 0.01 N values plus int32
+  // indices all-gathered, each rank sending (n-1) k (e + 4) = 7 * 0.01 N * 6 = 0.42 N bytes.
+  // Factor 3.5 / 0.42 = 8.33 (k is rounded up per bucket: within 1%).
+  const double dense = wire("dense", "all-reduce");
+  const double topk = wire("topk", "all-gather");
+  CHECK(dense / topk == doctest::Approx(3.5 / 0.42).epsilon(0.01));
+  CHECK(read(dir / "topk" / "timeline.json").find("compressed topk") != std::string::npos);
+}
+
+TEST_CASE("--tp-mode lowers 2D tensor parallelism on a 2 x 2 mesh") {
+  auto r =
+      run("simulate gpt3-1.7b-a100-8 --tp 4 --pp 1 --tp-mode 2d --micro-batch 2 --global-batch 8");
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("tp 4 (2d)") != std::string::npos);
+  CHECK(run("simulate gpt3-1.7b-a100-8 --tp 2 --pp 1 --tp-mode 2d").status == 2);  // not q^2
+}
