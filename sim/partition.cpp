@@ -75,12 +75,26 @@ PartitionProblem partition_problem(const Experiment& e) {
     const std::vector<StageRecompute> recompute = recompute_plan(e);
     return plan_transformer_stage(e.model, layer_setting(e), 1, 3, l, l + 1, recompute.front());
   };
+  // A mixed cluster (or a straggler): each part's layers are priced on its own device, that of
+  // tensor- and data-parallel rank 0 of the part's stage.
+  const auto layout = layout_of(e);
+  std::vector<DeviceCostModel> part_costs;
+  if (!e.cluster.homogeneous()) {
+    for (int part = 0; part < parts; ++part) {
+      part_costs.emplace_back(e.cluster, layout.rank(0, 0, part_device(par.schedule, part, p)));
+    }
+    problem.compute_by_part.assign(static_cast<std::size_t>(parts), {});
+  }
   for (int l = 0; l < layers; ++l) {
     const StagePlan plan = layer_plan(l);
     const PlanCost c = plan_cost(plan, cost, network, tp_shape);
     problem.layers.push_back({c.time, state(plan.parameters), c.stored, plan.boundary_bytes});
+    for (std::size_t k = 0; k < part_costs.size(); ++k) {
+      problem.compute_by_part[k].push_back(plan_cost(plan, part_costs[k], network, tp_shape).time);
+    }
     if (!e.layer_table) {  // transformer layers are alike: price one, copy it
       for (int k = 1; k < layers; ++k) problem.layers.push_back(problem.layers.front());
+      for (auto& times : problem.compute_by_part) times.assign(layers, times.front());
       break;
     }
   }
@@ -88,8 +102,10 @@ PartitionProblem partition_problem(const Experiment& e) {
     const LayerSetting setting = layer_setting(e);
     const StagePlan first = plan_transformer_stage(e.model, setting, 0, 2, 0, 0);
     const StagePlan last = plan_transformer_stage(e.model, setting, 1, 2, layers, layers);
-    const PlanCost fc = plan_cost(first, cost, network, tp_shape);
-    const PlanCost lc = plan_cost(last, cost, network, tp_shape);
+    const PlanCost fc =
+        plan_cost(first, part_costs.empty() ? cost : part_costs.front(), network, tp_shape);
+    const PlanCost lc =
+        plan_cost(last, part_costs.empty() ? cost : part_costs.back(), network, tp_shape);
     problem.first_extra = {fc.time, state(first.parameters), fc.stored, Bytes(0)};
     problem.last_extra = {lc.time, state(last.parameters), lc.stored, Bytes(0)};
   }
@@ -98,16 +114,16 @@ PartitionProblem partition_problem(const Experiment& e) {
   for (int part = 0; part < parts; ++part) {
     ++parts_on_device[static_cast<std::size_t>(part_device(par.schedule, part, p))];
   }
-  const double usable = (static_cast<double>(e.cluster.device.memory_capacity.count()) -
-                         static_cast<double>(e.memory.reserved.count())) /
-                        e.memory.fragmentation;
   for (int part = 0; part < parts; ++part) {
     const int device = part_device(par.schedule, part, p);
+    const Bytes capacity = e.cluster.device_of(layout.rank(0, 0, device)).memory_capacity;
+    const double usable =
+        (static_cast<double>(capacity.count()) - static_cast<double>(e.memory.reserved.count())) /
+        e.memory.fragmentation;
     problem.in_flight.push_back(microbatches_in_flight(par.schedule, p, device, m));
     problem.capacity.push_back(Bytes(static_cast<std::int64_t>(
         std::max(0.0, usable) / parts_on_device[static_cast<std::size_t>(device)])));
   }
-  const auto layout = layout_of(e);
   const bool across_nodes =
       p > 1 && e.cluster.node_of(layout.rank(0, 0, 0)) != e.cluster.node_of(layout.rank(0, 0, 1));
   const hw::LinkSpec& link = across_nodes ? e.cluster.inter_node : e.cluster.intra_node;

@@ -90,6 +90,29 @@ class CostModel {
       const Time bytes = bw > 0 ? transfer_time(c.output, p.p2p) : Time::zero();
       hop_[u] = checked_add(bytes.picoseconds(), p.p2p_latency.picoseconds());
     }
+    if (!p.compute_by_part.empty()) {
+      if (p.compute_by_part.size() != parts) {
+        throw std::invalid_argument("partition: compute_by_part has " +
+                                    std::to_string(p.compute_by_part.size()) + " entries for " +
+                                    std::to_string(parts_) + " parts");
+      }
+      by_part_.assign(parts, std::vector<std::int64_t>(compute_.size(), 0));
+      for (std::size_t k = 0; k < parts; ++k) {
+        const auto& times = p.compute_by_part[k];
+        if (times.size() != p.layers.size()) {
+          throw std::invalid_argument("partition: compute_by_part of part " + std::to_string(k) +
+                                      " has " + std::to_string(times.size()) + " layers, not " +
+                                      std::to_string(layers_));
+        }
+        for (std::size_t l = 0; l < times.size(); ++l) {
+          if (times[l] < Time::zero()) {
+            throw std::invalid_argument("partition: compute_by_part of part " + std::to_string(k) +
+                                        " is negative at layer " + std::to_string(l));
+          }
+          by_part_[k][l + 1] = checked_add(by_part_[k][l], times[l].picoseconds());
+        }
+      }
+    }
     for (std::size_t k = 0; k < parts; ++k) {
       const int f = p.in_flight.empty() ? 1 : p.in_flight[k];
       if (f < 0)
@@ -112,7 +135,8 @@ class CostModel {
 
   /// Compute + p2p of part k running layers [i, j), in picoseconds.
   std::int64_t time(int k, int i, int j) const {
-    std::int64_t t = compute_[u(j)] - compute_[u(i)];
+    const auto& compute = by_part_.empty() ? compute_ : by_part_[static_cast<std::size_t>(k)];
+    std::int64_t t = compute[u(j)] - compute[u(i)];
     if (k == 0) t = checked_add(t, p_.first_extra.compute.picoseconds());
     if (k == parts_ - 1) t = checked_add(t, p_.last_extra.compute.picoseconds());
     if (k > 0) t = checked_add(t, hop_[u(i - 1)]);           // backward send of the gradient
@@ -149,6 +173,7 @@ class CostModel {
   const PartitionProblem& p_;
   int layers_, parts_;
   std::vector<std::int64_t> compute_, state_, activations_;  // prefix sums, layers + 1 entries
+  std::vector<std::vector<std::int64_t>> by_part_;           // per part, when devices differ
   std::vector<std::int64_t> hop_;  // one boundary transfer after layer l (bytes + latency)
 };
 

@@ -39,6 +39,11 @@ struct PartitionProblem {
   /// counts).
   Bandwidth p2p;
   Time p2p_latency;
+  /// Devices that differ (a mixed cluster, a straggler): the compute time of each layer on each
+  /// part's own device, parts x layers, used instead of layers[l].compute; empty = every part
+  /// runs a layer in layers[l].compute. The extras stay first_extra / last_extra (give them as
+  /// their parts' devices run them).
+  std::vector<std::vector<Time>> compute_by_part;
 };
 
 struct PartitionPlan {

@@ -393,3 +393,19 @@ TEST_CASE("large problems stay exact and fast") {
   CHECK(plan.layers_per_part.front() < plan.layers_per_part[1]);
   CHECK(plan.layers_per_part.back() < plan.layers_per_part[1]);
 }
+
+TEST_CASE("partition: parts on slower devices take fewer layers (compute_by_part)") {
+  PartitionProblem p;
+  p.layers = uniform(4, 1000);  // 1 ns per layer on the base device
+  p.parts = 2;
+  CHECK(balanced_partition(p).layers_per_part == std::vector<int>{2, 2});
+  // Part 1's device is twice as slow: splits 1+3 (max(1, 6) = 6), 2+2 (max(2, 4) = 4) and
+  // 3+1 (max(3, 2) = 3) ns: 3+1 wins.
+  p.compute_by_part = {std::vector<Time>(4, Time::ps(1000)), std::vector<Time>(4, Time::ps(2000))};
+  const auto plan = balanced_partition(p);
+  CHECK(plan.layers_per_part == std::vector<int>{3, 1});
+  CHECK(plan.part_time == times({3000, 2000}));
+  CHECK(evaluate_partition(p, {2, 2}).bottleneck == Time::ps(4000));
+  p.compute_by_part.pop_back();
+  CHECK_THROWS_AS(balanced_partition(p), std::invalid_argument);  // one entry per part
+}
