@@ -253,12 +253,23 @@ traces::Timeline run_simulation(const strategies::Program& program, const hw::Cl
   auto timeline = sim::simulate(program, cluster, network, options);
   Time span;
   for (const auto& s : timeline.spans) span = std::max(span, s.end);
+  // The busiest links of each tier, so that inter-node links (NICs, switches) show beside the
+  // usually busier links inside nodes: up to 5 of each, the inter-node ones first.
   const auto& topology = network.topology();
-  for (const auto& busy : usage.busiest(span, 10)) {
+  auto network_tier = [&](int vertex) {
+    const auto kind = topology.kind(vertex);
+    return kind == hw::VertexKind::nic || kind == hw::VertexKind::network_switch;
+  };
+  std::vector<traces::LinkLoad> inside;
+  for (const auto& busy : usage.busiest(span, static_cast<std::size_t>(topology.link_count()))) {
     const auto& link = topology.link(busy.link);
-    links.push_back({topology.name(link.from) + " -> " + topology.name(link.to),
-                     Bandwidth(network.capacity(busy.link)), busy.bytes, busy.utilisation});
+    const bool between_nodes = network_tier(link.from) && network_tier(link.to);
+    auto& list = between_nodes ? links : inside;
+    if (list.size() >= 5) continue;
+    list.push_back({topology.name(link.from) + " -> " + topology.name(link.to),
+                    Bandwidth(network.capacity(busy.link)), busy.bytes, busy.utilisation});
   }
+  links.insert(links.end(), inside.begin(), inside.end());
   return timeline;
 }
 

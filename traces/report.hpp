@@ -98,7 +98,8 @@ struct Report {
   bool stopped_on_oom = false;  // the run was ended at the first out-of-memory on purpose
   /// Per (stream, collective kind or send), stream order then kind order.
   std::vector<CommTraffic> communication;
-  /// The busiest links, most utilised first (empty with the analytical network).
+  /// The busiest links (empty with the analytical network), most utilised first within each
+  /// group the caller makes (the CLI: up to 5 between switches and NICs, then up to 5 others).
   std::vector<LinkLoad> links;
 };
 
