@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "config_test_helpers.hpp"
 #include "hw_models/cluster.hpp"
 #include "hw_models/config_reader.hpp"
 #include "test_paths.hpp"
@@ -10,29 +11,8 @@
 using namespace stratasim;
 using config::ConfigError;
 
-namespace {
-
-std::filesystem::path write_temp(const std::string& name, const std::string& text) {
-  auto dir = std::filesystem::temp_directory_path() / "stratasim-test-config";
-  std::filesystem::create_directories(dir);
-  auto path = dir / name;
-  std::ofstream(path) << text;
-  return path;
-}
-
-// The ConfigError raised by `f`, or a failure if none is.
-template <class F>
-ConfigError error_of(F&& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e;
-  }
-  FAIL("expected a ConfigError");
-  return ConfigError("", "", "");
-}
-
-}  // namespace
+using testing::error_of;
+using testing::write_temp;
 
 TEST_CASE("unknown keys are errors with a suggestion") {
   auto doc =

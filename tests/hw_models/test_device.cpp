@@ -7,6 +7,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "config_test_helpers.hpp"
 #include "hw_models/cluster.hpp"
 #include "hw_models/device.hpp"
 #include "hw_models/profile.hpp"
@@ -18,22 +19,10 @@ using config::ConfigError;
 namespace {
 
 std::filesystem::path write_temp(const std::string& name, const std::string& text) {
-  auto path = std::filesystem::temp_directory_path() / "stratasim-test-device" / name;
-  std::filesystem::create_directories(path.parent_path());
-  std::ofstream(path) << text;
-  return path;
+  return testing::write_temp(name, text, "stratasim-test-device");
 }
 
-template <class F>
-ConfigError error_of(F&& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e;
-  }
-  FAIL("expected a ConfigError");
-  return ConfigError("", "", "");
-}
+using testing::error_of;
 
 double peak_of(const hw::DeviceSpec& d, DType t) {
   return d.peak(t).flops_per_second();
