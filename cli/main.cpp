@@ -15,6 +15,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/exec_commands.hpp"
 #include "hw_models/cluster.hpp"
 #include "hw_models/topology.hpp"
 #include "sim/collective_bench.hpp"
@@ -796,6 +797,9 @@ int main(int argc, char** argv) {
       "  stratasim simulate configs/jobs/gpt3-1.7b-dp16.json configs/jobs/llama2-7b-tp8-dp2.json\n"
       "      --cluster dgx-a100-32-oversubscribed --placement interleaved\n"
       "  stratasim collective dgx-h100-1-nvls --op all_reduce --algorithm ring --sizes 1G,4G\n"
+      "  stratasim run gpt-tiny-3d-8 --device host --out out/run\n"
+      "  stratasim validate gpt-tiny-3d-8 --device host --out out/validation\n"
+      "  stratasim calibrate --device cuda --out configs/hardware/profiles/h100.json\n"
       "  stratasim list models");
 
   SimulateArgs sim_args;
@@ -904,6 +908,56 @@ int main(int argc, char** argv) {
                          "analytical or flow (default: the cluster's)");
   collective->add_option("--out", coll_args.out, "Write collective.csv here");
 
+  // Real runs (exec/): the experiment's Program on GPUs (or CPU threads with --device host).
+  cli::RealRunArgs real_args;
+  auto add_real_run_options = [&](CLI::App* cmd) {
+    cmd->add_option("--device", real_args.device,
+                    "cuda (GPUs, the default) or host (CPU threads: small models, for testing)");
+    cmd->add_option("--warmup", real_args.warmup, "Warm-up iterations (default 1)");
+    cmd->add_option("--iterations", real_args.iterations,
+                    "Measured iterations; the median is reported (default 5)");
+    cmd->add_option("--watchdog", real_args.watchdog_s,
+                    "Seconds with no op finishing before a run is declared hung (default 60)");
+    cmd->add_flag("--verify", real_args.verify,
+                  "Host device: check every collective's sums and every transferred byte");
+    cmd->add_option("--capacity", real_args.capacity,
+                    "Device memory pool limit per rank, e.g. \"2 GiB\" (default: the GPU's "
+                    "memory; 4 GiB on the host device)");
+    cmd->add_option("--launch", real_args.launch,
+                    "auto (MPI under mpirun, else one process), single (one process drives every "
+                    "GPU) or mpi (one process per GPU)");
+    cmd->add_option("--out", real_args.out, "Write the outputs here");
+  };
+  auto* run = app.add_subcommand(
+      "run", "Run the experiment's Program for real (CUDA + NCCL, or CPU threads) and report it");
+  add_experiment_options(run);
+  add_real_run_options(run);
+  auto* validate = app.add_subcommand(
+      "validate",
+      "Simulate and run the same Program; the error per op class, stage, iteration and memory");
+  add_experiment_options(validate);
+  add_real_run_options(validate);
+  validate->add_option("--profile", real_args.profile,
+                       "A device profile (stratasim calibrate) for the prediction instead of the "
+                       "device's own");
+  cli::CalibrateArgs cal_args;
+  auto* calibrate = app.add_subcommand(
+      "calibrate", "Measure the present device(s) and write a device profile for the simulator");
+  calibrate->add_option("--out", cal_args.out, "The profile file to write")->required();
+  calibrate->add_option("--device", cal_args.device, "cuda (default) or host");
+  calibrate
+      ->add_option("--ranks", cal_args.ranks,
+                   "Devices for collective bandwidth (default 1: no collectives)")
+      ->check(CLI::PositiveNumber);
+  calibrate
+      ->add_option("--repetitions", cal_args.repetitions,
+                   "Timed repetitions per measurement (median)")
+      ->check(CLI::PositiveNumber);
+  calibrate->add_flag("--quick", cal_args.quick, "Fewer shapes and sizes");
+  calibrate->add_option("--name", cal_args.name,
+                        "Device name written in the profile (default: the GPU's name)");
+  calibrate->add_flag("--quiet", cal_args.quiet, "Print nothing on success");
+
   std::string list_what;
   auto* list =
       app.add_subcommand("list", "List the shipped devices, clusters, models or experiments");
@@ -924,10 +978,23 @@ int main(int argc, char** argv) {
     if (schedules->parsed()) return schedules_command(sim_args, schedule_micro_batches);
     if (list->parsed()) return list_command(list_what);
     if (collective->parsed()) return collective_command(coll_args);
+    if (run->parsed() || validate->parsed()) {
+      real_args.quiet = sim_args.quiet;
+      real_args.out = real_args.out.empty() ? sim_args.out : real_args.out;
+      check_out_dir(real_args.out);
+      auto experiment = strategies::load_experiment(resolve_experiment(sim_args.experiment),
+                                                    overrides_of(sim_args));
+      return run->parsed() ? cli::run_command(experiment, real_args)
+                           : cli::validate_command(std::move(experiment), real_args);
+    }
+    if (calibrate->parsed()) return cli::calibrate_command(cal_args);
   } catch (const config::ConfigError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitBadInput;
   } catch (const BadInput& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const cli::ExecSetupError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitBadInput;
   } catch (const InvalidProgram& e) {

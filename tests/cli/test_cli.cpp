@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/cli_helpers.hpp"
 #include "test_paths.hpp"
 
 namespace fs = std::filesystem;
@@ -20,36 +21,7 @@ using stratasim::testing::configs_dir;
 
 namespace {
 
-struct Result {
-  int status;
-  std::string output;  // stdout and stderr together
-};
-
-Result run(const std::string& args) {
-  std::string command = std::string(STRATASIM_BINARY) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string output;
-  std::array<char, 4096> buffer{};
-  std::size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
-
-fs::path scratch(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("stratasim-cli-" + std::to_string(getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using namespace stratasim::testing::cli;
 
 // A small experiment (GPT-3 1.7B on one DGX A100) written to `dir`, with `edit` applied.
 fs::path small_experiment(const fs::path& dir,

@@ -1,0 +1,50 @@
+// Running the stratasim executable as a user runs it, for the CLI tests.
+#pragma once
+
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace stratasim::testing::cli {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status;
+  std::string output;  // stdout and stderr together
+};
+
+inline Result run(const std::string& args) {
+  std::string command = std::string(STRATASIM_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string output;
+  std::array<char, 4096> buffer{};
+  std::size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+inline fs::path scratch(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("stratasim-cli-" + std::to_string(getpid())) / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+inline std::string read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace stratasim::testing::cli
