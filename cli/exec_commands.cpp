@@ -7,6 +7,7 @@
 #include <iomanip>
 #include <iostream>
 
+#include "exec/calibrate.hpp"
 #include "exec/devices.hpp"
 #include "exec/interpreter.hpp"
 #include "hw_models/config_reader.hpp"
@@ -238,8 +239,37 @@ int validate_command(strategies::Experiment experiment, const RealRunArgs& args)
 }
 
 int calibrate_command(const CalibrateArgs& args) {
-  (void)args;
-  throw ExecSetupError("calibrate: not wired yet");
+  exec::CalibrateOptions options;
+  options.kind = device_kind(args.device);
+  options.ranks = args.ranks;
+  options.repetitions = args.repetitions.value_or(0);
+  options.quick = args.quick;
+  options.device_name = args.name;
+  if (args.out.empty()) throw ExecSetupError("calibrate needs --out PROFILE.json");
+  const fs::path out(args.out);
+  std::error_code ec;
+  if (fs::is_directory(out, ec)) {
+    throw ExecSetupError("--out " + args.out + ": is a directory; give the profile's file name");
+  }
+  if (!out.parent_path().empty() && !fs::is_directory(out.parent_path(), ec)) {
+    throw ExecSetupError("--out " + args.out + ": " + out.parent_path().string() +
+                         " is not a directory");
+  }
+  hw::DeviceProfile profile;
+  try {
+    profile = exec::calibrate(options, args.quiet ? nullptr : &std::cout);
+  } catch (const std::invalid_argument& e) {
+    throw ExecSetupError(e.what());
+  } catch (const exec::ExecError& e) {
+    std::cerr << "error: calibration failed: " << e.what() << "\n";
+    return kExitRunFailed;
+  }
+  hw::write_profile(profile, out);
+  if (!args.quiet) {
+    std::cout << "wrote " << out.string() << " (" << profile.gemm.size()
+              << " GEMM shapes); name it in a device config's \"profile\" to use it\n";
+  }
+  return 0;
 }
 
 }  // namespace stratasim::cli

@@ -7,14 +7,22 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "hw_models/cluster.hpp"
+
 namespace stratasim::hw {
 
 namespace {
 
 constexpr std::int64_t kMaxDim = std::int64_t{1} << 40;
 
+constexpr std::int64_t kMaxRanks = std::int64_t{1} << 20;
+
 std::string row_path(std::size_t i) {
   return "gemm[" + std::to_string(i) + "]";
+}
+
+std::string collective_path(std::size_t i) {
+  return "collectives[" + std::to_string(i) + "]";
 }
 
 bool present(config::ObjectReader& r, std::string_view key) {
@@ -50,6 +58,45 @@ GemmMeasurement read_row(config::ObjectReader& r) {
   return g;
 }
 
+CollectiveMeasurementRow read_collective(config::ObjectReader& r) {
+  static_assert(std::size(kCollectiveKindNames) == 6);
+  CollectiveMeasurementRow c;
+  const std::string kind =
+      r.choice("kind", {kCollectiveKindNames[0], kCollectiveKindNames[1], kCollectiveKindNames[2],
+                        kCollectiveKindNames[3], kCollectiveKindNames[4], kCollectiveKindNames[5]});
+  c.kind = static_cast<std::uint8_t>(
+      std::find(std::begin(kCollectiveKindNames), std::end(kCollectiveKindNames), kind) -
+      std::begin(kCollectiveKindNames));
+  c.ranks = static_cast<int>(r.integer_in("ranks", 2, kMaxRanks));
+  c.bytes = r.bytes("bytes");
+  if (c.bytes <= Bytes(0)) r.fail("bytes", "expected a positive size");
+  c.time = r.time("time");
+  if (c.time <= Time::zero()) r.fail("time", "expected a positive duration");
+  r.finish();
+  return c;
+}
+
+/// Reads the array at `key` row by row. Dotted paths cannot index arrays: each row is read from
+/// a document of its own keyed "key[i]", and its errors are raised again at that path in `doc`
+/// (naming its file).
+template <class Read>
+void read_rows(const config::Document& doc, const std::string& path, config::ObjectReader& r,
+               std::string_view key, std::string_view what_array, std::string_view what_row,
+               Read read) {
+  const nlohmann::json& list = *doc.find(r.path_of(key));
+  if (!list.is_array()) r.fail(key, "expected an array of " + std::string(what_array));
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string at = std::string(key) + "[" + std::to_string(i) + "]";
+    auto single = config::Document::from_json(nlohmann::json::object({{at, list[i]}}), "row");
+    try {
+      config::ObjectReader rr(single, at, what_row);
+      read(rr);
+    } catch (const config::ConfigError& e) {
+      doc.fail(config::join_path(path, e.path()), e.message());
+    }
+  }
+}
+
 std::string exact(double v, const char* unit) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.17g %s", v, unit);
@@ -58,6 +105,10 @@ std::string exact(double v, const char* unit) {
 
 std::string exact(Time t) {
   return std::to_string(t.picoseconds()) + " ps";
+}
+
+std::string exact(Bytes b) {
+  return std::to_string(b.count()) + " B";
 }
 
 }  // namespace
@@ -82,6 +133,45 @@ const GemmMeasurement* DeviceProfile::find_gemm(std::int64_t m, std::int64_t n, 
 bool DeviceProfile::has_gemm(DType dtype) const {
   return std::any_of(gemm.begin(), gemm.end(),
                      [&](const GemmMeasurement& g) { return g.dtype == dtype; });
+}
+
+Time interpolate_collective(const CollectiveCurve& curve, Bytes bytes) {
+  if (curve.empty()) throw std::invalid_argument("interpolate_collective: no measured points");
+  const auto& [first_bytes, first_time] = curve.front();
+  if (bytes <= first_bytes) return first_time;  // the floor (and the smallest size itself)
+  const auto& [last_bytes, last_time] = curve.back();
+  if (bytes >= last_bytes) {
+    // The largest row's bandwidth: t_n S / S_n.
+    const double t = static_cast<double>(last_time.picoseconds()) *
+                     (static_cast<double>(bytes.count()) / static_cast<double>(last_bytes.count()));
+    return Time::ps(std::llround(t));
+  }
+  // First point at or above `bytes`; its predecessor is below.
+  const auto above = std::lower_bound(curve.begin(), curve.end(), bytes,
+                                      [](const auto& point, Bytes b) { return point.first < b; });
+  if (above->first == bytes) return above->second;
+  const auto below = above - 1;
+  const double x = std::log(static_cast<double>(bytes.count()));
+  const double xa = std::log(static_cast<double>(below->first.count()));
+  const double xb = std::log(static_cast<double>(above->first.count()));
+  const double ta = static_cast<double>(below->second.picoseconds());
+  const double tb = static_cast<double>(above->second.picoseconds());
+  return Time::ps(std::llround(ta + (tb - ta) * (x - xa) / (xb - xa)));
+}
+
+CollectiveCurve DeviceProfile::collective_curve(std::size_t kind, int ranks) const {
+  CollectiveCurve curve;
+  for (const auto& c : collectives) {
+    if (c.kind == kind && c.ranks == ranks) curve.emplace_back(c.bytes, c.time);
+  }
+  std::sort(curve.begin(), curve.end());
+  return curve;
+}
+
+std::optional<Time> DeviceProfile::collective_time(std::size_t kind, int ranks, Bytes bytes) const {
+  const CollectiveCurve curve = collective_curve(kind, ranks);
+  if (curve.empty()) return std::nullopt;
+  return interpolate_collective(curve, bytes);
 }
 
 std::vector<std::pair<const GemmMeasurement*, double>> DeviceProfile::nearest_gemms(
@@ -145,6 +235,38 @@ void DeviceProfile::validate() const {
   if (kernel_launch_overhead && *kernel_launch_overhead < Time::zero()) {
     throw ValidationError("kernel_launch_overhead", "expected a non-negative time");
   }
+  if (host_to_device_bandwidth && !(host_to_device_bandwidth->bytes_per_second() > 0)) {
+    throw ValidationError("copy_bandwidth.host_to_device", "expected a positive bandwidth");
+  }
+  if (device_to_host_bandwidth && !(device_to_host_bandwidth->bytes_per_second() > 0)) {
+    throw ValidationError("copy_bandwidth.device_to_host", "expected a positive bandwidth");
+  }
+  for (std::size_t i = 0; i < collectives.size(); ++i) {
+    const CollectiveMeasurementRow& c = collectives[i];
+    const std::string at = collective_path(i);
+    if (c.kind >= std::size(kCollectiveKindNames)) {
+      throw ValidationError(config::join_path(at, "kind"),
+                            "expected a collective kind, got index " + std::to_string(c.kind));
+    }
+    if (c.ranks < 2) {
+      throw ValidationError(config::join_path(at, "ranks"),
+                            "expected at least 2 devices, got " + std::to_string(c.ranks));
+    }
+    if (c.bytes <= Bytes(0)) {
+      throw ValidationError(config::join_path(at, "bytes"), "expected a positive size");
+    }
+    if (c.time <= Time::zero()) {
+      throw ValidationError(config::join_path(at, "time"), "expected a positive duration");
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      const CollectiveMeasurementRow& o = collectives[j];
+      if (o.kind == c.kind && o.ranks == c.ranks && o.bytes == c.bytes) {
+        throw ValidationError(at, "measures the same collective, group size and size as " +
+                                      collective_path(j) +
+                                      "; keep one row per (kind, ranks, bytes)");
+      }
+    }
+  }
 }
 
 DeviceProfile read_profile(const config::Document& doc, const std::string& path) {
@@ -180,21 +302,25 @@ DeviceProfile read_profile(const config::Document& doc, const std::string& path)
     a.finish();
   }
   if (present(r, "gemm")) {
-    const nlohmann::json& list = *doc.find(r.path_of("gemm"));
-    if (!list.is_array()) r.fail("gemm", "expected an array of measured GEMM shapes");
-    p.gemm.reserve(list.size());
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      // Dotted paths cannot index arrays: each row is read from a document of its own keyed
-      // "gemm[i]", and its errors are raised again at that path in `doc` (naming its file).
-      const std::string key = row_path(i);
-      auto single = config::Document::from_json(nlohmann::json::object({{key, list[i]}}), "row");
-      try {
-        config::ObjectReader rr(single, key, "a measured GEMM");
-        p.gemm.push_back(read_row(rr));
-      } catch (const config::ConfigError& e) {
-        doc.fail(config::join_path(path, e.path()), e.message());
-      }
+    read_rows(doc, path, r, "gemm", "measured GEMM shapes", "a measured GEMM",
+              [&](config::ObjectReader& rr) { p.gemm.push_back(read_row(rr)); });
+  }
+  // Keys of schema version 2.
+  for (const char* key : {"copy_bandwidth", "collectives"}) {
+    if (version < 2 && present(r, key)) {
+      r.fail(key, "was added in schema version 2; this file says \"schema_version\": " +
+                      std::to_string(version));
     }
+  }
+  if (present(r, "copy_bandwidth")) {
+    auto c = r.object("copy_bandwidth", "achieved host <-> device copy bandwidths");
+    if (c.has("host_to_device")) p.host_to_device_bandwidth = c.bandwidth("host_to_device");
+    if (c.has("device_to_host")) p.device_to_host_bandwidth = c.bandwidth("device_to_host");
+    c.finish();
+  }
+  if (present(r, "collectives")) {
+    read_rows(doc, path, r, "collectives", "measured collectives", "a measured collective",
+              [&](config::ObjectReader& rr) { p.collectives.push_back(read_collective(rr)); });
   }
   r.finish();
   doc.validated(path, [&] { p.validate(); });
@@ -209,7 +335,7 @@ DeviceProfile load_profile(const std::filesystem::path& file) {
 nlohmann::json to_json(const DeviceProfile& p) {
   nlohmann::json j = nlohmann::json::object();
   j["schema"] = std::string(DeviceProfile::kSchema);
-  j["schema_version"] = p.schema_version;
+  j["schema_version"] = DeviceProfile::kSchemaVersion;
   j["device"] = p.device;
   j["date"] = p.date;
   j["source"] = p.source;
@@ -235,6 +361,24 @@ nlohmann::json to_json(const DeviceProfile& p) {
                     {"time", exact(g.time)}});
   }
   j["gemm"] = rows;
+  nlohmann::json copy = nlohmann::json::object();
+  if (p.host_to_device_bandwidth) {
+    copy["host_to_device"] = exact(p.host_to_device_bandwidth->bytes_per_second(), "B/s");
+  }
+  if (p.device_to_host_bandwidth) {
+    copy["device_to_host"] = exact(p.device_to_host_bandwidth->bytes_per_second(), "B/s");
+  }
+  if (!copy.empty()) j["copy_bandwidth"] = copy;
+  if (!p.collectives.empty()) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& c : p.collectives) {
+      list.push_back({{"kind", std::string(kCollectiveKindNames[c.kind])},
+                      {"ranks", c.ranks},
+                      {"bytes", exact(c.bytes)},
+                      {"time", exact(c.time)}});
+    }
+    j["collectives"] = list;
+  }
   return j;
 }
 

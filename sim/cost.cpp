@@ -87,7 +87,15 @@ Time DeviceCostModel::copy_time(const Copy& c) const {
   const double share = 1.0 / devices_per_node_;
   auto pcie = [&] {
     const hw::HostSpec& h = host("a copy between device and host or NVMe");
-    return h.pcie.latency + transfer_time(c.bytes, h.pcie.bandwidth);
+    // The profile's measured copy bandwidth in this direction, when it has one, replaces the
+    // link's; the link's latency stays.
+    Bandwidth bandwidth = h.pcie.bandwidth;
+    if (const hw::DeviceProfile* profile = device_.profile.get()) {
+      const auto& measured = c.to == MemoryTier::device ? profile->host_to_device_bandwidth
+                                                        : profile->device_to_host_bandwidth;
+      if (measured) bandwidth = *measured;
+    }
+    return h.pcie.latency + transfer_time(c.bytes, bandwidth);
   };
   auto storage = [&](Bytes bytes) {
     return transfer_time(bytes, nvme("a copy to or from NVMe").bandwidth * share);

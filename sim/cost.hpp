@@ -20,7 +20,9 @@
 // figures it measures: a GEMM of a measured shape takes its measured time; another shape of a
 // measured dtype takes an efficiency interpolated in log space over the nearest measured
 // shapes, corrected by the roofline model's quantisation (gemm_efficiency); dtypes without rows
-// keep the roofline model. Attention rates, bandwidths and the launch overhead likewise.
+// keep the roofline model. Attention rates, bandwidths and the launch overhead likewise; a
+// measured host <-> device copy bandwidth (docs/calibration.md) replaces the pcie link's
+// bandwidth for copies in its direction (the link's latency stays).
 //
 // Heterogeneous clusters: the model of one rank uses that rank's device (overrides applied)
 // and multiplies its on-device work by the rank's slowdown (a straggler: throttled clocks, a
@@ -35,7 +37,8 @@
 //       params / (cores / devices per node * adam_params_per_second_per_core)),
 //   Adam moving 12 + 4 bytes read (fp32 master, momentum, variance; fp32 gradient) and 12 + e
 //   written (the states and the weights in the training dtype, e bytes);
-// - device <-> host copies: pcie latency + bytes / pcie bandwidth (the device's own link);
+// - device <-> host copies: pcie latency + bytes / pcie bandwidth (the device's own link; the
+//   profile's measured bandwidth for that direction when it has one);
 // - host <-> NVMe: bytes / (NVMe bandwidth / devices per node);
 // - device <-> NVMe: both of the above in series;
 // - within the host (or NVMe): bytes read and written at its share of the bandwidth.

@@ -47,7 +47,36 @@ AnalyticalNetwork::AnalyticalNetwork(const hw::ClusterSpec& cluster,
             ? info.shape.nodes <= 1 && ranks.size() > 1 &&
                   graph->reducing_switch(std::vector<std::int32_t>(ranks.begin(), ranks.end())) >= 0
             : cluster_switch_reduces(cluster_, info.shape);
+    // Measured collectives: a group within one node, every member with the same profile and
+    // the nominal intra-node link.
+    if (info.shape.nodes <= 1 && ranks.size() > 1) {
+      const hw::DeviceProfile* profile = cluster_.device_of(ranks.front()).profile.get();
+      auto uniform = [&] {
+        return std::all_of(ranks.begin(), ranks.end(), [&](std::int32_t r) {
+          return cluster_.device_of(r).profile.get() == profile &&
+                 &cluster_.intra_link_of(r) == &cluster_.intra_node;
+        });
+      };
+      if (profile != nullptr && !profile->collectives.empty() && uniform()) {
+        for (std::size_t k = 0; k < kKinds; ++k) {
+          info.measured[k] = measured_curve(profile, k, static_cast<int>(ranks.size()));
+        }
+      }
+    }
   }
+  if (const hw::DeviceProfile* profile = cluster_.device.profile.get()) {
+    for (const auto& row : profile->collectives) {
+      nominal_measured_[{row.kind, row.ranks}] = measured_curve(profile, row.kind, row.ranks);
+    }
+  }
+}
+
+const hw::CollectiveCurve* AnalyticalNetwork::measured_curve(const hw::DeviceProfile* profile,
+                                                             std::size_t kind, int ranks) {
+  const auto key = std::tuple{profile, kind, ranks};
+  auto it = curves_.find(key);
+  if (it == curves_.end()) it = curves_.emplace(key, profile->collective_curve(kind, ranks)).first;
+  return it->second.empty() ? nullptr : &it->second;
 }
 
 const AnalyticalNetwork::GroupInfo& AnalyticalNetwork::group(std::uint32_t group) const {
@@ -62,6 +91,10 @@ const AnalyticalNetwork::GroupInfo& AnalyticalNetwork::group(std::uint32_t group
 Time AnalyticalNetwork::collective_time(CollectiveKind kind, const GroupShape& shape,
                                         Bytes bytes) const {
   if (shape.size <= 1) return Time::zero();
+  if (shape.nodes <= 1) {
+    const auto it = nominal_measured_.find({static_cast<std::size_t>(kind), shape.size});
+    if (it != nominal_measured_.end()) return hw::interpolate_collective(*it->second, bytes);
+  }
   const auto members = nominal_members(shape, cluster_);
   std::vector<int> nodes;
   nodes.reserve(members.size());
@@ -92,6 +125,9 @@ CollectiveAlgorithm AnalyticalNetwork::algorithm(CollectiveKind kind, std::uint3
 Time AnalyticalNetwork::collective_time(CollectiveKind kind, std::uint32_t g, Bytes bytes) const {
   const GroupInfo& info = group(g);
   if (info.shape.size <= 1) return Time::zero();
+  if (const hw::CollectiveCurve* measured = info.measured[static_cast<std::size_t>(kind)]) {
+    return hw::interpolate_collective(*measured, bytes);
+  }
   const CollectiveAlgorithm a = algorithm(kind, g, bytes);
   if (a == CollectiveAlgorithm::nvls && !info.switch_reduces) {
     throw std::invalid_argument(

@@ -7,8 +7,10 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include "hw_models/cluster.hpp"
@@ -60,6 +62,13 @@ std::unique_ptr<Network> make_network(const hw::ClusterSpec& cluster,
 /// the pair's link: the intra-node link on one node, else the NICs; the slower end's figures.
 /// Costs are compiled on first use per (group, kind, algorithm), also from const members: one
 /// network is not to be shared between threads.
+///
+/// Measured collectives (docs/calibration.md): a collective over a group within one node whose
+/// members all use one device profile (hw_models/profile.hpp) with rows for its kind and group
+/// size, and whose members have no intra-node link override, takes the time interpolated from
+/// those rows (hw::interpolate_collective) instead of its algorithm's alpha-beta time. The
+/// shape-based collective_time does the same for a shape within one node with the cluster's
+/// base device's profile. The flow-level network keeps its link model.
 class AnalyticalNetwork final : public Network {
  public:
   AnalyticalNetwork(const hw::ClusterSpec& cluster, const strategies::Program& program);
@@ -96,14 +105,23 @@ class AnalyticalNetwork final : public Network {
     std::vector<MemberLinks> members;
     std::vector<int> nodes;
     bool switch_reduces = false;
+    // Measured times per kind (into curves_), when the group's device profile has them.
+    std::array<const hw::CollectiveCurve*, kKinds> measured{};
     // Compiled costs per (kind, algorithm), made on first use.
     std::array<std::unique_ptr<CollectiveCost>, kKinds * kAlgorithms> costs;
   };
   const GroupInfo& group(std::uint32_t group) const;
   const CollectiveCost& cost(std::uint32_t group, strategies::CollectiveKind kind,
                              hw::CollectiveAlgorithm algorithm) const;
+  /// The measured curve of `kind` over `ranks` devices in `profile`, or nullptr.
+  const hw::CollectiveCurve* measured_curve(const hw::DeviceProfile* profile, std::size_t kind,
+                                            int ranks);
 
   hw::ClusterSpec cluster_;
+  // Measured collective curves per (profile, kind, group size), built once.
+  std::map<std::tuple<const hw::DeviceProfile*, std::size_t, int>, hw::CollectiveCurve> curves_;
+  // Per kind and group size, the base device's measured curve (for shape-based costs).
+  std::map<std::pair<std::size_t, int>, const hw::CollectiveCurve*> nominal_measured_;
   mutable std::vector<GroupInfo> groups_;  // per program group; costs filled lazily
   std::vector<Active> active_;             // binary heap ordered by Later
   std::uint64_t sequence_ = 0;
