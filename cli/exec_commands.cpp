@@ -255,6 +255,12 @@ int calibrate_command(const CalibrateArgs& args) {
     throw ExecSetupError("--out " + args.out + ": " + out.parent_path().string() +
                          " is not a directory");
   }
+  if (options.kind == exec::DeviceKind::cuda && exec::visible_gpus() < options.ranks) {
+    throw ExecSetupError("calibrate needs " + std::to_string(options.ranks) +
+                         " GPU(s); this machine has " + std::to_string(exec::visible_gpus()) +
+                         " (" + exec::cuda_description() +
+                         "); --device host measures the host device (CPU threads) instead");
+  }
   hw::DeviceProfile profile;
   try {
     profile = exec::calibrate(options, args.quiet ? nullptr : &std::cout);

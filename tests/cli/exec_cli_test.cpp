@@ -96,3 +96,30 @@ TEST_CASE("cli validate: predicted and measured runs aligned op by op") {
   CHECK(fs::exists(dir / "v/predicted/report.json"));
   CHECK(fs::exists(dir / "v/measured/timeline.json"));
 }
+
+TEST_CASE("cli calibrate: the host device writes a profile that validate predicts with") {
+  const auto dir = scratch("calibrate-host");
+  const auto profile = dir / "host.json";
+  auto r = run("calibrate --device host --quick --ranks 2 --repetitions 3 --quiet --out " +
+               profile.string());
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const auto p = read_json(profile);
+  CHECK(p["schema"] == "stratasim-device-profile");
+  CHECK(p["schema_version"] == 2);
+  CHECK(p["gemm"].size() > 0);
+  CHECK(p["collectives"].size() > 0);
+  CHECK(p.contains("kernel_launch_overhead"));
+  CHECK(p.contains("copy_bandwidth"));
+  r = run("validate gpt-tiny-3d-8 --device host --iterations 1 --profile " + profile.string());
+  CHECK(r.status == 0);
+  CHECK(r.output.find("with its measured profile") != std::string::npos);
+}
+
+TEST_CASE("cli calibrate: without the GPUs it needs, it says so and writes nothing") {
+  const auto dir = scratch("calibrate-cuda");
+  const auto r = run("calibrate --ranks 64 --out " + (dir / "p.json").string());
+  CHECK(r.status == 2);
+  CHECK(r.output.find("calibrate needs 64 GPU(s)") != std::string::npos);
+  CHECK(!fs::exists(dir / "p.json"));
+}
