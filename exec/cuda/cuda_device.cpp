@@ -1534,6 +1534,22 @@ void CudaRankDevice::release(bool abort) noexcept {
 
 }  // namespace
 
+DeviceSetup device_setup(const ExecPlan& plan, int rank, int gpu, const ncclUniqueId& id,
+                         const WorldOptions& options, int ranks_in_process,
+                         std::function<bool()> aborted) {
+  DeviceSetup setup;
+  setup.plan = &plan;
+  setup.rank = rank;
+  setup.gpu = gpu;
+  setup.nccl_id = id;
+  setup.capacity = options.capacity;
+  setup.options = options.device;
+  setup.aborted = std::move(aborted);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  setup.host_threads = std::max(1, cores / std::max(1, ranks_in_process));
+  return setup;
+}
+
 std::unique_ptr<RankDevice> make_cuda_device(const DeviceSetup& setup) {
   return std::make_unique<CudaRankDevice>(setup);
 }

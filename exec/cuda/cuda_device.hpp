@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 
+#include "exec/devices.hpp"
 #include "exec/plan.hpp"
 #include "exec/rank_device.hpp"
 #include "hw_models/units.hpp"
@@ -29,6 +30,12 @@ struct DeviceSetup {
   /// CPU threads for a host optimizer step (the process's cores shared by its ranks).
   int host_threads = 1;
 };
+
+/// The setup of `rank` on CUDA device `gpu` of a process whose `ranks_in_process` ranks share
+/// its CPU cores (for host optimizer steps).
+DeviceSetup device_setup(const ExecPlan& plan, int rank, int gpu, const ncclUniqueId& id,
+                         const WorldOptions& options, int ranks_in_process,
+                         std::function<bool()> aborted);
 
 /// Creates the rank's device: selects the GPU, creates its streams, cuBLASLt handle, memory pool
 /// and NCCL communicators (the world's, then one per group and one per direction of every pair

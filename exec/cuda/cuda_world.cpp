@@ -34,17 +34,8 @@ class CudaLocalWorld final : public LocalWorld {
 
  private:
   std::unique_ptr<RankDevice> make(int rank) {
-    DeviceSetup setup;
-    setup.plan = &plan_;
-    setup.rank = rank;
-    setup.gpu = rank;
-    setup.nccl_id = id_;
-    setup.capacity = options_.capacity;
-    setup.options = options_.device;
-    setup.aborted = [this] { return aborted(); };
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    setup.host_threads = std::max(1, cores / std::max(1, plan_.world_size()));
-    return make_cuda_device(setup);
+    return make_cuda_device(device_setup(plan_, rank, rank, id_, options_, plan_.world_size(),
+                                         [this] { return aborted(); }));
   }
 
   const ExecPlan& plan_;

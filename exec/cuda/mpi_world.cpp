@@ -173,17 +173,8 @@ class MpiWorld final : public World {
   std::vector<int> local_ranks() const override { return {rank_}; }
 
   std::unique_ptr<RankDevice> make_device(int rank) override {
-    DeviceSetup setup;
-    setup.plan = &plan_;
-    setup.rank = rank;
-    setup.gpu = local_rank_;
-    setup.nccl_id = id_;
-    setup.capacity = options_.capacity;
-    setup.options = options_.device;
-    setup.aborted = [this] { return aborted(); };
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    setup.host_threads = std::max(1, cores / std::max(1, local_size_));
-    return make_cuda_device(setup);
+    return make_cuda_device(device_setup(plan_, rank, local_rank_, id_, options_, local_size_,
+                                         [this] { return aborted(); }));
   }
 
   bool barrier() override {
