@@ -53,6 +53,21 @@ std::string shape_name(const GemmShape& s) {
   return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
 }
 
+/// Runs a measurement Program once after the options' warm-up; a failure names `what`.
+MeasuredRun measure(const Program& program, const CalibrateOptions& options,
+                    const std::string& what) {
+  try {
+    const ExecPlan plan(program);
+    auto world = make_world(options.kind, plan, options.world);
+    RunOptions run_options;
+    run_options.warmup_iterations = options.warmup;
+    run_options.iterations = 1;
+    return exec::run(plan, *world, run_options);
+  } catch (const ExecError& e) {
+    throw ExecError("calibrate: " + what + ": " + e.what());
+  }
+}
+
 /// A Program on rank 0 alone whose items are ops of one or more kernels, run once and timed
 /// kernel by kernel.
 class SingleRankRun {
@@ -80,20 +95,11 @@ class SingleRankRun {
 
   void run(const CalibrateOptions& options) {
     program_.finish();
-    try {
-      const ExecPlan plan(program_);
-      auto world = make_world(options.kind, plan, options.world);
-      RunOptions run_options;
-      run_options.warmup_iterations = options.warmup;
-      run_options.iterations = 1;
-      const MeasuredRun measured = exec::run(plan, *world, run_options);
-      for (const KernelTiming& k : measured.kernels) by_op_[k.op].push_back(k);
-      for (auto& [op, list] : by_op_) {
-        std::sort(list.begin(), list.end(),
-                  [](const KernelTiming& a, const KernelTiming& b) { return a.index < b.index; });
-      }
-    } catch (const ExecError& e) {
-      throw ExecError("calibrate: " + what_ + ": " + e.what());
+    const MeasuredRun measured = measure(program_, options, what_);
+    for (const KernelTiming& k : measured.kernels) by_op_[k.op].push_back(k);
+    for (auto& [op, list] : by_op_) {
+      std::sort(list.begin(), list.end(),
+                [](const KernelTiming& a, const KernelTiming& b) { return a.index < b.index; });
     }
   }
 
@@ -328,17 +334,8 @@ void measure_collectives(const CalibrateOptions& options, int reps, hw::DevicePr
     }
   }
   program.finish();
-  MeasuredRun measured;
-  try {
-    const ExecPlan plan(program);
-    auto world = make_world(options.kind, plan, options.world);
-    RunOptions run_options;
-    run_options.warmup_iterations = options.warmup;
-    run_options.iterations = 1;
-    measured = exec::run(plan, *world, run_options);
-  } catch (const ExecError& e) {
-    throw ExecError("calibrate: collectives over " + std::to_string(n) + " ranks: " + e.what());
-  }
+  const MeasuredRun measured =
+      measure(program, options, "collectives over " + std::to_string(n) + " ranks");
   const auto& spans = measured.timeline.spans;
   for (std::size_t item = 0; item < items.size(); ++item) {
     std::vector<Time> times;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hw_models/cluster.hpp"
+#include "hw_models/config_test_helpers.hpp"
 #include "hw_models/topology.hpp"
 
 using namespace stratasim;
@@ -63,6 +64,8 @@ int vertex_named(const hw::Topology& t, const std::string& name) {
   return -1;
 }
 
+using testing::error_of;
+
 /// The bandwidth of the first link from vertex `a` to vertex `b`.
 double link_bandwidth(const hw::Topology& t, int a, int b) {
   for (int l : t.links_from(a)) {
@@ -81,17 +84,6 @@ config::ValidationError validation_error_of(F&& f) {
   }
   FAIL("expected a ValidationError");
   return config::ValidationError("", "");
-}
-
-template <class F>
-config::ConfigError config_error_of(F&& f) {
-  try {
-    f();
-  } catch (const config::ConfigError& e) {
-    return e;
-  }
-  FAIL("expected a ConfigError");
-  return config::ConfigError("", "", "");
 }
 
 bool contains(const std::string& text, const std::string& part) {
@@ -526,29 +518,29 @@ TEST_CASE("graph: parse errors name the JSON path") {
 
   auto bad = good;
   bad["vertices"][1]["kind"] = "switch";
-  auto e = config_error_of([&] { read(bad); });
+  auto e = error_of([&] { read(bad); });
   CHECK(e.source() == "cluster.json");
   CHECK(e.path() == "topology.vertices.1.kind");
   CHECK(contains(e.message(), "did you mean \"nvswitch\""));
   bad = good;
   bad["links"][0].erase("bandwidth");
-  e = config_error_of([&] { read(bad); });
+  e = error_of([&] { read(bad); });
   CHECK(e.path() == "topology.links.0.bandwidth");
   CHECK(contains(e.message(), "missing required key"));
   bad = good;
   bad["links"][1]["bandwith"] = "1 GB/s";
-  e = config_error_of([&] { read(bad); });
+  e = error_of([&] { read(bad); });
   CHECK(e.path() == "topology.links.1.bandwith");
   CHECK(contains(e.message(), "did you mean 'bandwidth'"));
   bad = good;
   bad["links"][2]["latency"] = 2;
-  CHECK(config_error_of([&] { read(bad); }).path() == "topology.links.2.latency");
+  CHECK(error_of([&] { read(bad); }).path() == "topology.links.2.latency");
   bad = good;
   bad["devices"][1] = 7;
-  CHECK(config_error_of([&] { read(bad); }).path() == "topology.devices.1");
+  CHECK(error_of([&] { read(bad); }).path() == "topology.devices.1");
   bad = good;
   bad["vertices"] = "sw";
-  CHECK(config_error_of([&] { read(bad); }).path() == "topology.vertices");
+  CHECK(error_of([&] { read(bad); }).path() == "topology.vertices");
 }
 
 TEST_CASE("read_topology: each kind's keys, and only those") {
@@ -573,22 +565,22 @@ TEST_CASE("read_topology: each kind's keys, and only those") {
   CHECK(read({{"kind", "nvswitch"}, {"sharp", true}}).sharp);
   CHECK(read({{"kind", "two_level"}}).kind == TopologyKind::two_level);
 
-  auto e = config_error_of([&] { read({{"kind", "fat_tree"}, {"nodes_per_rak", 4}}); });
+  auto e = error_of([&] { read({{"kind", "fat_tree"}, {"nodes_per_rak", 4}}); });
   CHECK(e.path() == "topology.nodes_per_rak");
   CHECK(contains(e.message(), "did you mean 'nodes_per_rack'"));
-  e = config_error_of([&] { read({{"kind", "ring"}, {"dims", {2, 3}}}); });
+  e = error_of([&] { read({{"kind", "ring"}, {"dims", {2, 3}}}); });
   CHECK(e.path() == "topology.dims");
   CHECK(contains(e.message(), "kind \"torus\""));
-  e = config_error_of([&] { read({{"kind", "two_level"}, {"sharp", true}}); });
+  e = error_of([&] { read({{"kind", "two_level"}, {"sharp", true}}); });
   CHECK(e.path() == "topology.sharp");
-  e = config_error_of([&] { read({{"kind", "fat-tree"}}); });
+  e = error_of([&] { read({{"kind", "fat-tree"}}); });
   CHECK(e.path() == "topology.kind");
   CHECK(contains(e.message(), "did you mean \"fat_tree\""));
-  e = config_error_of([&] { read({{"kind", "torus"}, {"dims", "4x4"}}); });
+  e = error_of([&] { read({{"kind", "torus"}, {"dims", "4x4"}}); });
   CHECK(e.path() == "topology.dims");
-  e = config_error_of([&] { read({{"kind", "pcie_tree"}, {"pcie", {{"bandwdith", "1 GB/s"}}}}); });
+  e = error_of([&] { read({{"kind", "pcie_tree"}, {"pcie", {{"bandwdith", "1 GB/s"}}}}); });
   CHECK(e.path() == "topology.pcie.bandwdith");
-  CHECK(config_error_of([&] { read({{"nodes_per_rack", 4}}); }).path() == "topology.kind");
+  CHECK(error_of([&] { read({{"nodes_per_rack", 4}}); }).path() == "topology.kind");
 }
 
 TEST_CASE("TopologySpec::validate checks ranges") {
