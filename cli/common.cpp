@@ -1,0 +1,287 @@
+// Pieces every stratasim command shares: finding configs, the experiment flags, lowering and
+// simulating, and the errors that map to exit codes.
+#include "cli/common.hpp"
+
+#include <cstdlib>
+#include <sstream>
+
+#include "hw_models/topology.hpp"
+#include "sim/flow_network.hpp"
+#include "sim/partition.hpp"
+#include "traces/bus_bandwidth.hpp"
+
+namespace stratasim::cli {
+
+namespace fs = std::filesystem;
+
+fs::path config_dir() {
+  if (const char* env = std::getenv("STRATASIM_CONFIG_DIR"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  return STRATASIM_CONFIG_DIR;
+}
+
+// An experiment given by path, or by name from the catalog ("gpt3-175b-a100-1024").
+fs::path resolve_experiment(const std::string& given) {
+  fs::path path(given);
+  std::error_code ec;
+  if (fs::exists(path, ec)) return path;
+  if (path.parent_path().empty()) {
+    fs::path catalog = config_dir() / "experiments" / (given + ".json");
+    if (fs::exists(catalog, ec)) return catalog;
+  }
+  return path;  // loading reports "no such file" with the name given
+}
+
+// The ranks timeline.json and memory.csv cover: "all", "stages" (tensor- and data-parallel
+// rank 0 of every pipeline stage), a comma-separated list, or "auto" (all up to 256 ranks).
+// With mirroring only data-parallel replica 0 runs ops: "all" means its ranks, and a mirrored
+// rank asked for by number is an error that points to --exact.
+std::vector<std::int32_t> trace_ranks(const std::string& spec, const strategies::RankLayout& layout,
+                                      bool mirrored) {
+  const int world = layout.world_size();
+  std::string mode = spec == "auto" ? (world <= kTraceAllUpTo ? "all" : "stages") : spec;
+  std::vector<std::int32_t> ranks;
+  if (mode == "all") {
+    if (mirrored && layout.dp > 1) {
+      for (int r = 0; r < world; ++r) {
+        if (layout.dp_index(r) == 0) ranks.push_back(r);
+      }
+    }
+    return ranks;
+  }
+  if (mode == "stages") {
+    for (int s = 0; s < layout.pp; ++s) ranks.push_back(layout.rank(0, 0, s));
+    return ranks;
+  }
+  std::stringstream list(mode);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    int rank = -1;
+    try {
+      std::size_t used = 0;
+      rank = std::stoi(item, &used);
+      if (used != item.size()) rank = -1;
+    } catch (const std::exception&) {
+    }
+    if (rank < 0 || rank >= world) {
+      throw BadInput("--trace-ranks expects all, stages or ranks from 0 to " +
+                     std::to_string(world - 1) + " separated by commas, got \"" + item + "\"");
+    }
+    if (mirrored && layout.dp_index(rank) != 0) {
+      throw BadInput("--trace-ranks: rank " + std::to_string(rank) + " mirrors rank " +
+                     std::to_string(layout.rank(layout.tp_index(rank), 0, layout.stage(rank))) +
+                     " (data-parallel replicas are simulated once); add --exact to trace it");
+    }
+    ranks.push_back(rank);
+  }
+  return ranks;
+}
+
+std::vector<strategies::Override> overrides_of(const SimulateArgs& a) {
+  std::vector<strategies::Override> o;
+  auto flag = [&](const char* name, const char* path, nlohmann::json value) {
+    o.push_back({path, value, "command line (" + std::string(name) + " " + value.dump() + ")"});
+  };
+  if (a.tp) flag("--tp", "parallelism.tp", *a.tp);
+  if (a.pp) flag("--pp", "parallelism.pp", *a.pp);
+  if (a.dp) {
+    flag("--dp", "parallelism.dp", *a.dp);
+  } else if (a.tp || a.pp) {
+    // A new tp or pp with no --dp: derive dp from the cluster again.
+    o.push_back({"parallelism.dp", nullptr, "command line (--tp/--pp without --dp)"});
+  }
+  if (a.micro_batch) flag("--micro-batch", "parallelism.micro_batch", *a.micro_batch);
+  if (a.global_batch) flag("--global-batch", "training.global_batch", *a.global_batch);
+  if (a.seq_len) flag("--seq-len", "training.seq_len", *a.seq_len);
+  if (a.schedule) flag("--schedule", "parallelism.schedule", *a.schedule);
+  if (a.virtual_stages) flag("--virtual-stages", "parallelism.virtual_stages", *a.virtual_stages);
+  if (a.partition) {  // "balanced", "even" or "9,8,8,7"
+    nlohmann::json value = *a.partition;
+    if (a.partition->find(',') != std::string::npos ||
+        a.partition->find_first_not_of("0123456789") == std::string::npos) {
+      value = nlohmann::json::array();
+      std::stringstream items(*a.partition);
+      std::string item;
+      while (std::getline(items, item, ',')) value.push_back(config::parse_override_value(item));
+    }
+    o.push_back(
+        {"parallelism.partition", value, "command line (--partition " + *a.partition + ")"});
+  }
+  if (a.sequence_parallel) flag("--sequence-parallel", "parallelism.sequence_parallel", true);
+  if (a.zero) flag("--zero", "parallelism.zero", *a.zero);
+  if (a.tp_mode) flag("--tp-mode", "parallelism.tp_mode", *a.tp_mode);
+  if (a.grad_compression) {
+    flag("--grad-compression", "parallelism.grad_compression", *a.grad_compression);
+  }
+  if (a.recompute) flag("--recompute", "parallelism.recompute", *a.recompute);
+  if (a.recompute_num_layers) {
+    flag("--recompute-num-layers", "parallelism.recompute_num_layers", *a.recompute_num_layers);
+  }
+  if (a.offload) {  // "optimizer,params" -> ["optimizer", "params"]
+    nlohmann::json list = nlohmann::json::array();
+    std::stringstream items(*a.offload);
+    std::string item;
+    while (std::getline(items, item, ',')) list.push_back(item);
+    o.push_back({"parallelism.offload", list, "command line (--offload " + *a.offload + ")"});
+  }
+  for (const auto& s : a.sets) {
+    auto eq = s.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw BadInput("--set expects dotted.key=value, got \"" + s + "\"");
+    }
+    std::string key = s.substr(0, eq);
+    o.push_back(
+        {key, config::parse_override_value(s.substr(eq + 1)), "command line (--set " + s + ")"});
+  }
+  return o;
+}
+
+// Fails early (before any work) when --out cannot become a folder: it, or its nearest existing
+// ancestor, is not a directory. Missing folders are created when the outputs are written.
+void check_out_dir(const std::string& out) {
+  if (out.empty()) return;
+  std::error_code ec;
+  fs::path dir = fs::absolute(fs::path(out), ec).lexically_normal();
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
+    throw BadInput("--out " + out + ": exists and is not a directory");
+  }
+  for (fs::path p = dir.parent_path(); !p.empty(); p = p.parent_path()) {
+    if (fs::exists(p, ec)) {
+      if (!fs::is_directory(p, ec)) {
+        throw BadInput("--out " + out + ": " + p.string() + " is not a directory");
+      }
+      break;
+    }
+    if (p == p.parent_path()) break;
+  }
+}
+
+// Data-parallel replicas behave alike on the analytical network (no contention) and identical
+// devices, so by default one replica is simulated and mirrored; --exact simulates every rank
+// (the same results). On the flow-level network replicas contend for links, and with per-device
+// overrides they differ: every rank is simulated there.
+bool mirrors(const strategies::Experiment& experiment, bool exact) {
+  return !exact && experiment.cluster.network_model == hw::NetworkModel::analytical &&
+         experiment.cluster.homogeneous();
+}
+
+strategies::Program lower_and_validate(const strategies::Experiment& experiment, bool exact) {
+  auto program =
+      sim::lower_partitioned(experiment, {.mirror_data_parallel = mirrors(experiment, exact)});
+  try {
+    strategies::validate(program);
+  } catch (const strategies::ProgramError& e) {
+    throw InvalidProgram(std::string("the lowered program is invalid: ") + e.what());
+  }
+  return program;
+}
+
+sim::MemoryOverheads overheads_of(const strategies::Experiment& e) {
+  return sim::MemoryOverheads{e.memory.fragmentation, e.memory.reserved};
+}
+
+// Simulates on the cluster's network model; with the flow-level network, also the busiest
+// links of the run (observed from outside the network, as every statistic is).
+traces::Timeline run_simulation(const strategies::Program& program, const hw::ClusterSpec& cluster,
+                                const sim::SimOptions& options,
+                                std::vector<traces::LinkLoad>& links) {
+  if (cluster.network_model != hw::NetworkModel::flow) {
+    return sim::simulate(program, cluster, options);
+  }
+  sim::FlowNetwork network(cluster, hw::build_topology(cluster), program);
+  sim::LinkUsage usage(network);
+  network.set_observer(&usage);
+  auto timeline = sim::simulate(program, cluster, network, options);
+  Time span;
+  for (const auto& s : timeline.spans) span = std::max(span, s.end);
+  // The busiest links of each tier, so that inter-node links (NICs, switches) show beside the
+  // usually busier links inside nodes: up to 5 of each, the inter-node ones first.
+  const auto& topology = network.topology();
+  auto network_tier = [&](int vertex) {
+    const auto kind = topology.kind(vertex);
+    return kind == hw::VertexKind::nic || kind == hw::VertexKind::network_switch;
+  };
+  std::vector<traces::LinkLoad> inside;
+  for (const auto& busy : usage.busiest(span, static_cast<std::size_t>(topology.link_count()))) {
+    const auto& link = topology.link(busy.link);
+    const bool between_nodes = network_tier(link.from) && network_tier(link.to);
+    auto& list = between_nodes ? links : inside;
+    if (list.size() >= 5) continue;
+    list.push_back({topology.name(link.from) + " -> " + topology.name(link.to),
+                    Bandwidth(network.capacity(busy.link)), busy.bytes, busy.utilisation});
+  }
+  links.insert(links.end(), inside.begin(), inside.end());
+  return timeline;
+}
+
+// {0,1,2,3,8,9} -> "0-3,8-9".
+std::string ranges_text(const std::vector<std::int32_t>& devices) {
+  std::string out;
+  for (std::size_t i = 0; i < devices.size();) {
+    std::size_t j = i;
+    while (j + 1 < devices.size() && devices[j + 1] == devices[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += std::to_string(devices[i]);
+    if (j > i) out += "-" + std::to_string(devices[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+fs::path resolve_cluster(const std::string& given) {
+  fs::path path(given);
+  std::error_code ec;
+  if (fs::exists(path, ec)) return path;
+  if (path.parent_path().empty()) {
+    fs::path catalog = config_dir() / "hardware" / "clusters" / (given + ".json");
+    if (fs::exists(catalog, ec)) return catalog;
+  }
+  return path;
+}
+
+void add_experiment_options(CLI::App* cmd, SimulateArgs& sim_args) {
+  cmd->add_option("experiment", sim_args.experiment,
+                  "Experiment JSON file, or the name of one in configs/experiments")
+      ->required();
+  cmd->add_option("--tp", sim_args.tp, "Tensor-parallel degree")->check(CLI::PositiveNumber);
+  cmd->add_option("--pp", sim_args.pp, "Pipeline stages")->check(CLI::PositiveNumber);
+  cmd->add_option("--dp", sim_args.dp, "Data-parallel degree (default: the remaining devices)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--micro-batch", sim_args.micro_batch, "Samples per microbatch")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--global-batch", sim_args.global_batch, "Samples per iteration")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--seq-len", sim_args.seq_len, "Tokens per sample")->check(CLI::PositiveNumber);
+  cmd->add_option("--schedule", sim_args.schedule,
+                  "Pipeline schedule: gpipe, 1f1b, interleaved, pipedream-2bw, merak-scp, zb-h1, "
+                  "zb-h2, zb-v, chimera or terapipe (docs/schedules.md)");
+  cmd->add_option("--virtual-stages", sim_args.virtual_stages,
+                  "Model chunks per device with the interleaved schedule")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--partition", sim_args.partition,
+                  "Layers per stage: even, balanced (BaPipe) or a list like 9,8,8,7");
+  cmd->add_flag("--sequence-parallel", sim_args.sequence_parallel, "Megatron sequence parallelism");
+  cmd->add_option("--zero", sim_args.zero, "ZeRO stage 0-3 (DeepSpeed)");
+  cmd->add_option("--tp-mode", sim_args.tp_mode,
+                  "Tensor parallelism: 1d (Megatron), 2d, 2.5d or 3d (Colossal-AI; "
+                  "docs/tensor-parallelism.md)");
+  cmd->add_option("--grad-compression", sim_args.grad_compression,
+                  "Data-parallel gradients: none, fp16, int8, topk or s2-reducer "
+                  "(docs/grad-compression.md)");
+  cmd->add_option("--recompute", sim_args.recompute,
+                  "Activation recomputation: none, full, selective or stage_aware");
+  cmd->add_option("--recompute-num-layers", sim_args.recompute_num_layers,
+                  "Layers per checkpoint (uniform) or recomputed per stage (block)");
+  cmd->add_option("--offload", sim_args.offload,
+                  "Offload to the host: optimizer, params, nvme, activations (comma-separated)");
+  cmd->add_option("--set", sim_args.sets,
+                  "Override any config value: dotted.key=value (repeatable), e.g. "
+                  "training.seq_len=4096 or cluster.inter_node.bandwidth=\"400 Gb/s\"");
+  cmd->add_flag("--quiet", sim_args.quiet, "Print nothing on success");
+  cmd->add_flag("--exact", sim_args.exact,
+                "Simulate every data-parallel replica instead of one mirrored for all (the "
+                "report is the same; slower; traces then cover every rank)");
+}
+
+}  // namespace stratasim::cli
