@@ -1,10 +1,1192 @@
-// Placeholder until the importer lands (issue 7, in progress).
+// Chakra ET import (protobuf and JSON forms) and export.
 #include "traces/chakra.hpp"
+
+#include <unistd.h>
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <system_error>
+
+#include <google/protobuf/util/json_util.h>
+#include <nlohmann/json.hpp>
+
+#include "et_def.pb.h"
+#include "traces/trace_builder.hpp"
 
 namespace stratasim::traces {
 
-ImportedTrace import_chakra(const std::filesystem::path& path) {
-  throw TraceError(path.string(), "", "the chakra importer is not built yet");
+namespace fs = std::filesystem;
+namespace st = stratasim::strategies;
+namespace pb = ChakraProtoMsg;
+using nlohmann::json;
+
+namespace {
+
+// Our own attributes: what Chakra has no field for, so that an exported Program comes back
+// exactly. Other tools ignore attributes they do not know.
+constexpr const char* kKernelsAttr = "stratasim.kernels";
+constexpr const char* kStreamAttr = "stratasim.stream";
+constexpr const char* kPhaseAttr = "stratasim.phase";
+constexpr const char* kMicrobatchAttr = "stratasim.microbatch";
+constexpr const char* kLayersAttr = "stratasim.layers";
+constexpr const char* kEffectsAttr = "stratasim.effects";
+constexpr const char* kDtypeAttr = "stratasim.dtype";
+constexpr const char* kInitialMemoryAttr = "stratasim.initial_memory";
+constexpr const char* kGroupNamesAttr = "stratasim.groups";
+constexpr const char* kChakraVersion = "0.0.4";  // what Chakra's converters write
+
+// Bounds that keep imported numbers meaningful and the arithmetic on them from overflowing.
+constexpr std::int64_t kMaxBytes = std::int64_t{1} << 56;
+constexpr std::int64_t kMaxDim = std::int64_t{1} << 40;
+constexpr std::uint64_t kMaxMicros = 1'000'000'000'000ULL;  // 11.6 days, in microseconds
+constexpr int kMaxRanks = 1 << 20;
+
+template <typename E, int N>
+std::optional<E> enum_from_name(std::string_view name) {
+  for (int i = 0; i < N; ++i) {
+    const auto e = static_cast<E>(i);
+    if (st::name_of(e) == name) return e;
+  }
+  return std::nullopt;
+}
+
+template <typename E, int N>
+std::string enum_names() {
+  std::string text;
+  for (int i = 0; i < N; ++i) {
+    text += (i == 0 ? "\"" : ", \"") + std::string(st::name_of(static_cast<E>(i))) + "\"";
+  }
+  return text;
+}
+
+std::string_view optimizer_name(st::OptimizerKind k) {
+  return k == st::OptimizerKind::adam ? "adam" : "sgd";
+}
+
+// ---- Reading JSON values of our attributes, with the path of what is wrong.
+
+class AttrReader {
+ public:
+  AttrReader(std::string file, std::string where, std::string attr)
+      : file_(std::move(file)), where_(std::move(where)), attr_(std::move(attr)) {}
+
+  [[noreturn]] void fail(const std::string& path, const std::string& expected) const {
+    throw TraceError(file_, where_, "attribute " + attr_ + path + ": expected " + expected);
+  }
+  json parse(const std::string& text) const {
+    try {
+      return json::parse(text);
+    } catch (const json::exception& e) {
+      throw TraceError(file_, where_, "attribute " + attr_ + " is not valid JSON: " + e.what());
+    }
+  }
+  const json& array(const json& v, const std::string& path, std::size_t min_size,
+                    std::size_t max_size) const {
+    if (!v.is_array() || v.size() < min_size || v.size() > max_size) {
+      fail(path, min_size == max_size ? "an array of " + std::to_string(min_size) + " values"
+                                      : "an array of " + std::to_string(min_size) + " to " +
+                                            std::to_string(max_size) + " values");
+    }
+    return v;
+  }
+  std::int64_t integer(const json& v, const std::string& path, std::int64_t lo,
+                       std::int64_t hi) const {
+    if (v.is_number_integer()) {
+      if (v.is_number_unsigned()) {
+        const auto u = v.get<std::uint64_t>();
+        if (u <= static_cast<std::uint64_t>(hi) && static_cast<std::int64_t>(u) >= lo) {
+          return static_cast<std::int64_t>(u);
+        }
+      } else {
+        const auto i = v.get<std::int64_t>();
+        if (i >= lo && i <= hi) return i;
+      }
+    }
+    fail(path, "an integer from " + std::to_string(lo) + " to " + std::to_string(hi));
+  }
+  double number(const json& v, const std::string& path) const {
+    if (v.is_number()) {
+      const double d = v.get<double>();
+      if (std::isfinite(d) && d >= 0 && d <= 1e30) return d;
+    }
+    fail(path, "a number from 0 to 1e30");
+  }
+  bool boolean(const json& v, const std::string& path) const {
+    if (!v.is_boolean()) fail(path, "true or false");
+    return v.get<bool>();
+  }
+  const std::string& string(const json& v, const std::string& path) const {
+    if (!v.is_string()) fail(path, "a string");
+    return v.get_ref<const std::string&>();
+  }
+  DType dtype(const json& v, const std::string& path) const {
+    const auto d = v.is_string() ? dtype_from_name(v.get_ref<const std::string&>()) : std::nullopt;
+    if (!d) fail(path, "a dtype name (fp32, tf32, fp16, bf16, fp8)");
+    return *d;
+  }
+  template <typename E, int N>
+  E named(const json& v, const std::string& path) const {
+    const auto e =
+        v.is_string() ? enum_from_name<E, N>(v.get_ref<const std::string&>()) : std::nullopt;
+    if (!e) fail(path, "one of " + enum_names<E, N>());
+    return *e;
+  }
+
+ private:
+  std::string file_, where_, attr_;
+};
+
+std::string idx(std::size_t i) {
+  return "[" + std::to_string(i) + "]";
+}
+
+// ---- Kernels as compact JSON: ["gemm", name, m, n, k, batch, dtype], ...
+
+json kernel_to_json(const st::Kernel& k) {
+  return std::visit(
+      [&](const auto& w) -> json {
+        using W = std::decay_t<decltype(w)>;
+        if constexpr (std::is_same_v<W, st::Gemm>) {
+          return json::array({"gemm", k.name, w.m, w.n, w.k, w.batch, name_of(w.dtype)});
+        } else if constexpr (std::is_same_v<W, st::Attention>) {
+          return json::array({"attention", k.name, w.batch, w.heads, w.kv_heads, w.seq_q, w.seq_kv,
+                              w.head_dim, w.causal, name_of(w.dtype), w.backward});
+        } else if constexpr (std::is_same_v<W, st::Elementwise>) {
+          return json::array(
+              {"elementwise", k.name, w.elements, w.bytes_read.count(), w.bytes_written.count()});
+        } else if constexpr (std::is_same_v<W, st::OptimizerStep>) {
+          return json::array(
+              {"optimizer", k.name, w.params, optimizer_name(w.kind), name_of(w.dtype), w.on_host});
+        } else if constexpr (std::is_same_v<W, st::Copy>) {
+          return json::array(
+              {"copy", k.name, w.bytes.count(), st::name_of(w.from), st::name_of(w.to)});
+        } else if constexpr (std::is_same_v<W, st::Measured>) {
+          return json::array({"measured", k.name, w.duration.picoseconds()});
+        } else {
+          static_assert(std::is_same_v<W, st::RooflineWork>);
+          return json::array(
+              {"roofline", k.name, w.flops.count(), w.bytes.count(), name_of(w.dtype)});
+        }
+      },
+      k.work);
+}
+
+st::Kernel kernel_from_json(const AttrReader& in, const json& v, const std::string& p) {
+  in.array(v, p, 3, 11);
+  const std::string& kind = in.string(v[0], p + "[0]");
+  st::Kernel k;
+  k.name = in.string(v[1], p + "[1]");
+  auto dim = [&](std::size_t i) { return in.integer(v[i], p + idx(i), 0, kMaxDim); };
+  auto bytes = [&](std::size_t i) { return Bytes(in.integer(v[i], p + idx(i), 0, kMaxBytes)); };
+  if (kind == "gemm") {
+    in.array(v, p, 7, 7);
+    k.work = st::Gemm{dim(2), dim(3), dim(4), dim(5), in.dtype(v[6], p + "[6]")};
+  } else if (kind == "attention") {
+    in.array(v, p, 11, 11);
+    k.work = st::Attention{dim(2),
+                           dim(3),
+                           dim(4),
+                           dim(5),
+                           dim(6),
+                           dim(7),
+                           in.boolean(v[8], p + "[8]"),
+                           in.dtype(v[9], p + "[9]"),
+                           in.boolean(v[10], p + "[10]")};
+  } else if (kind == "elementwise") {
+    in.array(v, p, 5, 5);
+    k.work = st::Elementwise{dim(2), bytes(3), bytes(4)};
+  } else if (kind == "optimizer") {
+    in.array(v, p, 6, 6);
+    const std::string& o = in.string(v[3], p + "[3]");
+    if (o != "adam" && o != "sgd") in.fail(p + "[3]", "\"adam\" or \"sgd\"");
+    k.work =
+        st::OptimizerStep{dim(2), o == "adam" ? st::OptimizerKind::adam : st::OptimizerKind::sgd,
+                          in.dtype(v[4], p + "[4]"), in.boolean(v[5], p + "[5]")};
+  } else if (kind == "copy") {
+    in.array(v, p, 5, 5);
+    k.work = st::Copy{bytes(2), in.named<st::MemoryTier, st::kMemoryTierCount>(v[3], p + "[3]"),
+                      in.named<st::MemoryTier, st::kMemoryTierCount>(v[4], p + "[4]")};
+  } else if (kind == "measured") {
+    in.array(v, p, 3, 3);
+    k.work = st::Measured{Time::ps(in.integer(v[2], p + "[2]", 0, kMaxBytes))};
+  } else if (kind == "roofline") {
+    in.array(v, p, 5, 5);
+    k.work =
+        st::RooflineWork{Flops(in.number(v[2], p + "[2]")), bytes(3), in.dtype(v[4], p + "[4]")};
+  } else {
+    in.fail(p + "[0]",
+            "a kernel kind (gemm, attention, elementwise, optimizer, copy, measured, roofline)");
+  }
+  return k;
+}
+
+// ---- Protobuf attribute access.
+
+const pb::AttributeProto* find_attr(
+    const google::protobuf::RepeatedPtrField<pb::AttributeProto>& attrs, std::string_view name) {
+  for (const auto& a : attrs) {
+    if (a.name() == name) return &a;
+  }
+  return nullptr;
+}
+
+std::string_view value_kind(const pb::AttributeProto& a) {
+  switch (a.value_case()) {
+    case pb::AttributeProto::kStringVal:
+      return "a string";
+    case pb::AttributeProto::kBoolVal:
+      return "a bool";
+    case pb::AttributeProto::kDoubleVal:
+    case pb::AttributeProto::kFloatVal:
+      return "a floating-point number";
+    case pb::AttributeProto::VALUE_NOT_SET:
+      return "no value";
+    default:
+      return "a list or bytes";
+  }
+}
+
+// Any integer-typed value (Chakra's tools are not consistent about which one they use).
+std::optional<std::int64_t> integer_value(const pb::AttributeProto& a) {
+  using A = pb::AttributeProto;
+  auto from_unsigned = [](std::uint64_t u) -> std::optional<std::int64_t> {
+    if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return {};
+    return static_cast<std::int64_t>(u);
+  };
+  switch (a.value_case()) {
+    case A::kInt32Val:
+      return a.int32_val();
+    case A::kInt64Val:
+      return a.int64_val();
+    case A::kUint32Val:
+      return a.uint32_val();
+    case A::kUint64Val:
+      return from_unsigned(a.uint64_val());
+    case A::kSint32Val:
+      return a.sint32_val();
+    case A::kSint64Val:
+      return a.sint64_val();
+    case A::kFixed32Val:
+      return a.fixed32_val();
+    case A::kFixed64Val:
+      return from_unsigned(a.fixed64_val());
+    case A::kSfixed32Val:
+      return a.sfixed32_val();
+    case A::kSfixed64Val:
+      return a.sfixed64_val();
+    default:
+      return std::nullopt;
+  }
+}
+
+struct NodeReader {
+  const std::string& file;
+  const pb::Node& node;
+  std::string where() const { return "node " + std::to_string(node.id()); }
+  const pb::AttributeProto* attr(std::string_view name) const {
+    return find_attr(node.attr(), name);
+  }
+  std::optional<std::int64_t> integer(std::string_view name, std::int64_t lo,
+                                      std::int64_t hi) const {
+    const auto* a = attr(name);
+    if (!a) return std::nullopt;
+    const auto v = integer_value(*a);
+    if (!v || *v < lo || *v > hi) {
+      throw TraceError(file, where(),
+                       "attribute " + std::string(name) + ": expected an integer from " +
+                           std::to_string(lo) + " to " + std::to_string(hi) + ", found " +
+                           (v ? std::to_string(*v) : std::string(value_kind(*a))));
+    }
+    return v;
+  }
+  std::int64_t required(std::string_view name, std::int64_t lo, std::int64_t hi) const {
+    auto v = integer(name, lo, hi);
+    if (!v) {
+      throw TraceError(file, where(),
+                       "a " + std::string(pb::NodeType_Name(node.type())) +
+                           " needs the attribute " + std::string(name));
+    }
+    return *v;
+  }
+  std::optional<std::string> string(std::string_view name) const {
+    const auto* a = attr(name);
+    if (!a) return std::nullopt;
+    if (a->value_case() != pb::AttributeProto::kStringVal) {
+      throw TraceError(file, where(),
+                       "attribute " + std::string(name) + ": expected a string, found " +
+                           std::string(value_kind(*a)));
+    }
+    return a->string_val();
+  }
+  std::optional<bool> boolean(std::string_view name) const {
+    const auto* a = attr(name);
+    if (!a) return std::nullopt;
+    if (a->value_case() == pb::AttributeProto::kBoolVal) return a->bool_val();
+    if (const auto v = integer_value(*a); v && (*v == 0 || *v == 1)) return *v == 1;
+    throw TraceError(file, where(),
+                     "attribute " + std::string(name) + ": expected a bool, found " +
+                         std::string(value_kind(*a)));
+  }
+};
+
+std::optional<st::CollectiveKind> collective_kind(pb::CollectiveCommType t) {
+  switch (t) {
+    case pb::ALL_REDUCE:
+      return st::CollectiveKind::all_reduce;
+    case pb::REDUCE:
+      return st::CollectiveKind::reduce;
+    case pb::ALL_GATHER:
+      return st::CollectiveKind::all_gather;
+    case pb::BROADCAST:
+      return st::CollectiveKind::broadcast;
+    case pb::ALL_TO_ALL:
+      return st::CollectiveKind::all_to_all;
+    case pb::REDUCE_SCATTER:
+    case pb::REDUCE_SCATTER_BLOCK:  // the same traffic; only the output layout differs
+      return st::CollectiveKind::reduce_scatter;
+    case pb::BARRIER:  // synchronizes like a zero-byte all-reduce (latency only)
+      return st::CollectiveKind::all_reduce;
+    default:
+      return std::nullopt;
+  }
+}
+
+pb::CollectiveCommType comm_type_of(st::CollectiveKind k) {
+  switch (k) {
+    case st::CollectiveKind::all_reduce:
+      return pb::ALL_REDUCE;
+    case st::CollectiveKind::reduce_scatter:
+      return pb::REDUCE_SCATTER;
+    case st::CollectiveKind::all_gather:
+      return pb::ALL_GATHER;
+    case st::CollectiveKind::broadcast:
+      return pb::BROADCAST;
+    case st::CollectiveKind::reduce:
+      return pb::REDUCE;
+    case st::CollectiveKind::all_to_all:
+      return pb::ALL_TO_ALL;
+  }
+  return pb::ALL_REDUCE;
+}
+
+bool looks_data_parallel(std::string_view name) {
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return lower.rfind("dp", 0) == 0 || lower.find("data") != std::string::npos ||
+         lower.find("_dp") != std::string::npos || lower.find(" dp") != std::string::npos;
+}
+
+// ---- Decoding the two file forms into messages.
+
+struct RankMessages {
+  pb::GlobalMetadata metadata;
+  std::vector<pb::Node> nodes;
+};
+
+RankMessages decode_protobuf(const std::string& bytes, const std::string& file) {
+  RankMessages out;
+  if (bytes.empty()) {
+    throw TraceError(file, "byte 0", "the file is empty: expected a GlobalMetadata message first");
+  }
+  std::size_t pos = 0;
+  bool first = true;
+  while (pos < bytes.size()) {
+    const std::size_t start = pos;
+    std::uint64_t length = 0;
+    int shift = 0;
+    while (true) {
+      if (pos >= bytes.size()) {
+        throw TraceError(file, "byte " + std::to_string(start),
+                         "the message length is cut off by the end of the file (" +
+                             std::to_string(bytes.size()) + " bytes)");
+      }
+      const auto b = static_cast<unsigned char>(bytes[pos++]);
+      length |= static_cast<std::uint64_t>(b & 0x7F) << shift;
+      if ((b & 0x80) == 0) break;
+      shift += 7;
+      if (shift >= 35) {
+        throw TraceError(file, "byte " + std::to_string(start),
+                         "the message length is not a valid varint32");
+      }
+    }
+    if (length > bytes.size() - pos) {
+      throw TraceError(file, "byte " + std::to_string(start),
+                       "message length " + std::to_string(length) +
+                           " runs past the end of the file (" + std::to_string(bytes.size()) +
+                           " bytes)");
+    }
+    const char* data = bytes.data() + pos;
+    const int size = static_cast<int>(length);
+    if (first) {
+      if (!out.metadata.ParseFromArray(data, size)) {
+        throw TraceError(file, "byte " + std::to_string(start),
+                         "the first message (" + std::to_string(length) +
+                             " bytes) is not a valid Chakra GlobalMetadata");
+      }
+      first = false;
+    } else {
+      pb::Node node;
+      if (!node.ParseFromArray(data, size)) {
+        throw TraceError(
+            file, "byte " + std::to_string(start),
+            "message of " + std::to_string(length) + " bytes is not a valid Chakra Node");
+      }
+      out.nodes.push_back(std::move(node));
+    }
+    pos += length;
+  }
+  return out;
+}
+
+// Chakra's jsonizer writes the GlobalMetadata and then every Node as JSON objects one after
+// another (not an array); an array of the same objects is accepted too.
+RankMessages decode_json(const std::string& text, const std::string& file) {
+  RankMessages out;
+  std::size_t pos = 0;
+  const std::size_t n = text.size();
+  auto skip_space = [&] {
+    while (pos < n &&
+           (text[pos] == ' ' || text[pos] == '\n' || text[pos] == '\r' || text[pos] == '\t')) {
+      ++pos;
+    }
+  };
+  skip_space();
+  bool in_array = false;
+  if (pos < n && text[pos] == '[') {
+    in_array = true;
+    ++pos;
+  }
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;  // newer Chakra fields (storage) are not ours to read
+  std::size_t count = 0;
+  while (true) {
+    skip_space();
+    if (in_array && pos < n && text[pos] == ',' && count > 0) {
+      ++pos;
+      skip_space();
+    }
+    if (pos >= n) {
+      if (in_array) {
+        throw TraceError(file, "byte " + std::to_string(pos),
+                         "the JSON array is not closed before the end of the file");
+      }
+      break;
+    }
+    if (in_array && text[pos] == ']') {
+      ++pos;
+      skip_space();
+      if (pos < n) {
+        throw TraceError(file, "byte " + std::to_string(pos),
+                         "unexpected text after the closing ']'");
+      }
+      break;
+    }
+    if (text[pos] != '{') {
+      throw TraceError(
+          file, "byte " + std::to_string(pos),
+          std::string("expected '{' (a GlobalMetadata or Node object), found '") + text[pos] + "'");
+    }
+    const std::size_t start = pos;
+    int depth = 0;
+    bool in_string = false;
+    for (; pos < n; ++pos) {
+      const char c = text[pos];
+      if (in_string) {
+        if (c == '\\') {
+          ++pos;
+        } else if (c == '"') {
+          in_string = false;
+        }
+      } else if (c == '"') {
+        in_string = true;
+      } else if (c == '{' || c == '[') {
+        ++depth;
+      } else if (c == '}' || c == ']') {
+        if (--depth == 0) break;
+      }
+    }
+    if (pos >= n) {
+      throw TraceError(file, "byte " + std::to_string(start),
+                       "the JSON object starting here is not closed before the end of the file");
+    }
+    ++pos;
+    const std::string object = text.substr(start, pos - start);
+    const std::string where =
+        "JSON object " + std::to_string(count) + " (byte " + std::to_string(start) + ")";
+    if (count == 0) {
+      const auto status =
+          google::protobuf::util::JsonStringToMessage(object, &out.metadata, options);
+      if (!status.ok()) {
+        throw TraceError(file, where,
+                         "not a Chakra GlobalMetadata: " + std::string(status.message()));
+      }
+    } else {
+      pb::Node node;
+      const auto status = google::protobuf::util::JsonStringToMessage(object, &node, options);
+      if (!status.ok()) {
+        throw TraceError(file, where, "not a Chakra Node: " + std::string(status.message()));
+      }
+      out.nodes.push_back(std::move(node));
+    }
+    ++count;
+  }
+  if (count == 0) {
+    throw TraceError(file, "byte 0",
+                     "the file holds no JSON objects: expected a GlobalMetadata "
+                     "object, then Node objects");
+  }
+  return out;
+}
+
+// ---- Messages -> TraceOps.
+
+struct ImportState {
+  int world = 0;
+  std::vector<st::Group> groups;
+  std::map<std::string, std::uint32_t> group_of_pg;  // pg_name -> index in groups
+  bool have_comm_groups = false;
+  std::optional<std::uint32_t> world_group;
+  std::set<std::string> pgs_taken_as_world;
+  std::int64_t cpu_ops = 0, metadata_nodes = 0, other_nodes = 0, barriers = 0;
+
+  std::uint32_t world_group_index() {
+    if (!world_group) {
+      std::vector<std::int32_t> all(static_cast<std::size_t>(world));
+      for (int r = 0; r < world; ++r) all[static_cast<std::size_t>(r)] = r;
+      groups.push_back({std::move(all), "world"});
+      world_group = static_cast<std::uint32_t>(groups.size() - 1);
+    }
+    return *world_group;
+  }
+};
+
+TraceOp to_trace_op(ImportState& state, const NodeReader& in, int rank) {
+  const pb::Node& node = in.node;
+  TraceOp op;
+  op.id = node.id();
+  op.label = node.name();
+  op.deps.assign(node.data_deps().begin(), node.data_deps().end());
+  op.order_deps.assign(node.ctrl_deps().begin(), node.ctrl_deps().end());
+  // Provenance (our own attributes; absent in other tools' traces).
+  if (const auto s = in.string(kPhaseAttr)) {
+    const auto p = enum_from_name<st::Phase, st::kPhaseCount>(*s);
+    if (!p) {
+      throw TraceError(in.file, in.where(),
+                       std::string("attribute ") + kPhaseAttr + ": expected one of " +
+                           enum_names<st::Phase, st::kPhaseCount>() + ", found \"" + *s + "\"");
+    }
+    op.phase = *p;
+  }
+  if (const auto m = in.integer(kMicrobatchAttr, -1, std::numeric_limits<std::int32_t>::max())) {
+    op.microbatch = static_cast<std::int32_t>(*m);
+  }
+  if (const auto* a = in.attr(kLayersAttr)) {
+    if (a->value_case() != pb::AttributeProto::kInt64List || a->int64_list().values_size() != 2 ||
+        a->int64_list().values(0) < -1 || a->int64_list().values(1) < -1 ||
+        a->int64_list().values(0) > std::numeric_limits<std::int16_t>::max() ||
+        a->int64_list().values(1) > std::numeric_limits<std::int16_t>::max()) {
+      throw TraceError(in.file, in.where(),
+                       std::string("attribute ") + kLayersAttr +
+                           ": expected an int64_list of two layer numbers (first, one past last)");
+    }
+    op.layer_begin = static_cast<std::int16_t>(a->int64_list().values(0));
+    op.layer_end = static_cast<std::int16_t>(a->int64_list().values(1));
+  }
+  if (const auto e = in.string(kEffectsAttr)) {
+    const AttrReader r(in.file, in.where(), kEffectsAttr);
+    const json v = r.parse(*e);
+    r.array(v, "", 0, 0xFFFF);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const std::string p = idx(i);
+      r.array(v[i], p, 4, 4);
+      st::MemoryEffect m;
+      m.delta = Bytes(r.integer(v[i][0], p + "[0]", -kMaxBytes, kMaxBytes));
+      m.category = r.named<st::MemoryCategory, st::kMemoryCategoryCount>(v[i][1], p + "[1]");
+      m.tier = r.named<st::MemoryTier, st::kMemoryTierCount>(v[i][2], p + "[2]");
+      m.at_end = r.boolean(v[i][3], p + "[3]");
+      op.effects.push_back(m);
+    }
+  }
+  std::optional<st::Stream> stream;
+  if (const auto s = in.string(kStreamAttr)) {
+    stream = enum_from_name<st::Stream, st::kStreamCount>(*s);
+    if (!stream) {
+      throw TraceError(in.file, in.where(),
+                       std::string("attribute ") + kStreamAttr + ": expected one of " +
+                           enum_names<st::Stream, st::kStreamCount>() + ", found \"" + *s + "\"");
+    }
+  }
+
+  const auto micros = [&]() -> std::optional<Time> {
+    if (node.duration_micros() == 0) return std::nullopt;
+    if (node.duration_micros() > kMaxMicros) {
+      throw TraceError(in.file, in.where(),
+                       "duration_micros " + std::to_string(node.duration_micros()) + " is beyond " +
+                           std::to_string(kMaxMicros) + " (11 days)");
+    }
+    return Time::us(static_cast<std::int64_t>(node.duration_micros()));
+  };
+
+  switch (node.type()) {
+    case pb::COMP_NODE: {
+      const bool cpu = in.boolean("is_cpu_op").value_or(false);
+      op.stream = stream.value_or(cpu ? st::Stream::host : st::Stream::compute);
+      if (cpu) ++state.cpu_ops;
+      op.work = st::Compute{};
+      if (const auto k = in.string(kKernelsAttr)) {
+        const AttrReader r(in.file, in.where(), kKernelsAttr);
+        const json v = r.parse(*k);
+        r.array(v, "", 0, 1 << 20);
+        for (std::size_t i = 0; i < v.size(); ++i) {
+          op.kernels.push_back(kernel_from_json(r, v[i], idx(i)));
+        }
+      } else if (const auto d = micros()) {
+        op.kernels.push_back({st::Measured{*d}, node.name()});
+      } else {
+        const auto flops = in.integer("num_ops", 0, std::numeric_limits<std::int64_t>::max());
+        const auto bytes = in.integer("tensor_size", 0, kMaxBytes);
+        op.kernels.push_back({st::RooflineWork{Flops(static_cast<double>(flops.value_or(0))),
+                                               Bytes(bytes.value_or(0)), DType::bf16},
+                              node.name()});
+      }
+      return op;
+    }
+    case pb::COMM_COLL_NODE: {
+      const auto t = in.required("comm_type", 0, std::numeric_limits<std::int32_t>::max());
+      const auto type = static_cast<pb::CollectiveCommType>(t);
+      const auto kind = pb::CollectiveCommType_IsValid(static_cast<int>(t)) ? collective_kind(type)
+                                                                            : std::nullopt;
+      if (!kind) {
+        throw TraceError(in.file, in.where(),
+                         "comm_type " + std::to_string(t) +
+                             (pb::CollectiveCommType_IsValid(static_cast<int>(t))
+                                  ? " (" + pb::CollectiveCommType_Name(type) + ")"
+                                  : std::string()) +
+                             " is not supported: stratasim simulates ALL_REDUCE, REDUCE, "
+                             "ALL_GATHER, BROADCAST, ALL_TO_ALL, REDUCE_SCATTER(_BLOCK) and "
+                             "BARRIER");
+      }
+      st::Collective c;
+      c.kind = *kind;
+      if (type == pb::BARRIER) {
+        ++state.barriers;
+        c.bytes = Bytes(in.integer("comm_size", 0, kMaxBytes).value_or(0));
+      } else {
+        c.bytes = Bytes(in.required("comm_size", 0, kMaxBytes));
+      }
+      if (const auto d = in.string(kDtypeAttr)) {
+        const auto dt = dtype_from_name(*d);
+        if (!dt) {
+          throw TraceError(in.file, in.where(),
+                           std::string("attribute ") + kDtypeAttr +
+                               ": expected a dtype name (fp32, tf32, fp16, bf16, fp8), found \"" +
+                               *d + "\"");
+        }
+        c.dtype = *dt;
+      }
+      const auto pg = in.string("pg_name");
+      if (!pg) {
+        c.group = state.world_group_index();
+      } else if (auto it = state.group_of_pg.find(*pg); it != state.group_of_pg.end()) {
+        c.group = it->second;
+      } else if (state.have_comm_groups) {
+        throw TraceError(in.file, in.where(),
+                         "pg_name \"" + *pg + "\" is not in the comm-group file");
+      } else {
+        state.pgs_taken_as_world.insert(*pg);
+        c.group = state.world_group_index();
+      }
+      const std::string& group_name = state.groups[c.group].name;
+      op.stream =
+          stream.value_or(looks_data_parallel(pg.value_or("")) || looks_data_parallel(group_name)
+                              ? st::Stream::dp_comm
+                              : st::Stream::tp_comm);
+      op.work = c;
+      return op;
+    }
+    case pb::COMM_SEND_NODE:
+    case pb::COMM_RECV_NODE: {
+      const bool send = node.type() == pb::COMM_SEND_NODE;
+      const auto limit = static_cast<std::int64_t>(state.world) - 1;
+      const auto bytes = Bytes(in.required("comm_size", 0, kMaxBytes));
+      const auto peer =
+          static_cast<std::int32_t>(in.required(send ? "comm_dst" : "comm_src", 0, limit));
+      if (const auto self = in.integer(send ? "comm_src" : "comm_dst", 0, limit);
+          self && *self != rank) {
+        throw TraceError(in.file, in.where(),
+                         std::string(send ? "comm_src" : "comm_dst") + " is " +
+                             std::to_string(*self) + ", but the node is in rank " +
+                             std::to_string(rank) + "'s file");
+      }
+      if (send) {
+        op.work = st::Send{peer, bytes};
+        op.stream = stream.value_or(st::Stream::pp_send);
+      } else {
+        op.work = st::Recv{peer, bytes};
+        op.stream = stream.value_or(st::Stream::pp_recv);
+      }
+      return op;
+    }
+    case pb::MEM_LOAD_NODE:
+    case pb::MEM_STORE_NODE: {
+      // A transfer between host and device memory of tensor_size bytes.
+      const bool load = node.type() == pb::MEM_LOAD_NODE;
+      const auto bytes = Bytes(in.integer("tensor_size", 0, kMaxBytes).value_or(0));
+      op.stream = stream.value_or(st::Stream::copy);
+      op.work = st::Compute{};
+      op.kernels.push_back({st::Copy{bytes, load ? st::MemoryTier::host : st::MemoryTier::device,
+                                     load ? st::MemoryTier::device : st::MemoryTier::host},
+                            node.name()});
+      return op;
+    }
+    case pb::METADATA_NODE:
+      ++state.metadata_nodes;
+      op.skip = true;
+      return op;
+    default:
+      ++state.other_nodes;
+      op.skip = true;
+      return op;
+  }
+}
+
+std::string rank_file(std::string_view source, int rank, bool json_form) {
+  return std::string(source) + "." + std::to_string(rank) + (json_form ? ".json" : ".et");
+}
+
+}  // namespace
+
+ImportedTrace import_chakra_buffers(const std::vector<std::string>& per_rank,
+                                    const std::optional<std::string>& comm_groups,
+                                    std::string_view source, bool json_form) {
+  const std::string name(source);
+  if (per_rank.empty()) throw TraceError(name, "", "the trace has no rank files");
+  if (per_rank.size() > static_cast<std::size_t>(kMaxRanks)) {
+    throw TraceError(name, "", "more than " + std::to_string(kMaxRanks) + " ranks");
+  }
+  ImportState state;
+  state.world = static_cast<int>(per_rank.size());
+  std::vector<RankMessages> messages;
+  messages.reserve(per_rank.size());
+  std::vector<std::string> files;
+  for (std::size_t r = 0; r < per_rank.size(); ++r) {
+    files.push_back(rank_file(source, static_cast<int>(r), json_form));
+    messages.push_back(json_form ? decode_json(per_rank[r], files.back())
+                                 : decode_protobuf(per_rank[r], files.back()));
+  }
+  // Group names we wrote ourselves, index-aligned with the comm-group keys "0", "1", ...
+  std::vector<std::string> names;
+  if (const auto* a = find_attr(messages[0].metadata.attr(), kGroupNamesAttr)) {
+    const AttrReader r(files[0], "GlobalMetadata", kGroupNamesAttr);
+    if (a->value_case() != pb::AttributeProto::kStringVal) r.fail("", "a JSON string");
+    const json v = r.parse(a->string_val());
+    r.array(v, "", 0, 1 << 24);
+    for (std::size_t i = 0; i < v.size(); ++i) names.push_back(r.string(v[i], idx(i)));
+  }
+  if (comm_groups) {
+    const std::string file = name + ".comm_groups.json";
+    nlohmann::ordered_json doc;
+    try {
+      doc = nlohmann::ordered_json::parse(*comm_groups);
+    } catch (const nlohmann::ordered_json::exception& e) {
+      throw TraceError(file, "", std::string("not valid JSON: ") + e.what());
+    }
+    if (!doc.is_object()) {
+      throw TraceError(file, "", "expected an object {\"<pg_name>\": [ranks...], ...}");
+    }
+    state.have_comm_groups = true;
+    for (const auto& [key, ranks] : doc.items()) {
+      if (!ranks.is_array() || ranks.empty()) {
+        throw TraceError(file, key, "expected a non-empty array of ranks");
+      }
+      st::Group g;
+      for (std::size_t i = 0; i < ranks.size(); ++i) {
+        const auto& v = ranks[i];
+        if (!v.is_number_integer() || v.get<std::int64_t>() < 0 ||
+            v.get<std::int64_t>() >= state.world) {
+          throw TraceError(file, key + idx(i),
+                           "expected a rank from 0 to " + std::to_string(state.world - 1) +
+                               " (the trace has " + std::to_string(state.world) + " rank files)");
+        }
+        g.ranks.push_back(static_cast<std::int32_t>(v.get<std::int64_t>()));
+      }
+      const std::size_t index = state.groups.size();
+      g.name = index < names.size() && key == std::to_string(index) ? names[index] : "pg " + key;
+      state.group_of_pg.emplace(key, static_cast<std::uint32_t>(index));
+      state.groups.push_back(std::move(g));
+    }
+  }
+  TraceInput input;
+  input.ranks.resize(per_rank.size());
+  for (std::size_t r = 0; r < per_rank.size(); ++r) {
+    TraceRank& rank = input.ranks[r];
+    rank.source = files[r];
+    if (const auto* a = find_attr(messages[r].metadata.attr(), kInitialMemoryAttr)) {
+      const AttrReader in(files[r], "GlobalMetadata", kInitialMemoryAttr);
+      if (a->value_case() != pb::AttributeProto::kStringVal) in.fail("", "a JSON string");
+      const json v = in.parse(a->string_val());
+      in.array(v, "", 0, 1 << 16);
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::string p = idx(i);
+        in.array(v[i], p, 3, 3);
+        rank.initial_memory.push_back(
+            {in.named<st::MemoryCategory, st::kMemoryCategoryCount>(v[i][0], p + "[0]"),
+             in.named<st::MemoryTier, st::kMemoryTierCount>(v[i][1], p + "[1]"),
+             Bytes(in.integer(v[i][2], p + "[2]", 0, kMaxBytes))});
+      }
+    }
+    rank.ops.reserve(messages[r].nodes.size());
+    for (const auto& node : messages[r].nodes) {
+      rank.ops.push_back(to_trace_op(state, NodeReader{files[r], node}, static_cast<int>(r)));
+    }
+    messages[r].nodes.clear();
+  }
+  input.groups = state.groups;
+  ImportedTrace result{build_program(input), {}, std::nullopt};
+  if (!state.pgs_taken_as_world.empty()) {
+    std::string pgs;
+    for (const auto& pg : state.pgs_taken_as_world) pgs += (pgs.empty() ? "" : ", ") + pg;
+    result.notes.push_back("no comm-group file (" + name +
+                           ".comm_groups.json): collectives on process groups " + pgs +
+                           " were taken as spanning all " + std::to_string(state.world) + " ranks");
+  }
+  if (state.cpu_ops > 0) {
+    result.notes.push_back(std::to_string(state.cpu_ops) +
+                           " CPU compute nodes (is_cpu_op) run on the host stream");
+  }
+  if (state.barriers > 0) {
+    result.notes.push_back(std::to_string(state.barriers) +
+                           " BARRIER collectives simulated as all-reduces of comm_size bytes");
+  }
+  if (state.metadata_nodes > 0) {
+    result.notes.push_back(std::to_string(state.metadata_nodes) + " METADATA nodes skipped");
+  }
+  if (state.other_nodes > 0) {
+    result.notes.push_back(std::to_string(state.other_nodes) +
+                           " nodes of other types (INVALID, STORAGE, BATCH, CHECKPOINT) skipped; "
+                           "dependencies through them are kept");
+  }
+  return result;
+}
+
+ImportedTrace import_chakra(const fs::path& path) {
+  const std::string given = path.string();
+  std::error_code ec;
+  fs::path dir;
+  std::string stem;  // empty: any prefix in `dir`, which must be unique
+  if (fs::is_directory(path, ec)) {
+    dir = path;
+  } else {
+    dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+    stem = path.filename().string();
+    // A rank file given directly ("trace.0.et"): its prefix.
+    for (const char* ext : {".et", ".json"}) {
+      const std::string e(ext);
+      if (stem.size() > e.size() && stem.ends_with(e)) {
+        const std::string base = stem.substr(0, stem.size() - e.size());
+        const auto dot = base.rfind('.');
+        if (dot != std::string::npos && dot + 1 < base.size() &&
+            std::all_of(base.begin() + static_cast<std::ptrdiff_t>(dot) + 1, base.end(),
+                        [](char c) { return c >= '0' && c <= '9'; })) {
+          stem = base.substr(0, dot);
+        }
+      }
+    }
+  }
+  if (!fs::is_directory(dir, ec)) {
+    throw TraceError(given, "", "no such folder or trace prefix");
+  }
+  // prefix -> extension -> rank -> file
+  std::map<std::string, std::map<std::string, std::map<int, fs::path>>> found;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (!entry.is_regular_file(ec)) continue;
+    const std::string file = entry.path().filename().string();
+    for (const char* ext : {".et", ".json"}) {
+      const std::string e(ext);
+      if (file.size() <= e.size() || !file.ends_with(e)) continue;
+      const std::string base = file.substr(0, file.size() - e.size());
+      const auto dot = base.rfind('.');
+      if (dot == std::string::npos || dot == 0) continue;
+      const std::string digits = base.substr(dot + 1);
+      int rank = -1;
+      const auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), rank);
+      if (err != std::errc() || end != digits.data() + digits.size() || digits.empty() ||
+          rank < 0 || rank >= kMaxRanks) {
+        continue;
+      }
+      const std::string prefix = base.substr(0, dot);
+      if (!stem.empty() && prefix != stem) continue;
+      found[prefix][e][rank] = entry.path();
+    }
+  }
+  if (found.empty()) {
+    throw TraceError(given, "",
+                     "no Chakra trace files: expected per-rank files named "
+                     "<prefix>.<rank>.et (or .json)" +
+                         (stem.empty() ? " in this folder" : " with prefix \"" + stem + "\""));
+  }
+  if (found.size() > 1) {
+    std::string prefixes;
+    for (const auto& [p, unused] : found) prefixes += (prefixes.empty() ? "" : ", ") + p;
+    throw TraceError(given, "",
+                     "the folder holds several traces (prefixes " + prefixes +
+                         "); give one as <folder>/<prefix>");
+  }
+  const std::string prefix = found.begin()->first;
+  auto& by_ext = found.begin()->second;
+  std::vector<std::string> notes;
+  const bool json_form = !by_ext.contains(".et");
+  if (by_ext.size() > 1) notes.push_back("both .et and .json files found: the .et files were read");
+  const auto& ranks = by_ext[json_form ? ".json" : ".et"];
+  const int world = ranks.rbegin()->first + 1;
+  const fs::path base = dir / prefix;
+  for (int r = 0; r < world; ++r) {
+    if (!ranks.contains(r)) {
+      std::string present;
+      for (const auto& [k, unused] : ranks) {
+        present += (present.empty() ? "" : ", ") + std::to_string(k);
+      }
+      throw TraceError(
+          rank_file(base.string(), r, json_form), "",
+          "rank " + std::to_string(r) + "'s file is missing (found ranks " + present + ")");
+    }
+  }
+  auto read = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    if (!in) throw TraceError(p.string(), "", "cannot be read");
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+  };
+  std::vector<std::string> per_rank;
+  per_rank.reserve(static_cast<std::size_t>(world));
+  for (const auto& [r, p] : ranks) per_rank.push_back(read(p));
+  std::optional<std::string> groups;
+  const fs::path groups_file = base.string() + ".comm_groups.json";
+  if (fs::exists(groups_file, ec)) groups = read(groups_file);
+  auto result = import_chakra_buffers(per_rank, groups, base.string(), json_form);
+  result.notes.insert(result.notes.begin(), notes.begin(), notes.end());
+  return result;
+}
+
+// ---- Export.
+
+namespace {
+
+void set_string(pb::AttributeProto* a, std::string_view name, std::string value) {
+  a->set_name(std::string(name));
+  a->set_string_val(std::move(value));
+}
+
+void add_int64(pb::Node& n, std::string_view name, std::int64_t v) {
+  auto* a = n.add_attr();
+  a->set_name(std::string(name));
+  a->set_int64_val(v);
+}
+
+void add_int32(pb::Node& n, std::string_view name, std::int32_t v) {
+  auto* a = n.add_attr();
+  a->set_name(std::string(name));
+  a->set_int32_val(v);
+}
+
+void add_string(pb::Node& n, std::string_view name, std::string v) {
+  set_string(n.add_attr(), name, std::move(v));
+}
+
+void append_delimited(std::string& out, const google::protobuf::Message& m) {
+  std::string bytes;
+  if (!m.SerializeToString(&bytes)) throw std::runtime_error("Chakra export: serialization failed");
+  auto size = static_cast<std::uint64_t>(bytes.size());
+  do {
+    auto b = static_cast<unsigned char>(size & 0x7F);
+    size >>= 7;
+    if (size != 0) b |= 0x80;
+    out.push_back(static_cast<char>(b));
+  } while (size != 0);
+  out += bytes;
+}
+
+void append_json(std::string& out, const google::protobuf::Message& m) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  std::string text;
+  const auto status = google::protobuf::util::MessageToJsonString(m, &text, options);
+  if (!status.ok()) {
+    throw std::runtime_error("Chakra export: " + std::string(status.message()));
+  }
+  out += text;
+  if (out.empty() || out.back() != '\n') out += '\n';
+}
+
+}  // namespace
+
+void write_chakra(const fs::path& prefix, const st::Program& program,
+                  const ChakraExportOptions& options) {
+  if (program.mirrored()) {
+    throw std::invalid_argument(
+        "a Program with data-parallel mirroring cannot be exported as a Chakra trace (mirrored "
+        "ranks issue no ops of their own); lower it without mirroring");
+  }
+  const Timeline* timeline = options.timeline;
+  if (timeline && timeline->spans.size() != program.op_count()) timeline = nullptr;
+  const int world = program.world_size();
+  std::vector<std::string> files(static_cast<std::size_t>(world));
+
+  json group_names = json::array();
+  json comm_groups = json::object();
+  for (std::size_t g = 0; g < program.groups().size(); ++g) {
+    group_names.push_back(program.groups()[g].name);
+  }
+  for (int r = 0; r < world; ++r) {
+    std::string& out = files[static_cast<std::size_t>(r)];
+    pb::GlobalMetadata meta;
+    meta.set_version(kChakraVersion);
+    set_string(meta.add_attr(), "schema", "stratasim");
+    set_string(meta.add_attr(), kGroupNamesAttr, group_names.dump());
+    json initial = json::array();
+    for (const auto& m : program.initial_memory(r)) {
+      initial.push_back(
+          json::array({st::name_of(m.category), st::name_of(m.tier), m.bytes.count()}));
+    }
+    set_string(meta.add_attr(), kInitialMemoryAttr, initial.dump());
+    options.json_form ? append_json(out, meta) : append_delimited(out, meta);
+
+    const st::OpId first = program.first_op(r);
+    const auto ops = program.ops_of(r);
+    std::array<std::int64_t, st::kStreamCount> last_on_stream;
+    last_on_stream.fill(-1);
+    std::map<std::pair<int, int>, std::int32_t> tags;  // (src, dst) -> messages so far
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const st::Op& op = ops[i];
+      pb::Node node;
+      node.set_id(i);
+      node.set_name(program.label_of(op));
+      for (st::OpId d : program.deps_of(op)) node.add_data_deps(d - first);
+      auto& last = last_on_stream[static_cast<std::size_t>(op.stream)];
+      if (last >= 0) node.add_ctrl_deps(static_cast<std::uint64_t>(last));
+      last = static_cast<std::int64_t>(i);
+      if (timeline) {
+        const Span& s = timeline->spans[first + i];
+        // Whole microseconds, rounded to nearest (Chakra's unit).
+        auto micros = [](Time t) {
+          return static_cast<std::uint64_t>(
+              std::max<std::int64_t>(0, (t.picoseconds() + 500'000) / 1'000'000));
+        };
+        node.set_start_time_micros(micros(s.start));
+        node.set_duration_micros(micros(s.end - s.start));
+      }
+      std::visit(
+          [&](const auto& w) {
+            using W = std::decay_t<decltype(w)>;
+            if constexpr (std::is_same_v<W, st::Compute>) {
+              node.set_type(pb::COMP_NODE);
+              double flops = 0;
+              std::int64_t bytes = 0;
+              json kernels = json::array();
+              for (const auto& k : program.kernels_of(w)) {
+                flops += st::matmul_flops(k).count();
+                if (const auto* e = std::get_if<st::Elementwise>(&k.work)) {
+                  bytes += e->bytes_read.count() + e->bytes_written.count();
+                } else if (const auto* c = std::get_if<st::Copy>(&k.work)) {
+                  bytes += c->bytes.count();
+                } else if (const auto* rw = std::get_if<st::RooflineWork>(&k.work)) {
+                  bytes += rw->bytes.count();
+                }
+                kernels.push_back(kernel_to_json(k));
+              }
+              add_int64(node, "num_ops", static_cast<std::int64_t>(std::llround(flops)));
+              auto* ts = node.add_attr();
+              ts->set_name("tensor_size");
+              ts->set_uint64_val(static_cast<std::uint64_t>(bytes));
+              auto* cpu = node.add_attr();
+              cpu->set_name("is_cpu_op");
+              cpu->set_bool_val(false);
+              add_string(node, kKernelsAttr, kernels.dump());
+            } else if constexpr (std::is_same_v<W, st::Collective>) {
+              node.set_type(pb::COMM_COLL_NODE);
+              auto* cpu = node.add_attr();
+              cpu->set_name("is_cpu_op");
+              cpu->set_bool_val(false);
+              add_int64(node, "comm_type", comm_type_of(w.kind));
+              add_int64(node, "comm_size", w.bytes.count());
+              add_string(node, "pg_name", std::to_string(w.group));
+              add_string(node, kDtypeAttr, std::string(name_of(w.dtype)));
+            } else {
+              constexpr bool send = std::is_same_v<W, st::Send>;
+              node.set_type(send ? pb::COMM_SEND_NODE : pb::COMM_RECV_NODE);
+              const int src = send ? r : w.peer;
+              const int dst = send ? w.peer : r;
+              auto* cpu = node.add_attr();
+              cpu->set_name("is_cpu_op");
+              cpu->set_bool_val(false);
+              add_int32(node, "comm_src", src);
+              add_int32(node, "comm_dst", dst);
+              add_int64(node, "comm_size", w.bytes.count());
+              add_int32(node, "comm_tag", tags[{src, dst}]++);
+            }
+          },
+          op.work);
+      add_string(node, kStreamAttr, std::string(st::name_of(op.stream)));
+      add_string(node, kPhaseAttr, std::string(st::name_of(op.phase)));
+      if (op.microbatch >= 0) add_int64(node, kMicrobatchAttr, op.microbatch);
+      if (op.layer_begin >= 0 || op.layer_end >= 0) {
+        auto* a = node.add_attr();
+        a->set_name(kLayersAttr);
+        a->mutable_int64_list()->add_values(op.layer_begin);
+        a->mutable_int64_list()->add_values(op.layer_end);
+      }
+      const auto effects = program.effects_of(op);
+      if (!effects.empty()) {
+        json e = json::array();
+        for (const auto& m : effects) {
+          e.push_back(json::array(
+              {m.delta.count(), st::name_of(m.category), st::name_of(m.tier), m.at_end}));
+        }
+        add_string(node, kEffectsAttr, e.dump());
+      }
+      options.json_form ? append_json(out, node) : append_delimited(out, node);
+    }
+  }
+  // ASTRA-sim's comm-group file: {"<pg_name>": [ranks]}.
+  std::string groups_text = "{";
+  for (std::size_t g = 0; g < program.groups().size(); ++g) {
+    groups_text += (g == 0 ? "\n  \"" : ",\n  \"") + std::to_string(g) +
+                   "\": " + json(program.groups()[g].ranks).dump();
+  }
+  groups_text += program.groups().empty() ? "}\n" : "\n}\n";
+
+  // Write everything under temporary names, then rename into place.
+  const fs::path parent = prefix.has_parent_path() ? prefix.parent_path() : fs::path(".");
+  fs::create_directories(parent);
+  const std::string tmp_suffix = ".tmp-" + std::to_string(::getpid());
+  std::vector<std::pair<fs::path, fs::path>> moves;
+  auto stage = [&](const fs::path& final_path, const std::string& bytes) {
+    const fs::path tmp = final_path.string() + tmp_suffix;
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.close();
+    moves.emplace_back(tmp, final_path);
+    if (!out) throw std::runtime_error("cannot write " + tmp.string());
+  };
+  try {
+    for (int r = 0; r < world; ++r) {
+      stage(rank_file(prefix.string(), r, options.json_form), files[static_cast<std::size_t>(r)]);
+    }
+    stage(prefix.string() + ".comm_groups.json", groups_text);
+  } catch (...) {
+    std::error_code ignored;
+    for (const auto& [tmp, unused] : moves) fs::remove(tmp, ignored);
+    throw;
+  }
+  for (const auto& [tmp, final_path] : moves) fs::rename(tmp, final_path);
 }
 
 }  // namespace stratasim::traces

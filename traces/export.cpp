@@ -8,8 +8,17 @@
 //   microseconds printed exactly from the integer picoseconds with 6 decimals; name = the op's
 //   label (or the kind of work when it has none), cat = the phase, args = {op, microbatch (when
 //   >= 0), layers "first-last" (inclusive, when layer_begin >= 0), bytes (collectives, sends,
-//   receives), kind and group (collectives), peer (sends, receives)};
+//   receives), kind (collectives: all-reduce, ...; "send", "recv") and group (collectives),
+//   peer (sends, receives)};
 // - one "C" event per memory sample: pid = rank, name "memory (<tier>)", args {bytes: total}.
+// What a replay needs besides (traces/timeline_import.hpp, docs/replay.md):
+// - in the X events' args: deps (op ids, when the op has any), kernels (a compute op's index
+//   into the kernel lists), dtype and group_index (collectives), mem (memory effects, each
+//   [bytes, category, tier, at_end 0/1]);
+// - after traceEvents, "otherData" (a few readable facts that Perfetto shows) and "stratasim":
+//   {format, world_size, completed, op_counts (per rank), replica_of (when mirrored),
+//   overlapping_iterations, groups [{name, ranks}], kernel_lists (null for lists no exported op
+//   uses), initial_memory (every rank's: [bytes, category, tier]), cluster, context}.
 // The output depends only on its inputs, so equal inputs give byte-identical files.
 //
 // memory.csv: "rank,tier,time_s,total_bytes,op,label", one row per sample in timeline order,
@@ -32,6 +41,8 @@
 #include <vector>
 
 #include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 namespace stratasim::traces {
 
@@ -256,6 +267,142 @@ void write_file(const fs::path& path, const std::function<void(std::ostream&)>& 
   if (out.fail()) throw std::runtime_error("failed to close " + path.string());
 }
 
+// One kernel as the replay reads it back: {"name": ..., "<kind>": [fields]}.
+nlohmann::json kernel_json(const strategies::Kernel& k) {
+  using nlohmann::json;
+  json j = json::object();
+  j["name"] = k.name;
+  std::visit(
+      [&](const auto& w) {
+        using W = std::decay_t<decltype(w)>;
+        if constexpr (std::is_same_v<W, strategies::Gemm>) {
+          j["gemm"] = json::array({w.m, w.n, w.k, w.batch, name_of(w.dtype)});
+        } else if constexpr (std::is_same_v<W, strategies::Attention>) {
+          j["attention"] = json::array({w.batch, w.heads, w.kv_heads, w.seq_q, w.seq_kv, w.head_dim,
+                                        w.causal, name_of(w.dtype), w.backward});
+        } else if constexpr (std::is_same_v<W, strategies::Elementwise>) {
+          j["elementwise"] =
+              json::array({w.elements, w.bytes_read.count(), w.bytes_written.count()});
+        } else if constexpr (std::is_same_v<W, strategies::OptimizerStep>) {
+          j["optimizer"] =
+              json::array({w.params, w.kind == strategies::OptimizerKind::adam ? "adam" : "sgd",
+                           name_of(w.dtype), w.on_host});
+        } else if constexpr (std::is_same_v<W, strategies::Copy>) {
+          j["copy"] = json::array(
+              {w.bytes.count(), strategies::name_of(w.from), strategies::name_of(w.to)});
+        } else if constexpr (std::is_same_v<W, strategies::Measured>) {
+          j["measured_ps"] = w.duration.picoseconds();
+        } else {
+          static_assert(std::is_same_v<W, strategies::RooflineWork>);
+          j["roofline"] = json::array({w.flops.count(), w.bytes.count(), name_of(w.dtype)});
+        }
+      },
+      k.work);
+  return j;
+}
+
+std::string dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// The cluster's name: the given one, else the start of the context's "cluster" setup line
+// ("dgx-a100-1: 1 x 8 A100 ...").
+std::string cluster_name(const ExportOptions& options) {
+  if (!options.cluster.empty() || options.context == nullptr) return options.cluster;
+  for (const auto& [key, value] : options.context->setup) {
+    if (key == "cluster") return value.substr(0, value.find(':'));
+  }
+  return {};
+}
+
+// The top-level "otherData" and "stratasim" members (see the top of this file).
+void write_replay_info(Writer& w, const strategies::Program& program, const Timeline& timeline,
+                       const std::vector<char>& keep, const ExportOptions& options) {
+  using nlohmann::json;
+  const std::string cluster = cluster_name(options);
+  json other = json::object();
+  other["generator"] = "stratasim";
+  other["stratasim_format"] = 1;
+  other["world_size"] = program.world_size();
+  if (!cluster.empty()) other["cluster"] = cluster;
+  if (options.context != nullptr) other["experiment"] = options.context->experiment;
+  w << ",\n\"otherData\":" << dump(other) << ",\n\"stratasim\":{\"format\":1,\"world_size\":";
+  w.integer(program.world_size()) << ",\"completed\":" << (timeline.completed ? "true" : "false");
+  w << ",\"overlapping_iterations\":" << (program.overlapping_iterations() ? "true" : "false");
+  w << ",\n\"op_counts\":[";
+  for (int r = 0; r < program.world_size(); ++r) {
+    if (r > 0) w << ',';
+    w.integer(static_cast<std::int64_t>(program.ops_of(r).size()));
+  }
+  w << ']';
+  if (program.mirrored()) {
+    w << ",\n\"replica_of\":[";
+    for (int r = 0; r < program.world_size(); ++r) {
+      if (r > 0) w << ',';
+      w.integer(program.replica_of(r));
+    }
+    w << ']';
+  }
+  w << ",\n\"groups\":[";
+  for (std::size_t g = 0; g < program.groups().size(); ++g) {
+    const auto& group = program.groups()[g];
+    w << (g > 0 ? ",\n" : "\n") << R"({"name":)" << json_string(group.name) << R"(,"ranks":[)";
+    for (std::size_t i = 0; i < group.ranks.size(); ++i) {
+      if (i > 0) w << ',';
+      w.integer(group.ranks[i]);
+    }
+    w << "]}";
+  }
+  // Only the kernel lists of exported ops: a trace of a few ranks stays small.
+  std::vector<char> used(program.kernel_lists().size(), 0);
+  for (const Span& span : timeline.spans) {
+    if (!kept(keep, span.rank) || span.op >= program.op_count()) continue;
+    if (const auto* c = std::get_if<Compute>(&program.op(span.op).work)) {
+      if (c->kernels < used.size()) used[c->kernels] = 1;
+    }
+  }
+  w << "],\n\"kernel_lists\":[";
+  for (std::size_t l = 0; l < used.size(); ++l) {
+    w << (l > 0 ? ",\n" : "\n");
+    if (!used[l]) {
+      w << "null";
+      continue;
+    }
+    json list = json::array();
+    for (const auto& k : program.kernel_lists()[l]) list.push_back(kernel_json(k));
+    w << dump(list);
+  }
+  w << "],\n\"initial_memory\":[";
+  for (int r = 0; r < program.world_size(); ++r) {
+    // Every rank's (a few entries each): mirrored ranks hold memory too.
+    w << (r > 0 ? ",[" : "[");
+    bool first = true;
+    for (const auto& m : program.initial_memory(r)) {
+      w << (first ? "[" : ",[");
+      first = false;
+      w.integer(m.bytes.count()) << ",\"" << strategies::name_of(m.category) << "\",\""
+                                 << strategies::name_of(m.tier) << "\"]";
+    }
+    w << ']';
+  }
+  w << ']';
+  if (!cluster.empty()) w << ",\n\"cluster\":" << json_string(cluster);
+  if (const ReportContext* c = options.context) {
+    json context = json::object();
+    context["experiment"] = c->experiment;
+    context["samples_per_iteration"] = c->samples_per_iteration;
+    context["tokens_per_iteration"] = c->tokens_per_iteration;
+    context["device_peak_flops"] = c->device_peak.flops_per_second();
+    context["device_capacity_bytes"] = c->device_capacity.count();
+    context["stage_of_rank"] = c->stage_of_rank;
+    json setup = json::array();
+    for (const auto& [key, value] : c->setup) setup.push_back(json::array({key, value}));
+    context["setup"] = setup;
+    w << ",\n\"context\":" << dump(context);
+  }
+  w << "}";
+}
+
 }  // namespace
 
 void write_chrome_trace(std::ostream& out, const strategies::Program& program,
@@ -322,13 +469,41 @@ void write_chrome_trace(std::ostream& out, const strategies::Program& program,
         w << '"' << "group " << std::to_string(c->group) << '"';
       }
     } else if (const auto* s = std::get_if<Send>(&op.work)) {
-      w << R"(,"bytes":)";
+      w << R"(,"kind":"send","bytes":)";
       w.integer(s->bytes.count()) << R"(,"peer":)";
       w.integer(s->peer);
     } else if (const auto* r = std::get_if<Recv>(&op.work)) {
-      w << R"(,"bytes":)";
+      w << R"(,"kind":"recv","bytes":)";
       w.integer(r->bytes.count()) << R"(,"peer":)";
       w.integer(r->peer);
+    }
+    // What a replay needs (see the top of this file).
+    if (const auto* c = std::get_if<Collective>(&op.work)) {
+      w << R"(,"dtype":")" << name_of(c->dtype) << R"(","group_index":)";
+      w.integer(c->group);
+    } else if (const auto* k = std::get_if<Compute>(&op.work)) {
+      w << R"(,"kernels":)";
+      w.integer(k->kernels);
+    }
+    const auto deps = program.deps_of(op);
+    if (!deps.empty()) {
+      w << R"(,"deps":[)";
+      for (std::size_t d = 0; d < deps.size(); ++d) {
+        if (d > 0) w << ',';
+        w.integer(deps[d]);
+      }
+      w << ']';
+    }
+    const auto effects = program.effects_of(op);
+    if (!effects.empty()) {
+      w << R"(,"mem":[)";
+      for (std::size_t e = 0; e < effects.size(); ++e) {
+        w << (e > 0 ? ",[" : "[");
+        w.integer(effects[e].delta.count()) << ",\"" << strategies::name_of(effects[e].category)
+                                            << "\",\"" << strategies::name_of(effects[e].tier)
+                                            << "\"," << (effects[e].at_end ? '1' : '0') << ']';
+      }
+      w << ']';
     }
     w << "}}";
   }
@@ -343,7 +518,9 @@ void write_chrome_trace(std::ostream& out, const strategies::Program& program,
     w.fixed<6>(m.time.picoseconds()) << R"(,"args":{"bytes":)";
     w.integer(m.total.count()) << "}}";
   }
-  w << "\n]}\n";
+  w << "\n]";
+  write_replay_info(w, program, timeline, keep, options);
+  w << "}\n";
   w.flush();
 }
 
@@ -409,8 +586,11 @@ void write_outputs(const fs::path& dir, const strategies::Program& program,
                    .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
             << '\n';
       });
-      write_file(temp / kFiles[1],
-                 [&](std::ostream& out) { write_chrome_trace(out, program, timeline, options); });
+      ExportOptions trace_options = options;
+      if (trace_options.context == nullptr) trace_options.context = &context;
+      write_file(temp / kFiles[1], [&](std::ostream& out) {
+        write_chrome_trace(out, program, timeline, trace_options);
+      });
       write_file(temp / kFiles[2],
                  [&](std::ostream& out) { write_memory_csv(out, program, timeline, options); });
       if (!fs::exists(target)) made_target = fs::create_directories(target);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <iosfwd>
+#include <string>
 #include <vector>
 
 #include "strategies/program.hpp"
@@ -18,11 +19,21 @@ namespace stratasim::traces {
 /// a representative subset.
 struct ExportOptions {
   std::vector<std::int32_t> ranks;  // empty: every rank
+  /// The cluster the run was simulated on (a catalog name or a path), recorded so that a
+  /// replay finds it; empty: the name at the start of the context's "cluster" setup line.
+  std::string cluster;
+  /// The report's context (batch, tokens, peak rate, setup lines), recorded so that a replay
+  /// reports throughput and MFU like the original; write_outputs passes its own.
+  const ReportContext* context = nullptr;
 };
 
 /// Chrome trace event format: pid = rank, tid = stream, one complete ("X") event per op with
 /// its label, phase, microbatch and layers; memory per rank and tier as counter ("C") events;
 /// process and thread names as metadata. Timestamps in microseconds with picosecond digits.
+/// It is also replayable (`stratasim replay --format stratasim`, docs/replay.md): every X event
+/// carries its op's dependencies, kernel list, collective dtype and memory effects, and a
+/// top-level "stratasim" object holds the groups, kernel lists, mirroring, initial memory,
+/// cluster and report context.
 void write_chrome_trace(std::ostream& out, const strategies::Program& program,
                         const Timeline& timeline, const ExportOptions& options = {});
 

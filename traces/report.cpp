@@ -730,11 +730,21 @@ void print_summary(std::ostream& out, const Report& report, const ReportContext&
   std::vector<std::pair<std::string, std::string>> lines = context.setup;
   const std::size_t setup_count = lines.size();
   lines.emplace_back("iteration time", seconds_text(report.iteration_time_s));
-  lines.emplace_back("throughput", rate_text(report.tokens_per_s) + " tokens/s, " +
-                                       rate_text(report.samples_per_s) + " samples/s");
-  lines.emplace_back("model FLOP rate",
-                     to_string(FlopRate(report.model_tflops_per_device * 1e12)) + " per device");
-  lines.emplace_back("MFU / HFU", percent_text(report.mfu) + " / " + percent_text(report.hfu));
+  // Imported traces may not know the batch (Kineto, Chakra) or the kernels' shapes (measured
+  // durations only): say so rather than print zeros that read like results.
+  if (context.samples_per_iteration > 0) {
+    lines.emplace_back("throughput", rate_text(report.tokens_per_s) + " tokens/s, " +
+                                         rate_text(report.samples_per_s) + " samples/s");
+  } else {
+    lines.emplace_back("throughput", "unknown (the trace does not say the batch size)");
+  }
+  if (report.model_flops_per_iteration > 0) {
+    lines.emplace_back("model FLOP rate",
+                       to_string(FlopRate(report.model_tflops_per_device * 1e12)) + " per device");
+    lines.emplace_back("MFU / HFU", percent_text(report.mfu) + " / " + percent_text(report.hfu));
+  } else {
+    lines.emplace_back("model FLOP rate", "unknown (no kernel shapes: measured durations only)");
+  }
   lines.emplace_back("pipeline bubble", percent_text(report.bubble_fraction) + " of " +
                                             seconds_text(report.pipeline_time_s) +
                                             " (first forward to last backward)");

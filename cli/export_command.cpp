@@ -1,0 +1,59 @@
+// `stratasim export`: an experiment's Program as a Chakra trace.
+#include "cli/export_command.hpp"
+
+#include <filesystem>
+#include <iostream>
+
+#include "traces/chakra.hpp"
+
+namespace stratasim::cli {
+
+namespace fs = std::filesystem;
+
+void add_export_options(CLI::App* cmd, ExportArgs& args) {
+  add_experiment_options(cmd, args.experiment);
+  cmd->add_option("--format", args.format,
+                  "chakra (protobuf, <name>.<rank>.et) or chakra-json (Chakra's JSON form, "
+                  "<name>.<rank>.json)");
+  cmd->add_option("--out", args.out, "Folder to write the per-rank files and comm groups into")
+      ->required();
+  cmd->add_flag("--simulate", args.simulate,
+                "Simulate the experiment and record each node's start and duration "
+                "(start_time_micros, duration_micros)");
+}
+
+int export_command(const ExportArgs& args) {
+  if (args.format != "chakra" && args.format != "chakra-json") {
+    throw BadInput("--format " + args.format + ": expected chakra or chakra-json");
+  }
+  check_out_dir(args.out);
+  const auto experiment = strategies::load_experiment(
+      resolve_experiment(args.experiment.experiment), overrides_of(args.experiment));
+  // Every rank issues its own ops: a trace has one file per rank (no data-parallel mirroring).
+  const auto program = lower_and_validate(experiment, /*exact=*/true);
+  traces::ChakraExportOptions options;
+  options.json_form = args.format == "chakra-json";
+  traces::Timeline timeline;
+  if (args.simulate) {
+    sim::SimOptions sim_options;
+    sim_options.overheads = overheads_of(experiment);
+    std::vector<traces::LinkLoad> links;
+    timeline = run_simulation(program, experiment.cluster, sim_options, links);
+    if (!timeline.completed) {
+      std::cerr << "error: the simulation did not complete: " << timeline.problem << "\n";
+      return kExitSimulationFailed;
+    }
+    options.timeline = &timeline;
+  }
+  const fs::path prefix = fs::path(args.out) / experiment.name;
+  traces::write_chakra(prefix, program, options);
+  if (!args.experiment.quiet) {
+    std::cout << "wrote " << program.world_size() << " rank files "
+              << prefix.string() + ".<rank>" + (options.json_form ? ".json" : ".et") << " ("
+              << program.op_count() << " nodes) and " << prefix.string() + ".comm_groups.json"
+              << "\n";
+  }
+  return 0;
+}
+
+}  // namespace stratasim::cli

@@ -1,0 +1,46 @@
+// `stratasim export`: Chakra files for every rank, deterministic, and clear errors.
+#include <string>
+
+#include "cli/cli_helpers.hpp"
+
+using namespace stratasim::testing::cli;
+
+namespace {
+const std::string kTiny =
+    std::string(STRATASIM_SOURCE_DIR) + "/configs/experiments/gpt-tiny-3d-8.json";
+}
+
+TEST_CASE("cli export: writes a Chakra file per rank and the comm groups, deterministically") {
+  const fs::path out = scratch("export-chakra");
+  const auto r = run("export " + kTiny + " --format chakra --out " + out.string());
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  // gpt-tiny-3d-8 runs on 8 devices: one file per rank.
+  for (int rank = 0; rank < 8; ++rank) {
+    CHECK(fs::exists(out / ("gpt-tiny-3d-8." + std::to_string(rank) + ".et")));
+  }
+  CHECK(!fs::exists(out / "gpt-tiny-3d-8.8.et"));
+  CHECK(read(out / "gpt-tiny-3d-8.comm_groups.json").find("\"0\": [") != std::string::npos);
+  const fs::path again = scratch("export-chakra-again");
+  REQUIRE(run("export " + kTiny + " --quiet --out " + again.string()).status == 0);
+  CHECK(read(out / "gpt-tiny-3d-8.3.et") == read(again / "gpt-tiny-3d-8.3.et"));
+}
+
+TEST_CASE("cli export: the JSON form with simulated durations") {
+  const fs::path out = scratch("export-chakra-json");
+  const auto r =
+      run("export " + kTiny + " --format chakra-json --simulate --quiet --out " + out.string());
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const std::string text = read(out / "gpt-tiny-3d-8.0.json");
+  CHECK(text.find("\"durationMicros\"") != std::string::npos);
+  CHECK(text.find("\"COMM_COLL_NODE\"") != std::string::npos);
+}
+
+TEST_CASE("cli export: a bad format is bad input (exit 2)") {
+  const fs::path out = scratch("export-bad");
+  const auto r = run("export " + kTiny + " --format foo --out " + out.string());
+  CHECK(r.status == 2);
+  CHECK(r.output.find("--format foo: expected chakra or chakra-json") != std::string::npos);
+  CHECK(fs::is_empty(out));
+}

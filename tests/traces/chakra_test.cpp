@@ -1,0 +1,377 @@
+// Chakra ET in and out: round trips of lowered experiments (protobuf and JSON forms), the sample
+// trace made by protoc independently of our exporter, and malformed traces.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "hw_models/cluster.hpp"
+#include "sim/simulator.hpp"
+#include "strategies/experiment.hpp"
+#include "strategies/lowering.hpp"
+#include "traces/chakra.hpp"
+#include "traces/fixtures.hpp"
+
+namespace fs = std::filesystem;
+using namespace stratasim;
+namespace st = stratasim::strategies;
+using stratasim::testing::ScratchDir;
+
+namespace {
+
+const fs::path kSource = STRATASIM_SOURCE_DIR;
+
+// Every field of a kernel, as text, so two kernels compare field by field.
+std::string text_of(const st::Kernel& k) {
+  std::ostringstream s;
+  s << k.name << ":";
+  std::visit(
+      [&](const auto& w) {
+        using W = std::decay_t<decltype(w)>;
+        if constexpr (std::is_same_v<W, st::Gemm>) {
+          s << "gemm " << w.m << " " << w.n << " " << w.k << " " << w.batch << " "
+            << name_of(w.dtype);
+        } else if constexpr (std::is_same_v<W, st::Attention>) {
+          s << "attention " << w.batch << " " << w.heads << " " << w.kv_heads << " " << w.seq_q
+            << " " << w.seq_kv << " " << w.head_dim << " " << w.causal << " " << name_of(w.dtype)
+            << " " << w.backward;
+        } else if constexpr (std::is_same_v<W, st::Elementwise>) {
+          s << "elementwise " << w.elements << " " << w.bytes_read.count() << " "
+            << w.bytes_written.count();
+        } else if constexpr (std::is_same_v<W, st::OptimizerStep>) {
+          s << "optimizer " << w.params << " " << static_cast<int>(w.kind) << " "
+            << name_of(w.dtype) << " " << w.on_host;
+        } else if constexpr (std::is_same_v<W, st::Copy>) {
+          s << "copy " << w.bytes.count() << " " << static_cast<int>(w.from) << " "
+            << static_cast<int>(w.to);
+        } else if constexpr (std::is_same_v<W, st::Measured>) {
+          s << "measured " << w.duration.picoseconds();
+        } else {
+          s << "roofline " << w.flops.count() << " " << w.bytes.count() << " " << name_of(w.dtype);
+        }
+      },
+      k.work);
+  return s.str();
+}
+
+std::string text_of(const st::Program& p, const st::Op& op) {
+  std::ostringstream s;
+  s << "rank " << op.rank << " stream " << name_of(op.stream) << " phase " << name_of(op.phase)
+    << " mb " << op.microbatch << " layers " << op.layer_begin << "-" << op.layer_end << " '"
+    << p.label_of(op) << "' ";
+  std::visit(
+      [&](const auto& w) {
+        using W = std::decay_t<decltype(w)>;
+        if constexpr (std::is_same_v<W, st::Compute>) {
+          for (const auto& k : p.kernels_of(w)) s << "[" << text_of(k) << "]";
+        } else if constexpr (std::is_same_v<W, st::Collective>) {
+          s << name_of(w.kind) << " " << name_of(w.dtype) << " group " << w.group << " "
+            << w.bytes.count();
+        } else if constexpr (std::is_same_v<W, st::Send>) {
+          s << "send " << w.peer << " " << w.bytes.count();
+        } else {
+          s << "recv " << w.peer << " " << w.bytes.count();
+        }
+      },
+      op.work);
+  s << " deps";
+  for (auto d : p.deps_of(op)) s << " " << d;
+  s << " effects";
+  for (const auto& e : p.effects_of(op)) {
+    s << " " << e.delta.count() << "/" << name_of(e.category) << "/" << name_of(e.tier) << "/"
+      << e.at_end;
+  }
+  return s.str();
+}
+
+void check_same_program(const st::Program& a, const st::Program& b) {
+  REQUIRE(a.world_size() == b.world_size());
+  REQUIRE(a.groups().size() == b.groups().size());
+  for (std::size_t g = 0; g < a.groups().size(); ++g) {
+    CHECK(a.groups()[g].ranks == b.groups()[g].ranks);
+    CHECK(a.groups()[g].name == b.groups()[g].name);
+  }
+  REQUIRE(a.op_count() == b.op_count());
+  for (int r = 0; r < a.world_size(); ++r) {
+    REQUIRE(a.first_op(r) == b.first_op(r));
+    const auto& ma = a.initial_memory(r);
+    const auto& mb = b.initial_memory(r);
+    REQUIRE(ma.size() == mb.size());
+    for (std::size_t i = 0; i < ma.size(); ++i) {
+      CHECK(ma[i].category == mb[i].category);
+      CHECK(ma[i].tier == mb[i].tier);
+      CHECK(ma[i].bytes == mb[i].bytes);
+    }
+  }
+  std::size_t differing = 0;
+  for (st::OpId id = 0; id < a.op_count(); ++id) {
+    const std::string ta = text_of(a, a.op(id));
+    const std::string tb = text_of(b, b.op(id));
+    if (ta != tb && ++differing <= 3) CHECK(ta == tb);
+  }
+  CHECK(differing == 0);
+}
+
+Time iteration_time(const traces::Timeline& t) {
+  Time end;
+  for (const auto& s : t.spans) end = std::max(end, s.end);
+  return end;
+}
+
+st::Experiment experiment(const std::string& name, std::vector<st::Override> overrides = {}) {
+  return st::load_experiment(kSource / "configs" / "experiments" / name, overrides);
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void round_trip(const st::Experiment& e, bool json_form) {
+  const st::Program program = st::lower(e, {.mirror_data_parallel = false});
+  ScratchDir dir;
+  const fs::path prefix = dir.path() / "trace";
+  traces::write_chakra(prefix, program, {.json_form = json_form});
+  const std::string ext = json_form ? ".json" : ".et";
+  for (int r = 0; r < program.world_size(); ++r) {
+    CHECK(fs::exists(prefix.string() + "." + std::to_string(r) + ext));
+  }
+  CHECK(fs::exists(prefix.string() + ".comm_groups.json"));
+  const auto imported = traces::import_chakra(prefix);
+  check_same_program(program, imported.program);
+  // The same program simulates to the same picosecond.
+  const auto before = sim::simulate(program, e.cluster);
+  const auto after = sim::simulate(imported.program, e.cluster);
+  REQUIRE(before.completed);
+  REQUIRE(after.completed);
+  CHECK(iteration_time(before).picoseconds() == iteration_time(after).picoseconds());
+  // A folder holding one trace imports the same way.
+  CHECK(traces::import_chakra(dir.path()).program.op_count() == program.op_count());
+  // Deterministic: writing again gives the same bytes.
+  ScratchDir again;
+  traces::write_chakra(again.path() / "trace", program, {.json_form = json_form});
+  CHECK(read(prefix.string() + ".0" + ext) == read(again.path() / ("trace.0" + ext)));
+}
+
+std::vector<std::string> rank_files(const fs::path& prefix, int world) {
+  std::vector<std::string> files;
+  for (int r = 0; r < world; ++r)
+    files.push_back(read(prefix.string() + "." + std::to_string(r) + ".et"));
+  return files;
+}
+
+}  // namespace
+
+TEST_CASE("chakra: a lowered 3D-parallel experiment round-trips op for op (protobuf)") {
+  round_trip(experiment("gpt-tiny-3d-8.json"), false);
+}
+
+TEST_CASE("chakra: a lowered experiment round-trips op for op in the JSON form") {
+  round_trip(experiment("gpt-tiny-3d-8.json"), true);
+}
+
+TEST_CASE("chakra: GPT-3 1.7B with tp 2, pp 2 and with ZeRO-3 round-trips to the picosecond") {
+  const std::vector<st::Override> tp_pp = {{"parallelism.tp", 2, "test"},
+                                           {"parallelism.pp", 2, "test"},
+                                           {"parallelism.dp", nullptr, "test"},
+                                           {"training.global_batch", 16, "test"}};
+  SUBCASE("tp 2, pp 2") {
+    round_trip(experiment("gpt3-1.7b-a100-8.json", tp_pp), false);
+  }
+  SUBCASE("ZeRO-3") {
+    auto o = tp_pp;
+    o.push_back({"parallelism.zero", 3, "test"});
+    round_trip(experiment("gpt3-1.7b-a100-8.json", o), false);
+  }
+}
+
+TEST_CASE("chakra: export fills durations from a timeline and refuses mirrored programs") {
+  const auto e = experiment("gpt-tiny-3d-8.json");
+  const auto program = st::lower(e, {.mirror_data_parallel = false});
+  const auto timeline = sim::simulate(program, e.cluster);
+  ScratchDir dir;
+  traces::write_chakra(dir.path() / "t", program, {.json_form = true, .timeline = &timeline});
+  // The JSON form names the fields as protobuf's JSON mapping does (camelCase, int64 as text).
+  const std::string text = read(dir.path() / "t.0.json");
+  CHECK(text.find("\"durationMicros\"") != std::string::npos);
+  CHECK(text.find("\"COMP_NODE\"") != std::string::npos);
+  CHECK(text.find("\"dataDeps\"") != std::string::npos);
+  // Our own attributes still win over the durations on import: the program comes back exactly.
+  check_same_program(program, traces::import_chakra(dir.path() / "t").program);
+
+  const auto mirrored = st::lower(e, {.mirror_data_parallel = true});
+  if (mirrored.mirrored()) {
+    CHECK_THROWS_WITH_AS(traces::write_chakra(dir.path() / "m", mirrored),
+                         doctest::Contains("mirroring"), std::invalid_argument);
+  }
+}
+
+TEST_CASE("chakra: the protoc-encoded sample imports and simulates as calculated by hand") {
+  const fs::path sample = kSource / "tests" / "data" / "traces" / "chakra" / "sample";
+  const auto imported = traces::import_chakra(sample);
+  const auto& p = imported.program;
+  REQUIRE(p.world_size() == 2);
+  // The METADATA node is skipped: 4 ops per rank, and rank 1's out-of-order file is sorted.
+  REQUIRE(p.ops_of(0).size() == 4);
+  REQUIRE(p.ops_of(1).size() == 4);
+  for (int r = 0; r < 2; ++r) {
+    const auto ops = p.ops_of(r);
+    CHECK(p.label_of(ops[0]) == "aten::mm (forward)");
+    CHECK(p.label_of(ops[1]) == "aten::mm (backward)");
+    CHECK(std::holds_alternative<st::Collective>(ops[2].work));
+    CHECK(p.label_of(ops[3]) == "optimizer.step");
+    const auto& c = std::get<st::Collective>(ops[2].work);
+    CHECK(c.kind == st::CollectiveKind::all_reduce);
+    CHECK(c.bytes == Bytes(1048576));
+    CHECK(p.groups()[c.group].ranks == std::vector<std::int32_t>{0, 1});
+  }
+  const auto cluster =
+      hw::load_cluster(kSource / "configs" / "hardware" / "clusters" / "dgx-a100-1.json");
+  const auto t = sim::simulate(p, cluster);
+  REQUIRE(t.completed);
+  // Compute is measured: forward 100 us then backward 200 us end at 300 us on both ranks.
+  const st::OpId bwd = p.first_op(0) + 1;
+  CHECK(t.spans[bwd].end == Time::us(300));
+  // The all-reduce alone, in a Program built by hand, takes T; the iteration is 300 + T + 50 us.
+  st::Program alone(2);
+  const auto g = alone.add_group({0, 1}, "dp");
+  for (int r = 0; r < 2; ++r) {
+    alone.begin_rank(r);
+    st::OpInfo info;
+    info.stream = st::Stream::dp_comm;
+    alone.add(st::Collective{st::CollectiveKind::all_reduce, DType::bf16, g, Bytes(1048576)}, info);
+  }
+  alone.finish();
+  const Time all_reduce = iteration_time(sim::simulate(alone, cluster));
+  CHECK(all_reduce > Time::zero());
+  CHECK(iteration_time(t) == Time::us(350) + all_reduce);
+}
+
+TEST_CASE("chakra: malformed traces give errors naming the file, the place and the problem") {
+  const auto e = experiment("gpt-tiny-3d-8.json");
+  const auto program = st::lower(e, {.mirror_data_parallel = false});
+  ScratchDir dir;
+  const fs::path prefix = dir.path() / "t";
+  traces::write_chakra(prefix, program);
+  const auto files = rank_files(prefix, program.world_size());
+  const std::string groups = read(prefix.string() + ".comm_groups.json");
+
+  SUBCASE("truncated protobuf") {
+    auto cut = files;
+    cut[3].resize(cut[3].size() - 7);
+    CHECK_THROWS_WITH_AS(traces::import_chakra_buffers(cut, groups, "t", false),
+                         doctest::Contains("t.3.et: byte "), traces::TraceError);
+    CHECK_THROWS_WITH_AS(traces::import_chakra_buffers(cut, groups, "t", false),
+                         doctest::Contains("runs past the end of the file"), traces::TraceError);
+  }
+  SUBCASE("an empty rank file") {
+    auto empty = files;
+    empty[1].clear();
+    CHECK_THROWS_WITH_AS(traces::import_chakra_buffers(empty, groups, "t", false),
+                         doctest::Contains("t.1.et: byte 0"), traces::TraceError);
+  }
+  SUBCASE("a missing rank file") {
+    fs::remove(prefix.string() + ".2.et");
+    CHECK_THROWS_WITH_AS(traces::import_chakra(prefix),
+                         doctest::Contains("rank 2's file is missing"), traces::TraceError);
+  }
+  SUBCASE("an unknown pg_name") {
+    CHECK_THROWS_WITH_AS(
+        traces::import_chakra_buffers(files, std::string("{\"0\": [0, 1]}"), "t", false),
+        doctest::Contains("is not in the comm-group file"), traces::TraceError);
+  }
+  SUBCASE("a comm group naming a rank that does not exist") {
+    CHECK_THROWS_WITH_AS(
+        traces::import_chakra_buffers(files, std::string("{\"0\": [0, 99]}"), "t", false),
+        doctest::Contains("t.comm_groups.json: 0[1]: expected a rank from 0 to 7"),
+        traces::TraceError);
+  }
+}
+
+namespace {
+
+// A tiny hand-made trace in the JSON form: text per rank.
+std::string json_node(int id, const std::string& type, const std::string& rest) {
+  return "{\"id\": \"" + std::to_string(id) + "\", \"name\": \"n" + std::to_string(id) +
+         "\", \"type\": \"" + type + "\"" + rest + "}\n";
+}
+const std::string kMeta = "{\"version\": \"0.0.4\"}\n";
+std::string comp(int id, const std::string& deps = "") {
+  return json_node(id, "COMP_NODE", ", \"durationMicros\": \"10\"" + deps);
+}
+std::string all_reduce(int id, const std::string& deps = "") {
+  return json_node(id, "COMM_COLL_NODE",
+                   deps +
+                       ", \"attr\": [{\"name\": \"comm_type\", \"int64Val\": \"0\"}, "
+                       "{\"name\": \"comm_size\", \"int64Val\": \"1024\"}]");
+}
+
+}  // namespace
+
+TEST_CASE("chakra: dependency errors in the JSON form") {
+  SUBCASE("a cycle is reported with its nodes, not looped on") {
+    const std::string r0 = kMeta + comp(1, ", \"dataDeps\": [\"3\"]") +
+                           comp(2, ", \"dataDeps\": [\"1\"]") + comp(3, ", \"ctrlDeps\": [\"2\"]");
+    CHECK_THROWS_WITH_AS(
+        traces::import_chakra_buffers({r0}, std::nullopt, "c", true),
+        doctest::Contains("c.0.json: node 1: dependency cycle: node 1 -> 3 -> 2 -> 1"),
+        traces::TraceError);
+  }
+  SUBCASE("a dependency on a missing node") {
+    const std::string r0 = kMeta + comp(1) + comp(2, ", \"dataDeps\": [\"99\"]");
+    CHECK_THROWS_WITH_AS(
+        traces::import_chakra_buffers({r0}, std::nullopt, "m", true),
+        doctest::Contains(
+            "m.0.json: node 2: data_deps names node 99, which the trace does not have"),
+        traces::TraceError);
+  }
+  SUBCASE("an unmatched collective names the group, ranks and counts") {
+    const std::string r0 = kMeta + comp(1) + all_reduce(2, ", \"dataDeps\": [\"1\"]") +
+                           all_reduce(3, ", \"dataDeps\": [\"2\"]");
+    const std::string r1 = kMeta + comp(1) + all_reduce(2, ", \"dataDeps\": [\"1\"]");
+    CHECK_THROWS_WITH_AS(
+        traces::import_chakra_buffers({r0, r1}, std::nullopt, "u", true),
+        doctest::Contains("unmatched collective on group 'world' (ranks 0, 1): rank 0 issues 2 "
+                          "collectives on it, rank 1 issues 1; the 2nd on rank 0"),
+        traces::TraceError);
+  }
+  SUBCASE("bad JSON types name the object") {
+    const std::string r0 = kMeta + "{\"id\": \"1\", \"type\": 12.5}\n";
+    CHECK_THROWS_WITH_AS(traces::import_chakra_buffers({r0}, std::nullopt, "b", true),
+                         doctest::Contains("b.0.json: JSON object 1 (byte 21): not a Chakra Node"),
+                         traces::TraceError);
+  }
+  SUBCASE("an attribute of the wrong type") {
+    const std::string r0 =
+        kMeta + json_node(1, "COMM_COLL_NODE",
+                          ", \"attr\": [{\"name\": \"comm_type\", \"stringVal\": \"ALL_REDUCE\"}]");
+    CHECK_THROWS_WITH_AS(traces::import_chakra_buffers({r0}, std::nullopt, "a", true),
+                         doctest::Contains("node 1: attribute comm_type: expected an integer"),
+                         traces::TraceError);
+  }
+  SUBCASE("an unsupported collective") {
+    const std::string r0 =
+        kMeta + json_node(1, "COMM_COLL_NODE",
+                          ", \"attr\": [{\"name\": \"comm_type\", \"int64Val\": \"3\"}, "
+                          "{\"name\": \"comm_size\", \"int64Val\": \"8\"}]");
+    CHECK_THROWS_WITH_AS(traces::import_chakra_buffers({r0}, std::nullopt, "g", true),
+                         doctest::Contains("comm_type 3 (GATHER) is not supported"),
+                         traces::TraceError);
+  }
+  SUBCASE("without a comm-group file, a pg is taken as the world, with a note") {
+    const std::string r =
+        kMeta + json_node(1, "COMM_COLL_NODE",
+                          ", \"attr\": [{\"name\": \"comm_type\", \"int64Val\": \"0\"}, "
+                          "{\"name\": \"comm_size\", \"int64Val\": \"8\"}, "
+                          "{\"name\": \"pg_name\", \"stringVal\": \"7\"}]");
+    const auto t = traces::import_chakra_buffers({r, r}, std::nullopt, "w", true);
+    REQUIRE(t.program.groups().size() == 1);
+    CHECK(t.program.groups()[0].ranks == std::vector<std::int32_t>{0, 1});
+    REQUIRE(!t.notes.empty());
+    CHECK(t.notes[0].find("spanning all 2 ranks") != std::string::npos);
+  }
+}

@@ -1,0 +1,760 @@
+// Import of stratasim's timeline.json; the format is described at the top of traces/export.cpp.
+//
+// Every value is checked before use (range, type, which rank an op id belongs to) and the
+// Program is validated at the end (cycles, unmatched collectives and transfers), so malformed
+// input gives a TraceError, never a crash, a huge allocation or a hang. The whole file is read
+// as one JSON document (nlohmann/json: its parser and its destructor do not recurse, so deeply
+// nested input is safe).
+#include "traces/timeline_import.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace stratasim::traces {
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace st = strategies;
+using nlohmann::json;
+
+constexpr std::int64_t kMaxWorld = std::int64_t{1} << 20;
+
+template <class E, int N>
+std::optional<E> enum_from_name(std::string_view name) {
+  for (int i = 0; i < N; ++i) {
+    if (st::name_of(static_cast<E>(i)) == name) return static_cast<E>(i);
+  }
+  return std::nullopt;
+}
+
+// Typed access to JSON values with errors that name the file and the JSON path.
+class Reader {
+ public:
+  explicit Reader(std::string source) : source_(std::move(source)) {}
+  const std::string& source() const { return source_; }
+
+  [[noreturn]] void fail(const std::string& where, const std::string& what) const {
+    throw TraceError(source_, where, what);
+  }
+  const json& member(const json& object, const std::string& where, const char* key) const {
+    auto it = object.find(key);
+    if (it == object.end()) fail(where, std::string("expected a member \"") + key + "\"");
+    return *it;
+  }
+  const json& object(const json& j, const std::string& where) const {
+    if (!j.is_object()) fail(where, "expected an object, got " + std::string(j.type_name()));
+    return j;
+  }
+  const json& array(const json& j, const std::string& where) const {
+    if (!j.is_array()) fail(where, "expected an array, got " + std::string(j.type_name()));
+    return j;
+  }
+  const std::string& string(const json& j, const std::string& where) const {
+    if (!j.is_string()) fail(where, "expected a string, got " + std::string(j.type_name()));
+    return j.get_ref<const std::string&>();
+  }
+  bool boolean(const json& j, const std::string& where) const {
+    if (j.is_boolean()) return j.get<bool>();
+    if (j.is_number_integer() && (j == 0 || j == 1)) return j == 1;
+    fail(where, "expected true or false, got " + std::string(j.type_name()));
+  }
+  std::int64_t integer(const json& j, const std::string& where, std::int64_t lo,
+                       std::int64_t hi) const {
+    std::int64_t v = 0;
+    if (j.is_number_unsigned()) {
+      const auto u = j.get<std::uint64_t>();
+      if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+        fail(where, "expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi));
+      }
+      v = static_cast<std::int64_t>(u);
+    } else if (j.is_number_integer()) {
+      v = j.get<std::int64_t>();
+    } else {
+      fail(where, "expected an integer, got " + std::string(j.type_name()));
+    }
+    if (v < lo || v > hi) {
+      fail(where, "expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                      ", got " + std::to_string(v));
+    }
+    return v;
+  }
+  double number(const json& j, const std::string& where) const {
+    if (!j.is_number()) fail(where, "expected a number, got " + std::string(j.type_name()));
+    const double v = j.get<double>();
+    if (!std::isfinite(v)) fail(where, "expected a finite number");
+    return v;
+  }
+  /// A Chrome-trace time in microseconds, as exact picoseconds.
+  Time micros(const json& j, const std::string& where) const {
+    const double us = number(j, where);
+    if (us < 0 || us > 9.0e12) fail(where, "expected a time from 0 to 9e12 microseconds");
+    return Time::ps(std::llround(us * 1e6));
+  }
+  DType dtype(const json& j, const std::string& where) const {
+    const auto t = dtype_from_name(string(j, where));
+    if (!t) fail(where, "expected a dtype (fp32, tf32, fp16, bf16, fp8), got \"" + j.dump() + "\"");
+    return *t;
+  }
+  template <class E, int N>
+  E enumerated(const json& j, const std::string& where, const char* what) const {
+    const auto e = enum_from_name<E, N>(string(j, where));
+    if (!e) fail(where, std::string("expected ") + what + ", got " + j.dump());
+    return *e;
+  }
+
+ private:
+  std::string source_;
+};
+
+Bytes bytes_of(const Reader& rd, const json& j, const std::string& where) {
+  return Bytes(rd.integer(j, where, 0, std::numeric_limits<std::int64_t>::max()));
+}
+
+constexpr std::int64_t kMaxCount = std::numeric_limits<std::int64_t>::max();
+
+st::Kernel parse_kernel(const Reader& rd, const json& k, const std::string& where) {
+  rd.object(k, where);
+  st::Kernel kernel;
+  if (auto it = k.find("name"); it != k.end()) kernel.name = rd.string(*it, where + ".name");
+  auto field = [&](const char* key, std::size_t size) -> const json* {
+    auto it = k.find(key);
+    if (it == k.end()) return nullptr;
+    const std::string at = where + "." + key;
+    rd.array(*it, at);
+    if (it->size() != size) {
+      rd.fail(at,
+              "expected " + std::to_string(size) + " values, got " + std::to_string(it->size()));
+    }
+    return &*it;
+  };
+  auto at = [&](const char* key, std::size_t i) {
+    return where + "." + key + "[" + std::to_string(i) + "]";
+  };
+  auto count = [&](const json& a, const char* key, std::size_t i) {
+    return rd.integer(a[i], at(key, i), 0, kMaxCount);
+  };
+  if (const json* a = field("gemm", 5)) {
+    kernel.work = st::Gemm{count(*a, "gemm", 0), count(*a, "gemm", 1), count(*a, "gemm", 2),
+                           count(*a, "gemm", 3), rd.dtype((*a)[4], at("gemm", 4))};
+  } else if (const json* b = field("attention", 9)) {
+    st::Attention w;
+    w.batch = count(*b, "attention", 0);
+    w.heads = count(*b, "attention", 1);
+    w.kv_heads = count(*b, "attention", 2);
+    w.seq_q = count(*b, "attention", 3);
+    w.seq_kv = count(*b, "attention", 4);
+    w.head_dim = count(*b, "attention", 5);
+    w.causal = rd.boolean((*b)[6], at("attention", 6));
+    w.dtype = rd.dtype((*b)[7], at("attention", 7));
+    w.backward = rd.boolean((*b)[8], at("attention", 8));
+    kernel.work = w;
+  } else if (const json* c = field("elementwise", 3)) {
+    kernel.work = st::Elementwise{count(*c, "elementwise", 0), Bytes(count(*c, "elementwise", 1)),
+                                  Bytes(count(*c, "elementwise", 2))};
+  } else if (const json* o = field("optimizer", 4)) {
+    const std::string& kind = rd.string((*o)[1], at("optimizer", 1));
+    if (kind != "adam" && kind != "sgd") rd.fail(at("optimizer", 1), "expected adam or sgd");
+    kernel.work = st::OptimizerStep{
+        count(*o, "optimizer", 0),
+        kind == "adam" ? st::OptimizerKind::adam : st::OptimizerKind::sgd,
+        rd.dtype((*o)[2], at("optimizer", 2)), rd.boolean((*o)[3], at("optimizer", 3))};
+  } else if (const json* p = field("copy", 3)) {
+    kernel.work = st::Copy{
+        Bytes(count(*p, "copy", 0)),
+        rd.enumerated<st::MemoryTier, st::kMemoryTierCount>((*p)[1], at("copy", 1), "a tier"),
+        rd.enumerated<st::MemoryTier, st::kMemoryTierCount>((*p)[2], at("copy", 2), "a tier")};
+  } else if (auto m = k.find("measured_ps"); m != k.end()) {
+    kernel.work = st::Measured{Time::ps(rd.integer(*m, where + ".measured_ps", 0, kMaxCount))};
+  } else if (const json* r = field("roofline", 3)) {
+    const double flops = rd.number((*r)[0], at("roofline", 0));
+    if (flops < 0) rd.fail(at("roofline", 0), "expected FLOPs >= 0");
+    kernel.work = st::RooflineWork{Flops(flops), Bytes(count(*r, "roofline", 1)),
+                                   rd.dtype((*r)[2], at("roofline", 2))};
+  } else {
+    rd.fail(where,
+            "expected one of gemm, attention, elementwise, optimizer, copy, measured_ps or "
+            "roofline");
+  }
+  return kernel;
+}
+
+std::vector<st::MemoryEffect> parse_effects(const Reader& rd, const json& mem,
+                                            const std::string& where) {
+  rd.array(mem, where);
+  std::vector<st::MemoryEffect> effects;
+  for (std::size_t i = 0; i < mem.size(); ++i) {
+    const std::string at = where + "[" + std::to_string(i) + "]";
+    const json& e = rd.array(mem[i], at);
+    if (e.size() != 4) rd.fail(at, "expected [bytes, category, tier, at_end]");
+    st::MemoryEffect effect;
+    effect.delta = Bytes(rd.integer(e[0], at + "[0]", -kMaxCount, kMaxCount));
+    effect.category = rd.enumerated<st::MemoryCategory, st::kMemoryCategoryCount>(
+        e[1], at + "[1]", "a memory category");
+    effect.tier =
+        rd.enumerated<st::MemoryTier, st::kMemoryTierCount>(e[2], at + "[2]", "a memory tier");
+    effect.at_end = rd.boolean(e[3], at + "[3]");
+    effects.push_back(effect);
+  }
+  return effects;
+}
+
+// "3-7" (inclusive, as the exporter writes them) -> [3, 8).
+std::pair<std::int16_t, std::int16_t> parse_layers(const Reader& rd, const json& j,
+                                                   const std::string& where) {
+  const std::string& text = rd.string(j, where);
+  const auto dash = text.find('-');
+  int first = -1, last = -1;
+  try {
+    std::size_t used = 0;
+    if (dash == std::string::npos) throw std::invalid_argument("no dash");
+    first = std::stoi(text.substr(0, dash), &used);
+    if (used != dash) throw std::invalid_argument("junk");
+    last = std::stoi(text.substr(dash + 1), &used);
+    if (used != text.size() - dash - 1) throw std::invalid_argument("junk");
+  } catch (const std::exception&) {
+    rd.fail(where, "expected layers as \"first-last\", got \"" + text + "\"");
+  }
+  if (first < 0 || last < first || last >= 32767) {
+    rd.fail(where, "expected layers 0 <= first <= last < 32767, got \"" + text + "\"");
+  }
+  return {static_cast<std::int16_t>(first), static_cast<std::int16_t>(last + 1)};
+}
+
+std::string_view work_name(const st::Work& w) {
+  if (const auto* c = std::get_if<st::Collective>(&w)) return st::name_of(c->kind);
+  if (std::holds_alternative<st::Send>(w)) return "send";
+  if (std::holds_alternative<st::Recv>(w)) return "recv";
+  return "compute";
+}
+
+// Provenance common to both paths: stream (tid), phase (cat), label (name), microbatch, layers.
+st::OpInfo parse_info(const Reader& rd, const json& e, const json& args, const std::string& where,
+                      std::string& label) {
+  st::OpInfo info;
+  info.stream = static_cast<st::Stream>(
+      rd.integer(rd.member(e, where, "tid"), where + ".tid", 0, st::kStreamCount - 1));
+  info.phase = st::Phase::other;
+  if (auto cat = e.find("cat"); cat != e.end()) {
+    info.phase =
+        rd.enumerated<st::Phase, st::kPhaseCount>(*cat, where + ".cat", "a phase (forward, ...)");
+  }
+  if (auto mb = args.find("microbatch"); mb != args.end()) {
+    info.microbatch = static_cast<std::int32_t>(
+        rd.integer(*mb, where + ".args.microbatch", -1, std::numeric_limits<std::int32_t>::max()));
+  }
+  if (auto layers = args.find("layers"); layers != args.end()) {
+    std::tie(info.layer_begin, info.layer_end) = parse_layers(rd, *layers, where + ".args.layers");
+  }
+  if (auto name = e.find("name"); name != e.end()) label = rd.string(*name, where + ".name");
+  return info;
+}
+
+std::optional<st::CollectiveKind> collective_kind(std::string_view name) {
+  return enum_from_name<st::CollectiveKind, 6>(name);
+}
+
+ReportContext parse_context(const Reader& rd, const json& c, int world) {
+  const std::string where = "stratasim.context";
+  rd.object(c, where);
+  ReportContext context;
+  if (auto it = c.find("experiment"); it != c.end()) {
+    context.experiment = rd.string(*it, where + ".experiment");
+  }
+  context.samples_per_iteration = rd.integer(rd.member(c, where, "samples_per_iteration"),
+                                             where + ".samples_per_iteration", 0, kMaxCount);
+  context.tokens_per_iteration = rd.integer(rd.member(c, where, "tokens_per_iteration"),
+                                            where + ".tokens_per_iteration", 0, kMaxCount);
+  const double peak =
+      rd.number(rd.member(c, where, "device_peak_flops"), where + ".device_peak_flops");
+  if (peak < 0) rd.fail(where + ".device_peak_flops", "expected a rate >= 0");
+  context.device_peak = FlopRate(peak);
+  context.device_capacity =
+      bytes_of(rd, rd.member(c, where, "device_capacity_bytes"), where + ".device_capacity_bytes");
+  if (auto it = c.find("stage_of_rank"); it != c.end()) {
+    const json& stages = rd.array(*it, where + ".stage_of_rank");
+    if (static_cast<int>(stages.size()) != world) {
+      rd.fail(where + ".stage_of_rank",
+              "expected " + std::to_string(world) + " stages, one per rank");
+    }
+    for (std::size_t r = 0; r < stages.size(); ++r) {
+      context.stage_of_rank.push_back(static_cast<int>(rd.integer(
+          stages[r], where + ".stage_of_rank[" + std::to_string(r) + "]", 0, kMaxWorld)));
+    }
+  }
+  if (auto it = c.find("setup"); it != c.end()) {
+    const json& setup = rd.array(*it, where + ".setup");
+    for (std::size_t i = 0; i < setup.size(); ++i) {
+      const std::string at = where + ".setup[" + std::to_string(i) + "]";
+      const json& line = rd.array(setup[i], at);
+      if (line.size() != 2) rd.fail(at, "expected [key, text]");
+      context.setup.emplace_back(rd.string(line[0], at + "[0]"), rd.string(line[1], at + "[1]"));
+    }
+  }
+  return context;
+}
+
+void validate_program(const Reader& rd, const st::Program& program) {
+  try {
+    st::validate(program);
+  } catch (const st::ProgramError& e) {
+    rd.fail("", std::string("the trace does not describe a runnable program: ") + e.what());
+  }
+}
+
+// ---- A timeline with the "stratasim" object: exact.
+
+TimelineTrace import_exact(const Reader& rd, const json& events, const json& info) {
+  const std::string s = "stratasim";
+  rd.object(info, s);
+  const auto format = rd.integer(rd.member(info, s, "format"), s + ".format", 0, kMaxCount);
+  if (format != 1) {
+    rd.fail(s + ".format", "this stratasim reads format 1, the trace has format " +
+                               std::to_string(format) + " (written by a newer version?)");
+  }
+  const int world = static_cast<int>(
+      rd.integer(rd.member(info, s, "world_size"), s + ".world_size", 1, kMaxWorld));
+  bool completed = true;
+  if (auto it = info.find("completed"); it != info.end()) {
+    completed = rd.boolean(*it, s + ".completed");
+  }
+
+  // Op ids: rank r owns [first[r], first[r] + count[r]); the ids must fit the events given.
+  const json& counts = rd.array(rd.member(info, s, "op_counts"), s + ".op_counts");
+  if (static_cast<int>(counts.size()) != world) {
+    rd.fail(s + ".op_counts", "expected " + std::to_string(world) + " counts, one per rank");
+  }
+  const auto event_count = static_cast<std::int64_t>(events.size());
+  std::vector<std::int64_t> first(static_cast<std::size_t>(world) + 1, 0);
+  for (int r = 0; r < world; ++r) {
+    const auto ru = static_cast<std::size_t>(r);
+    first[ru + 1] = first[ru] + rd.integer(counts[ru], s + ".op_counts[" + std::to_string(r) + "]",
+                                           0, event_count);
+    if (first[ru + 1] > event_count) {
+      rd.fail(s + ".op_counts", "counts " + std::to_string(first[ru + 1]) +
+                                    " ops, more than the trace's " + std::to_string(event_count) +
+                                    " events: it was written for some ranks only; re-run "
+                                    "stratasim simulate with --trace-ranks all");
+    }
+  }
+  const std::int64_t total = first.back();
+  auto rank_of_op = [&](std::int64_t id) {
+    auto it = std::upper_bound(first.begin(), first.end(), id);
+    return static_cast<int>(it - first.begin()) - 1;
+  };
+
+  std::vector<std::int32_t> replica_of(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r) replica_of[static_cast<std::size_t>(r)] = r;
+  if (auto it = info.find("replica_of"); it != info.end()) {
+    const json& list = rd.array(*it, s + ".replica_of");
+    if (static_cast<int>(list.size()) != world) {
+      rd.fail(s + ".replica_of", "expected " + std::to_string(world) + " ranks, one per rank");
+    }
+    for (int r = 0; r < world; ++r) {
+      const auto ru = static_cast<std::size_t>(r);
+      const std::string at = s + ".replica_of[" + std::to_string(r) + "]";
+      replica_of[ru] = static_cast<std::int32_t>(rd.integer(list[ru], at, 0, r));
+      const auto rep = static_cast<std::size_t>(replica_of[ru]);
+      if (replica_of[ru] != r &&
+          (replica_of[rep] != replica_of[ru] || first[ru + 1] != first[ru])) {
+        rd.fail(at, "rank " + std::to_string(r) + " cannot mirror rank " +
+                        std::to_string(replica_of[ru]) +
+                        " (a mirror issues no ops and mirrors a rank that does)");
+      }
+    }
+  }
+
+  // Which event holds each op.
+  std::vector<std::int64_t> event_of(static_cast<std::size_t>(total), -1);
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const std::string where = "traceEvents[" + std::to_string(i) + "]";
+    const json& e = rd.object(events[i], where);
+    auto ph = e.find("ph");
+    if (ph == e.end() || !ph->is_string() || *ph != "X") continue;
+    const json& args = rd.object(rd.member(e, where, "args"), where + ".args");
+    const std::int64_t id =
+        rd.integer(rd.member(args, where + ".args", "op"), where + ".args.op", 0, kMaxCount);
+    if (id >= total) {
+      rd.fail(where + ".args.op", "op " + std::to_string(id) + " is beyond the " +
+                                      std::to_string(total) +
+                                      " ops that stratasim.op_counts lists");
+    }
+    auto& slot = event_of[static_cast<std::size_t>(id)];
+    if (slot >= 0) {
+      rd.fail(where + ".args.op", "op " + std::to_string(id) +
+                                      " appears twice (also in traceEvents[" +
+                                      std::to_string(slot) + "])");
+    }
+    slot = static_cast<std::int64_t>(i);
+  }
+  for (int r = 0; r < world; ++r) {
+    const auto ru = static_cast<std::size_t>(r);
+    std::int64_t missing = 0, example = -1;
+    for (std::int64_t id = first[ru]; id < first[ru + 1]; ++id) {
+      if (event_of[static_cast<std::size_t>(id)] < 0) {
+        ++missing;
+        if (example < 0) example = id;
+      }
+    }
+    if (missing == 0) continue;
+    const std::int64_t count = first[ru + 1] - first[ru];
+    if (!completed) {
+      rd.fail("stratasim.completed",
+              "the simulation that wrote this trace did not complete: " + std::to_string(missing) +
+                  " of rank " + std::to_string(r) + "'s " + std::to_string(count) +
+                  " ops never ran (op " + std::to_string(example) +
+                  " first); a replay needs every op");
+    }
+    if (missing == count) {
+      rd.fail("traceEvents", "the trace does not cover rank " + std::to_string(r) + " (its " +
+                                 std::to_string(count) +
+                                 " ops are missing): it was written for some ranks only; re-run "
+                                 "stratasim simulate with --trace-ranks all");
+    }
+    rd.fail("traceEvents", std::to_string(missing) + " of rank " + std::to_string(r) + "'s " +
+                               std::to_string(count) + " ops are missing (op " +
+                               std::to_string(example) + " first)");
+  }
+
+  TimelineTrace out;
+  st::Program& program = out.trace.program;
+  program = st::Program(world);
+
+  const json& groups = rd.array(rd.member(info, s, "groups"), s + ".groups");
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const std::string at = s + ".groups[" + std::to_string(g) + "]";
+    rd.object(groups[g], at);
+    const std::string& name = rd.string(rd.member(groups[g], at, "name"), at + ".name");
+    const json& ranks = rd.array(rd.member(groups[g], at, "ranks"), at + ".ranks");
+    std::vector<std::int32_t> members;
+    for (std::size_t m = 0; m < ranks.size(); ++m) {
+      members.push_back(static_cast<std::int32_t>(
+          rd.integer(ranks[m], at + ".ranks[" + std::to_string(m) + "]", 0, world - 1)));
+    }
+    program.add_group(std::move(members), name);
+  }
+  std::vector<char> list_known;
+  if (auto it = info.find("kernel_lists"); it != info.end()) {
+    const json& lists = rd.array(*it, s + ".kernel_lists");
+    for (std::size_t l = 0; l < lists.size(); ++l) {
+      const std::string at = s + ".kernel_lists[" + std::to_string(l) + "]";
+      std::vector<st::Kernel> kernels;
+      list_known.push_back(lists[l].is_null() ? 0 : 1);
+      if (!lists[l].is_null()) {
+        rd.array(lists[l], at);
+        for (std::size_t k = 0; k < lists[l].size(); ++k) {
+          kernels.push_back(parse_kernel(rd, lists[l][k], at + "[" + std::to_string(k) + "]"));
+        }
+      }
+      program.add_kernels(std::move(kernels));
+    }
+  }
+  const json* initial = nullptr;
+  if (auto it = info.find("initial_memory"); it != info.end()) {
+    initial = &rd.array(*it, s + ".initial_memory");
+    if (static_cast<int>(initial->size()) != world) {
+      rd.fail(s + ".initial_memory", "expected " + std::to_string(world) + " lists, one per rank");
+    }
+  }
+
+  std::int64_t measured_ops = 0;
+  program.reserve(static_cast<std::size_t>(total), 0, 0);
+  for (int r = 0; r < world; ++r) {
+    const auto ru = static_cast<std::size_t>(r);
+    program.begin_rank(r);
+    if (initial != nullptr) {
+      const std::string at = s + ".initial_memory[" + std::to_string(r) + "]";
+      const json& list = rd.array((*initial)[ru], at);
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        const std::string item = at + "[" + std::to_string(i) + "]";
+        const json& m = rd.array(list[i], item);
+        if (m.size() != 3) rd.fail(item, "expected [bytes, category, tier]");
+        program.add_initial_memory(
+            r, st::ResidentMemory{
+                   st::MemoryCategory(rd.enumerated<st::MemoryCategory, st::kMemoryCategoryCount>(
+                       m[1], item + "[1]", "a memory category")),
+                   rd.enumerated<st::MemoryTier, st::kMemoryTierCount>(m[2], item + "[2]",
+                                                                       "a memory tier"),
+                   bytes_of(rd, m[0], item + "[0]")});
+      }
+    }
+    std::vector<st::OpId> deps;
+    for (std::int64_t id = first[ru]; id < first[ru + 1]; ++id) {
+      const auto index = static_cast<std::size_t>(event_of[static_cast<std::size_t>(id)]);
+      const std::string where = "traceEvents[" + std::to_string(index) + "]";
+      const json& e = events[index];
+      const json& args = e["args"];
+      const auto pid = rd.integer(rd.member(e, where, "pid"), where + ".pid", 0, world - 1);
+      if (pid != r) {
+        rd.fail(where + ".pid", "op " + std::to_string(id) + " belongs to rank " +
+                                    std::to_string(r) + " by stratasim.op_counts, but pid is " +
+                                    std::to_string(pid));
+      }
+      std::string label;
+      st::OpInfo op_info = parse_info(rd, e, args, where, label);
+      st::Work work = st::Compute{};
+      if (auto kind = args.find("kind"); kind != args.end()) {
+        const std::string& k = rd.string(*kind, where + ".args.kind");
+        const auto bytes =
+            bytes_of(rd, rd.member(args, where + ".args", "bytes"), where + ".args.bytes");
+        if (k == "send" || k == "recv") {
+          const auto peer = static_cast<std::int32_t>(rd.integer(
+              rd.member(args, where + ".args", "peer"), where + ".args.peer", 0, world - 1));
+          work = k == "send" ? st::Work(st::Send{peer, bytes}) : st::Work(st::Recv{peer, bytes});
+        } else if (const auto ck = collective_kind(k)) {
+          const auto group = static_cast<std::uint32_t>(rd.integer(
+              rd.member(args, where + ".args", "group_index"), where + ".args.group_index", 0,
+              static_cast<std::int64_t>(program.groups().size()) - 1));
+          DType dtype = DType::bf16;
+          if (auto d = args.find("dtype"); d != args.end())
+            dtype = rd.dtype(*d, where + ".args.dtype");
+          work = st::Collective{*ck, dtype, group, bytes};
+        } else {
+          rd.fail(where + ".args.kind",
+                  "expected a collective (all-reduce, reduce-scatter, all-gather, broadcast, "
+                  "reduce, all-to-all), send or recv, got \"" +
+                      k + "\"");
+        }
+      } else if (auto k = args.find("kernels"); k != args.end()) {
+        const auto list = rd.integer(*k, where + ".args.kernels", 0,
+                                     static_cast<std::int64_t>(list_known.size()) - 1);
+        if (!list_known[static_cast<std::size_t>(list)]) {
+          rd.fail(where + ".args.kernels",
+                  "kernel list " + std::to_string(list) + " is null in stratasim.kernel_lists");
+        }
+        work = st::Compute{static_cast<std::uint32_t>(list)};
+      } else {
+        // No kernels recorded: the span's duration is the work.
+        const Time dur = rd.micros(rd.member(e, where, "dur"), where + ".dur");
+        work = st::Compute{program.add_kernels({st::Kernel{st::Measured{dur}, label}})};
+        ++measured_ops;
+      }
+      if (label == work_name(work)) label.clear();  // the exporter's name for unlabelled ops
+      op_info.label = label;
+      deps.clear();
+      if (auto d = args.find("deps"); d != args.end()) {
+        const json& list = rd.array(*d, where + ".args.deps");
+        if (list.size() > 0xFFFF) rd.fail(where + ".args.deps", "more than 65535 dependencies");
+        for (std::size_t k = 0; k < list.size(); ++k) {
+          const std::string at = where + ".args.deps[" + std::to_string(k) + "]";
+          const auto dep = rd.integer(list[k], at, 0, kMaxCount);
+          if (dep < first[ru] || dep >= first[ru + 1]) {
+            rd.fail(at, "op " + std::to_string(id) + " depends on op " + std::to_string(dep) +
+                            (dep < total ? ", an op of rank " + std::to_string(rank_of_op(dep))
+                                         : ", which the trace does not have") +
+                            "; dependencies stay within a rank (" + std::to_string(r) + ")");
+          }
+          deps.push_back(static_cast<st::OpId>(dep));
+        }
+      }
+      std::vector<st::MemoryEffect> effects;
+      if (auto m = args.find("mem"); m != args.end()) {
+        effects = parse_effects(rd, *m, where + ".args.mem");
+        if (effects.size() > 0xFFFF) rd.fail(where + ".args.mem", "more than 65535 effects");
+      }
+      program.add(work, op_info, deps, effects);
+    }
+  }
+  program.finish();
+  for (int r = 0; r < world; ++r) {
+    if (replica_of[static_cast<std::size_t>(r)] != r) {
+      program.set_replica(r, replica_of[static_cast<std::size_t>(r)]);
+    }
+  }
+  if (auto it = info.find("overlapping_iterations"); it != info.end()) {
+    program.set_overlapping_iterations(rd.boolean(*it, s + ".overlapping_iterations"));
+  }
+  validate_program(rd, program);
+  if (measured_ops > 0) {
+    out.trace.notes.push_back(std::to_string(measured_ops) +
+                              " compute ops without a kernel list replay their recorded duration");
+  }
+  if (auto it = info.find("cluster"); it != info.end()) {
+    out.trace.cluster = rd.string(*it, s + ".cluster");
+  }
+  if (auto it = info.find("context"); it != info.end()) {
+    out.context = parse_context(rd, *it, world);
+  }
+  return out;
+}
+
+// ---- An older timeline (no "stratasim" object): approximate, from stream and time order.
+
+struct LooseOp {
+  std::int64_t event = 0;
+  int rank = 0;
+  Time start, end;
+  std::int64_t order = 0;  // args.op when given, else the event index
+};
+
+TimelineTrace import_loose(const Reader& rd, const json& events) {
+  std::vector<LooseOp> ops;
+  int world = 0;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const std::string where = "traceEvents[" + std::to_string(i) + "]";
+    const json& e = rd.object(events[i], where);
+    auto ph = e.find("ph");
+    if (ph == e.end() || !ph->is_string() || *ph != "X") continue;
+    LooseOp op;
+    op.event = static_cast<std::int64_t>(i);
+    op.rank =
+        static_cast<int>(rd.integer(rd.member(e, where, "pid"), where + ".pid", 0, kMaxWorld - 1));
+    op.start = rd.micros(rd.member(e, where, "ts"), where + ".ts");
+    op.end = op.start + rd.micros(rd.member(e, where, "dur"), where + ".dur");
+    op.order = op.event;
+    if (auto args = e.find("args"); args != e.end() && args->is_object()) {
+      if (auto id = args->find("op"); id != args->end()) {
+        op.order = rd.integer(*id, where + ".args.op", 0, kMaxCount);
+      }
+    }
+    world = std::max(world, op.rank + 1);
+    ops.push_back(op);
+  }
+  if (ops.empty())
+    rd.fail("traceEvents", "expected complete (\"ph\": \"X\") events: there are none");
+  // Issue order: by rank, then by start time (the recorded op id breaks ties).
+  std::stable_sort(ops.begin(), ops.end(), [](const LooseOp& a, const LooseOp& b) {
+    if (a.rank != b.rank) return a.rank < b.rank;
+    if (a.start != b.start) return a.start < b.start;
+    return a.order < b.order;
+  });
+  // A group's members: the ranks that issue collectives on it, in rank order.
+  std::map<std::string, std::vector<std::int32_t>> members;
+  for (const LooseOp& op : ops) {
+    const json& args = events[static_cast<std::size_t>(op.event)].value("args", json::object());
+    auto kind = args.find("kind");
+    auto group = args.find("group");
+    if (kind != args.end() && kind->is_string() && collective_kind(kind->get<std::string>()) &&
+        group != args.end() && group->is_string()) {
+      auto& list = members[group->get<std::string>()];
+      if (list.empty() || list.back() != op.rank) list.push_back(op.rank);
+    }
+  }
+  TimelineTrace out;
+  st::Program& program = out.trace.program;
+  program = st::Program(std::max(world, 1));
+  std::map<std::string, std::uint32_t> group_ids;
+  for (auto& [name, ranks] : members) group_ids[name] = program.add_group(ranks, name);
+
+  std::size_t next = 0;
+  for (int r = 0; r < world; ++r) {
+    program.begin_rank(r);
+    // The last op of each stream of this rank, with its end, to wait for.
+    std::array<std::int64_t, st::kStreamCount> last{};
+    std::array<Time, st::kStreamCount> last_end{};
+    last.fill(-1);
+    for (; next < ops.size() && ops[next].rank == r; ++next) {
+      const LooseOp& op = ops[next];
+      const auto index = static_cast<std::size_t>(op.event);
+      const std::string where = "traceEvents[" + std::to_string(index) + "]";
+      const json& e = events[index];
+      const json& args =
+          e.contains("args") ? rd.object(e["args"], where + ".args") : json::object();
+      std::string label;
+      st::OpInfo info = parse_info(rd, e, args, where, label);
+      st::Work work = st::Compute{};
+      auto kind = args.find("kind");
+      const std::string k = kind != args.end() ? rd.string(*kind, where + ".args.kind") : "";
+      if (const auto ck = collective_kind(k)) {
+        const std::string& group =
+            rd.string(rd.member(args, where + ".args", "group"), where + ".args.group");
+        work = st::Collective{
+            *ck, DType::bf16, group_ids.at(group),
+            bytes_of(rd, rd.member(args, where + ".args", "bytes"), where + ".args.bytes")};
+      } else if (args.contains("peer")) {
+        const auto peer =
+            static_cast<std::int32_t>(rd.integer(args["peer"], where + ".args.peer", 0, world - 1));
+        const Bytes bytes =
+            bytes_of(rd, rd.member(args, where + ".args", "bytes"), where + ".args.bytes");
+        const bool recv = k == "recv" || (k.empty() && (info.stream == st::Stream::pp_recv ||
+                                                        label.find("recv") != std::string::npos));
+        work = recv ? st::Work(st::Recv{peer, bytes}) : st::Work(st::Send{peer, bytes});
+      } else {
+        work =
+            st::Compute{program.add_kernels({st::Kernel{st::Measured{op.end - op.start}, label}})};
+      }
+      if (label == work_name(work)) label.clear();
+      info.label = label;
+      // Wait for the last op of every other stream that had ended when this one started.
+      std::vector<st::OpId> deps;
+      for (int s = 0; s < st::kStreamCount; ++s) {
+        if (s != static_cast<int>(info.stream) && last[static_cast<std::size_t>(s)] >= 0 &&
+            last_end[static_cast<std::size_t>(s)] <= op.start) {
+          deps.push_back(static_cast<st::OpId>(last[static_cast<std::size_t>(s)]));
+        }
+      }
+      const st::OpId id = program.add(work, info, deps);
+      last[static_cast<std::size_t>(info.stream)] = id;
+      last_end[static_cast<std::size_t>(info.stream)] = op.end;
+    }
+  }
+  program.finish();
+  validate_program(rd, program);
+  out.trace.notes.push_back(
+      "the timeline has no \"stratasim\" object (written by an older stratasim or edited): "
+      "compute replays its recorded durations, dependencies are rebuilt from stream and time "
+      "order, and groups from the ranks that use them; re-run stratasim simulate --out for an "
+      "exact replay");
+  return out;
+}
+
+}  // namespace
+
+TimelineTrace import_timeline_text(std::string_view text, const std::string& source) {
+  const Reader rd(source);
+  json root;
+  try {
+    root = json::parse(text.begin(), text.end());
+  } catch (const json::parse_error& e) {
+    rd.fail("byte " + std::to_string(e.byte), std::string("not valid JSON: ") + e.what());
+  } catch (const json::exception& e) {
+    // A number too large for a double ("2e1507") and the like.
+    rd.fail("", std::string("not valid JSON: ") + e.what());
+  }
+  const json* events = &root;
+  const json* info = nullptr;
+  if (root.is_object()) {
+    events = &rd.member(root, "", "traceEvents");
+    if (auto it = root.find("stratasim"); it != root.end()) info = &*it;
+  }
+  rd.array(*events, root.is_object() ? "traceEvents" : "");
+  try {
+    return info != nullptr ? import_exact(rd, *events, *info) : import_loose(rd, *events);
+  } catch (const TraceError&) {
+    throw;
+  } catch (const std::exception& e) {
+    // Program building refuses what the checks above let through (a bug, not the input's):
+    // still an error about this file.
+    rd.fail("", std::string("cannot build a program from it: ") + e.what());
+  }
+}
+
+TimelineTrace import_timeline(const fs::path& path) {
+  fs::path file = path;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) file = path / "timeline.json";
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    throw TraceError(file.string(), "",
+                     fs::is_directory(path, ec)
+                         ? "the folder has no timeline.json (write one with stratasim simulate "
+                           "--out DIR)"
+                         : "cannot open the file");
+  }
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw TraceError(file.string(), "", "cannot read the file");
+  return import_timeline_text(text, file.string());
+}
+
+}  // namespace stratasim::traces
