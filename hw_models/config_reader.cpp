@@ -85,6 +85,9 @@ nlohmann::json parse_file(const std::filesystem::path& file, const std::string& 
                       "malformed JSON at line " + std::to_string(line) + ", column " +
                           std::to_string(column) + ": " +
                           (detail == std::string::npos ? what : what.substr(detail)));
+  } catch (const nlohmann::json::exception& e) {
+    // Valid syntax the library cannot hold, e.g. a number like 1e400 (out_of_range).
+    throw ConfigError(source, "", std::string("unreadable JSON: ") + e.what());
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "strategies/foreign_inputs.hpp"
 #include "strategies/schedule.hpp"
 
 namespace stratasim::strategies {
@@ -224,9 +225,13 @@ MemorySettings read_memory(config::ObjectReader r) {
   return m;
 }
 
-TrainingSpec read_training(config::ObjectReader r) {
+// `accumulation`: training.gradient_accumulation_steps (DeepSpeed's), 0 when not given; with
+// it, global_batch may be left out and follows from micro_batch x accumulation x dp.
+TrainingSpec read_training(config::ObjectReader r, std::int64_t& accumulation) {
   TrainingSpec t;
-  t.global_batch = r.integer_in("global_batch", 1, std::int64_t{1} << 40);
+  accumulation = r.integer_in_or("gradient_accumulation_steps", 1, 1 << 24, 0);
+  t.global_batch = accumulation > 0 ? r.integer_in_or("global_batch", 1, std::int64_t{1} << 40, 0)
+                                    : r.integer_in("global_batch", 1, std::int64_t{1} << 40);
   t.seq_len = static_cast<int>(r.integer_in("seq_len", 1, 1 << 24));
   t.dtype = *dtype_from_name(r.choice_or("dtype", {"bf16", "fp16", "fp32"}, "bf16"));
   r.choice_or("optimizer", {"adam"}, "adam");
@@ -304,14 +309,18 @@ void check_tp_mode(const config::Document& doc, const Experiment& e) {
 }  // namespace
 
 Experiment read_experiment(config::Document& doc, const std::vector<Override>& overrides) {
-  // Inline referenced files first so that overrides can reach into them.
+  // Inline referenced files first so that overrides can reach into them; a Hugging Face
+  // config.json as the model becomes the equivalent model object.
+  std::vector<std::string> notes;
   doc.inline_reference("model");
+  convert_hf_model(doc, "model", notes);
   doc.inline_reference("cluster");
   doc.inline_reference("cluster.device");
   for (const auto& o : overrides) {
     doc.set(o.path, o.value, o.origin);
     // An override may itself name a file ("--set cluster=other.json").
     if (o.path == "model" || o.path == "cluster") doc.inline_reference(o.path);
+    if (o.path == "model") convert_hf_model(doc, "model", notes);
     if (o.path == "cluster" || o.path == "cluster.device") doc.inline_reference("cluster.device");
   }
 
@@ -333,7 +342,8 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
   r.has("cluster");
   e.cluster = hw::read_cluster(doc, "cluster");
   e.parallelism = read_parallelism(r.object("parallelism", "the parallel strategy"));
-  e.training = read_training(r.object("training", "the training settings"));
+  std::int64_t accumulation = 0;
+  e.training = read_training(r.object("training", "the training settings"), accumulation);
   if (r.has("memory")) e.memory = read_memory(r.object("memory", "memory overheads"));
   r.finish();
 
@@ -391,6 +401,30 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
                                    number(p.dp) + " = " + number(model_parallel * p.dp) +
                                    ", but cluster " + e.cluster.name + " has " + number(world) +
                                    " devices");
+  }
+  if (accumulation > 0) {
+    // DeepSpeed's rule: train_batch_size = micro-batch x gradient_accumulation_steps x dp; the
+    // one left out follows from the other two.
+    const nlohmann::json* micro = doc.find("parallelism.micro_batch");
+    auto& global = e.training.global_batch;
+    const std::int64_t steps = accumulation * p.dp;
+    if (global == 0) {
+      global = std::int64_t{p.micro_batch} * steps;
+    } else if (micro == nullptr || micro->is_null()) {
+      if (global % steps != 0) {
+        doc.fail("training.gradient_accumulation_steps",
+                 "training.global_batch (" + number(global) +
+                     ") must be divisible by gradient_accumulation_steps x dp = " +
+                     number(accumulation) + " x " + number(p.dp) + " to give the micro-batch");
+      }
+      p.micro_batch = static_cast<int>(std::min<std::int64_t>(global / steps, 1 << 24));
+    } else if (global != std::int64_t{p.micro_batch} * steps) {
+      doc.fail("training.gradient_accumulation_steps",
+               "training.global_batch (" + number(global) +
+                   ") must equal micro_batch x gradient_accumulation_steps x dp = " +
+                   number(p.micro_batch) + " x " + number(accumulation) + " x " + number(p.dp) +
+                   " = " + number(std::int64_t{p.micro_batch} * steps));
+    }
   }
   const std::int64_t per_step = std::int64_t{p.dp} * p.micro_batch;
   if (e.training.global_batch % per_step != 0) {
@@ -523,6 +557,8 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
              "sub-pipelines tensor-parallel transformer layers; a "
              "layer-table model has none");
   }
+  for (const auto& note : notes) report_note(note);
+  e.notes = std::move(notes);
   return e;
 }
 

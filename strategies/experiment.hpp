@@ -143,6 +143,9 @@ struct Experiment {
   ParallelismSpec parallelism;
   TrainingSpec training;
   MemorySettings memory;
+  /// What the loader accepted but reports (a Hugging Face model's settings that are not
+  /// modelled, ...): "note:" lines for the user (strategies/foreign_inputs.hpp).
+  std::vector<std::string> notes;
 
   /// Microbatches each pipeline runs per iteration: global_batch / (dp * micro_batch).
   std::int64_t microbatches() const {

@@ -49,6 +49,15 @@ TEST_CASE("malformed JSON reports the line and column") {
   CHECK(e.message().find("malformed JSON at line 3") != std::string::npos);
 }
 
+TEST_CASE("a number too large for a double is a config error, not a crash") {
+  // 1e400 is valid JSON syntax but overflows a double: nlohmann throws out_of_range, which the
+  // reader must turn into a ConfigError naming the file (found by fuzzing).
+  auto path = write_temp("huge.json", "{\"nodes\": 1e400}\n");
+  auto e = error_of([&] { config::Document::load(path); });
+  CHECK(e.source() == path.string());
+  CHECK(e.message().find("unreadable JSON") != std::string::npos);
+}
+
 TEST_CASE("a missing file is an error naming it") {
   auto e = error_of([] { config::Document::load("/nonexistent/stratasim/x.json"); });
   CHECK(e.source() == "/nonexistent/stratasim/x.json");

@@ -1,0 +1,22 @@
+// libFuzzer target: a Hugging Face config.json read as a model (strategies/foreign_inputs.hpp),
+// alone and as the model of a small experiment. Only a result or config::ConfigError may come
+// out.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "foreign_inputs_fuzz.hpp"
+#include "strategies/foreign_inputs.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(bytes), size);
+  std::vector<std::string> notes;
+  try {
+    (void)stratasim::strategies::hf_model_from_text(text, "config.json", notes);
+  } catch (const stratasim::config::ConfigError&) {
+  }
+  const auto json = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
+  if (!json.is_discarded()) stratasim::fuzz::apply({}, json);
+  return 0;
+}

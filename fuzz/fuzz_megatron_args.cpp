@@ -1,0 +1,18 @@
+// libFuzzer target: a Megatron-LM argument string (strategies/foreign_inputs.hpp), split, read
+// and applied to a small experiment. Only a result or config::ConfigError may come out.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "foreign_inputs_fuzz.hpp"
+#include "strategies/foreign_inputs.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(bytes), size);
+  try {
+    const auto input = stratasim::strategies::megatron_from_args(text);
+    stratasim::fuzz::apply(input.overrides);
+  } catch (const stratasim::config::ConfigError&) {
+  }
+  return 0;
+}

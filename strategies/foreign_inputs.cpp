@@ -1,0 +1,1427 @@
+#include "strategies/foreign_inputs.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <sstream>
+
+namespace stratasim::strategies {
+
+namespace {
+
+using config::ConfigError;
+using nlohmann::json;
+
+// ---------------------------------------------------------------------------------------------
+// Shared pieces.
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// An unknown name within two edits of a mapped one is most likely a typo of it, which would
+// silently change what is simulated: an error. Farther names are only noted.
+constexpr std::size_t kTypoDistance = 2;
+
+// Names longer than this get no suggestion: no key is that long, and edit distances to every
+// known name would cost time quadratic in the length.
+constexpr std::size_t kSuggestLength = 64;
+
+// config::closest_match, for names of a sensible length.
+std::string suggestion(std::string_view name, const std::vector<std::string>& known) {
+  return name.size() > kSuggestLength ? std::string() : config::closest_match(name, known);
+}
+
+std::string closest_mapped(std::string_view name, const std::vector<std::string>& mapped) {
+  if (name.size() > kSuggestLength) return {};
+  std::string best;
+  std::size_t best_distance = kTypoDistance + 1;
+  for (const auto& m : mapped) {
+    const std::size_t d = edit_distance(name, m);
+    if (d < best_distance) {
+      best_distance = d;
+      best = m;
+    }
+  }
+  return best;
+}
+
+// A value as users wrote it, short and always printable (invalid UTF-8 replaced).
+std::string shown(const json& v) {
+  std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
+
+std::string quote_text(std::string_view text) {
+  std::string out = json(std::string(text)).dump(-1, ' ', false, json::error_handler_t::replace);
+  if (out.size() > 62) out = out.substr(0, 58) + "...\"";
+  return out;
+}
+
+// An integer written as a JSON integer or an integral number (DeepSpeed configs write 5e8).
+std::optional<std::int64_t> integral(const json& v) {
+  constexpr std::int64_t kLimit = std::int64_t{1} << 52;
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(kLimit)) return std::nullopt;
+    return static_cast<std::int64_t>(u);
+  }
+  if (v.is_number_integer()) {
+    const auto i = v.get<std::int64_t>();
+    if (i < -kLimit || i > kLimit) return std::nullopt;
+    return i;
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) <= static_cast<double>(kLimit)) {
+      return static_cast<std::int64_t>(d);
+    }
+  }
+  return std::nullopt;
+}
+
+bool is_auto(const json& v) {
+  return v.is_string() && v.get_ref<const std::string&>() == "auto";
+}
+
+std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
+}
+
+json parse_json(std::string_view text, const std::string& source) {
+  try {
+    return json::parse(text.begin(), text.end());
+  } catch (const json::parse_error& e) {
+    // A line and column a person can go to.
+    const std::size_t offset = std::min<std::size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());
+    const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<long>(offset), '\n');
+    const std::size_t line_start =
+        offset == 0 ? std::string_view::npos : text.rfind('\n', offset - 1);
+    const std::size_t column =
+        line_start == std::string_view::npos ? offset + 1 : offset - line_start;
+    const std::string what = e.what();
+    const auto detail = what.find("syntax error");
+    throw ConfigError(source, "",
+                      "malformed JSON at line " + std::to_string(line) + ", column " +
+                          std::to_string(column) + ": " +
+                          (detail == std::string::npos ? what : what.substr(detail)));
+  } catch (const json::exception& e) {
+    // A number too large for a double ("1e400") is out_of_range, not a parse error.
+    throw ConfigError(source, "", std::string("malformed JSON: ") + e.what());
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// DeepSpeed.
+
+class DeepSpeedReader {
+ public:
+  explicit DeepSpeedReader(std::string source) : source_(std::move(source)) {}
+
+  ForeignInput read(const json& root) {
+    if (!root.is_object())
+      fail("", "expected a DeepSpeed config (a JSON object), got " + shown(root));
+    check_keys(root, "",
+               {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                "zero_optimization", "bf16", "bfloat16", "fp16", "amp", "activation_checkpointing",
+                "optimizer"},
+               {"steps_per_print",
+                "wall_clock_breakdown",
+                "gradient_clipping",
+                "scheduler",
+                "prescale_gradients",
+                "gradient_predivide_factor",
+                "sparse_gradients",
+                "dump_state",
+                "memory_breakdown",
+                "tensorboard",
+                "wandb",
+                "csv_monitor",
+                "comet",
+                "flops_profiler",
+                "comms_logger",
+                "checkpoint",
+                "zero_allow_untested_optimizer",
+                "zero_force_ds_cpu_optimizer",
+                "aio",
+                "elasticity",
+                "autotuning",
+                "data_efficiency",
+                "curriculum_learning",
+                "compression_training",
+                "sparse_attention",
+                "data_types",
+                "communication_data_type",
+                "seq_parallel_communication_data_type",
+                "pipeline",
+                "progressive_layer_drop",
+                "eigenvalue",
+                "quantize_training",
+                "timers",
+                "use_node_local_storage",
+                "load_universal_checkpoint",
+                "disable_allgather",
+                "fp32_allreduce",
+                "hybrid_engine",
+                "weight_quantization",
+                "compile",
+                "nebula",
+                "graph_harvesting",
+                "monitor_config"});
+    read_batch(root);
+    read_precision(root);
+    std::optional<int> stage;
+    if (const json* z = object(root, "zero_optimization")) stage = read_zero(*z);
+    read_activation_checkpointing(root);
+    read_optimizer(root);
+    if (offload_given_) {
+      json list = json::array();
+      for (const char* item : {"optimizer", "params", "nvme", "activations"}) {
+        if (offload_.contains(item)) list.push_back(item);
+      }
+      set("parallelism.offload", list, offload_origin_);
+    }
+    return std::move(out_);
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& key, const std::string& message) const {
+    throw ConfigError(source_, key, message);
+  }
+  void set(const std::string& path, json value, const std::string& key) {
+    out_.overrides.push_back({path, std::move(value), source_ + " (" + key + ")"});
+  }
+  void note(const std::string& text) { out_.notes.push_back(source_ + ": " + text); }
+
+  // Unknown keys of the object at `path`: an error when within two edits of a mapped key, a note
+  // otherwise. `mapped` keys change the experiment; `ignored` ones are accepted silently.
+  void check_keys(const json& object, const std::string& path,
+                  const std::vector<std::string>& mapped, const std::vector<std::string>& ignored) {
+    for (const auto& [key, value] : object.items()) {
+      if (std::find(mapped.begin(), mapped.end(), key) != mapped.end() ||
+          std::find(ignored.begin(), ignored.end(), key) != ignored.end()) {
+        continue;
+      }
+      const std::string at = config::join_path(path, key);
+      const std::string typo = closest_mapped(key, mapped);
+      if (!typo.empty()) {
+        fail(at, "unknown key '" + key + "'; did you mean '" + typo + "'?");
+      }
+      std::vector<std::string> known = mapped;
+      known.insert(known.end(), ignored.begin(), ignored.end());
+      const std::string hint = suggestion(key, known);
+      note("unknown key '" + at + "' ignored" +
+           (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
+    }
+  }
+
+  const json* object(const json& parent, const std::string& key, const std::string& path = "") {
+    auto it = parent.find(key);
+    if (it == parent.end() || it->is_null()) return nullptr;
+    const std::string at = config::join_path(path, key);
+    if (!it->is_object()) fail(at, "expected an object, got " + shown(*it));
+    return &*it;
+  }
+
+  std::int64_t integer(const json& v, const std::string& at, std::int64_t lo, std::int64_t hi) {
+    const auto i = integral(v);
+    if (!i || *i < lo || *i > hi) {
+      fail(at, "expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                   (at.find("batch") != std::string::npos ||
+                            at.find("accumulation") != std::string::npos
+                        ? " or \"auto\""
+                        : "") +
+                   ", got " + shown(v));
+    }
+    return *i;
+  }
+  bool boolean(const json& v, const std::string& at) {
+    if (!v.is_boolean()) fail(at, "expected true or false, got " + shown(v));
+    return v.get<bool>();
+  }
+  void auto_kept(const std::string& key, const std::string& ours) {
+    note(key + " is \"auto\" (filled in by the Hugging Face Trainer): the experiment's " + ours +
+         " is kept");
+  }
+
+  void read_batch(const json& root) {
+    constexpr std::int64_t kMaxBatch = std::int64_t{1} << 40;
+    auto find = [&](const char* key) -> const json* {
+      auto it = root.find(key);
+      return it == root.end() || it->is_null() ? nullptr : &*it;
+    };
+    const json* tbs = find("train_batch_size");
+    const json* micro = find("train_micro_batch_size_per_gpu");
+    const json* ga = find("gradient_accumulation_steps");
+    const bool ga_given = ga != nullptr && !is_auto(*ga);
+    if (ga_given) {
+      set("training.gradient_accumulation_steps",
+          integer(*ga, "gradient_accumulation_steps", 1, 1 << 24), "gradient_accumulation_steps");
+    } else if (ga != nullptr) {
+      note(
+          "gradient_accumulation_steps is \"auto\": it follows from the experiment's "
+          "training.global_batch / (parallelism.micro_batch x dp)");
+    }
+    if (micro != nullptr && !is_auto(*micro)) {
+      set("parallelism.micro_batch", integer(*micro, "train_micro_batch_size_per_gpu", 1, 1 << 24),
+          "train_micro_batch_size_per_gpu");
+    } else if (micro != nullptr) {
+      auto_kept("train_micro_batch_size_per_gpu", "parallelism.micro_batch");
+    } else if (ga_given && tbs != nullptr && !is_auto(*tbs)) {
+      // DeepSpeed derives the micro-batch from the other two: so does the loader.
+      set("parallelism.micro_batch", nullptr, "train_micro_batch_size_per_gpu (derived)");
+    }
+    if (tbs != nullptr && !is_auto(*tbs)) {
+      set("training.global_batch", integer(*tbs, "train_batch_size", 1, kMaxBatch),
+          "train_batch_size");
+    } else if (ga_given) {
+      // train_batch_size = micro x accumulation x dp, once dp is known.
+      set("training.global_batch", nullptr, "train_batch_size (derived)");
+      if (tbs != nullptr) {
+        note(
+            "train_batch_size is \"auto\": derived as micro-batch x gradient_accumulation_steps "
+            "x dp");
+      }
+    } else if (tbs != nullptr) {
+      auto_kept("train_batch_size", "training.global_batch");
+    }
+  }
+
+  void read_precision(const json& root) {
+    std::optional<bool> bf16, fp16;
+    auto enabled = [&](const char* section, std::optional<bool>& flag) {
+      const json* s = object(root, section);
+      if (s == nullptr) return;
+      check_keys(
+          *s, section, {"enabled"},
+          {"auto_cast", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+           "consecutive_hysteresis", "min_loss_scale", "fp16_master_weights_and_grads",
+           "immediate_grad_update", "check_grad_overflow", "opt_level"});
+      auto it = s->find("enabled");
+      if (it == s->end() || it->is_null()) return;
+      if (is_auto(*it)) {
+        auto_kept(std::string(section) + ".enabled", "training.dtype");
+        return;
+      }
+      flag = boolean(*it, std::string(section) + ".enabled");
+    };
+    enabled("bf16", bf16);
+    if (!bf16) enabled("bfloat16", bf16);  // DeepSpeed's older name
+    enabled("fp16", fp16);
+    std::optional<bool> amp;
+    enabled("amp", amp);
+    if (bf16.value_or(false) && (fp16.value_or(false) || amp.value_or(false))) {
+      fail("fp16.enabled", "contradicts bf16.enabled: enable one of bf16 and fp16");
+    }
+    if (bf16.value_or(false)) {
+      set("training.dtype", "bf16", "bf16.enabled");
+    } else if (fp16.value_or(false)) {
+      set("training.dtype", "fp16", "fp16.enabled");
+    } else if (amp.value_or(false)) {
+      set("training.dtype", "fp16", "amp.enabled");
+      note("amp (NVIDIA Apex) is modelled as fp16 mixed precision");
+    } else if (bf16 || fp16) {
+      // A precision section written and disabled: DeepSpeed then trains in fp32.
+      set("training.dtype", "fp32", bf16 ? "bf16.enabled" : "fp16.enabled");
+      note("neither bf16 nor fp16 is enabled: DeepSpeed trains in fp32 (training.dtype \"fp32\")");
+    }
+  }
+
+  // Returns the stage when given.
+  std::optional<int> read_zero(const json& z) {
+    const std::string at = "zero_optimization";
+    check_keys(
+        z, at,
+        {"stage", "offload_optimizer", "offload_param", "reduce_bucket_size",
+         "allgather_bucket_size", "overlap_comm", "cpu_offload", "stage3_prefetch_bucket_size",
+         "stage3_max_live_parameters", "stage3_max_reuse_distance",
+         "stage3_param_persistence_threshold", "sub_group_size", "zero_hpz_partition_size",
+         "zero_quantized_weights", "zero_quantized_gradients", "mics_shard_size"},
+        {"contiguous_gradients",
+         "reduce_scatter",
+         "allgather_partitions",
+         "round_robin_gradients",
+         "stage3_gather_16bit_weights_on_model_save",
+         "stage3_gather_fp16_weights_on_model_save",
+         "gather_16bit_weights_on_model_save",
+         "elastic_checkpoint",
+         "ignore_unused_parameters",
+         "legacy_stage1",
+         "load_from_fp32_weights",
+         "memory_efficient_linear",
+         "use_multi_rank_bucket_allreduce",
+         "cpu_offload_params",
+         "cpu_offload_use_pin_memory",
+         "mics_hierarchical_params_gather",
+         "pipeline_loading_checkpoint",
+         "override_module_apply",
+         "log_trace_cache_warnings",
+         "zeropp_loco_param",
+         "offload_optimizer_config",
+         "offload_param_config"});
+    auto member = [&](const char* key) -> const json* {
+      auto it = z.find(key);
+      return it == z.end() || it->is_null() ? nullptr : &*it;
+    };
+    std::optional<int> stage;
+    if (const json* s = member("stage")) {
+      if (is_auto(*s)) {
+        auto_kept(at + ".stage", "parallelism.zero");
+      } else {
+        const auto value = integral(*s);
+        if (!value || *value < 0 || *value > 3) {
+          fail(at + ".stage", "expected a ZeRO stage 0, 1, 2 or 3, got " + shown(*s));
+        }
+        stage = static_cast<int>(*value);
+        set("parallelism.zero", *stage, at + ".stage");
+      }
+    }
+    for (const char* key : {"reduce_bucket_size", "allgather_bucket_size"}) {
+      const json* v = member(key);
+      if (v == nullptr) continue;
+      if (is_auto(*v)) {
+        auto_kept(at + "." + key, std::string("parallelism.") + key);
+        continue;
+      }
+      set(std::string("parallelism.") + key, integer(*v, at + "." + key, 1, std::int64_t{1} << 50),
+          at + "." + key);
+    }
+    if (const json* v = member("overlap_comm")) {
+      if (is_auto(*v)) {
+        auto_kept(at + ".overlap_comm", "parallelism.dp_overlap");
+      } else {
+        set("parallelism.dp_overlap", boolean(*v, at + ".overlap_comm"), at + ".overlap_comm");
+      }
+    }
+    if (const json* v = member("cpu_offload")) {  // before offload_optimizer existed
+      if (boolean(*v, at + ".cpu_offload")) offload("optimizer", at + ".cpu_offload");
+      offload_given_ = true;
+    }
+    read_offload(z, "offload_optimizer", "optimizer");
+    read_offload(z, "offload_param", "params");
+    // ZeRO-3 tuning that stratasim does not model (it gathers parallelism.zero_prefetch_layers
+    // whole layers ahead and keeps no limit on live parameters).
+    if (stage.value_or(3) == 3) {
+      for (const char* key :
+           {"stage3_prefetch_bucket_size", "stage3_max_live_parameters",
+            "stage3_max_reuse_distance", "stage3_param_persistence_threshold", "sub_group_size"}) {
+        const json* v = member(key);
+        if (v == nullptr || is_auto(*v)) continue;
+        integer(*v, at + "." + key, 0, std::int64_t{1} << 52);
+        note(at + "." + key + " is not modelled" +
+             (std::string_view(key) == "stage3_prefetch_bucket_size"
+                  ? ": ZeRO-3 gathers parallelism.zero_prefetch_layers whole layers ahead"
+                  : std::string()));
+      }
+    }
+    if (const json* v = member("zero_hpz_partition_size")) {
+      if (integer(*v, at + ".zero_hpz_partition_size", 1, 1 << 24) > 1) {
+        note(at + ".zero_hpz_partition_size (ZeRO++ hierarchical partitioning) is not modelled");
+      }
+    }
+    for (const char* key : {"zero_quantized_weights", "zero_quantized_gradients"}) {
+      const json* v = member(key);
+      if (v != nullptr && boolean(*v, at + "." + key)) {
+        note(at + "." + key + " (ZeRO++ quantised communication) is not modelled");
+      }
+    }
+    if (const json* v = member("mics_shard_size")) {
+      if (integer(*v, at + ".mics_shard_size", -1, 1 << 24) > 0) {
+        note(at + ".mics_shard_size (MiCS) is not modelled");
+      }
+    }
+    return stage;
+  }
+
+  void offload(const char* what, const std::string& key) {
+    offload_.insert(what);
+    if (offload_origin_.empty()) offload_origin_ = key;
+  }
+
+  void read_offload(const json& z, const char* key, const char* what) {
+    const std::string at = std::string("zero_optimization.") + key;
+    const json* o = object(z, key, "zero_optimization");
+    if (o == nullptr) return;
+    offload_given_ = true;
+    check_keys(*o, at, {"device", "ratio"},
+               {"pin_memory", "nvme_path", "buffer_count", "buffer_size", "max_in_cpu", "fast_init",
+                "pipeline_read", "pipeline_write", "pipeline"});
+    auto it = o->find("device");
+    if (it == o->end() || it->is_null()) return;  // DeepSpeed's default device: none
+    if (!it->is_string() || (*it != "cpu" && *it != "nvme" && *it != "none")) {
+      fail(at + ".device", "expected \"cpu\", \"nvme\" or \"none\", got " + shown(*it));
+    }
+    if (*it == "none") return;
+    offload(what, at + ".device");
+    if (*it == "nvme") offload("nvme", at + ".device");
+    auto ratio = o->find("ratio");
+    if (ratio != o->end() && !ratio->is_null()) {
+      if (!ratio->is_number() || !(ratio->get<double>() >= 0.0 && ratio->get<double>() <= 1.0)) {
+        fail(at + ".ratio", "expected a fraction from 0 to 1, got " + shown(*ratio));
+      }
+      if (ratio->get<double>() < 1.0) {
+        note(at + ".ratio " + shown(*ratio) +
+             " (partial offload) is not modelled: the whole is offloaded");
+      }
+    }
+  }
+
+  void read_activation_checkpointing(const json& root) {
+    const std::string at = "activation_checkpointing";
+    const json* a = object(root, at);
+    if (a == nullptr) return;
+    check_keys(*a, at, {"partition_activations", "cpu_checkpointing"},
+               {"contiguous_memory_optimization", "number_checkpoints",
+                "synchronize_checkpoint_boundary", "profile"});
+    // The section configures deepspeed.checkpointing, which checkpoints whole layers.
+    set("parallelism.recompute", "full", at);
+    note(at +
+         ": whole layers are recomputed (parallelism.recompute \"full\"; --recompute "
+         "chooses otherwise)");
+    auto flag = [&](const char* key) {
+      auto it = a->find(key);
+      return it != a->end() && !it->is_null() && boolean(*it, at + "." + key);
+    };
+    if (flag("partition_activations")) {
+      note(at +
+           ".partition_activations is not modelled: checkpoints are kept whole on every "
+           "tensor-parallel rank (parallelism.sequence_parallel shards activations)");
+    }
+    if (flag("cpu_checkpointing")) {
+      offload("activations", at + ".cpu_checkpointing");
+      offload_given_ = true;
+    }
+  }
+
+  void read_optimizer(const json& root) {
+    const json* o = object(root, "optimizer");
+    if (o == nullptr) return;
+    check_keys(*o, "optimizer", {"type"}, {"params", "legacy_fusion"});
+    auto it = o->find("type");
+    if (it == o->end() || it->is_null()) return;
+    if (!it->is_string()) fail("optimizer.type", "expected an optimizer name, got " + shown(*it));
+    const std::string type = lower(it->get<std::string>());
+    if (type != "adam" && type != "adamw" && type != "fusedadam" && type != "cpuadam" &&
+        type != "deepspeedcpuadam") {
+      note("optimizer.type " + shown(*it) +
+           " is not modelled: simulated with Adam's states and step (the only optimizer "
+           "modelled)");
+    }
+  }
+
+  std::string source_;
+  ForeignInput out_;
+  std::set<std::string> offload_;
+  bool offload_given_ = false;
+  std::string offload_origin_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Megatron-LM.
+
+struct MegatronArg {
+  std::string name;  // "--num-layers"
+  std::vector<std::string> values;
+};
+
+// Arguments that change the experiment: taking one value, or flags taking none.
+const std::vector<std::string> kMegatronValued = {"--tensor-model-parallel-size",
+                                                  "--pipeline-model-parallel-size",
+                                                  "--virtual-pipeline-model-parallel-size",
+                                                  "--num-layers-per-virtual-pipeline-stage",
+                                                  "--context-parallel-size",
+                                                  "--expert-model-parallel-size",
+                                                  "--num-experts",
+                                                  "--micro-batch-size",
+                                                  "--global-batch-size",
+                                                  "--seq-length",
+                                                  "--encoder-seq-length",
+                                                  "--num-layers",
+                                                  "--hidden-size",
+                                                  "--ffn-hidden-size",
+                                                  "--num-attention-heads",
+                                                  "--num-query-groups",
+                                                  "--kv-channels",
+                                                  "--vocab-size",
+                                                  "--padded-vocab-size",
+                                                  "--max-position-embeddings",
+                                                  "--position-embedding-type",
+                                                  "--normalization",
+                                                  "--recompute-granularity",
+                                                  "--recompute-method",
+                                                  "--recompute-num-layers",
+                                                  "--optimizer"};
+const std::vector<std::string> kMegatronFlags = {"--sequence-parallel",
+                                                 "--group-query-attention",
+                                                 "--swiglu",
+                                                 "--untie-embeddings-and-output-weights",
+                                                 "--disable-bias-linear",
+                                                 "--add-bias-linear",
+                                                 "--use-rotary-position-embeddings",
+                                                 "--bf16",
+                                                 "--fp16",
+                                                 "--recompute-activations",
+                                                 "--checkpoint-activations",
+                                                 "--distribute-saved-activations",
+                                                 "--use-flash-attn",
+                                                 "--use-distributed-optimizer",
+                                                 "--overlap-grad-reduce"};
+// Common arguments that do not change what is simulated (hyper-parameters, data, logging,
+// checkpoints, fusions): accepted silently, whatever values follow them.
+const std::vector<std::string> kMegatronIgnored = {"--lr",
+                                                   "--min-lr",
+                                                   "--lr-decay-style",
+                                                   "--lr-decay-iters",
+                                                   "--lr-decay-samples",
+                                                   "--lr-warmup-fraction",
+                                                   "--lr-warmup-iters",
+                                                   "--lr-warmup-samples",
+                                                   "--lr-warmup-init",
+                                                   "--train-iters",
+                                                   "--train-samples",
+                                                   "--weight-decay",
+                                                   "--start-weight-decay",
+                                                   "--end-weight-decay",
+                                                   "--clip-grad",
+                                                   "--adam-beta1",
+                                                   "--adam-beta2",
+                                                   "--adam-eps",
+                                                   "--init-method-std",
+                                                   "--attention-dropout",
+                                                   "--hidden-dropout",
+                                                   "--data-path",
+                                                   "--vocab-file",
+                                                   "--merge-file",
+                                                   "--tokenizer-type",
+                                                   "--tokenizer-model",
+                                                   "--split",
+                                                   "--save",
+                                                   "--load",
+                                                   "--save-interval",
+                                                   "--eval-interval",
+                                                   "--eval-iters",
+                                                   "--log-interval",
+                                                   "--tensorboard-dir",
+                                                   "--distributed-backend",
+                                                   "--seed",
+                                                   "--make-vocab-size-divisible-by",
+                                                   "--data-impl",
+                                                   "--num-workers",
+                                                   "--timing-log-level",
+                                                   "--transformer-impl",
+                                                   "--loss-scale",
+                                                   "--initial-loss-scale",
+                                                   "--min-loss-scale",
+                                                   "--loss-scale-window",
+                                                   "--hysteresis",
+                                                   "--DDP-impl",
+                                                   "--rotary-percent",
+                                                   "--rotary-base",
+                                                   "--layernorm-epsilon",
+                                                   "--norm-epsilon",
+                                                   "--exit-interval",
+                                                   "--exit-duration-in-mins",
+                                                   "--wandb-project",
+                                                   "--wandb-exp-name",
+                                                   "--wandb-save-dir",
+                                                   "--decoder-seq-length",
+                                                   "--tensorboard-log-interval",
+                                                   "--ckpt-format",
+                                                   "--dataloader-type",
+                                                   "--data-cache-path",
+                                                   "--pipeline-model-parallel-split-rank",
+                                                   "--no-masked-softmax-fusion",
+                                                   "--no-bias-gelu-fusion",
+                                                   "--no-bias-dropout-fusion",
+                                                   "--no-bias-swiglu-fusion",
+                                                   "--no-rope-fusion",
+                                                   "--log-params-norm",
+                                                   "--log-num-zeros-in-grad",
+                                                   "--use-mcore-models",
+                                                   "--no-async-tensor-model-parallel-allreduce",
+                                                   "--accumulate-allreduce-grads-in-fp32",
+                                                   "--no-gradient-accumulation-fusion",
+                                                   "--apply-layernorm-1p",
+                                                   "--attention-softmax-in-fp32",
+                                                   "--overlap-param-gather",
+                                                   "--use-checkpoint-args",
+                                                   "--no-load-optim",
+                                                   "--no-load-rng",
+                                                   "--finetune",
+                                                   "--log-throughput",
+                                                   "--log-timers-to-tensorboard",
+                                                   "--log-validation-ppl-to-tensorboard",
+                                                   "--log-memory-to-tensorboard",
+                                                   "--no-query-key-layer-scaling",
+                                                   "--use-cpu-initialization",
+                                                   "--empty-unused-memory-level",
+                                                   "--tp-comm-overlap",
+                                                   "--manual-gc",
+                                                   "--bf16-param-gather",
+                                                   "--rampup-batch-size",
+                                                   "--eod-mask-loss",
+                                                   "--reset-position-ids",
+                                                   "--reset-attention-mask",
+                                                   "--mock-data",
+                                                   "--tokenizer-name-or-path",
+                                                   "--ckpt-fully-parallel-save",
+                                                   "--async-save",
+                                                   "--use-dist-ckpt",
+                                                   "--dist-ckpt-format",
+                                                   "--no-create-attention-mask-in-dataloader"};
+
+std::vector<MegatronArg> parse_megatron(const std::vector<std::string>& words,
+                                        const std::string& source, ForeignInput& out) {
+  std::vector<MegatronArg> args;
+  std::size_t stray = 0;
+  for (const auto& w : words) {
+    if (w.rfind("--", 0) == 0 && w.size() > 2) {
+      MegatronArg a;
+      const auto eq = w.find('=');
+      a.name = w.substr(0, eq);
+      if (eq != std::string::npos) a.values.push_back(w.substr(eq + 1));
+      args.push_back(std::move(a));
+    } else if (!args.empty()) {
+      args.back().values.push_back(w);
+    } else {
+      ++stray;  // "torchrun ... pretrain_gpt.py" before the arguments
+    }
+  }
+  if (stray > 0) {
+    out.notes.push_back(source + ": " + std::to_string(stray) +
+                        " word(s) before the first --argument ignored");
+  }
+  return args;
+}
+
+class MegatronReader {
+ public:
+  explicit MegatronReader(std::string source) : source_(std::move(source)) {}
+
+  ForeignInput read(std::string_view text) {
+    const auto args = parse_megatron(split_shell_words(text, source_), source_, out_);
+    for (const auto& a : args) {
+      const bool valued = contains(kMegatronValued, a.name);
+      const bool flag = contains(kMegatronFlags, a.name);
+      if (valued) {
+        if (a.values.size() != 1) {
+          fail(a.name, "expects one value, got " + std::to_string(a.values.size()));
+        }
+        values_[a.name] = a.values.front();  // the last one wins, as with argparse
+      } else if (flag) {
+        if (!a.values.empty()) {
+          fail(a.name, "is a flag and takes no value, got " + quote_text(a.values.front()));
+        }
+        flags_.insert(a.name);
+      } else if (!contains(kMegatronIgnored, a.name)) {
+        std::vector<std::string> mapped = kMegatronValued;
+        mapped.insert(mapped.end(), kMegatronFlags.begin(), kMegatronFlags.end());
+        const std::string typo = closest_mapped(a.name, mapped);
+        if (!typo.empty()) fail(a.name, "unknown argument; did you mean " + typo + "?");
+        mapped.insert(mapped.end(), kMegatronIgnored.begin(), kMegatronIgnored.end());
+        const std::string hint = suggestion(a.name, mapped);
+        out_.notes.push_back(source_ + ": unknown argument " + quote_text(a.name) + " ignored" +
+                             (hint.empty() ? "" : " (did you mean " + hint + "?)"));
+      }
+    }
+    map();
+    return std::move(out_);
+  }
+
+ private:
+  static bool contains(const std::vector<std::string>& list, const std::string& name) {
+    return std::find(list.begin(), list.end(), name) != list.end();
+  }
+  [[noreturn]] void fail(const std::string& arg, const std::string& message) const {
+    throw ConfigError(source_, arg, message);
+  }
+  void set(const std::string& path, json value, const std::string& arg) {
+    auto it = values_.find(arg);
+    const std::string shown_arg = it == values_.end() ? arg : arg + " " + it->second;
+    out_.overrides.push_back({path, std::move(value), source_ + " (" + shown_arg + ")"});
+  }
+  void note(const std::string& text) { out_.notes.push_back(source_ + ": " + text); }
+  bool has(const std::string& arg) const { return values_.contains(arg); }
+  bool flag(const std::string& arg) const { return flags_.contains(arg); }
+
+  std::int64_t integer(const std::string& arg, std::int64_t lo, std::int64_t hi) const {
+    const std::string& text = values_.at(arg);
+    std::int64_t v = 0;
+    const char* end = text.data() + text.size();
+    auto [ptr, ec] = std::from_chars(text.data(), end, v);
+    if (text.empty() || ec != std::errc() || ptr != end || v < lo || v > hi) {
+      fail(arg, "expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                    ", got " + quote_text(text));
+    }
+    return v;
+  }
+  std::string choice(const std::string& arg, const std::vector<std::string>& options) const {
+    const std::string& text = values_.at(arg);
+    if (std::find(options.begin(), options.end(), text) != options.end()) return text;
+    std::string list;
+    for (const auto& o : options) list += (list.empty() ? "" : ", ") + o;
+    const std::string hint = suggestion(text, options);
+    fail(arg, "expected one of " + list + ", got " + quote_text(text) +
+                  (hint.empty() ? "" : " (did you mean " + hint + "?)"));
+  }
+
+  void map() {
+    constexpr std::int64_t kDegree = 1 << 24;
+    // Parallelism.
+    if (has("--tensor-model-parallel-size")) {
+      set("parallelism.tp", integer("--tensor-model-parallel-size", 1, kDegree),
+          "--tensor-model-parallel-size");
+    }
+    if (has("--pipeline-model-parallel-size")) {
+      set("parallelism.pp", integer("--pipeline-model-parallel-size", 1, kDegree),
+          "--pipeline-model-parallel-size");
+    }
+    if (has("--tensor-model-parallel-size") || has("--pipeline-model-parallel-size")) {
+      // Megatron's data-parallel size is what remains of the world, as with --tp and --pp.
+      out_.overrides.push_back({"parallelism.dp", nullptr, source_ + " (dp = world / (tp x pp))"});
+    }
+    for (const char* arg : {"--context-parallel-size", "--expert-model-parallel-size"}) {
+      if (has(arg) && integer(arg, 1, kDegree) > 1) {
+        fail(arg,
+             std::string(arg == std::string("--context-parallel-size") ? "context parallelism"
+                                                                       : "expert parallelism") +
+                 " is not modelled: tp x pp x dp would cover the devices differently; use 1");
+      }
+    }
+    if (has("--num-experts")) {
+      fail("--num-experts", "mixture-of-experts models are not modelled");
+    }
+    int vpp = 0;
+    if (has("--virtual-pipeline-model-parallel-size")) {
+      vpp = static_cast<int>(integer("--virtual-pipeline-model-parallel-size", 1, 1 << 12));
+    }
+    if (has("--num-layers-per-virtual-pipeline-stage")) {
+      const auto per = integer("--num-layers-per-virtual-pipeline-stage", 1, 100'000);
+      if (!has("--num-layers") || !has("--pipeline-model-parallel-size")) {
+        fail("--num-layers-per-virtual-pipeline-stage",
+             "needs --num-layers and --pipeline-model-parallel-size among the arguments to give "
+             "the virtual stages (num_layers / pp / this)");
+      }
+      const auto layers = integer("--num-layers", 1, 100'000);
+      const auto pp = integer("--pipeline-model-parallel-size", 1, kDegree);
+      if (layers % (pp * per) != 0) {
+        fail("--num-layers-per-virtual-pipeline-stage",
+             "--num-layers (" + std::to_string(layers) + ") must be divisible by pp x this (" +
+                 std::to_string(pp) + " x " + std::to_string(per) + ")");
+      }
+      vpp = static_cast<int>(layers / (pp * per));
+    }
+    if (vpp > 1) {
+      const std::string arg = has("--virtual-pipeline-model-parallel-size")
+                                  ? "--virtual-pipeline-model-parallel-size"
+                                  : "--num-layers-per-virtual-pipeline-stage";
+      set("parallelism.schedule", "interleaved", arg);
+      set("parallelism.virtual_stages", vpp, arg);
+    }
+    if (flag("--sequence-parallel"))
+      set("parallelism.sequence_parallel", true, "--sequence-parallel");
+    if (has("--micro-batch-size")) {
+      set("parallelism.micro_batch", integer("--micro-batch-size", 1, kDegree),
+          "--micro-batch-size");
+    }
+    if (has("--global-batch-size")) {
+      set("training.global_batch", integer("--global-batch-size", 1, std::int64_t{1} << 40),
+          "--global-batch-size");
+    }
+    for (const char* arg : {"--seq-length", "--encoder-seq-length"}) {
+      if (has(arg)) set("training.seq_len", integer(arg, 1, 1 << 24), arg);
+    }
+    if (flag("--bf16") && flag("--fp16")) fail("--fp16", "contradicts --bf16: give one of them");
+    if (flag("--bf16")) set("training.dtype", "bf16", "--bf16");
+    if (flag("--fp16")) set("training.dtype", "fp16", "--fp16");
+    if (flag("--use-flash-attn")) set("training.flash_attention", true, "--use-flash-attn");
+    if (flag("--use-distributed-optimizer")) {
+      set("parallelism.zero", 1, "--use-distributed-optimizer");  // optimizer states sharded
+    }
+    if (flag("--overlap-grad-reduce")) set("parallelism.dp_overlap", true, "--overlap-grad-reduce");
+    if (has("--optimizer") && choice("--optimizer", {"adam", "sgd"}) == "sgd") {
+      note("--optimizer sgd is not modelled: simulated with Adam's states and step");
+    }
+    map_recompute();
+    map_model();
+  }
+
+  void map_recompute() {
+    std::string granularity;
+    std::string arg;
+    if (has("--recompute-granularity")) {
+      granularity = choice("--recompute-granularity", {"full", "selective"});
+      arg = "--recompute-granularity";
+    }
+    for (const auto& [legacy, kind] :
+         {std::pair<std::string, std::string>{"--recompute-activations", "selective"},
+          {"--checkpoint-activations", "full"}}) {
+      if (!flag(legacy)) continue;
+      if (!granularity.empty() && granularity != kind) {
+        fail(legacy, "means --recompute-granularity " + kind + ", which contradicts " + arg);
+      }
+      granularity = kind;
+      arg = legacy;
+    }
+    if (!granularity.empty()) set("parallelism.recompute", granularity, arg);
+    if (has("--recompute-method")) {
+      set("parallelism.recompute_method", choice("--recompute-method", {"uniform", "block"}),
+          "--recompute-method");
+    }
+    if (has("--recompute-num-layers")) {
+      set("parallelism.recompute_num_layers", integer("--recompute-num-layers", 1, 1 << 16),
+          "--recompute-num-layers");
+    }
+    if (flag("--distribute-saved-activations")) {
+      note(
+          "--distribute-saved-activations is not modelled: checkpoints are kept whole on every "
+          "tensor-parallel rank");
+    }
+  }
+
+  void map_model() {
+    constexpr std::int64_t kBig = 1 << 24;
+    if (has("--num-layers"))
+      set("model.layers", integer("--num-layers", 1, 100'000), "--num-layers");
+    std::optional<std::int64_t> hidden, heads;
+    if (has("--hidden-size")) {
+      hidden = integer("--hidden-size", 1, kBig);
+      set("model.hidden", *hidden, "--hidden-size");
+    }
+    if (has("--ffn-hidden-size")) {
+      set("model.ffn_hidden", integer("--ffn-hidden-size", 1, kBig), "--ffn-hidden-size");
+    } else if (hidden) {
+      // Megatron's default: 4h, or 2/3 of it rounded down to a multiple of 64 with SwiGLU.
+      const std::int64_t ffn = flag("--swiglu") ? (4 * *hidden * 2 / 3) / 64 * 64 : 4 * *hidden;
+      if (ffn < 1) fail("--hidden-size", "gives no FFN width; give --ffn-hidden-size");
+      set("model.ffn_hidden", ffn, "--hidden-size");
+      note("--ffn-hidden-size not given: " + std::to_string(ffn) + " as Megatron derives it from " +
+           "--hidden-size");
+    }
+    if (has("--num-attention-heads")) {
+      heads = integer("--num-attention-heads", 1, kBig);
+      set("model.heads", *heads, "--num-attention-heads");
+      if (!flag("--group-query-attention")) set("model.kv_heads", *heads, "--num-attention-heads");
+    }
+    if (flag("--group-query-attention")) {
+      const std::int64_t groups =
+          has("--num-query-groups") ? integer("--num-query-groups", 1, kBig) : 1;
+      set("model.kv_heads", groups,
+          has("--num-query-groups") ? "--num-query-groups" : "--group-query-attention");
+    } else if (has("--num-query-groups")) {
+      integer("--num-query-groups", 1, kBig);
+      note("--num-query-groups is ignored without --group-query-attention (as in Megatron)");
+    }
+    if (has("--kv-channels")) {
+      const auto kv = integer("--kv-channels", 1, kBig);
+      if (hidden && heads && kv * *heads != *hidden) {
+        fail("--kv-channels", "must be --hidden-size / --num-attention-heads (" +
+                                  std::to_string(*hidden / std::max<std::int64_t>(1, *heads)) +
+                                  "): stratasim's head width is hidden / heads");
+      }
+      if (!hidden || !heads) {
+        note("--kv-channels: stratasim's head width is the model's hidden / heads");
+      }
+    }
+    if (flag("--swiglu")) set("model.activation", "swiglu", "--swiglu");
+    if (flag("--untie-embeddings-and-output-weights")) {
+      set("model.tied_embeddings", false, "--untie-embeddings-and-output-weights");
+    }
+    for (const char* arg : {"--vocab-size", "--padded-vocab-size"}) {
+      if (has(arg)) set("model.vocab", integer(arg, 1, 1 << 30), arg);
+    }
+    if (has("--max-position-embeddings")) {
+      set("model.max_seq_len", integer("--max-position-embeddings", 1, kBig),
+          "--max-position-embeddings");
+    }
+    if (has("--position-embedding-type")) {
+      const auto type = choice("--position-embedding-type", {"learned_absolute", "rope"});
+      set("model.position_embedding", type == "rope" ? "rotary" : "learned",
+          "--position-embedding-type");
+    }
+    if (flag("--use-rotary-position-embeddings")) {
+      set("model.position_embedding", "rotary", "--use-rotary-position-embeddings");
+    }
+    if (has("--normalization")) {
+      set("model.norm",
+          choice("--normalization", {"LayerNorm", "RMSNorm"}) == "RMSNorm" ? "rmsnorm"
+                                                                           : "layernorm",
+          "--normalization");
+    }
+    if (flag("--disable-bias-linear") && flag("--add-bias-linear")) {
+      fail("--add-bias-linear", "contradicts --disable-bias-linear");
+    }
+    if (flag("--disable-bias-linear")) set("model.bias", false, "--disable-bias-linear");
+    if (flag("--add-bias-linear")) set("model.bias", true, "--add-bias-linear");
+  }
+
+  std::string source_;
+  ForeignInput out_;
+  std::map<std::string, std::string> values_;
+  std::set<std::string> flags_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Hugging Face config.json.
+
+// Keys every PretrainedConfig may carry that do not change the cost of training.
+const std::vector<std::string> kHfCommon = {"_name_or_path",
+                                            "architectures",
+                                            "model_type",
+                                            "transformers_version",
+                                            "torch_dtype",
+                                            "bos_token_id",
+                                            "eos_token_id",
+                                            "pad_token_id",
+                                            "sep_token_id",
+                                            "decoder_start_token_id",
+                                            "initializer_range",
+                                            "use_cache",
+                                            "return_dict",
+                                            "output_hidden_states",
+                                            "output_attentions",
+                                            "torchscript",
+                                            "chunk_size_feed_forward",
+                                            "is_encoder_decoder",
+                                            "is_decoder",
+                                            "tie_encoder_decoder",
+                                            "prune_heads",
+                                            "problem_type",
+                                            "id2label",
+                                            "label2id",
+                                            "finetuning_task",
+                                            "tokenizer_class",
+                                            "prefix",
+                                            "task_specific_params",
+                                            "max_length",
+                                            "min_length",
+                                            "do_sample",
+                                            "early_stopping",
+                                            "num_beams",
+                                            "temperature",
+                                            "top_k",
+                                            "top_p",
+                                            "repetition_penalty",
+                                            "length_penalty",
+                                            "no_repeat_ngram_size",
+                                            "bad_words_ids",
+                                            "num_return_sequences",
+                                            "auto_map",
+                                            "use_return_dict",
+                                            "attention_dropout",
+                                            "hidden_dropout",
+                                            "rope_theta",
+                                            "rope_scaling",
+                                            "pretraining_tp",
+                                            "quantization_config"};
+
+class HfReader {
+ public:
+  HfReader(config::Document& doc, std::string path, std::vector<std::string>& notes,
+           const std::string& fallback_source)
+      : doc_(doc),
+        path_(std::move(path)),
+        notes_(notes),
+        r_(doc, path_, "a Hugging Face config.json") {
+    const auto file = doc.file_of(path_);
+    source_ = file.empty() ? fallback_source : file.string();
+  }
+
+  void convert() {
+    const json& object = *doc_.find(path_);
+    const std::string type = model_type(object);
+    json m = json::object();
+    m["type"] = "transformer";
+    const auto file = doc_.file_of(path_);
+    std::string name = r_.string_or("_name_or_path", "");
+    if (!file.empty()) name = file.stem().string();
+    if (name.empty()) name = type;
+    m["name"] = name;
+    m["source"] = "Hugging Face config.json (model_type " + type + ")" +
+                  (file.empty() ? std::string() : ": " + file.string());
+    std::vector<std::string> known;
+    if (type == "gpt2") {
+      known = {"n_embd",
+               "n_layer",
+               "n_head",
+               "n_inner",
+               "vocab_size",
+               "n_positions",
+               "n_ctx",
+               "activation_function",
+               "layer_norm_epsilon",
+               "tie_word_embeddings",
+               "attn_pdrop",
+               "embd_pdrop",
+               "resid_pdrop",
+               "summary_type",
+               "summary_use_proj",
+               "summary_activation",
+               "summary_proj_to_labels",
+               "summary_first_dropout",
+               "scale_attn_weights",
+               "scale_attn_by_inverse_layer_idx",
+               "reorder_and_upcast_attn",
+               "add_cross_attention"};
+      read_gpt2(m);
+    } else if (type == "gpt_neox") {
+      known = {"hidden_size",
+               "intermediate_size",
+               "num_hidden_layers",
+               "num_attention_heads",
+               "vocab_size",
+               "max_position_embeddings",
+               "hidden_act",
+               "rotary_pct",
+               "rotary_emb_base",
+               "layer_norm_eps",
+               "use_parallel_residual",
+               "tie_word_embeddings",
+               "attention_bias",
+               "classifier_dropout"};
+      read_neox(m);
+    } else {  // llama, mistral
+      known = {"hidden_size",
+               "intermediate_size",
+               "num_hidden_layers",
+               "num_attention_heads",
+               "num_key_value_heads",
+               "vocab_size",
+               "max_position_embeddings",
+               "hidden_act",
+               "rms_norm_eps",
+               "tie_word_embeddings",
+               "attention_bias",
+               "mlp_bias",
+               "head_dim",
+               "sliding_window",
+               "max_window_layers",
+               "use_sliding_window"};
+      read_llama(m, type);
+    }
+    if (const auto* dtype = doc_.find(config::join_path(path_, "torch_dtype"));
+        dtype != nullptr && dtype->is_string()) {
+      note("torch_dtype " + shown(*dtype) +
+           " is the stored weights' type; training.dtype sets the simulated one");
+    }
+    if (const auto* q = doc_.find(config::join_path(path_, "quantization_config"));
+        q != nullptr && !q->is_null()) {
+      note("quantization_config is not modelled (weights train in training.dtype)");
+    }
+    known.insert(known.end(), kHfCommon.begin(), kHfCommon.end());
+    for (const auto& [key, value] : object.items()) {
+      if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+      const std::string hint = suggestion(key, known);
+      note("key '" + key + "' is not read (not modelled)" +
+           (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+    }
+    // Shapes checked here so that errors name the config.json's keys.
+    TransformerModel model;
+    model.layers = m["layers"].get<int>();
+    model.hidden = m["hidden"].get<int>();
+    model.heads = m["heads"].get<int>();
+    model.kv_heads = m["kv_heads"].get<int>();
+    model.ffn_hidden = m["ffn_hidden"].get<int>();
+    model.vocab = m["vocab"].get<int>();
+    model.max_seq_len = m["max_seq_len"].get<int>();
+    try {
+      model.validate();
+    } catch (const config::ValidationError& e) {
+      const auto it = hf_key_.find(e.path());
+      doc_.fail(config::join_path(path_, it == hf_key_.end() ? e.path() : it->second), e.what());
+    }
+    doc_.set(path_, std::move(m), source_ + " (read as a stratasim model)");
+  }
+
+ private:
+  void note(const std::string& text) { notes_.push_back(source_ + ": " + text); }
+
+  std::string model_type(const json& object) {
+    std::string list;
+    for (auto t : kHfModelTypes) list += (list.empty() ? "" : ", ") + std::string(t);
+    if (r_.has("model_type")) {
+      const auto* v = doc_.find(r_.path_of("model_type"));
+      if (v != nullptr && !v->is_null()) {
+        const std::string type = r_.string("model_type");
+        for (auto t : kHfModelTypes) {
+          if (type == t) return type;
+        }
+        const std::string hint = suggestion(
+            type, std::vector<std::string>(std::begin(kHfModelTypes), std::end(kHfModelTypes)));
+        r_.fail("model_type", "model_type " + quote_text(type) + " is not supported; supported: " +
+                                  list + (hint.empty() ? "" : " (did you mean " + hint + "?)"));
+      }
+    }
+    // Only "architectures": the class names of the supported families.
+    static const std::vector<std::pair<std::string, std::string>> kClasses = {
+        {"LlamaForCausalLM", "llama"},
+        {"MistralForCausalLM", "mistral"},
+        {"GPT2LMHeadModel", "gpt2"},
+        {"GPT2Model", "gpt2"},
+        {"GPTNeoXForCausalLM", "gpt_neox"}};
+    auto it = object.find("architectures");
+    if (it != object.end() && it->is_array()) {
+      for (const auto& a : *it) {
+        for (const auto& [cls, type] : kClasses) {
+          if (a.is_string() && a == cls) return type;
+        }
+      }
+    }
+    r_.fail(it != object.end() ? "architectures" : "model_type",
+            "names no supported model; model_type must be one of " + list);
+  }
+
+  std::int64_t integer(const char* key, const char* ours, std::int64_t hi = 1 << 24) {
+    hf_key_[ours] = key;
+    return r_.integer_in(key, 1, hi);
+  }
+  std::int64_t integer_or(const char* key, const char* ours, std::int64_t fallback,
+                          std::int64_t hi = 1 << 24) {
+    hf_key_[ours] = key;
+    return r_.integer_in_or(key, 1, hi, fallback);
+  }
+
+  void read_llama(json& m, const std::string& type) {
+    m["hidden"] = integer("hidden_size", "hidden");
+    m["ffn_hidden"] = integer("intermediate_size", "ffn_hidden");
+    m["layers"] = integer("num_hidden_layers", "layers", 100'000);
+    m["heads"] = integer("num_attention_heads", "heads");
+    m["kv_heads"] = integer_or("num_key_value_heads", "kv_heads", m["heads"].get<std::int64_t>());
+    m["vocab"] = integer("vocab_size", "vocab", 1 << 30);
+    m["max_seq_len"] = integer_or("max_position_embeddings", "max_seq_len", 2048);
+    const std::string act = r_.string_or("hidden_act", "silu");
+    if (act != "silu" && act != "swish") {
+      note("hidden_act " + quote_text(act) +
+           " in the gated MLP is modelled as SwiGLU (the same three GEMMs)");
+    }
+    m["activation"] = "swiglu";  // the MLP is gated: gate, up and down projections
+    m["tied_embeddings"] = r_.boolean_or("tie_word_embeddings", false);
+    m["position_embedding"] = "rotary";
+    m["norm"] = "rmsnorm";
+    const bool attention_bias = r_.boolean_or("attention_bias", false);
+    const bool mlp_bias = r_.boolean_or("mlp_bias", attention_bias);
+    if (mlp_bias != attention_bias) {
+      note(
+          "attention_bias and mlp_bias differ: stratasim gives every linear layer a bias or "
+          "none; modelled with attention_bias");
+    }
+    m["bias"] = attention_bias;
+    m["causal"] = true;
+    if (r_.has("head_dim")) {
+      const auto* v = doc_.find(r_.path_of("head_dim"));
+      if (v != nullptr && !v->is_null()) {
+        const auto head_dim = r_.integer_in("head_dim", 1, 1 << 20);
+        const auto hidden = m["hidden"].get<std::int64_t>();
+        const auto heads = m["heads"].get<std::int64_t>();
+        if (head_dim * heads != hidden) {
+          r_.fail("head_dim", "must be hidden_size / num_attention_heads (" +
+                                  std::to_string(hidden / heads) +
+                                  "): stratasim's head width is hidden / heads");
+        }
+      }
+    }
+    if (type == "mistral" && r_.has("sliding_window")) {
+      const auto* v = doc_.find(r_.path_of("sliding_window"));
+      if (v != nullptr && !v->is_null()) {
+        const auto window = r_.integer_in("sliding_window", 1, std::int64_t{1} << 40);
+        note("sliding_window " + std::to_string(window) +
+             " is not modelled: attention spans the whole sequence (the same for sequences up "
+             "to " +
+             std::to_string(window) + " tokens)");
+      }
+    }
+    r_.has("use_sliding_window");
+    r_.has("max_window_layers");
+  }
+
+  void read_gpt2(json& m) {
+    const auto hidden = integer("n_embd", "hidden");
+    m["hidden"] = hidden;
+    m["layers"] = integer("n_layer", "layers", 100'000);
+    m["heads"] = integer("n_head", "heads");
+    m["kv_heads"] = m["heads"];
+    hf_key_["kv_heads"] = "n_head";
+    m["ffn_hidden"] = integer_or("n_inner", "ffn_hidden", 4 * hidden);  // null: 4 x n_embd
+    m["vocab"] = integer("vocab_size", "vocab", 1 << 30);
+    m["max_seq_len"] = integer_or("n_positions", "max_seq_len", 1024);
+    const std::string act = r_.string_or("activation_function", "gelu_new");
+    m["activation"] = "gelu";
+    gelu_note("activation_function", act);
+    m["tied_embeddings"] = r_.boolean_or("tie_word_embeddings", true);
+    m["position_embedding"] = "learned";
+    m["norm"] = "layernorm";
+    m["bias"] = true;
+    m["causal"] = true;
+    if (r_.boolean_or("add_cross_attention", false)) {
+      r_.fail("add_cross_attention", "cross-attention (an encoder-decoder) is not modelled");
+    }
+  }
+
+  void read_neox(json& m) {
+    m["hidden"] = integer("hidden_size", "hidden");
+    m["ffn_hidden"] = integer("intermediate_size", "ffn_hidden");
+    m["layers"] = integer("num_hidden_layers", "layers", 100'000);
+    m["heads"] = integer("num_attention_heads", "heads");
+    m["kv_heads"] = m["heads"];
+    hf_key_["kv_heads"] = "num_attention_heads";
+    m["vocab"] = integer("vocab_size", "vocab", 1 << 30);
+    m["max_seq_len"] = integer_or("max_position_embeddings", "max_seq_len", 2048);
+    gelu_note("hidden_act", r_.string_or("hidden_act", "gelu"));
+    m["activation"] = "gelu";
+    m["tied_embeddings"] = r_.boolean_or("tie_word_embeddings", false);
+    m["position_embedding"] = "rotary";  // rotary_pct of each head: no parameters either way
+    m["norm"] = "layernorm";
+    m["bias"] = r_.boolean_or("attention_bias", true);
+    m["causal"] = true;
+    if (r_.boolean_or("use_parallel_residual", true)) {
+      note(
+          "use_parallel_residual: attention and MLP read the same input; modelled one after "
+          "the other (the same work and parameters)");
+    }
+  }
+
+  void gelu_note(const char* key, const std::string& act) {
+    if (act.rfind("gelu", 0) != 0) {
+      note(std::string(key) + " " + quote_text(act) +
+           " is modelled as GELU (the same GEMMs, an elementwise function of the same size)");
+    }
+  }
+
+  config::Document& doc_;
+  std::string path_;
+  std::vector<std::string>& notes_;
+  config::ObjectReader r_;
+  std::string source_;
+  std::map<std::string, std::string> hf_key_;  // our model key -> the config.json's
+};
+
+std::mutex& sink_mutex() {
+  static std::mutex m;
+  return m;
+}
+NoteSink& sink() {
+  static NoteSink s;
+  return s;
+}
+
+}  // namespace
+
+ForeignInput deepspeed_from_text(std::string_view text, const std::string& source) {
+  return DeepSpeedReader(source).read(parse_json(text, source));
+}
+
+ForeignInput load_deepspeed(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    std::error_code ec;
+    throw ConfigError(file.string(), "",
+                      std::filesystem::exists(file, ec) ? "cannot be read" : "no such file");
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return deepspeed_from_text(buffer.str(), file.string());
+}
+
+std::vector<std::string> split_shell_words(std::string_view text, const std::string& source) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+      if (in_word) words.push_back(std::move(word));
+      word.clear();
+      in_word = false;
+      continue;
+    }
+    in_word = true;
+    if (c == '\\') {
+      if (i + 1 < text.size()) {
+        if (text[i + 1] != '\n') word += text[i + 1];  // backslash-newline continues the line
+        ++i;
+      }
+      continue;
+    }
+    if (c == '\'' || c == '"') {
+      const std::size_t open = i;
+      for (++i; i < text.size() && text[i] != c; ++i) {
+        // In double quotes a backslash escapes only $ ` " \ and newline, as in sh.
+        if (c == '"' && text[i] == '\\' && i + 1 < text.size() &&
+            std::string_view("$`\"\\\n").find(text[i + 1]) != std::string_view::npos) {
+          ++i;
+        }
+        word += text[i];
+      }
+      if (i >= text.size()) {
+        throw ConfigError(source, "",
+                          std::string("unterminated ") + (c == '"' ? "double" : "single") +
+                              " quote opened at byte " + std::to_string(open));
+      }
+      continue;
+    }
+    word += c;
+  }
+  if (in_word) words.push_back(std::move(word));
+  return words;
+}
+
+ForeignInput megatron_from_args(std::string_view args, const std::string& source) {
+  return MegatronReader(source).read(args);
+}
+
+bool is_hf_config(const nlohmann::json& object) {
+  return object.is_object() && (object.contains("model_type") || object.contains("architectures"));
+}
+
+bool convert_hf_model(config::Document& doc, const std::string& path,
+                      std::vector<std::string>& notes) {
+  const json* v = doc.find(path);
+  if (v == nullptr || !is_hf_config(*v)) return false;
+  HfReader(doc, path, notes, "the Hugging Face config.json at " + path).convert();
+  return true;
+}
+
+TransformerModel hf_model_from_text(std::string_view text, const std::string& source,
+                                    std::vector<std::string>& notes) {
+  auto doc =
+      config::Document::from_json(json::object({{"model", parse_json(text, source)}}), source);
+  const json* model = doc.find("model");
+  if (!is_hf_config(*model)) {
+    doc.fail("model",
+             "expected a Hugging Face config.json (with \"model_type\" or "
+             "\"architectures\")");
+  }
+  HfReader(doc, "model", notes, source).convert();
+  return read_model(doc, "model");
+}
+
+void set_note_sink(NoteSink s) {
+  std::lock_guard lock(sink_mutex());
+  sink() = std::move(s);
+}
+
+void report_note(const std::string& note) {
+  std::lock_guard lock(sink_mutex());
+  if (sink()) sink()(note);
+}
+
+}  // namespace stratasim::strategies

@@ -1,0 +1,410 @@
+// DeepSpeed configs, Megatron-LM arguments and Hugging Face config.json files mapped onto
+// experiments (strategies/foreign_inputs.hpp): each gives the same experiment as the equivalent
+// stratasim JSON, and bad input is a ConfigError naming the file or argument and the key.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "helpers.hpp"
+#include "strategies/foreign_inputs.hpp"
+#include "strategies/lowering.hpp"
+
+namespace stratasim::strategies {
+namespace {
+
+using stratasim::testing::configs_dir;
+namespace fs = std::filesystem;
+
+fs::path experiment_file(const std::string& name) {
+  return configs_dir() / "experiments" / (name + ".json");
+}
+
+Experiment load(const std::string& name, const std::vector<Override>& overrides = {}) {
+  return load_experiment(experiment_file(name), overrides);
+}
+
+// Overrides written as a user would write them in JSON (--set key=value).
+std::vector<Override> json_overrides(const nlohmann::json& sets) {
+  std::vector<Override> o;
+  for (const auto& [path, value] : sets.items()) o.push_back({path, value, "test (--set)"});
+  return o;
+}
+
+bool contains(const std::vector<std::string>& notes, const std::string& text) {
+  for (const auto& n : notes) {
+    if (n.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+std::string error_of(auto&& f) {
+  try {
+    f();
+  } catch (const config::ConfigError& e) {
+    return e.what();
+  }
+  return "(no ConfigError)";
+}
+
+void check_same_model(const TransformerModel& a, const TransformerModel& b) {
+  CHECK(a.layers == b.layers);
+  CHECK(a.hidden == b.hidden);
+  CHECK(a.heads == b.heads);
+  CHECK(a.kv_heads == b.kv_heads);
+  CHECK(a.ffn_hidden == b.ffn_hidden);
+  CHECK(a.vocab == b.vocab);
+  CHECK(a.activation == b.activation);
+  CHECK(a.tied_embeddings == b.tied_embeddings);
+  CHECK(a.position_embedding == b.position_embedding);
+  CHECK(a.max_seq_len == b.max_seq_len);
+  CHECK(a.norm == b.norm);
+  CHECK(a.bias == b.bias);
+  CHECK(a.causal == b.causal);
+}
+
+// Every field of the experiment that lowering and simulation read, then the lowered programs
+// op by op.
+void check_same_experiment(const Experiment& a, const Experiment& b) {
+  check_same_model(a.model, b.model);
+  CHECK(a.cluster.name == b.cluster.name);
+  const auto &p = a.parallelism, &q = b.parallelism;
+  CHECK(p.tp == q.tp);
+  CHECK(p.pp == q.pp);
+  CHECK(p.dp == q.dp);
+  CHECK(p.sequence_parallel == q.sequence_parallel);
+  CHECK(p.schedule == q.schedule);
+  CHECK(p.virtual_stages == q.virtual_stages);
+  CHECK(p.micro_batch == q.micro_batch);
+  CHECK(p.dp_bucket_size == q.dp_bucket_size);
+  CHECK(p.dp_overlap == q.dp_overlap);
+  CHECK(p.zero == q.zero);
+  CHECK(p.zero_prefetch_layers == q.zero_prefetch_layers);
+  CHECK(p.reduce_bucket_size == q.reduce_bucket_size);
+  CHECK(p.allgather_bucket_size == q.allgather_bucket_size);
+  CHECK(p.recompute == q.recompute);
+  CHECK(p.recompute_method == q.recompute_method);
+  CHECK(p.recompute_num_layers == q.recompute_num_layers);
+  CHECK(p.offload.optimizer == q.offload.optimizer);
+  CHECK(p.offload.params == q.offload.params);
+  CHECK(p.offload.nvme == q.offload.nvme);
+  CHECK(p.offload.activations == q.offload.activations);
+  CHECK(a.training.global_batch == b.training.global_batch);
+  CHECK(a.training.seq_len == b.training.seq_len);
+  CHECK(a.training.dtype == b.training.dtype);
+  CHECK(a.training.flash_attention == b.training.flash_attention);
+
+  const Program pa = lower(a, {.mirror_data_parallel = true});
+  const Program pb = lower(b, {.mirror_data_parallel = true});
+  REQUIRE(pa.op_count() == pb.op_count());
+  for (OpId i = 0; i < pa.op_count(); ++i) {
+    CAPTURE(i);
+    REQUIRE(pa.describe(i) == pb.describe(i));
+    const auto da = pa.deps_of(pa.op(i)), db = pb.deps_of(pb.op(i));
+    REQUIRE(std::vector<OpId>(da.begin(), da.end()) == std::vector<OpId>(db.begin(), db.end()));
+    const auto ea = pa.effects_of(pa.op(i)), eb = pb.effects_of(pb.op(i));
+    REQUIRE(ea.size() == eb.size());
+    for (std::size_t k = 0; k < ea.size(); ++k) REQUIRE(ea[k].delta == eb[k].delta);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hugging Face config.json.
+
+TransformerModel hf(const std::string& file, std::vector<std::string>* notes_out = nullptr) {
+  std::ifstream in(configs_dir() / "models" / "hf" / file);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::vector<std::string> notes;
+  auto m = hf_model_from_text(text.str(), file, notes);
+  if (notes_out) *notes_out = notes;
+  return m;
+}
+
+TEST_CASE(
+    "Hugging Face Llama-2-7B config.json is the same model as configs/models/llama2-7b.json") {
+  const auto ours = stratasim::testing::load_model(configs_dir() / "models/llama2-7b.json");
+  const auto theirs = hf("llama2-7b.json");
+  check_same_model(ours, theirs);
+  // Touvron et al. / the released checkpoint: 6,738,415,616 parameters.
+  CHECK(theirs.parameters() == 6'738'415'616);
+
+  // As the model of an experiment: the same experiment and the same program.
+  auto with_hf =
+      load("llama2-7b-h100-8",
+           {{"model", (configs_dir() / "models/hf/llama2-7b.json").string(), "test (--model)"}});
+  check_same_experiment(load("llama2-7b-h100-8"), with_hf);
+  CHECK(contains(with_hf.notes, "torch_dtype \"float16\""));
+}
+
+TEST_CASE("Hugging Face GPT-2 config.json: 124,439,808 parameters") {
+  std::vector<std::string> notes;
+  const auto m = hf("gpt2.json", &notes);
+  CHECK(m.hidden == 768);
+  CHECK(m.layers == 12);
+  CHECK(m.heads == 12);
+  CHECK(m.ffn_hidden == 3072);  // n_inner null: 4 x n_embd
+  CHECK(m.max_seq_len == 1024);
+  CHECK(m.tied_embeddings);
+  CHECK(m.position_embedding == PositionEmbedding::learned);
+  CHECK(m.activation == Activation::gelu);
+  // By hand, h = 768: a layer has QKV 3h^2 + 3h, projection h^2 + h, MLP 8h^2 + 5h and two
+  // LayerNorms 4h: 12h^2 + 13h = 7,087,872; x 12 layers = 85,054,464. Word embeddings 50257 h =
+  // 38,597,376, positions 1024 h = 786,432, final LayerNorm 2h = 1,536, the LM head tied.
+  // Total 124,439,808 -- the figure published for GPT-2 small.
+  CHECK(m.parameters() == 85'054'464 + 38'597'376 + 786'432 + 1'536);
+  CHECK(m.parameters() == 124'439'808);
+  CHECK(notes.empty());  // every key of the released config.json is known
+}
+
+TEST_CASE("Hugging Face Mistral-7B and GPT-NeoX-20B: published parameter counts, notes") {
+  std::vector<std::string> notes;
+  const auto mistral = hf("mistral-7b.json", &notes);
+  CHECK(mistral.kv_heads == 8);  // grouped-query attention
+  CHECK(mistral.activation == Activation::swiglu);
+  CHECK(mistral.norm == Norm::rmsnorm);
+  // Jiang et al., Mistral 7B (and the released checkpoint): 7,241,732,096 parameters.
+  CHECK(mistral.parameters() == 7'241'732'096);
+  CHECK(contains(notes, "sliding_window 4096 is not modelled"));
+
+  const auto neox = hf("gpt-neox-20b.json", &notes);
+  CHECK(neox.heads == 64);
+  CHECK(neox.ffn_hidden == 24576);
+  CHECK(!neox.tied_embeddings);
+  CHECK(neox.position_embedding == PositionEmbedding::rotary);
+  // Black et al., GPT-NeoX-20B (2022), Table 1: 20,554,567,680 parameters.
+  CHECK(neox.parameters() == 20'554'567'680);
+  CHECK(contains(notes, "use_parallel_residual"));
+}
+
+TEST_CASE("Hugging Face config.json: unsupported families and bad values are errors") {
+  std::vector<std::string> notes;
+  auto from = [&](const std::string& text) {
+    return error_of([&] { hf_model_from_text(text, "config.json", notes); });
+  };
+  const std::string bert = from(R"({"model_type": "bert", "hidden_size": 768})");
+  CHECK(bert.find("config.json: at model.model_type") != std::string::npos);
+  CHECK(bert.find("llama, mistral, gpt2, gpt_neox") != std::string::npos);
+  CHECK(
+      from(R"({"architectures": ["T5ForConditionalGeneration"]})").find("at model.architectures") !=
+      std::string::npos);
+  const std::string heads = from(
+      R"({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
+          "num_hidden_layers": 2, "num_attention_heads": 30, "vocab_size": 32000})");
+  CHECK(heads.find("at model.num_attention_heads") != std::string::npos);
+  CHECK(heads.find("must divide hidden (4096)") != std::string::npos);
+  CHECK(from(R"({"model_type": "gpt2", "n_embd": "big"})").find("at model.n_embd") !=
+        std::string::npos);
+  CHECK(from(R"({"model_type": "llama", )").find("malformed JSON") != std::string::npos);
+  // Unknown keys are notes, with a suggestion.
+  notes.clear();
+  hf_model_from_text(
+      R"({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100,
+          "n_postions": 64})",
+      "config.json", notes);
+  CHECK(
+      contains(notes, "key 'n_postions' is not read (not modelled); did you mean 'n_positions'?"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// DeepSpeed.
+
+TEST_CASE("a DeepSpeed config gives the same experiment as the equivalent JSON") {
+  const auto ds = load_deepspeed(configs_dir() / "deepspeed/zero2-offload.json");
+  CHECK(ds.notes.empty());
+  const auto with_ds = load("llama2-7b-h100-8", ds.overrides);
+  // configs/deepspeed/zero2-offload.json written as stratasim settings: train_batch_size 64,
+  // micro-batch 1 (x 32 accumulation steps x dp 2 = 64), bf16, ZeRO 2 with the optimizer on
+  // the CPU, buckets of 5e8 elements, overlapped communication.
+  const auto with_json =
+      load("llama2-7b-h100-8", json_overrides({
+                                   {"training.global_batch", 64},
+                                   {"parallelism.micro_batch", 1},
+                                   {"training.dtype", "bf16"},
+                                   {"parallelism.zero", 2},
+                                   {"parallelism.offload", {"optimizer"}},
+                                   {"parallelism.reduce_bucket_size", 500000000},
+                                   {"parallelism.allgather_bucket_size", 500000000},
+                                   {"parallelism.dp_overlap", true},
+                               }));
+  CHECK(with_ds.parallelism.zero == 2);
+  CHECK(with_ds.parallelism.offload.optimizer);
+  check_same_experiment(with_json, with_ds);
+}
+
+TEST_CASE("DeepSpeed ZeRO-3 with parameter offload and \"auto\" values") {
+  const auto ds = load_deepspeed(configs_dir() / "deepspeed/zero3-param-offload-bf16.json");
+  const auto base = load("llama2-7b-h100-8");
+  const auto e = load("llama2-7b-h100-8", ds.overrides);
+  CHECK(e.parallelism.zero == 3);
+  CHECK(e.parallelism.offload.params);
+  CHECK(e.parallelism.offload.optimizer);
+  CHECK(!e.parallelism.offload.nvme);
+  // "auto" keeps the experiment's values, and says so.
+  CHECK(e.training.global_batch == base.training.global_batch);
+  CHECK(e.parallelism.micro_batch == base.parallelism.micro_batch);
+  CHECK(e.parallelism.reduce_bucket_size == base.parallelism.reduce_bucket_size);
+  CHECK(contains(ds.notes, "train_batch_size is \"auto\""));
+  CHECK(contains(ds.notes, "stage3_max_live_parameters is not modelled"));
+  // The origin names the file and the key.
+  bool named = false;
+  for (const auto& o : ds.overrides) {
+    if (o.path == "parallelism.zero") {
+      named = o.origin.find("zero3-param-offload-bf16.json (zero_optimization.stage)") !=
+              std::string::npos;
+    }
+  }
+  CHECK(named);
+}
+
+TEST_CASE("DeepSpeed batch sizes: derived as DeepSpeed derives them, contradictions are errors") {
+  auto with = [](const std::string& text) {
+    return load("llama2-7b-h100-8", deepspeed_from_text(text, "ds.json").overrides);
+  };
+  // dp = 2 (tp 4 on 8 GPUs). Micro-batch 2 x 4 steps x dp 2 = 16 samples.
+  CHECK(with(R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4})")
+            .training.global_batch == 16);
+  // 32 samples / (4 steps x dp 2) = micro-batch 4.
+  CHECK(with(R"({"train_batch_size": 32, "gradient_accumulation_steps": 4})")
+            .parallelism.micro_batch == 4);
+  const std::string bad = error_of([&] {
+    with(R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 1,
+             "gradient_accumulation_steps": 16})");
+  });
+  CHECK(bad.find("ds.json (gradient_accumulation_steps)") != std::string::npos);
+  CHECK(bad.find("1 x 16 x 2 = 32") != std::string::npos);
+  // The equivalent JSON key behaves the same.
+  CHECK(load("llama2-7b-h100-8", json_overrides({{"training.gradient_accumulation_steps", 32}}))
+            .training.global_batch == 64);
+}
+
+TEST_CASE("DeepSpeed configs: bad values and typos are errors, unknown keys notes") {
+  auto error = [](const std::string& text) {
+    return error_of([&] { deepspeed_from_text(text, "ds.json"); });
+  };
+  CHECK(error(R"({"zero_optimization": {"stage": 4}})") ==
+        "ds.json: at zero_optimization.stage: expected a ZeRO stage 0, 1, 2 or 3, got 4");
+  CHECK(error(R"({"zero_optimisation": {"stage": 2}})").find("did you mean 'zero_optimization'") !=
+        std::string::npos);
+  CHECK(error(R"({"zero_optimization": {"offload_optimizer": {"device": "gpu"}}})")
+            .find("at zero_optimization.offload_optimizer.device: expected \"cpu\", \"nvme\"") !=
+        std::string::npos);
+  CHECK(error(R"({"train_batch_size": 12.5})").find("at train_batch_size") != std::string::npos);
+  CHECK(error(R"({"bf16": {"enabled": true}, "fp16": {"enabled": true}})")
+            .find("contradicts bf16.enabled") != std::string::npos);
+  CHECK(error(R"({"train_batch_size": 8,)").find("ds.json: malformed JSON at line 1") !=
+        std::string::npos);
+  CHECK(error("[1, 2]").find("expected a DeepSpeed config") != std::string::npos);
+  // Found by fuzz/fuzz_deepspeed: a number beyond double's range.
+  CHECK(error(R"({"train_batch_size": 1e400})").find("ds.json: malformed JSON") !=
+        std::string::npos);
+  const auto ok = deepspeed_from_text(
+      R"({"flops_profiler": {"enabled": false}, "my_custom_section": 1,
+          "optimizer": {"type": "Lamb"}, "activation_checkpointing": {"cpu_checkpointing": true}})",
+      "ds.json");
+  CHECK(contains(ok.notes, "unknown key 'my_custom_section' ignored"));
+  CHECK(contains(ok.notes, "optimizer.type \"Lamb\" is not modelled"));
+  CHECK(contains(ok.notes, "whole layers are recomputed"));
+  // cpu_checkpointing offloads the checkpoints of full recomputation.
+  const auto e = load("gpt3-1.7b-a100-8", ok.overrides);
+  CHECK(e.parallelism.recompute == RecomputeKind::full);
+  CHECK(e.parallelism.offload.activations);
+  // Parameter offload needs ZeRO-3: the experiment's check names the DeepSpeed key.
+  const std::string nvme = error_of([] {
+    load(
+        "gpt3-1.7b-a100-8",
+        deepspeed_from_text(
+            R"({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})", "ds.json")
+            .overrides);
+  });
+  CHECK(nvme.find("ds.json (zero_optimization.offload_param.device): at parallelism.offload: "
+                  "\"params\" offload needs ZeRO stage 3") != std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Megatron-LM.
+
+TEST_CASE("Megatron arguments give the same experiment as the equivalent JSON") {
+  const auto mg = megatron_from_args(
+      "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel "
+      "--micro-batch-size 2 --global-batch-size 32 --seq-length 1024 --bf16 --use-flash-attn "
+      "--recompute-granularity full --recompute-method block --recompute-num-layers 2 "
+      "--use-distributed-optimizer --lr 1.5e-4 --data-path 0.5 a 0.5 b --train-iters 1000");
+  CHECK(mg.notes.empty());
+  const auto with_args = load("gpt3-1.7b-a100-8", mg.overrides);
+  const auto with_json = load("gpt3-1.7b-a100-8", json_overrides({
+                                                      {"parallelism.tp", 2},
+                                                      {"parallelism.pp", 2},
+                                                      {"parallelism.dp", 2},
+                                                      {"parallelism.sequence_parallel", true},
+                                                      {"parallelism.micro_batch", 2},
+                                                      {"training.global_batch", 32},
+                                                      {"training.seq_len", 1024},
+                                                      {"training.dtype", "bf16"},
+                                                      {"training.flash_attention", true},
+                                                      {"parallelism.recompute", "full"},
+                                                      {"parallelism.recompute_method", "block"},
+                                                      {"parallelism.recompute_num_layers", 2},
+                                                      {"parallelism.zero", 1},
+                                                  }));
+  CHECK(with_args.parallelism.dp == 2);  // 8 GPUs / (tp 2 x pp 2), as Megatron derives it
+  check_same_experiment(with_json, with_args);
+}
+
+TEST_CASE("Megatron model arguments override the model; interleaving from layers per stage") {
+  const auto mg = megatron_from_args(
+      "--num-layers 16 --hidden-size 1024 --num-attention-heads 16 --group-query-attention "
+      "--num-query-groups 4 --swiglu --untie-embeddings-and-output-weights --vocab-size 32000 "
+      "--max-position-embeddings 4096 --normalization RMSNorm --disable-bias-linear "
+      "--position-embedding-type rope --pipeline-model-parallel-size 2 "
+      "--num-layers-per-virtual-pipeline-stage 4 --global-batch-size 64");
+  const auto e = load("gpt3-1.7b-a100-8", mg.overrides);
+  CHECK(e.model.layers == 16);
+  CHECK(e.model.hidden == 1024);
+  CHECK(e.model.kv_heads == 4);
+  // Megatron's SwiGLU default: 4h x 2/3 = 2730.67, down to a multiple of 64: 2688.
+  CHECK(e.model.ffn_hidden == 2688);
+  CHECK(e.model.activation == Activation::swiglu);
+  CHECK(e.model.norm == Norm::rmsnorm);
+  CHECK(!e.model.bias);
+  CHECK(!e.model.tied_embeddings);
+  CHECK(e.model.position_embedding == PositionEmbedding::rotary);
+  // 16 layers / (pp 2 x 4 layers per virtual stage) = 2 model chunks per device.
+  CHECK(e.parallelism.schedule == ScheduleKind::interleaved);
+  CHECK(e.parallelism.virtual_stages == 2);
+  CHECK(contains(mg.notes, "--ffn-hidden-size not given: 2688"));
+}
+
+TEST_CASE("Megatron arguments: shell quoting, bad values and unsupported settings") {
+  CHECK(split_shell_words(R"(--a 'b c' "d \"e\"" f\ g --h="i j")", "s") ==
+        std::vector<std::string>{"--a", "b c", "d \"e\"", "f g", "--h=i j"});
+  auto error = [](const std::string& args) { return error_of([&] { megatron_from_args(args); }); };
+  CHECK(error("--tensor-model-parallel-size eight") ==
+        "--megatron-args: at --tensor-model-parallel-size: expected an integer from 1 to "
+        "16777216, got \"eight\"");
+  CHECK(error("--num-layers=0").find("at --num-layers") != std::string::npos);
+  CHECK(error("--micro-batch-size").find("expects one value") != std::string::npos);
+  CHECK(error("--bf16 yes").find("takes no value") != std::string::npos);
+  CHECK(error("--tensor-model-paralel-size 2").find("did you mean --tensor-model-parallel-size") !=
+        std::string::npos);
+  CHECK(error("--context-parallel-size 2").find("not modelled") != std::string::npos);
+  CHECK(error("--bf16 --fp16").find("contradicts --bf16") != std::string::npos);
+  CHECK(error("--recompute-granularity some").find("expected one of full, selective") !=
+        std::string::npos);
+  CHECK(error("--seq-length '4096").find("unterminated single quote opened at byte 13") !=
+        std::string::npos);
+  const auto ok =
+      megatron_from_args("pretrain_gpt.py --tokenizer-kind gpt2 --context-parallel-size 1");
+  CHECK(contains(ok.notes, "1 word(s) before the first --argument ignored"));
+  CHECK(contains(ok.notes,
+                 "unknown argument \"--tokenizer-kind\" ignored (did you mean --tokenizer-type?)"));
+  // A value the experiment rejects names the argument it came from.
+  const std::string tp = error_of([] {
+    load("gpt3-1.7b-a100-8", megatron_from_args("--tensor-model-parallel-size 5").overrides);
+  });
+  CHECK(tp.find("--megatron-args (--tensor-model-parallel-size 5)") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace stratasim::strategies
