@@ -2,12 +2,17 @@
 // simulating, and the errors that map to exit codes.
 #include "cli/common.hpp"
 
+#include <atomic>
 #include <cstdlib>
+#include <iostream>
+#include <mutex>
+#include <set>
 #include <sstream>
 
 #include "hw_models/topology.hpp"
 #include "sim/flow_network.hpp"
 #include "sim/partition.hpp"
+#include "strategies/foreign_inputs.hpp"
 #include "traces/bus_bandwidth.hpp"
 
 namespace stratasim::cli {
@@ -83,6 +88,17 @@ std::vector<strategies::Override> overrides_of(const SimulateArgs& a) {
   auto flag = [&](const char* name, const char* path, nlohmann::json value) {
     o.push_back({path, value, "command line (" + std::string(name) + " " + value.dump() + ")"});
   };
+  // Foreign inputs first: the experiment's own flags below override what they set.
+  if (a.model) {
+    o.push_back(
+        {"model", resolve_model(*a.model).string(), "command line (--model " + *a.model + ")"});
+  }
+  auto foreign = [&](const strategies::ForeignInput& input) {
+    o.insert(o.end(), input.overrides.begin(), input.overrides.end());
+    for (const auto& note : input.notes) strategies::report_note(note);
+  };
+  if (a.deepspeed) foreign(strategies::load_deepspeed(*a.deepspeed));
+  if (a.megatron_args) foreign(strategies::megatron_from_args(*a.megatron_args));
   if (a.tp) flag("--tp", "parallelism.tp", *a.tp);
   if (a.pp) flag("--pp", "parallelism.pp", *a.pp);
   if (a.dp) {
@@ -240,6 +256,30 @@ fs::path resolve_cluster(const std::string& given) {
   return path;
 }
 
+fs::path resolve_model(const std::string& given) {
+  fs::path path(given);
+  std::error_code ec;
+  if (fs::exists(path, ec)) return path;
+  if (path.parent_path().empty()) {
+    for (const char* folder : {"models", "models/hf"}) {
+      fs::path catalog = config_dir() / folder / (given + ".json");
+      if (fs::exists(catalog, ec)) return catalog;
+    }
+  }
+  return path;  // loading reports "no such file" with the name given
+}
+
+namespace {
+std::atomic<bool> notes_quiet = false;  // --quiet given
+}  // namespace
+
+void print_note(const std::string& note) {
+  static std::mutex mutex;
+  static std::set<std::string> seen;
+  std::lock_guard lock(mutex);
+  if (seen.insert(note).second) std::cerr << "note: " << note << "\n";
+}
+
 void add_experiment_options(CLI::App* cmd, SimulateArgs& sim_args) {
   cmd->add_option("experiment", sim_args.experiment,
                   "Experiment JSON file, or the name of one in configs/experiments")
@@ -282,6 +322,28 @@ void add_experiment_options(CLI::App* cmd, SimulateArgs& sim_args) {
   cmd->add_flag("--exact", sim_args.exact,
                 "Simulate every data-parallel replica instead of one mirrored for all (the "
                 "report is the same; slower; traces then cover every rank)");
+  // Last: it finds the --quiet above.
+  add_foreign_input_options(cmd, sim_args);
+}
+
+void add_foreign_input_options(CLI::App* cmd, SimulateArgs& sim_args) {
+  // Notes of the loaders (DeepSpeed, Megatron, Hugging Face inputs) on stderr, unless the
+  // command's --quiet is given (whichever command it is: several fill SimulateArgs of their own).
+  strategies::set_note_sink([](const std::string& note) {
+    if (!notes_quiet) print_note(note);
+  });
+  if (CLI::Option* quiet = cmd->get_option_no_throw("--quiet")) {
+    quiet->each([](const std::string& value) { notes_quiet = value != "false" && value != "0"; });
+  }
+  cmd->add_option("--model", sim_args.model,
+                  "Model file instead of the experiment's: a stratasim model JSON or a Hugging "
+                  "Face config.json (llama, mistral, gpt2, gpt_neox), by path or catalog name");
+  cmd->add_option("--deepspeed", sim_args.deepspeed,
+                  "DeepSpeed config JSON: ZeRO stage, offload, micro-batch, gradient "
+                  "accumulation, precision (docs/inputs.md)");
+  cmd->add_option("--megatron-args", sim_args.megatron_args,
+                  "Megatron-LM arguments in one string, e.g. \"--tensor-model-parallel-size 8 "
+                  "--num-layers 96\" (docs/inputs.md)");
 }
 
 }  // namespace stratasim::cli

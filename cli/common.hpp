@@ -63,13 +63,26 @@ struct SimulateArgs {
   std::string trace_ranks = "auto";
   bool quiet = false;
   bool exact = false;  // no data-parallel mirroring
+  // Inputs users already have (strategies/foreign_inputs.hpp, docs/inputs.md): a model file (ours
+  // or a Hugging Face config.json), a DeepSpeed config and Megatron-LM arguments.
+  std::optional<std::string> model, deepspeed, megatron_args;
 };
 
 /// Adds the experiment positional argument and the flags that change it (--tp, --pp, --zero,
 /// --set, ...) to `cmd`, writing into `args`.
 void add_experiment_options(CLI::App* cmd, SimulateArgs& args);
-/// The flags of `args` as overrides of the experiment document, in the order given.
+/// Adds --model, --deepspeed and --megatron-args (part of add_experiment_options; for commands
+/// with experiment flags of their own). Call it after the command's --quiet, which then
+/// silences the notes too.
+void add_foreign_input_options(CLI::App* cmd, SimulateArgs& args);
+/// The flags of `args` as overrides of the experiment document: --model, then --deepspeed, then
+/// --megatron-args, then the other flags in the order given (so that --tp beats the DeepSpeed or
+/// Megatron value). The notes of --deepspeed and --megatron-args go to strategies::report_note.
 std::vector<strategies::Override> overrides_of(const SimulateArgs& args);
+/// A model given by path, or by name from configs/models or configs/models/hf.
+std::filesystem::path resolve_model(const std::string& given);
+/// Prints "note: ..." on stderr, each distinct note once per process (thread-safe).
+void print_note(const std::string& note);
 
 constexpr int kTraceAllUpTo = 256;  // ranks: above this the trace holds one rank per stage
 /// The ranks timeline.json and memory.csv cover for --trace-ranks `spec`.

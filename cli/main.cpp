@@ -17,6 +17,9 @@
 
 #include "cli/common.hpp"
 #include "cli/exec_commands.hpp"
+#include "cli/export_command.hpp"
+#include "cli/replay_command.hpp"
+#include "cli/sweep_commands.hpp"
 #include "hw_models/cluster.hpp"
 #include "hw_models/topology.hpp"
 #include "sim/collective_bench.hpp"
@@ -32,6 +35,7 @@
 #include "traces/bus_bandwidth.hpp"
 #include "traces/context.hpp"
 #include "traces/export.hpp"
+#include "traces/import.hpp"
 #include "traces/report.hpp"
 
 namespace fs = std::filesystem;
@@ -541,6 +545,8 @@ int main(int argc, char** argv) {
       "  stratasim run gpt-tiny-3d-8 --device host --out out/run\n"
       "  stratasim validate gpt-tiny-3d-8 --device host --out out/validation\n"
       "  stratasim calibrate --device cuda --out configs/hardware/profiles/h100.json\n"
+      "  stratasim sweep gpt3-175b-a100-1024 --tp 1,2,4,8 --pp 1,2,4,8,16 --zero 0..3 --out s.csv\n"
+      "  stratasim search gpt3-175b-a100-1024 --gpus 1024 --objective cost\n"
       "  stratasim list models");
 
   SimulateArgs sim_args;
@@ -658,6 +664,30 @@ int main(int argc, char** argv) {
                         "Device name written in the profile (default: the GPU's name)");
   calibrate->add_flag("--quiet", cal_args.quiet, "Print nothing on success");
 
+  cli::SweepArgs sweep_args;
+  auto* sweep = app.add_subcommand(
+      "sweep",
+      "Simulate every combination of a grid of strategies (--tp 1,2,4,8 --pp 1,2,4 --zero 0..3 "
+      "...) in parallel, streaming a resumable CSV (docs/sweep.md)");
+  cli::add_sweep_options(sweep, sweep_args);
+  auto* search = app.add_subcommand(
+      "search",
+      "The best feasible strategies for a GPU budget (--gpus N): memory pruning, top-k by an "
+      "objective and the Pareto frontier of time vs memory (docs/sweep.md)");
+  cli::add_search_options(search, sweep_args);
+
+  cli::ReplayArgs replay_args;
+  auto* replay = app.add_subcommand(
+      "replay",
+      "Re-simulate a trace (Chakra, Kineto or stratasim's timeline.json) on other hardware, "
+      "with faster compute or at another data-parallel width");
+  cli::add_replay_options(replay, replay_args);
+
+  cli::ExportArgs export_args;
+  auto* export_cmd = app.add_subcommand(
+      "export", "Write the program an experiment lowers to as a Chakra execution trace");
+  cli::add_export_options(export_cmd, export_args);
+
   std::string list_what;
   auto* list =
       app.add_subcommand("list", "List the shipped devices, clusters, models or experiments");
@@ -688,10 +718,17 @@ int main(int argc, char** argv) {
                            : cli::validate_command(std::move(experiment), real_args);
     }
     if (calibrate->parsed()) return cli::calibrate_command(cal_args);
+    if (replay->parsed()) return cli::replay_command(replay_args);
+    if (export_cmd->parsed()) return cli::export_command(export_args);
+    if (sweep->parsed()) return cli::sweep_command(sweep_args);
+    if (search->parsed()) return cli::search_command(sweep_args);
   } catch (const config::ConfigError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitBadInput;
   } catch (const BadInput& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const traces::TraceError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitBadInput;
   } catch (const cli::ExecSetupError& e) {

@@ -141,6 +141,7 @@ std::vector<int> partition_layers(const Experiment& e) {
 Program lower_partitioned(const Experiment& e, const LowerOptions& options) {
   PipelineSpec spec = pipeline_spec(e, partition_layers(e));
   spec.mirror_data_parallel = options.mirror_data_parallel;
+  spec.mirror_tensor_parallel = options.mirror_tensor_parallel;
   return assemble_pipeline(spec);
 }
 

@@ -343,6 +343,7 @@ PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_p
 Program lower(const Experiment& e, const LowerOptions& options) {
   PipelineSpec spec = pipeline_spec(e);
   spec.mirror_data_parallel = options.mirror_data_parallel;
+  spec.mirror_tensor_parallel = options.mirror_tensor_parallel;
   return assemble_pipeline(spec);
 }
 
@@ -667,6 +668,7 @@ Program assemble_pipeline(const PipelineSpec& spec) {
     }
     return {&st.weight, 0, st.weight.size(), &no_uses};
   };
+  const bool mirror_tp = spec.mirror_tensor_parallel && spec.tp_mode == TpMode::one_d;
   {
     // Room for every op up front: programs reach tens of millions of ops.
     std::size_t ops = 0, effects = 0;
@@ -689,7 +691,7 @@ Program assemble_pipeline(const PipelineSpec& spec) {
             st.plan.grad_units.size() + 2 * st.buckets.size() + 2 * st.gather_buckets.size() + 8;
         for (const auto& b : st.dp_sync) device_ops += b.sync.steps.size();
       }
-      const auto replicas = static_cast<std::size_t>(layout.tp) *
+      const auto replicas = static_cast<std::size_t>(mirror_tp ? 1 : layout.tp) *
                             static_cast<std::size_t>(spec.mirror_data_parallel ? 1 : layout.dp);
       ops += replicas * device_ops;
       effects += replicas * device_effects;
@@ -723,8 +725,10 @@ Program assemble_pipeline(const PipelineSpec& spec) {
     const int device = layout.stage(r);
     const int t = layout.tp_index(r), d = layout.dp_index(r);
     const auto ru = static_cast<std::size_t>(r);
-    if (spec.mirror_data_parallel && d > 0) {  // replica d runs what replica 0 runs
-      program.set_replica(r, layout.rank(t, 0, device));
+    // Replica d runs what replica 0 runs; with 1D tensor parallelism, tp rank t what rank 0 runs.
+    if ((spec.mirror_data_parallel && d > 0) || (mirror_tp && t > 0)) {
+      program.set_replica(
+          r, layout.rank(mirror_tp ? 0 : t, spec.mirror_data_parallel ? 0 : d, device));
       continue;
     }
     const auto& passes = schedule.passes[static_cast<std::size_t>(device)];

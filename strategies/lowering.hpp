@@ -119,6 +119,13 @@ struct PipelineSpec {
   /// (Program::set_replica). Exact whenever replicas behave alike: the stage plans are the same
   /// for every replica, so that holds on a network without contention (the analytical one).
   bool mirror_data_parallel = false;
+  /// Emit ops for tensor-parallel rank 0 only and mark ranks 1..tp-1 of each group as its
+  /// mirrors. With 1D tensor parallelism every rank of a group runs the same stage plan on its
+  /// own shard (same kernels, same collectives on the same group, sends to the same tp index
+  /// of the next stage), so this is exact on a network without contention, like
+  /// mirror_data_parallel; the sweep uses it (tests/search checks equality). Ignored with the
+  /// 2D, 2.5D and 3D meshes, whose row, column and depth groups differ from rank to rank.
+  bool mirror_tensor_parallel = false;
   Bytes embedding_sync_bytes;
   ZeroSettings zero;
   /// The tensor-parallel mesh of the stage plans (make_tp_mesh(tp_mode, layout.tp, tp_depth)):
@@ -170,6 +177,8 @@ PipelineSpec pipeline_spec(const Experiment& experiment, const std::vector<int>&
 struct LowerOptions {
   /// See PipelineSpec::mirror_data_parallel.
   bool mirror_data_parallel = false;
+  /// See PipelineSpec::mirror_tensor_parallel.
+  bool mirror_tensor_parallel = false;
 };
 
 /// Lowers one training iteration of `experiment`: assemble_pipeline(pipeline_spec(experiment)).

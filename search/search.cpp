@@ -1,0 +1,130 @@
+// The strategy search's space, objectives and Pareto frontier.
+#include "search/search.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+namespace stratasim::search {
+
+std::string_view name_of(Objective o) {
+  switch (o) {
+    case Objective::throughput:
+      return "throughput";
+    case Objective::memory:
+      return "memory";
+    case Objective::cost:
+      return "cost";
+  }
+  return "?";
+}
+
+std::optional<Objective> objective_from_name(std::string_view name) {
+  for (Objective o : {Objective::throughput, Objective::memory, Objective::cost}) {
+    if (name_of(o) == name) return o;
+  }
+  return std::nullopt;
+}
+
+std::vector<Combination> search_space(const strategies::Experiment& base, const SearchSpace& s) {
+  // A cluster with its own topology or per-device overrides describes exactly its devices:
+  // only its own size is searched.
+  const bool resizable = !base.cluster.topology && base.cluster.overrides.empty();
+  if (!resizable && s.gpus != base.cluster.world_size()) {
+    throw std::invalid_argument(
+        "cluster " + base.cluster.name + " describes its topology or individual devices for " +
+        std::to_string(base.cluster.world_size()) + " devices and cannot be resized; use --gpus " +
+        std::to_string(base.cluster.world_size()));
+  }
+  std::vector<int> budgets;
+  const int fewest = s.min_gpus > 0 ? s.min_gpus : std::max(1, s.gpus / 4);
+  for (int g = s.gpus; g >= fewest; g /= 2) {
+    try {
+      resize_overrides(base.cluster, g);
+    } catch (const std::invalid_argument&) {
+      if (g == s.gpus) throw;  // the budget itself must be a cluster
+      break;
+    }
+    budgets.push_back(g);
+    if (!s.fewer_gpus || !resizable || g % 2 != 0) break;
+  }
+  const int per_node = std::max(1, base.cluster.devices_per_node);
+  std::vector<Combination> out;
+  for (int gpus : budgets) {
+    for (int tp = 1; tp <= std::min(per_node, gpus); tp *= 2) {
+      for (int pp = 1; pp <= std::max(1, base.model.layers) && tp * pp <= gpus; pp *= 2) {
+        // Whole layers per stage, as Megatron-LM requires of its pipeline (uneven splits are
+        // valid experiments, but slower than a neighbouring even one and costly to simulate).
+        if (gpus % (tp * pp) != 0 || base.model.layers % pp != 0) continue;
+        const int dp = gpus / (tp * pp);
+        for (int zero : s.zero) {
+          for (const auto& recompute : s.recompute) {
+            for (int mb : s.micro_batch) {
+              out.push_back({tp, pp, dp, zero, recompute, mb, "", -1, gpus});
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+double objective_value(Objective objective, const Result& r) {
+  switch (objective) {
+    case Objective::throughput:
+      return -r.tokens_per_s;
+    case Objective::memory:
+      return static_cast<double>(r.peak_memory_bytes);
+    case Objective::cost:
+      return r.tokens_per_s > 0 ? static_cast<double>(r.gpus) / r.tokens_per_s : 0;
+  }
+  return 0;
+}
+
+std::vector<std::size_t> rank_by(Objective objective, const std::vector<Result>& results) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    if (results[i].status == Status::ok) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const double va = objective_value(objective, results[a]);
+    const double vb = objective_value(objective, results[b]);
+    if (va != vb) return va < vb;
+    // Ties (ZeRO stages that cost no time, say) go to the one that also wins on the other
+    // axis: less memory for equal speed, more speed for equal memory.
+    if (objective == Objective::memory) return results[a].tokens_per_s > results[b].tokens_per_s;
+    return results[a].peak_memory_bytes < results[b].peak_memory_bytes;
+  });
+  return order;
+}
+
+std::vector<bool> pareto_frontier(const std::vector<Point>& points) {
+  // Sorted by time then memory, a point is on the frontier when its memory is below that of
+  // every point before it (equal points: the same as the best so far).
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    if (points[i].use) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    if (points[a].time != points[b].time) return points[a].time < points[b].time;
+    return points[a].memory < points[b].memory;
+  });
+  std::vector<bool> on(points.size(), false);
+  bool any = false;
+  double best_memory = 0, best_time = 0;
+  for (std::size_t i : order) {
+    const Point& p = points[i];
+    if (!any || p.memory < best_memory) {
+      on[i] = true;
+      any = true;
+      best_memory = p.memory;
+      best_time = p.time;
+    } else if (p.memory == best_memory && p.time == best_time) {
+      on[i] = true;  // the same point twice: neither dominates the other
+    }
+  }
+  return on;
+}
+
+}  // namespace stratasim::search

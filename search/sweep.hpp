@@ -1,0 +1,163 @@
+// Parallel-strategy sweeps: a grid of tensor-, pipeline- and data-parallel degrees, ZeRO stages,
+// recomputation, micro-batch sizes (and optionally schedules and sequence parallelism) over one
+// base experiment. Every combination is checked (the experiment's own validation says why one
+// is invalid), lowered, simulated and reported as one CSV row. Rows come out in the grid's fixed
+// order whatever the number of threads, so the file is deterministic and an interrupted sweep
+// keeps a prefix of it that --resume continues (docs/sweep.md).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hw_models/config_reader.hpp"
+#include "strategies/experiment.hpp"
+#include "strategies/program.hpp"
+
+namespace stratasim::search {
+
+/// One point of the grid. Fields left at their "unset" value keep the base experiment's.
+struct Combination {
+  int tp = 1;
+  int pp = 1;
+  int dp = 0;  // 0: what the cluster leaves (devices / (tp * pp))
+  int zero = 0;
+  std::string recompute = "none";  // none, selective, full (or stage_aware)
+  int micro_batch = 1;
+  std::string schedule;        // empty: the experiment's
+  int sequence_parallel = -1;  // -1: the experiment's; 0 or 1
+  /// The search's GPU count: the cluster is resized to this many devices (resize_overrides);
+  /// 0 keeps the experiment's cluster.
+  int gpus = 0;
+};
+
+/// Lists of values per axis. Empty optional axes (dp, schedule, sequence_parallel) keep the
+/// experiment's value.
+struct Grid {
+  std::vector<int> tp, pp, dp, zero, micro_batch;
+  std::vector<std::string> recompute, schedule;
+  std::vector<int> sequence_parallel;  // 0, 1
+};
+
+/// Every combination of `grid` in a fixed order: tp slowest, then pp, dp, zero, recompute,
+/// micro_batch, schedule and sequence_parallel (fastest), each axis in the order given.
+std::vector<Combination> enumerate(const Grid& grid);
+
+/// The overrides that turn the base experiment into combination `c` (dp: null, re-derived
+/// from the cluster, when c.dp is 0).
+std::vector<strategies::Override> overrides_of(const Combination& c,
+                                               const hw::ClusterSpec& base_cluster);
+
+/// `cluster.nodes` and `cluster.devices_per_node` that give `gpus` devices from a cluster of
+/// nodes x devices_per_node: whole nodes when gpus is a multiple of devices_per_node, else
+/// one node of `gpus` devices (a part of a node). Throws std::invalid_argument when neither
+/// is possible (gpus above a node's devices and no multiple of them).
+std::vector<strategies::Override> resize_overrides(const hw::ClusterSpec& cluster, int gpus);
+
+enum class Status { ok, oom, invalid, failed };
+std::string_view name_of(Status s);
+
+/// What one combination gave. Times in seconds, memory in bytes.
+struct Result {
+  Status status = Status::ok;
+  std::string reason;    // why invalid, failed, pruned or out of memory
+  bool loaded = false;   // the combination's experiment was read (dp, schedule, ... resolved)
+  int dp = 0;            // resolved data-parallel degree
+  std::string schedule;  // resolved schedule name
+  bool sequence_parallel = false;
+  bool simulated = false;  // a full simulation ran (false: invalid or pruned)
+  double iteration_time_s = 0;
+  double tokens_per_s = 0;
+  double samples_per_s = 0;
+  double tflops_per_device = 0;  // model TFLOP/s per device
+  double mfu = 0, hfu = 0;
+  double bubble_fraction = 0;
+  double exposed_comm_s = 0;
+  std::int64_t peak_memory_bytes = 0;  // device tier, max over ranks
+  std::int64_t capacity_bytes = 0;     // device memory of one device
+  bool fits = false;
+  int gpus = 0;  // tp * pp * dp
+};
+
+/// How combinations are evaluated.
+struct EvalOptions {
+  /// Simulate every replica (no data- or tensor-parallel mirroring); mirroring applies only on
+  /// the analytical network with a homogeneous cluster, as in `stratasim simulate`.
+  bool exact = false;
+  /// Where mirroring applies, also mirror tensor-parallel ranks (PipelineSpec::
+  /// mirror_tensor_parallel; exact, tests/search checks it); false mirrors data-parallel
+  /// replicas only, as `stratasim simulate` does (the benchmark compares the two).
+  bool mirror_tensor_parallel = true;
+  /// Search: before lowering, drop combinations whose model states alone (parameters,
+  /// gradients and optimizer states of the heaviest stage) exceed a device; after lowering,
+  /// drop those whose memory estimate (sim::estimate_memory, which never exceeds the
+  /// simulated peak) exceeds it. Both are lower bounds of the simulated peak, so a pruned
+  /// combination would not fit when simulated either. The sweep simulates everything.
+  bool prune = false;
+};
+
+/// Evaluates combinations over one base experiment. The base document (model, cluster and
+/// device files inlined, the user's overrides applied) is read once; each combination copies
+/// it and applies its own overrides. evaluate() is safe to call from many threads.
+class Evaluator {
+ public:
+  Evaluator(const std::filesystem::path& experiment, std::vector<strategies::Override> base,
+            EvalOptions options = {});
+  /// The base experiment (with the user's overrides) as loaded.
+  const strategies::Experiment& base() const { return base_; }
+  /// The experiment of combination `c`; throws config::ConfigError when invalid.
+  strategies::Experiment experiment(const Combination& c) const;
+  Result evaluate(const Combination& c) const;
+
+ private:
+  config::Document document_;
+  std::vector<strategies::Override> base_overrides_;
+  strategies::Experiment base_;
+  EvalOptions options_;
+};
+
+/// The CSV header line (with '\n'), and one row. `extra` columns (the search's "pareto") follow
+/// the standard ones.
+std::string csv_header(const std::vector<std::string>& extra = {});
+std::string csv_row(const Combination& c, const Result& r,
+                    const std::vector<std::string>& extra = {});
+/// Evaluates items [first, count) of a list in `jobs` threads. `work(i)` computes item i (in
+/// any thread); `emit(i, line)` is called for each item in index order, as soon as items
+/// [first, i] are all done, one call at a time. When `stop` becomes true no further items are
+/// started; those in progress finish and the contiguous prefix is emitted. `indices`, when not
+/// empty, restricts the work to those indices (ascending; MPI ranks take a share) and emit is
+/// called in their order. Returns how many items were emitted.
+std::size_t run_ordered(std::size_t first, std::size_t count, int jobs,
+                        const std::function<std::string(std::size_t)>& work,
+                        const std::function<void(std::size_t, std::string&&)>& emit,
+                        const std::atomic<bool>* stop,
+                        const std::vector<std::size_t>& indices = {});
+
+/// The rows an existing CSV holds for `combos`: checks that its header is `header` and that row
+/// k is the row of combos[k] (its tp, pp, zero, recompute and micro_batch, and dp, schedule and
+/// sequence_parallel where the grid sets them), and returns the number of complete rows; a last
+/// line without its newline (a write cut short) is dropped from the file. Throws std::runtime_error
+/// naming the file, line and what differs.
+std::size_t resume(const std::filesystem::path& csv, const std::string& header,
+                   const std::vector<Combination>& combos);
+
+/// The fields of one CSV line as csv_row writes them (quoted fields unquoted).
+std::vector<std::string> csv_fields(std::string_view line);
+/// The rows of a CSV file (the header left out), each split into fields.
+std::vector<std::vector<std::string>> read_csv_rows(const std::filesystem::path& csv);
+/// The index of column `name` in csv_header(); throws std::out_of_range for an unknown name.
+std::size_t column(std::string_view name);
+
+/// Parses "1,2,4", "0..3" or "1,2,8..16" (ranges step by one) for flag `flag`; throws
+/// std::invalid_argument naming the flag and the item.
+std::vector<int> parse_int_list(std::string_view text, std::string_view flag);
+/// Splits "none,selective" and checks each item is one of `allowed`.
+std::vector<std::string> parse_name_list(std::string_view text, std::string_view flag,
+                                         const std::vector<std::string>& allowed);
+
+}  // namespace stratasim::search

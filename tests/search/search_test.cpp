@@ -1,0 +1,115 @@
+// The strategy search: its space, memory pruning (sound: a pruned strategy does not fit when
+// simulated), the objectives' order and the Pareto frontier.
+#include <doctest/doctest.h>
+
+#include "search/search.hpp"
+
+using namespace stratasim;
+using namespace stratasim::search;
+
+namespace {
+const std::string kConfigs = std::string(STRATASIM_SOURCE_DIR) + "/configs/experiments/";
+}
+
+TEST_CASE("the search space: tp inside a node, pp powers of two, dp the GPUs left") {
+  const auto e = strategies::load_experiment(kConfigs + "gpt3-1.7b-a100-8.json");
+  SearchSpace s;
+  s.gpus = 8;
+  const auto combos = search_space(e, s);
+  // (tp, pp) with tp * pp <= 8, both powers of two, tp <= 8 devices per node:
+  // (1,1) (1,2) (1,4) (1,8) (2,1) (2,2) (2,4) (4,1) (4,2) (8,1) = 10 pairs, times 4 ZeRO stages,
+  // 3 recomputations and 3 micro-batch sizes.
+  CHECK(combos.size() == 10 * 4 * 3 * 3);
+  for (const auto& c : combos) {
+    CHECK(c.tp * c.pp * c.dp == 8);
+    CHECK(c.gpus == 8);
+  }
+  // The cost objective also tries 4 and 2 GPUs (down to a quarter by default): 6 + 3 more
+  // pairs; down to 1 GPU, 1 more.
+  s.fewer_gpus = true;
+  CHECK(search_space(e, s).size() == (10 + 6 + 3) * 4 * 3 * 3);
+  s.min_gpus = 1;
+  CHECK(search_space(e, s).size() == (10 + 6 + 3 + 1) * 4 * 3 * 3);
+  s.fewer_gpus = false;
+  s.gpus = 12;  // neither whole nodes of 8 nor part of one
+  CHECK_THROWS_AS(search_space(e, s), std::invalid_argument);
+}
+
+TEST_CASE("a strategy pruned by memory does not fit when simulated") {
+  // The 1.7B GPT on 8 GPUs with 16 GiB each: without ZeRO its model states (16 bytes per
+  // parameter, 1.7e9 * 16 = 27 GB) exceed a device, so the cheap check prunes them; with ZeRO
+  // large micro batches run out of memory on activations, which the estimate prunes.
+  const std::vector<strategies::Override> small_device = {
+      {"cluster.device.memory.capacity", "16 GiB", "test"}};
+  const Evaluator pruning(kConfigs + "gpt3-1.7b-a100-8.json", small_device, {.prune = true});
+  const Evaluator full(kConfigs + "gpt3-1.7b-a100-8.json", small_device);
+  SearchSpace s;
+  s.gpus = 8;
+  const auto combos = search_space(pruning.base(), s);
+  int by_states = 0, by_estimate = 0, checked_ok = 0;
+  for (const auto& c : combos) {
+    const Result r = pruning.evaluate(c);
+    if (r.status == Status::oom && !r.simulated) {
+      const bool states = r.reason.find("model states") != std::string::npos;
+      int& count = states ? by_states : by_estimate;
+      if (++count > 2) continue;  // a few of each kind are enough
+      CAPTURE(r.reason);
+      const Result simulated = full.evaluate(c);
+      CHECK(simulated.simulated);
+      CHECK(simulated.status == Status::oom);
+      CHECK_FALSE(simulated.fits);
+      CHECK(simulated.peak_memory_bytes > simulated.capacity_bytes);
+      // The pruning figure is a lower bound of the simulated peak.
+      CHECK(r.peak_memory_bytes <= simulated.peak_memory_bytes);
+    } else if (r.status == Status::ok && checked_ok < 3) {
+      ++checked_ok;  // pruning changes nothing for those it keeps
+      const Result simulated = full.evaluate(c);
+      CHECK(simulated.iteration_time_s == r.iteration_time_s);
+      CHECK(simulated.peak_memory_bytes == r.peak_memory_bytes);
+    }
+  }
+  CHECK(by_states > 0);
+  CHECK(by_estimate > 0);
+  CHECK(checked_ok == 3);
+}
+
+TEST_CASE("objectives order the feasible strategies") {
+  auto result = [](double tokens, int gpus, std::int64_t peak, Status status) {
+    Result r;
+    r.tokens_per_s = tokens;
+    r.gpus = gpus;
+    r.peak_memory_bytes = peak;
+    r.status = status;
+    r.iteration_time_s = 1e6 / tokens;
+    return r;
+  };
+  const std::vector<Result> results = {
+      result(100, 8, 50, Status::ok),   // A: cost 8 / 100 = 0.08 GPU-s per token
+      result(150, 16, 40, Status::ok),  // B: 16 / 150 = 0.107
+      result(90, 4, 60, Status::ok),    // C: 4 / 90 = 0.044
+      result(500, 8, 10, Status::oom),  // D: does not fit, never ranked
+      result(100, 8, 50, Status::ok),   // E: ties with A: after it (enumeration order)
+      result(100, 8, 45, Status::ok),   // F: as fast as A with less memory: before it
+  };
+  CHECK(rank_by(Objective::throughput, results) == std::vector<std::size_t>{1, 5, 0, 4, 2});
+  CHECK(rank_by(Objective::memory, results) == std::vector<std::size_t>{1, 5, 0, 4, 2});
+  CHECK(rank_by(Objective::cost, results) == std::vector<std::size_t>{2, 5, 0, 4, 1});
+  CHECK(objective_from_name("cost") == Objective::cost);
+  CHECK_FALSE(objective_from_name("speed").has_value());
+}
+
+TEST_CASE("the Pareto frontier of time vs memory on a hand-made set") {
+  const std::vector<Point> points = {
+      {1, 10, true},  // 0: fastest: on the frontier
+      {2, 5, true},   // 1: on
+      {3, 6, true},   // 2: dominated by 1 (slower and more memory)
+      {4, 1, true},   // 3: least memory: on
+      {2, 5, true},   // 4: equal to 1: neither dominates, both on
+      {5, 1, true},   // 5: dominated by 3 (same memory, slower)
+      {0, 0, false},  // 6: not feasible: left out although it would dominate all
+      {2, 7, true},   // 7: dominated by 1 (same time, more memory)
+  };
+  CHECK(pareto_frontier(points) ==
+        std::vector<bool>{true, true, false, true, true, false, false, false});
+  CHECK(pareto_frontier({}).empty());
+}
