@@ -29,6 +29,7 @@
 #include "sim/partition.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/experiment.hpp"
+#include "strategies/foreign_inputs.hpp"
 #include "strategies/lowering.hpp"
 #include "strategies/program.hpp"
 #include "strategies/schedule.hpp"
@@ -493,6 +494,11 @@ int list_command(const std::string& what) {
     if (entry.path().extension() == ".json") files.push_back(entry.path());
   }
   if (ec) throw BadInput("cannot list " + folder.string() + ": " + ec.message());
+  if (what == "models") {  // Hugging Face config.json files ship in models/hf/
+    for (const auto& entry : fs::directory_iterator(folder / "hf", ec)) {
+      if (entry.path().extension() == ".json") files.push_back(entry.path());
+    }
+  }
   std::sort(files.begin(), files.end());
   for (const auto& f : files) {
     std::ostringstream line;
@@ -506,8 +512,15 @@ int list_command(const std::string& what) {
            << ", " << to_string(c.intra_node.bandwidth) << " in node, "
            << to_string(c.inter_node.bandwidth) << " between nodes";
     } else if (what == "models") {
-      auto doc = config::Document::load(f);
-      auto m = strategies::read_model(doc, "");
+      std::ifstream in(f, std::ios::binary);
+      const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+      std::vector<std::string> notes;
+      auto m = f.parent_path().filename() == "hf"
+                   ? strategies::hf_model_from_text(text, f.string(), notes)
+                   : [&] {
+                       auto doc = config::Document::load(f);
+                       return strategies::read_model(doc, "");
+                     }();
       line << m.name << "  " << traces::billions(m.parameters()) << " parameters, " << m.layers
            << " layers, hidden " << m.hidden;
     } else {

@@ -695,8 +695,9 @@ void print_verdict(std::ostream& out, const Report& report) {
     }
     out << '\n';
   } else {
-    out << "verdict: fits in memory; " << seconds_text(report.iteration_time_s)
-        << " per iteration at " << percent_text(report.mfu) << " MFU\n";
+    out << "verdict: fits in memory; " << seconds_text(report.iteration_time_s) << " per iteration";
+    if (report.model_flops_per_iteration > 0) out << " at " << percent_text(report.mfu) << " MFU";
+    out << '\n';
   }
 }
 
