@@ -86,13 +86,7 @@ st::Program with_measured_scaled(const st::Program& program, double x) {
     out.begin_rank(r);
     for (const auto& m : program.initial_memory(r)) out.add_initial_memory(r, m);
     for (const auto& op : program.ops_of(r)) {
-      st::OpInfo info;
-      info.stream = op.stream;
-      info.phase = op.phase;
-      info.microbatch = op.microbatch;
-      info.layer_begin = op.layer_begin;
-      info.layer_end = op.layer_end;
-      info.label_id = op.label;
+      st::OpInfo info = st::info_of(op);
       const auto d = program.deps_of(op);
       deps.assign(d.begin(), d.end());
       out.add(op.work, info, deps, program.effects_of(op));

@@ -45,21 +45,6 @@ bool has_prefix(std::string_view path, std::string_view prefix) {
   return path.starts_with(prefix) && (path.size() == prefix.size() || path[prefix.size()] == '.');
 }
 
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      std::size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
 nlohmann::json parse_file(const std::filesystem::path& file, const std::string& source) {
   std::ifstream in(file, std::ios::binary);
   if (!in) {
@@ -373,6 +358,21 @@ void ObjectReader::finish() const {
                                  (hint.empty() ? "" : "; did you mean '" + hint + "'?") +
                                  " (known keys: " + list + ")");
   }
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
 }
 
 std::string closest_match(std::string_view key, const std::vector<std::string>& known) {

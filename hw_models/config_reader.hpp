@@ -158,6 +158,8 @@ class ObjectReader {
 
 /// The known key closest to `key` by edit distance, or "" when none is close.
 std::string closest_match(std::string_view key, const std::vector<std::string>& known);
+/// Levenshtein distance (insertions, deletions, substitutions) between `a` and `b`.
+std::size_t edit_distance(std::string_view a, std::string_view b);
 
 /// Parses the text of a `--set key=value` override: JSON when it parses ("4", "true",
 /// "{...}"), otherwise the text as a string ("400 Gb/s").

@@ -20,21 +20,6 @@ using nlohmann::json;
 // ---------------------------------------------------------------------------------------------
 // Shared pieces.
 
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
 // An unknown name within two edits of a mapped one is most likely a typo of it, which would
 // silently change what is simulated: an error. Farther names are only noted.
 constexpr std::size_t kTypoDistance = 2;
@@ -53,7 +38,7 @@ std::string closest_mapped(std::string_view name, const std::vector<std::string>
   std::string best;
   std::size_t best_distance = kTypoDistance + 1;
   for (const auto& m : mapped) {
-    const std::size_t d = edit_distance(name, m);
+    const std::size_t d = config::edit_distance(name, m);
     if (d < best_distance) {
       best_distance = d;
       best = m;

@@ -206,6 +206,19 @@ struct OpInfo {
   static constexpr std::uint32_t kNoLabel = 0xFFFFFFFFu;
 };
 
+/// The provenance of an existing op (stream, phase, microbatch, layers, label id), for passes
+/// that copy ops from one Program into another with the same labels (re-targeting, replay).
+inline OpInfo info_of(const Op& op) {
+  OpInfo info;
+  info.stream = op.stream;
+  info.phase = op.phase;
+  info.microbatch = op.microbatch;
+  info.layer_begin = op.layer_begin;
+  info.layer_end = op.layer_end;
+  info.label_id = op.label;
+  return info;
+}
+
 class Program {
  public:
   explicit Program(int world_size = 1);

@@ -136,13 +136,7 @@ Program retarget_data_parallel(const Program& program, int new_world_size,
       }
       deps.clear();
       for (OpId d : program.deps_of(op)) deps.push_back(new_first + (d - old_first));
-      OpInfo info;
-      info.stream = op.stream;
-      info.phase = op.phase;
-      info.microbatch = op.microbatch;
-      info.layer_begin = op.layer_begin;
-      info.layer_end = op.layer_end;
-      info.label_id = op.label;
+      OpInfo info = info_of(op);
       out.add(work, info, deps, program.effects_of(op));
     }
   }
