@@ -58,6 +58,9 @@ std::vector<Combination> search_space(const strategies::Experiment& base, const 
         if (gpus % (tp * pp) != 0 || base.model.layers % pp != 0) continue;
         const int dp = gpus / (tp * pp);
         for (int zero : s.zero) {
+          // ZeRO shards over the data-parallel group: with dp 1 every stage is the same
+          // strategy, so only the first stage listed is tried.
+          if (dp == 1 && zero != s.zero.front()) continue;
           for (const auto& recompute : s.recompute) {
             for (int mb : s.micro_batch) {
               out.push_back({tp, pp, dp, zero, recompute, mb, "", -1, gpus});

@@ -42,9 +42,10 @@ struct SearchSpace {
 /// recompute, micro batch): tp in powers of two up to a node's devices (tensor parallelism
 /// stays inside a node, as Megatron-LM places it), pp in powers of two that divide the layers
 /// (whole layers per stage, as Megatron-LM requires), dp the
-/// GPUs left, so tp * pp * dp = the GPU count. Each sets `gpus`, so the cluster is resized to
-/// it (resize_overrides). A cluster with an explicit topology or per-device overrides is not
-/// resized: std::invalid_argument unless gpus is its size.
+/// GPUs left, so tp * pp * dp = the GPU count; with dp 1 only the first ZeRO stage listed (ZeRO
+/// shards over data parallelism, so the stages coincide). Each sets `gpus`, so the cluster is
+/// resized to it (resize_overrides). A cluster with an explicit topology or per-device overrides is
+/// not resized: std::invalid_argument unless gpus is its size.
 std::vector<Combination> search_space(const strategies::Experiment& base, const SearchSpace& s);
 
 /// The value `objective` ranks by (lower is better) for a feasible result.

@@ -17,19 +17,24 @@ TEST_CASE("the search space: tp inside a node, pp powers of two, dp the GPUs lef
   s.gpus = 8;
   const auto combos = search_space(e, s);
   // (tp, pp) with tp * pp <= 8, both powers of two, tp <= 8 devices per node:
-  // (1,1) (1,2) (1,4) (1,8) (2,1) (2,2) (2,4) (4,1) (4,2) (8,1) = 10 pairs, times 4 ZeRO stages,
-  // 3 recomputations and 3 micro-batch sizes.
-  CHECK(combos.size() == 10 * 4 * 3 * 3);
+  // (1,1) (1,2) (1,4) (1,8) (2,1) (2,2) (2,4) (4,1) (4,2) (8,1) = 10 pairs; the 6 with dp > 1
+  // take 4 ZeRO stages, the 4 with dp = 1 ((1,8) (2,4) (4,2) (8,1)) only stage 0 (ZeRO shards
+  // over dp); each times 3 recomputations and 3 micro-batch sizes.
+  CHECK(combos.size() == (6 * 4 + 4) * 3 * 3);
   for (const auto& c : combos) {
     CHECK(c.tp * c.pp * c.dp == 8);
     CHECK(c.gpus == 8);
   }
-  // The cost objective also tries 4 and 2 GPUs (down to a quarter by default): 6 + 3 more
-  // pairs; down to 1 GPU, 1 more.
+  // The cost objective also tries 4 and 2 GPUs (down to a quarter by default): 6 more pairs on
+  // 4 GPUs (3 with dp > 1, 3 with dp = 1) and 3 on 2 GPUs (1 and 2); down to 1 GPU, (1,1) with
+  // dp = 1 more.
   s.fewer_gpus = true;
-  CHECK(search_space(e, s).size() == (10 + 6 + 3) * 4 * 3 * 3);
+  CHECK(search_space(e, s).size() == ((6 + 3 + 1) * 4 + (4 + 3 + 2)) * 3 * 3);
   s.min_gpus = 1;
-  CHECK(search_space(e, s).size() == (10 + 6 + 3 + 1) * 4 * 3 * 3);
+  CHECK(search_space(e, s).size() == ((6 + 3 + 1) * 4 + (4 + 3 + 2 + 1)) * 3 * 3);
+  for (const auto& c : search_space(e, s)) {
+    if (c.dp == 1) CHECK(c.zero == 0);
+  }
   s.fewer_gpus = false;
   s.gpus = 12;  // neither whole nodes of 8 nor part of one
   CHECK_THROWS_AS(search_space(e, s), std::invalid_argument);
