@@ -16,6 +16,7 @@
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 #include <utility>
 
 #include "cli/common.hpp"
@@ -183,6 +184,10 @@ int replay_command(const ReplayArgs& args) {
 
   const int old_world = program.world_size();
   const int world = args.ranks.value_or(old_world);
+  if (world > traces::kMaxTraceRanks) {
+    throw BadInput("--ranks " + std::to_string(world) + ": at most " +
+                   std::to_string(traces::kMaxTraceRanks) + " ranks are supported");
+  }
   int block = old_world;  // the re-targeting's placement (strategies/retarget.hpp)
   if (world != old_world) {
     st::RetargetOptions options;
@@ -244,7 +249,13 @@ int replay_command(const ReplayArgs& args) {
   sim::SimOptions options;
   options.memory_sample_ranks = export_options.ranks;
   std::vector<traces::LinkLoad> links;
-  const auto timeline = run_simulation(program, cluster, options, links);
+  traces::Timeline timeline;
+  try {
+    timeline = run_simulation(program, cluster, options, links);
+  } catch (const std::overflow_error& e) {
+    // Only an absurd input gets here (durations or sizes near the importers' bounds).
+    throw BadInput(args.trace + ": the trace cannot be replayed: " + e.what());
+  }
 
   // The report's context: the recorded one, scaled to the new width, on the new device.
   traces::ReportContext context;

@@ -84,6 +84,11 @@ std::string format_scaled(double value, const char* const* units, int count, dou
 
 }  // namespace
 
+void Time::overflow() {
+  throw std::overflow_error(
+      "simulated time overflows 2^63 picoseconds (about 106 days): a duration is absurdly large");
+}
+
 Time Time::from_seconds(double seconds) {
   double ps = seconds * 1e12;
   if (!(ps >= 0) || ps > kMaxPicoseconds) {

@@ -31,12 +31,15 @@ class Time {
   constexpr double seconds() const { return static_cast<double>(ps_) * 1e-12; }
 
   constexpr auto operator<=>(const Time&) const = default;
-  constexpr Time operator+(Time o) const { return Time(ps_ + o.ps_); }
-  constexpr Time operator-(Time o) const { return Time(ps_ - o.ps_); }
-  constexpr Time& operator+=(Time o) {
-    ps_ += o.ps_;
-    return *this;
+  /// Sums past the int64 range (about 106 days of picoseconds) throw std::overflow_error rather
+  /// than wrap: absurd inputs (an imported trace's durations) must fail, not reorder events.
+  constexpr Time operator+(Time o) const {
+    std::int64_t sum = 0;
+    if (__builtin_add_overflow(ps_, o.ps_, &sum)) overflow();
+    return Time(sum);
   }
+  constexpr Time operator-(Time o) const { return Time(ps_ - o.ps_); }
+  constexpr Time& operator+=(Time o) { return *this = *this + o; }
   constexpr Time& operator-=(Time o) {
     ps_ -= o.ps_;
     return *this;
@@ -45,6 +48,7 @@ class Time {
 
  private:
   constexpr explicit Time(std::int64_t v) : ps_(v) {}
+  [[noreturn]] static void overflow();
   std::int64_t ps_ = 0;
 };
 

@@ -42,10 +42,10 @@ constexpr const char* kGroupNamesAttr = "stratasim.groups";
 constexpr const char* kChakraVersion = "0.0.4";  // what Chakra's converters write
 
 // Bounds that keep imported numbers meaningful and the arithmetic on them from overflowing.
-constexpr std::int64_t kMaxBytes = std::int64_t{1} << 56;
-constexpr std::int64_t kMaxDim = std::int64_t{1} << 40;
+constexpr std::int64_t kMaxBytes = kMaxTraceBytes;
+constexpr std::int64_t kMaxDim = kMaxTraceDim;
 constexpr std::uint64_t kMaxMicros = 1'000'000'000'000ULL;  // 11.6 days, in microseconds
-constexpr int kMaxRanks = 1 << 20;
+constexpr int kMaxRanks = kMaxTraceRanks;
 
 template <typename E, int N>
 std::optional<E> enum_from_name(std::string_view name) {
@@ -214,7 +214,7 @@ st::Kernel kernel_from_json(const AttrReader& in, const json& v, const std::stri
                       in.named<st::MemoryTier, st::kMemoryTierCount>(v[4], p + "[4]")};
   } else if (kind == "measured") {
     in.array(v, p, 3, 3);
-    k.work = st::Measured{Time::ps(in.integer(v[2], p + "[2]", 0, kMaxBytes))};
+    k.work = st::Measured{Time::ps(in.integer(v[2], p + "[2]", 0, kMaxTraceDurationPs))};
   } else if (kind == "roofline") {
     in.array(v, p, 5, 5);
     k.work =
@@ -1186,7 +1186,23 @@ void write_chakra(const fs::path& prefix, const st::Program& program,
     for (const auto& [tmp, unused] : moves) fs::remove(tmp, ignored);
     throw;
   }
+  // Rank files of an earlier export to the same prefix (more ranks, or the other form) would
+  // be read back with these ones: remove them.
+  std::set<std::string> written;  // file names, all in `parent`
+  for (const auto& [tmp, final_path] : moves) written.insert(final_path.filename().string());
+  const std::string stem = prefix.filename().string() + ".";
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(parent, ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::string ext = entry.path().extension().string();
+    if (!name.starts_with(stem) || (ext != ".et" && ext != ".json")) continue;
+    const std::string middle = name.substr(stem.size(), name.size() - stem.size() - ext.size());
+    if (middle.empty() || middle.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (!written.contains(name)) stale.push_back(entry.path());
+  }
   for (const auto& [tmp, final_path] : moves) fs::rename(tmp, final_path);
+  for (const auto& path : stale) fs::remove(path, ec);
 }
 
 }  // namespace stratasim::traces

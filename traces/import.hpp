@@ -5,6 +5,7 @@
 // sends/receives, so the network is simulated again.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <stdexcept>
@@ -15,6 +16,14 @@
 #include "strategies/program.hpp"
 
 namespace stratasim::traces {
+
+/// Bounds every importer puts on the numbers it reads, so that a small malformed file cannot
+/// ask for absurd work or memory: ranks per trace, bytes of one transfer or allocation, one
+/// kernel dimension, one measured duration (2^56 ps, about 20 hours).
+inline constexpr int kMaxTraceRanks = 1 << 20;
+inline constexpr std::int64_t kMaxTraceBytes = std::int64_t{1} << 56;
+inline constexpr std::int64_t kMaxTraceDim = std::int64_t{1} << 40;
+inline constexpr std::int64_t kMaxTraceDurationPs = std::int64_t{1} << 56;
 
 enum class TraceFormat {
   chakra,     // Chakra ET: one protobuf file per rank (or its JSON form), plus comm groups

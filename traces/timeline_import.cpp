@@ -29,7 +29,7 @@ namespace fs = std::filesystem;
 namespace st = strategies;
 using nlohmann::json;
 
-constexpr std::int64_t kMaxWorld = std::int64_t{1} << 20;
+constexpr std::int64_t kMaxWorld = kMaxTraceRanks;
 
 template <class E, int N>
 std::optional<E> enum_from_name(std::string_view name) {
@@ -119,10 +119,11 @@ class Reader {
 };
 
 Bytes bytes_of(const Reader& rd, const json& j, const std::string& where) {
-  return Bytes(rd.integer(j, where, 0, std::numeric_limits<std::int64_t>::max()));
+  return Bytes(rd.integer(j, where, 0, kMaxTraceBytes));
 }
 
-constexpr std::int64_t kMaxCount = std::numeric_limits<std::int64_t>::max();
+// Kernel sizes: dimensions, elements and bytes (the shared importer bound on one of them).
+constexpr std::int64_t kMaxCount = kMaxTraceBytes;
 
 st::Kernel parse_kernel(const Reader& rd, const json& k, const std::string& where) {
   rd.object(k, where);
@@ -176,7 +177,8 @@ st::Kernel parse_kernel(const Reader& rd, const json& k, const std::string& wher
         rd.enumerated<st::MemoryTier, st::kMemoryTierCount>((*p)[1], at("copy", 1), "a tier"),
         rd.enumerated<st::MemoryTier, st::kMemoryTierCount>((*p)[2], at("copy", 2), "a tier")};
   } else if (auto m = k.find("measured_ps"); m != k.end()) {
-    kernel.work = st::Measured{Time::ps(rd.integer(*m, where + ".measured_ps", 0, kMaxCount))};
+    kernel.work =
+        st::Measured{Time::ps(rd.integer(*m, where + ".measured_ps", 0, kMaxTraceDurationPs))};
   } else if (const json* r = field("roofline", 3)) {
     const double flops = rd.number((*r)[0], at("roofline", 0));
     if (flops < 0) rd.fail(at("roofline", 0), "expected FLOPs >= 0");

@@ -44,3 +44,24 @@ TEST_CASE("cli export: a bad format is bad input (exit 2)") {
   CHECK(r.output.find("--format foo: expected chakra or chakra-json") != std::string::npos);
   CHECK(fs::is_empty(out));
 }
+
+TEST_CASE("cli export: a new export to the same folder removes the rank files of the old one") {
+  // Left behind, the old files would be read back with the new ones by `replay`.
+  const fs::path out = scratch("export-chakra-replace");
+  REQUIRE(run("export " + kTiny + " --quiet --out " + out.string()).status == 0);
+  REQUIRE(fs::exists(out / "gpt-tiny-3d-8.5.et"));
+  REQUIRE(run("export " + kTiny + " --format chakra-json --quiet --out " + out.string()).status ==
+          0);
+  for (int rank = 0; rank < 8; ++rank) {
+    CHECK(!fs::exists(out / ("gpt-tiny-3d-8." + std::to_string(rank) + ".et")));
+    CHECK(fs::exists(out / ("gpt-tiny-3d-8." + std::to_string(rank) + ".json")));
+  }
+  // Fewer ranks (tp 2 x pp 2 x dp 1 on 4 devices of one node): ranks 4-7 go.
+  REQUIRE(run("export " + kTiny +
+              " --dp 1 --set cluster.devices_per_node=4 --format chakra-json --quiet --out " +
+              out.string())
+              .status == 0);
+  CHECK(fs::exists(out / "gpt-tiny-3d-8.3.json"));
+  CHECK(!fs::exists(out / "gpt-tiny-3d-8.4.json"));
+  CHECK(fs::exists(out / "gpt-tiny-3d-8.comm_groups.json"));
+}

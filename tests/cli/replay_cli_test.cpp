@@ -127,6 +127,8 @@ TEST_CASE("replay: bad input exits with 2 and says why") {
   check_bad_input("replay " + sim + " --format stratasim --ranks 16 --dp-groups '^nothing'",
                   {"no data-parallel group", "--dp-groups"});
   check_bad_input("replay " + sim + " --format stratasim --scale-compute 0", {"--scale-compute"});
+  check_bad_input("replay " + sim + " --format stratasim --ranks 2147483640",
+                  {"--ranks", "at most 1048576 ranks"});
   check_bad_input("replay " + sim + " --format stratasim --set training.seq_len=4",
                   {"cluster.key=value"});
   check_bad_input("replay " + sim + " --format stratasim --cluster no-such-cluster",

@@ -1,5 +1,9 @@
 #include <doctest/doctest.h>
 
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+
 #include "hw_models/units.hpp"
 
 using namespace stratasim;
@@ -66,4 +70,14 @@ TEST_CASE("time arithmetic is exact and transfer times round up to a picosecond"
   CHECK(transfer_time(Bytes(0), Bandwidth(1)) == Time::zero());
   CHECK(compute_time(Flops(312e12), FlopRate(312e12)) == Time::ms(1000));
   CHECK(Time::us(3) - Time::us(1) == Time::us(2));
+}
+
+TEST_CASE("time sums past 2^63 picoseconds throw instead of wrapping") {
+  // 2^62 + 2^62 = 2^63 is one past INT64_MAX.
+  const Time half = Time::ps(std::int64_t{1} << 62);
+  CHECK_THROWS_AS(half + half, std::overflow_error);
+  Time t = half;
+  CHECK_THROWS_AS(t += half, std::overflow_error);
+  CHECK((half + Time::ps((std::int64_t{1} << 62) - 1)).picoseconds() ==
+        std::numeric_limits<std::int64_t>::max());
 }
