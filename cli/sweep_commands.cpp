@@ -331,6 +331,29 @@ void add_search_options(CLI::App* cmd, SweepArgs& args) {
                   "Write every combination to this CSV, with rank and pareto columns");
 }
 
+// --resume trusts a file only if it was written by this experiment with these flags: the grid
+// columns are checked by search::resume, and the first and last kept rows are evaluated again
+// and must come out byte for byte the same (evaluation is deterministic), which catches another
+// experiment, another cluster or another --global-batch.
+void check_resumed_rows(const fs::path& out, std::size_t rows,
+                        const std::vector<search::Combination>& combos,
+                        const search::Evaluator& evaluator) {
+  if (rows == 0) return;
+  std::ifstream in(out, std::ios::binary);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line + "\n");
+  for (std::size_t row : {std::size_t{0}, rows - 1}) {
+    if (row + 1 >= lines.size()) break;
+    const std::string again = search::csv_row(combos[row], evaluator.evaluate(combos[row]));
+    if (again != lines[row + 1]) {
+      throw BadInput("--resume: " + out.string() + ": line " + std::to_string(row + 2) +
+                     " was written by another experiment or other flags (it evaluates "
+                     "differently now); resume with the same experiment and flags, or start "
+                     "afresh without --resume");
+    }
+  }
+}
+
 int sweep_command(const SweepArgs& args) {
   const auto started = Clock::now();
   const search::Grid grid = grid_of(args);
@@ -368,6 +391,7 @@ int sweep_command(const SweepArgs& args) {
         } catch (const std::runtime_error& e) {
           throw BadInput(std::string("--resume: ") + e.what());
         }
+        check_resumed_rows(out, static_cast<std::size_t>(first), combos, evaluator);
         if (!quiet) {
           std::cout << "resuming: " << first << " of " << combos.size() << " rows already in "
                     << out.string() << "\n";
@@ -376,6 +400,7 @@ int sweep_command(const SweepArgs& args) {
         if (out.has_parent_path()) fs::create_directories(out.parent_path(), ec);
         std::ofstream file(out, std::ios::binary | std::ios::trunc);
         file << header;
+        file.flush();
         if (!file) throw BadInput("--out " + out.string() + ": cannot write");
       }
     } catch (const BadInput& e) {
@@ -402,10 +427,16 @@ int sweep_command(const SweepArgs& args) {
     std::string line = search::csv_row(combos[i], evaluator.evaluate(combos[i]));
     return line;
   };
-  // Each row is flushed as it is written, so an interruption keeps every finished row.
+  // Each row is flushed as it is written, so an interruption keeps every finished row; a write
+  // that fails (a full disk) stops the sweep at once rather than after the whole grid.
+  bool write_failed = false;
   auto emit = [&](std::size_t, std::string&& line) {
     file << line;
     file.flush();
+    if (!file && !write_failed) {
+      write_failed = true;
+      g_stop = 1;
+    }
   };
   std::size_t emitted = 0;
   if (world && world->size() > 1) {
@@ -424,7 +455,10 @@ int sweep_command(const SweepArgs& args) {
   progress.finish();
   if (!root) return g_stop ? kExitInterrupted : 0;
   file.close();
-  if (!file) throw BadInput("--out " + out.string() + ": writing failed");
+  if (!file || write_failed) {
+    throw BadInput("--out " + out.string() + ": writing failed (disk full?); the rows written " +
+                   "so far are kept, --resume continues");
+  }
   const std::size_t done = start_index + emitted;
   const double wall = std::chrono::duration<double>(Clock::now() - started).count();
   if (done < combos.size()) {
@@ -474,7 +508,17 @@ int search_command(const SweepArgs& args) {
   check_positive(space.micro_batch, "--micro-batch");
   space.fewer_gpus = *objective == search::Objective::cost;
   space.min_gpus = args.min_gpus;
-  if (!args.out.empty()) check_out_dir(fs::path(args.out).parent_path().string());
+  if (args.min_gpus > args.gpus) {
+    throw BadInput("--min-gpus " + std::to_string(args.min_gpus) + ": more than --gpus " +
+                   std::to_string(args.gpus));
+  }
+  if (!args.out.empty()) {
+    std::error_code ec;
+    if (fs::is_directory(args.out, ec) || args.out.back() == '/') {
+      throw BadInput("--out " + args.out + ": expected a CSV file name, got a folder");
+    }
+    check_out_dir(fs::path(args.out).parent_path().string());
+  }
 
   const search::Evaluator evaluator(resolve_experiment(args.experiment.experiment),
                                     overrides_of(args.experiment),

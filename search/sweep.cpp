@@ -239,13 +239,13 @@ Result Evaluator::evaluate(const Combination& c) const {
     options.overheads = overheads;
     options.record_memory = false;  // peaks and verdicts are kept without the samples
     const auto timeline = sim::simulate(program, e.cluster, options);
-    r.simulated = true;
     const auto report = traces::make_report(program, timeline, context);
-    if (!report.completed) {
+    if (!report.completed) {  // no figures: the columns stay empty, as for invalid rows
       r.status = Status::failed;
       r.reason = "the simulation did not complete: " + report.problem;
       return r;
     }
+    r.simulated = true;
     r.iteration_time_s = report.iteration_time_s;
     r.tokens_per_s = report.tokens_per_s;
     r.samples_per_s = report.samples_per_s;
@@ -552,7 +552,7 @@ std::vector<int> parse_int_list(std::string_view text, std::string_view flag) {
       const int lo = integer(item.substr(0, dots), item);
       const int hi = integer(item.substr(dots + 2), item);
       if (hi < lo || hi - lo > 4096) throw bad(item);
-      for (int v = lo; v <= hi; ++v) out.push_back(v);
+      for (long long v = lo; v <= hi; ++v) out.push_back(static_cast<int>(v));  // hi may be INT_MAX
     } else {
       out.push_back(integer(item, item));
     }

@@ -70,7 +70,7 @@ struct Result {
   int dp = 0;            // resolved data-parallel degree
   std::string schedule;  // resolved schedule name
   bool sequence_parallel = false;
-  bool simulated = false;  // a full simulation ran (false: invalid or pruned)
+  bool simulated = false;  // a full simulation ran to completion (false: invalid, pruned, failed)
   double iteration_time_s = 0;
   double tokens_per_s = 0;
   double samples_per_s = 0;

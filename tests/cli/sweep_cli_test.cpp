@@ -181,3 +181,37 @@ TEST_CASE("sweep under mpirun: rank 0 gathers the same CSV as a threaded run") {
   CHECK(output.find("in each of 2 processes") != std::string::npos);
   CHECK(read(dir / "mpi.csv") == read(dir / "threads.csv"));
 }
+
+TEST_CASE("sweep: --resume refuses a file written by other flags or another experiment") {
+  const auto dir = scratch("sweep-resume-other");
+  const auto csv = (dir / "sweep.csv").string();
+  REQUIRE(run("sweep " + kSmall + " --quiet --out " + csv).status == 0);
+  // Same grid, another global batch: the grid columns match, the figures do not.
+  auto r = run("sweep " + kSmall + " --global-batch 16 --resume --quiet --out " + csv);
+  CAPTURE(r.output);
+  CHECK(r.status == 2);
+  CHECK(r.output.find("written by another experiment or other flags") != std::string::npos);
+  // Same flags: the file is complete and accepted as it is.
+  r = run("sweep " + kSmall + " --resume --quiet --out " + csv);
+  CHECK(r.status == 0);
+}
+
+TEST_CASE("sweep and search: unwritable outputs and impossible budgets are exit 2 up front") {
+  // /dev/full accepts the open and fails every write: the sweep stops at its first row instead
+  // of running the whole grid.
+  if (std::filesystem::exists("/dev/full")) {
+    const auto r = run("sweep " + kSmall + " --quiet --out /dev/full");
+    CAPTURE(r.output);
+    CHECK(r.status == 2);
+    CHECK(r.output.find("--out /dev/full") != std::string::npos);
+  }
+  const std::string exp =
+      std::string(STRATASIM_SOURCE_DIR) + "/configs/experiments/gpt3-1.7b-a100-8.json";
+  auto r = run("search " + exp + " --gpus 8 --objective cost --min-gpus 16");
+  CHECK(r.status == 2);
+  CHECK(r.output.find("--min-gpus 16") != std::string::npos);
+  const auto dir = scratch("search-out-folder");
+  r = run("search " + exp + " --gpus 8 --out " + dir.string());
+  CHECK(r.status == 2);
+  CHECK(r.output.find("expected a CSV file name") != std::string::npos);
+}
