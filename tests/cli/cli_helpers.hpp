@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace stratasim::testing::cli {
 
@@ -45,6 +46,16 @@ inline std::string read(const fs::path& p) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+/// Runs `args` and checks that it is bad input: exit code 2 and every text of `expected` in the
+/// output.
+inline void check_bad_input(const std::string& args, const std::vector<std::string>& expected) {
+  CAPTURE(args);
+  auto r = run(args);
+  CAPTURE(r.output);
+  CHECK(r.status == 2);
+  for (const auto& text : expected) CHECK(r.output.find(text) != std::string::npos);
 }
 
 }  // namespace stratasim::testing::cli

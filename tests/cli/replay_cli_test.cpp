@@ -30,14 +30,6 @@ double simulate(const std::string& args, const fs::path& dir) {
   return iteration_time(dir);
 }
 
-void check_bad_input(const std::string& args, const std::vector<std::string>& expected) {
-  CAPTURE(args);
-  auto r = run(args);
-  CAPTURE(r.output);
-  CHECK(r.status == 2);
-  for (const auto& text : expected) CHECK(r.output.find(text) != std::string::npos);
-}
-
 }  // namespace
 
 TEST_CASE("replay: stratasim's own timeline reproduces the simulation") {

@@ -38,14 +38,6 @@ fs::path small_experiment(const fs::path& dir,
   return file;
 }
 
-void check_bad_input(const std::string& args, const std::vector<std::string>& expected) {
-  CAPTURE(args);
-  auto r = run(args);
-  CAPTURE(r.output);
-  CHECK(r.status == 2);
-  for (const auto& text : expected) CHECK(r.output.find(text) != std::string::npos);
-}
-
 }  // namespace
 
 TEST_CASE("--version and --help") {
