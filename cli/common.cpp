@@ -178,8 +178,7 @@ void check_out_dir(const std::string& out) {
 // (the same results). On the flow-level network replicas contend for links, and with per-device
 // overrides they differ: every rank is simulated there.
 bool mirrors(const strategies::Experiment& experiment, bool exact) {
-  return !exact && experiment.cluster.network_model == hw::NetworkModel::analytical &&
-         experiment.cluster.homogeneous();
+  return !exact && sim::replicas_behave_alike(experiment.cluster);
 }
 
 strategies::Program lower_and_validate(const strategies::Experiment& experiment, bool exact) {
@@ -191,10 +190,6 @@ strategies::Program lower_and_validate(const strategies::Experiment& experiment,
     throw InvalidProgram(std::string("the lowered program is invalid: ") + e.what());
   }
   return program;
-}
-
-sim::MemoryOverheads overheads_of(const strategies::Experiment& e) {
-  return sim::MemoryOverheads{e.memory.fragmentation, e.memory.reserved};
 }
 
 // Simulates on the cluster's network model; with the flow-level network, also the busiest

@@ -97,7 +97,6 @@ void check_out_dir(const std::string& out);
 bool mirrors(const strategies::Experiment& experiment, bool exact);
 /// Lowers (with the balanced partition when asked) and validates; InvalidProgram on failure.
 strategies::Program lower_and_validate(const strategies::Experiment& experiment, bool exact);
-sim::MemoryOverheads overheads_of(const strategies::Experiment& e);
 /// Simulates on the cluster's network model; with the flow-level network also fills `links`
 /// with the busiest links.
 traces::Timeline run_simulation(const strategies::Program& program, const hw::ClusterSpec& cluster,

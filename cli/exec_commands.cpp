@@ -162,7 +162,7 @@ int validate_command(strategies::Experiment experiment, const RealRunArgs& args)
   const auto program = real_program(experiment);
   // The prediction: the same Program, every rank simulated.
   sim::SimOptions sim_options;
-  sim_options.overheads = {experiment.memory.fragmentation, experiment.memory.reserved};
+  sim_options.overheads = sim::memory_overheads(experiment);
   const auto predicted = sim::simulate(program, experiment.cluster, sim_options);
   if (!predicted.completed) {
     std::cerr << "error: the simulation did not complete: " << predicted.problem << "\n";

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "sim/partition.hpp"
 #include "traces/chakra.hpp"
 
 namespace stratasim::cli {
@@ -36,7 +37,7 @@ int export_command(const ExportArgs& args) {
   traces::Timeline timeline;
   if (args.simulate) {
     sim::SimOptions sim_options;
-    sim_options.overheads = overheads_of(experiment);
+    sim_options.overheads = sim::memory_overheads(experiment);
     std::vector<traces::LinkLoad> links;
     timeline = run_simulation(program, experiment.cluster, sim_options, links);
     if (!timeline.completed) {

@@ -102,7 +102,7 @@ int simulate_jobs_command(const SimulateArgs& args) {
   for (const auto& p : programs) pointers.push_back(&p);
   const auto merged = sim::merge_programs(pointers, placements, names, cluster.world_size());
   sim::SimOptions options;
-  options.overheads = overheads_of(jobs[0]);
+  options.overheads = sim::memory_overheads(jobs[0]);
   options.stop_on_oom = args.stop_on_oom;
   std::vector<traces::LinkLoad> links;
   const auto timeline = run_simulation(merged, cluster, options, links);
@@ -147,7 +147,7 @@ int simulate_command(const SimulateArgs& args) {
   export_options.ranks = trace_ranks(args.trace_ranks, layout, mirrors(experiment, args.exact));
   const auto program = lower_and_validate(experiment, args.exact);
   sim::SimOptions options;
-  options.overheads = overheads_of(experiment);
+  options.overheads = sim::memory_overheads(experiment);
   options.stop_on_oom = args.stop_on_oom;
   options.memory_sample_ranks = export_options.ranks;  // memory.csv covers these ranks only
   std::vector<traces::LinkLoad> links;
@@ -188,7 +188,8 @@ int memory_command(const SimulateArgs& args) {
   const auto experiment =
       strategies::load_experiment(resolve_experiment(args.experiment), overrides_of(args));
   const auto program = lower_and_validate(experiment, args.exact);
-  const auto timeline = sim::estimate_memory(program, experiment.cluster, overheads_of(experiment));
+  const auto timeline =
+      sim::estimate_memory(program, experiment.cluster, sim::memory_overheads(experiment));
   const auto context = traces::report_context(experiment);
   const auto report = traces::make_report(program, timeline, context);
   if (!args.quiet) traces::print_memory_summary(std::cout, report, context);
@@ -295,7 +296,7 @@ int schedules_command(const SimulateArgs& args, const std::vector<int>& micro_ba
       }
       const auto program = lower_and_validate(*e, false);
       sim::SimOptions options;
-      options.overheads = overheads_of(*e);
+      options.overheads = sim::memory_overheads(*e);
       options.memory_sample_ranks = {};
       const auto timeline = sim::simulate(program, e->cluster, options);
       if (!timeline.completed) {

@@ -22,6 +22,7 @@
 #include "cli/common.hpp"
 #include "hw_models/cluster.hpp"
 #include "hw_models/config_reader.hpp"
+#include "sim/partition.hpp"
 #include "strategies/program.hpp"
 #include "strategies/retarget.hpp"
 #include "traces/context.hpp"
@@ -179,8 +180,7 @@ int replay_command(const ReplayArgs& args) {
         "(a file, or a name from stratasim list clusters)");
   }
   hw::ClusterSpec cluster = load_cluster(resolve_cluster(cluster_given), args.sets);
-  const bool analytical_homogeneous =
-      cluster.network_model == hw::NetworkModel::analytical && cluster.homogeneous();
+  const bool analytical_homogeneous = sim::replicas_behave_alike(cluster);
 
   const int old_world = program.world_size();
   const int world = args.ranks.value_or(old_world);

@@ -127,13 +127,6 @@ std::string gib_text(std::int64_t bytes) {
   return out.str();
 }
 
-bool mirrors(const strategies::Experiment& e, bool exact) {
-  // The rule of `stratasim simulate` (cli::mirrors): replicas behave alike on the analytical
-  // network (no contention) with identical devices.
-  return !exact && e.cluster.network_model == hw::NetworkModel::analytical &&
-         e.cluster.homogeneous();
-}
-
 }  // namespace
 
 Evaluator::Evaluator(const fs::path& experiment, std::vector<strategies::Override> base,
@@ -197,7 +190,7 @@ Result Evaluator::evaluate(const Combination& c) const {
         return r;
       }
     }
-    const bool mirror = mirrors(e, options_.exact);
+    const bool mirror = !options_.exact && sim::replicas_behave_alike(e.cluster);
     const strategies::LowerOptions lower_options{
         .mirror_data_parallel = mirror,
         .mirror_tensor_parallel = mirror && options_.mirror_tensor_parallel};
@@ -218,7 +211,7 @@ Result Evaluator::evaluate(const Combination& c) const {
       r.reason = std::string("the lowered program is invalid: ") + error.what();
       return r;
     }
-    const sim::MemoryOverheads overheads{e.memory.fragmentation, e.memory.reserved};
+    const sim::MemoryOverheads overheads = sim::memory_overheads(e);
     if (options_.prune) {
       const auto estimate = sim::estimate_memory(program, e.cluster, overheads);
       if (!estimate.out_of_memory.empty()) {

@@ -145,4 +145,12 @@ Program lower_partitioned(const Experiment& e, const LowerOptions& options) {
   return assemble_pipeline(spec);
 }
 
+bool replicas_behave_alike(const hw::ClusterSpec& cluster) {
+  return cluster.network_model == hw::NetworkModel::analytical && cluster.homogeneous();
+}
+
+MemoryOverheads memory_overheads(const Experiment& experiment) {
+  return MemoryOverheads{experiment.memory.fragmentation, experiment.memory.reserved};
+}
+
 }  // namespace stratasim::sim

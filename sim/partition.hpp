@@ -5,6 +5,8 @@
 
 #include <vector>
 
+#include "hw_models/cluster.hpp"
+#include "sim/memory.hpp"
 #include "strategies/experiment.hpp"
 #include "strategies/lowering.hpp"
 #include "strategies/partition.hpp"
@@ -31,5 +33,14 @@ std::vector<int> partition_layers(const strategies::Experiment& experiment);
 /// strategies::lower with the experiment's partition applied (balanced included).
 strategies::Program lower_partitioned(const strategies::Experiment& experiment,
                                       const strategies::LowerOptions& options = {});
+
+/// Whether the replicas of a rank (data-parallel, or 1D tensor-parallel) behave alike on
+/// `cluster`, so that one may be simulated for all (Program::set_replica): on the analytical
+/// network (no contention) with identical devices. On the flow-level network replicas contend
+/// for links, and with per-device overrides they differ.
+bool replicas_behave_alike(const hw::ClusterSpec& cluster);
+
+/// The allocator and framework overheads the experiment sets (fragmentation, reserved memory).
+MemoryOverheads memory_overheads(const strategies::Experiment& experiment);
 
 }  // namespace stratasim::sim
