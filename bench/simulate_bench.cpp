@@ -23,6 +23,7 @@
 #include "sim/simulator.hpp"
 #include "strategies/experiment.hpp"
 #include "strategies/lowering.hpp"
+#include "study/study.hpp"
 #include "traces/context.hpp"
 #include "traces/report.hpp"
 
@@ -70,11 +71,9 @@ int run_scenario(const std::string& name) {
       root + "/configs/experiments/gpt3-175b-a100-1024.json", overrides);
   double t_load = since(t0);
   auto t1 = Clock::now();
-  auto program = strategies::lower(experiment, {.mirror_data_parallel = !exact});
+  // The composition layer's lowering (study/study.hpp): partitioned, lowered and validated.
+  auto program = study::lower(experiment, {.mirror_data_parallel = !exact});
   double t_lower = since(t1);
-  auto t2 = Clock::now();
-  strategies::validate(program);
-  double t_validate = since(t2);
   auto t3 = Clock::now();
   // As the CLI does over 256 ranks: memory samples (for memory.csv) of one rank per stage.
   sim::SimOptions options;
@@ -101,15 +100,15 @@ int run_scenario(const std::string& name) {
   const double peak_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is KiB
   std::printf(
       "GPT-3 175B on %5d GPUs (tp 8, pp 16, dp %d, %lld microbatches%s): %zu ops, %llu events\n"
-      "  load %.3f s, lower %.3f s, validate %.3f s, simulate %.3f s, report %.3f s\n"
+      "  load %.3f s, lower and validate %.3f s, simulate %.3f s, report %.3f s\n"
       "  total %.3f s; simulation %.2f M events/s, %.1f ns per op end to end; peak RSS %.0f MiB\n"
       "  predicted iteration %.3f s, MFU %.1f%%%s\n",
       gpus, experiment.parallelism.dp, static_cast<long long>(experiment.microbatches()),
       (std::string(zero3 ? ", ZeRO-3, selective recompute" : "") +
        (exact ? ", every replica" : ", replicas mirrored"))
           .c_str(),
-      program.op_count(), static_cast<unsigned long long>(timeline.events), t_load, t_lower,
-      t_validate, t_sim, t_report, total, static_cast<double>(timeline.events) / t_sim / 1e6,
+      program.op_count(), static_cast<unsigned long long>(timeline.events), t_load, t_lower, t_sim,
+      t_report, total, static_cast<double>(timeline.events) / t_sim / 1e6,
       total / static_cast<double>(program.op_count()) * 1e9, peak_mib, report.iteration_time_s,
       report.mfu * 100, timeline.completed ? "" : " (DID NOT COMPLETE)");
   if (fat_tree) {

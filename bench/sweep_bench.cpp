@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "search/sweep.hpp"
-#include "sim/partition.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/lowering.hpp"
+#include "study/study.hpp"
 #include "traces/context.hpp"
 #include "traces/report.hpp"
 
@@ -40,11 +40,11 @@ void profile_one(const search::Evaluator& evaluator, const search::Combination& 
   const double load = since(t0);
   auto t1 = Clock::now();
   const auto program =
-      sim::lower_partitioned(e, {.mirror_data_parallel = true, .mirror_tensor_parallel = true});
+      study::lower(e, {.mirror_data_parallel = true, .mirror_tensor_parallel = true});
   const double lower = since(t1);
   auto t2 = Clock::now();
   sim::SimOptions options;
-  options.overheads = {e.memory.fragmentation, e.memory.reserved};
+  options.overheads = study::memory_overheads(e);
   options.record_memory = false;
   const auto timeline = sim::simulate(program, e.cluster, options);
   const double simulate = since(t2);

@@ -1,5 +1,5 @@
-// Pieces every stratasim command shares: finding configs, the experiment flags, lowering and
-// simulating, and the errors that map to exit codes.
+// Pieces every stratasim command shares: the experiment flags and the errors that map to exit
+// codes.
 #include "cli/common.hpp"
 
 #include <atomic>
@@ -9,79 +9,11 @@
 #include <set>
 #include <sstream>
 
-#include "hw_models/topology.hpp"
-#include "sim/flow_network.hpp"
-#include "sim/partition.hpp"
 #include "strategies/foreign_inputs.hpp"
-#include "traces/bus_bandwidth.hpp"
 
 namespace stratasim::cli {
 
 namespace fs = std::filesystem;
-
-fs::path config_dir() {
-  if (const char* env = std::getenv("STRATASIM_CONFIG_DIR"); env != nullptr && *env != '\0') {
-    return env;
-  }
-  return STRATASIM_CONFIG_DIR;
-}
-
-// An experiment given by path, or by name from the catalog ("gpt3-175b-a100-1024").
-fs::path resolve_experiment(const std::string& given) {
-  fs::path path(given);
-  std::error_code ec;
-  if (fs::exists(path, ec)) return path;
-  if (path.parent_path().empty()) {
-    fs::path catalog = config_dir() / "experiments" / (given + ".json");
-    if (fs::exists(catalog, ec)) return catalog;
-  }
-  return path;  // loading reports "no such file" with the name given
-}
-
-// The ranks timeline.json and memory.csv cover: "all", "stages" (tensor- and data-parallel
-// rank 0 of every pipeline stage), a comma-separated list, or "auto" (all up to 256 ranks).
-// With mirroring only data-parallel replica 0 runs ops: "all" means its ranks, and a mirrored
-// rank asked for by number is an error that points to --exact.
-std::vector<std::int32_t> trace_ranks(const std::string& spec, const strategies::RankLayout& layout,
-                                      bool mirrored) {
-  const int world = layout.world_size();
-  std::string mode = spec == "auto" ? (world <= kTraceAllUpTo ? "all" : "stages") : spec;
-  std::vector<std::int32_t> ranks;
-  if (mode == "all") {
-    if (mirrored && layout.dp > 1) {
-      for (int r = 0; r < world; ++r) {
-        if (layout.dp_index(r) == 0) ranks.push_back(r);
-      }
-    }
-    return ranks;
-  }
-  if (mode == "stages") {
-    for (int s = 0; s < layout.pp; ++s) ranks.push_back(layout.rank(0, 0, s));
-    return ranks;
-  }
-  std::stringstream list(mode);
-  std::string item;
-  while (std::getline(list, item, ',')) {
-    int rank = -1;
-    try {
-      std::size_t used = 0;
-      rank = std::stoi(item, &used);
-      if (used != item.size()) rank = -1;
-    } catch (const std::exception&) {
-    }
-    if (rank < 0 || rank >= world) {
-      throw BadInput("--trace-ranks expects all, stages or ranks from 0 to " +
-                     std::to_string(world - 1) + " separated by commas, got \"" + item + "\"");
-    }
-    if (mirrored && layout.dp_index(rank) != 0) {
-      throw BadInput("--trace-ranks: rank " + std::to_string(rank) + " mirrors rank " +
-                     std::to_string(layout.rank(layout.tp_index(rank), 0, layout.stage(rank))) +
-                     " (data-parallel replicas are simulated once); add --exact to trace it");
-    }
-    ranks.push_back(rank);
-  }
-  return ranks;
-}
 
 std::vector<strategies::Override> overrides_of(const SimulateArgs& a) {
   std::vector<strategies::Override> o;
@@ -141,15 +73,7 @@ std::vector<strategies::Override> overrides_of(const SimulateArgs& a) {
     while (std::getline(items, item, ',')) list.push_back(item);
     o.push_back({"parallelism.offload", list, "command line (--offload " + *a.offload + ")"});
   }
-  for (const auto& s : a.sets) {
-    auto eq = s.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      throw BadInput("--set expects dotted.key=value, got \"" + s + "\"");
-    }
-    std::string key = s.substr(0, eq);
-    o.push_back(
-        {key, config::parse_override_value(s.substr(eq + 1)), "command line (--set " + s + ")"});
-  }
+  for (const auto& s : a.sets) o.push_back(study::parse_set(s));
   return o;
 }
 
@@ -173,59 +97,6 @@ void check_out_dir(const std::string& out) {
   }
 }
 
-// Data-parallel replicas behave alike on the analytical network (no contention) and identical
-// devices, so by default one replica is simulated and mirrored; --exact simulates every rank
-// (the same results). On the flow-level network replicas contend for links, and with per-device
-// overrides they differ: every rank is simulated there.
-bool mirrors(const strategies::Experiment& experiment, bool exact) {
-  return !exact && sim::replicas_behave_alike(experiment.cluster);
-}
-
-strategies::Program lower_and_validate(const strategies::Experiment& experiment, bool exact) {
-  auto program =
-      sim::lower_partitioned(experiment, {.mirror_data_parallel = mirrors(experiment, exact)});
-  try {
-    strategies::validate(program);
-  } catch (const strategies::ProgramError& e) {
-    throw InvalidProgram(std::string("the lowered program is invalid: ") + e.what());
-  }
-  return program;
-}
-
-// Simulates on the cluster's network model; with the flow-level network, also the busiest
-// links of the run (observed from outside the network, as every statistic is).
-traces::Timeline run_simulation(const strategies::Program& program, const hw::ClusterSpec& cluster,
-                                const sim::SimOptions& options,
-                                std::vector<traces::LinkLoad>& links) {
-  if (cluster.network_model != hw::NetworkModel::flow) {
-    return sim::simulate(program, cluster, options);
-  }
-  sim::FlowNetwork network(cluster, hw::build_topology(cluster), program);
-  sim::LinkUsage usage(network);
-  network.set_observer(&usage);
-  auto timeline = sim::simulate(program, cluster, network, options);
-  Time span;
-  for (const auto& s : timeline.spans) span = std::max(span, s.end);
-  // The busiest links of each tier, so that inter-node links (NICs, switches) show beside the
-  // usually busier links inside nodes: up to 5 of each, the inter-node ones first.
-  const auto& topology = network.topology();
-  auto network_tier = [&](int vertex) {
-    const auto kind = topology.kind(vertex);
-    return kind == hw::VertexKind::nic || kind == hw::VertexKind::network_switch;
-  };
-  std::vector<traces::LinkLoad> inside;
-  for (const auto& busy : usage.busiest(span, static_cast<std::size_t>(topology.link_count()))) {
-    const auto& link = topology.link(busy.link);
-    const bool between_nodes = network_tier(link.from) && network_tier(link.to);
-    auto& list = between_nodes ? links : inside;
-    if (list.size() >= 5) continue;
-    list.push_back({topology.name(link.from) + " -> " + topology.name(link.to),
-                    Bandwidth(network.capacity(busy.link)), busy.bytes, busy.utilisation});
-  }
-  links.insert(links.end(), inside.begin(), inside.end());
-  return timeline;
-}
-
 // {0,1,2,3,8,9} -> "0-3,8-9".
 std::string ranges_text(const std::vector<std::int32_t>& devices) {
   std::string out;
@@ -238,30 +109,6 @@ std::string ranges_text(const std::vector<std::int32_t>& devices) {
     i = j + 1;
   }
   return out;
-}
-
-fs::path resolve_cluster(const std::string& given) {
-  fs::path path(given);
-  std::error_code ec;
-  if (fs::exists(path, ec)) return path;
-  if (path.parent_path().empty()) {
-    fs::path catalog = config_dir() / "hardware" / "clusters" / (given + ".json");
-    if (fs::exists(catalog, ec)) return catalog;
-  }
-  return path;
-}
-
-fs::path resolve_model(const std::string& given) {
-  fs::path path(given);
-  std::error_code ec;
-  if (fs::exists(path, ec)) return path;
-  if (path.parent_path().empty()) {
-    for (const char* folder : {"models", "models/hf"}) {
-      fs::path catalog = config_dir() / folder / (given + ".json");
-      if (fs::exists(catalog, ec)) return catalog;
-    }
-  }
-  return path;  // loading reports "no such file" with the name given
 }
 
 namespace {

@@ -11,9 +11,8 @@
 #include "exec/devices.hpp"
 #include "exec/interpreter.hpp"
 #include "hw_models/config_reader.hpp"
-#include "sim/cost.hpp"
-#include "sim/partition.hpp"
-#include "sim/simulator.hpp"
+#include "study/errors.hpp"
+#include "study/real_run.hpp"
 #include "traces/context.hpp"
 #include "traces/export.hpp"
 #include "traces/report.hpp"
@@ -66,44 +65,8 @@ exec::RunOptions run_options(const RealRunArgs& args) {
   return o;
 }
 
-// The Program of a real run: every rank issues its own ops (no mirroring).
-strategies::Program real_program(const strategies::Experiment& experiment) {
-  auto program = sim::lower_partitioned(experiment, {.mirror_data_parallel = false});
-  strategies::validate(program);
-  return program;
-}
-
-std::string device_text(exec::DeviceKind kind) {
-  return kind == exec::DeviceKind::host ? std::string("the host device (CPU threads)")
-                                        : exec::cuda_description();
-}
-
-struct Measured {
-  exec::MeasuredRun run;
-  bool reports = true;
-};
-
-// Runs the Program; setup failures are ExecSetupError, run failures return nullopt after
-// printing the error.
-std::optional<Measured> measure(const strategies::Program& program, const RealRunArgs& args) {
-  const auto kind = device_kind(args.device);
-  const auto options = run_options(args);
-  exec::ExecPlan plan(program);
-  std::unique_ptr<exec::World> world;
-  try {
-    world = exec::make_world(kind, plan, world_options(args));
-  } catch (const exec::ExecError& e) {
-    throw ExecSetupError(e.what());
-  }
-  try {
-    Measured m;
-    m.run = exec::run(plan, *world, options);
-    m.reports = world->reports();
-    return m;
-  } catch (const exec::ExecError& e) {
-    std::cerr << "error: the real run failed: " << e.what() << "\n";
-    return std::nullopt;
-  }
+study::RealRunOptions real_run_options(const RealRunArgs& args) {
+  return {device_kind(args.device), world_options(args), run_options(args)};
 }
 
 void print_iterations(const exec::MeasuredRun& run, int warmup) {
@@ -131,21 +94,22 @@ void write_atomically(const fs::path& file, const std::function<void(std::ostrea
 }  // namespace
 
 int run_command(const strategies::Experiment& experiment, const RealRunArgs& args) {
-  const auto program = real_program(experiment);
-  const auto measured = measure(program, args);
-  if (!measured) return kExitRunFailed;
-  if (!measured->reports) return 0;
-  const auto& run = measured->run;
-  auto context = traces::report_context(experiment);
-  context.setup.insert(context.setup.begin(),
-                       {"measured on", device_text(device_kind(args.device))});
-  const auto report = traces::make_report(program, run.timeline, context);
+  study::RealRun r;
+  try {
+    r = study::run(experiment, real_run_options(args));
+  } catch (const study::BadInput& e) {
+    throw ExecSetupError(e.what());
+  } catch (const study::RunFailed& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitRunFailed;
+  }
+  if (!r.reports) return 0;
   if (!args.quiet) {
-    traces::print_summary(std::cout, report, context);
-    print_iterations(run, args.warmup);
+    traces::print_summary(std::cout, r.report, r.context);
+    print_iterations(r.measured, args.warmup);
   }
   if (!args.out.empty()) {
-    traces::write_outputs(args.out, program, run.timeline, report, context);
+    traces::write_outputs(args.out, r.program, r.measured.timeline, r.report, r.context);
     if (!args.quiet) {
       std::cout << "wrote " << (fs::path(args.out) / "report.json").string()
                 << ", timeline.json and memory.csv (measured)\n";
@@ -155,80 +119,48 @@ int run_command(const strategies::Experiment& experiment, const RealRunArgs& arg
 }
 
 int validate_command(strategies::Experiment experiment, const RealRunArgs& args) {
+  std::shared_ptr<const hw::DeviceProfile> profile;
   if (!args.profile.empty()) {
-    experiment.cluster.device.profile =
-        std::make_shared<const hw::DeviceProfile>(hw::load_profile(args.profile));
+    profile = std::make_shared<const hw::DeviceProfile>(hw::load_profile(args.profile));
   }
-  const auto program = real_program(experiment);
-  // The prediction: the same Program, every rank simulated.
-  sim::SimOptions sim_options;
-  sim_options.overheads = sim::memory_overheads(experiment);
-  const auto predicted = sim::simulate(program, experiment.cluster, sim_options);
-  if (!predicted.completed) {
-    std::cerr << "error: the simulation did not complete: " << predicted.problem << "\n";
+  study::ValidationRun v;
+  try {
+    v = study::validate(experiment, real_run_options(args), profile);
+  } catch (const study::BadInput& e) {
+    throw ExecSetupError(e.what());
+  } catch (const study::RunFailed& e) {
+    std::cerr << "error: " << e.what() << "\n";
     return kExitRunFailed;
   }
-  const auto measured = measure(program, args);
-  if (!measured) return kExitRunFailed;
-  if (!measured->reports) return 0;
-  const auto& run = measured->run;
-
-  // Per-kernel durations: the cost model's prediction for each rank's device, and the events.
-  std::vector<traces::KernelDuration> predicted_kernels, measured_kernels;
-  std::vector<std::unique_ptr<sim::DeviceCostModel>> models;
-  for (int r = 0; r < program.world_size(); ++r) {
-    models.push_back(std::make_unique<sim::DeviceCostModel>(experiment.cluster, r));
-  }
-  for (strategies::OpId id = 0; id < program.op_count(); ++id) {
-    const auto& op = program.op(id);
-    const auto* c = std::get_if<strategies::Compute>(&op.work);
-    if (!c) continue;
-    const auto& kernels = program.kernels_of(*c);
-    for (std::size_t k = 0; k < kernels.size(); ++k) {
-      predicted_kernels.push_back(
-          {id, static_cast<std::uint32_t>(k),
-           models[static_cast<std::size_t>(op.rank)]->kernel_time(kernels[k])});
-    }
-  }
-  for (const auto& k : run.kernels) measured_kernels.push_back({k.op, k.index, k.end - k.start});
-  auto context = traces::report_context(experiment);
-  auto measured_timeline = run.timeline;
-  if (run.reserved_peak.count() > 0) {
-    // The allocator's own high-water mark is the measured peak (fragmentation included).
-    for (auto& rank : measured_timeline.ranks) {
-      rank.tiers[0].peak = std::max(rank.tiers[0].peak, run.reserved_peak);
-    }
-  }
-  const auto validation = traces::compare(program, predicted, measured_timeline, predicted_kernels,
-                                          measured_kernels, context.stage_of_rank);
+  if (!v.real.reports) return 0;
+  const auto& run = v.real.measured;
+  const std::string measured_on = study::device_text(device_kind(args.device));
   if (!args.quiet) {
     std::cout << "validation of " << experiment.name << ": predicted on "
               << experiment.cluster.device.name
-              << (experiment.cluster.device.profile ? " with its measured profile" : "")
-              << ", measured on " << device_text(device_kind(args.device)) << "\n";
+              << (profile || experiment.cluster.device.profile ? " with its measured profile" : "")
+              << ", measured on " << measured_on << "\n";
     print_iterations(run, args.warmup);
     std::cout << "error = (predicted - measured) / measured\n\n";
-    traces::print_validation(std::cout, validation);
+    traces::print_validation(std::cout, v.validation);
   }
   if (!args.out.empty()) {
     const fs::path dir(args.out);
-    const auto predicted_report = traces::make_report(program, predicted, context);
-    traces::write_outputs(dir / "predicted", program, predicted, predicted_report, context);
-    context.setup.insert(context.setup.begin(),
-                         {"measured on", device_text(device_kind(args.device))});
-    const auto measured_report = traces::make_report(program, run.timeline, context);
-    traces::write_outputs(dir / "measured", program, run.timeline, measured_report, context);
-    auto json = traces::to_json(validation);
+    traces::write_outputs(dir / "predicted", v.real.program, v.predicted, v.predicted_report,
+                          v.predicted_context);
+    traces::write_outputs(dir / "measured", v.real.program, run.timeline, v.real.report,
+                          v.real.context);
+    auto json = traces::to_json(v.validation);
     json["experiment"] = experiment.name;
     json["predicted_on"] = experiment.cluster.device.name;
-    json["profile"] = experiment.cluster.device.profile != nullptr;
-    json["measured_on"] = device_text(device_kind(args.device));
+    json["profile"] = profile != nullptr || experiment.cluster.device.profile != nullptr;
+    json["measured_on"] = measured_on;
     json["iteration_times_s"] = run.iteration_times_s;
     write_atomically(dir / "validation.json", [&](std::ostream& out) {
       out << json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     });
     write_atomically(dir / "validation_ops.csv",
-                     [&](std::ostream& out) { traces::write_validation_csv(out, validation); });
+                     [&](std::ostream& out) { traces::write_validation_csv(out, v.validation); });
     if (!args.quiet) {
       std::cout << "\nwrote " << (dir / "validation.json").string()
                 << ", validation_ops.csv, predicted/ and measured/ (report.json, timeline.json, "

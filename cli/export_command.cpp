@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <iostream>
 
-#include "sim/partition.hpp"
+#include "study/study.hpp"
 #include "traces/chakra.hpp"
 
 namespace stratasim::cli {
@@ -31,15 +31,14 @@ int export_command(const ExportArgs& args) {
   const auto experiment = strategies::load_experiment(
       resolve_experiment(args.experiment.experiment), overrides_of(args.experiment));
   // Every rank issues its own ops: a trace has one file per rank (no data-parallel mirroring).
-  const auto program = lower_and_validate(experiment, /*exact=*/true);
+  const auto program = study::lower(experiment, {.mirror_data_parallel = false});
   traces::ChakraExportOptions options;
   options.json_form = args.format == "chakra-json";
   traces::Timeline timeline;
   if (args.simulate) {
     sim::SimOptions sim_options;
-    sim_options.overheads = sim::memory_overheads(experiment);
-    std::vector<traces::LinkLoad> links;
-    timeline = run_simulation(program, experiment.cluster, sim_options, links);
+    sim_options.overheads = study::memory_overheads(experiment);
+    timeline = study::simulate_program(program, experiment.cluster, sim_options);
     if (!timeline.completed) {
       std::cerr << "error: the simulation did not complete: " << timeline.problem << "\n";
       return kExitSimulationFailed;

@@ -11,6 +11,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -22,17 +23,20 @@
 #include "cli/sweep_commands.hpp"
 #include "hw_models/cluster.hpp"
 #include "hw_models/topology.hpp"
+#include "search/search.hpp"
+#include "search/sweep.hpp"
 #include "sim/collective_bench.hpp"
 #include "sim/flow_network.hpp"
-#include "sim/jobs.hpp"
 #include "sim/memory.hpp"
-#include "sim/partition.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/experiment.hpp"
 #include "strategies/foreign_inputs.hpp"
 #include "strategies/lowering.hpp"
 #include "strategies/program.hpp"
 #include "strategies/schedule.hpp"
+#include "study/jobs.hpp"
+#include "study/partition.hpp"
+#include "study/study.hpp"
 #include "traces/bus_bandwidth.hpp"
 #include "traces/context.hpp"
 #include "traces/export.hpp"
@@ -62,74 +66,29 @@ int simulate_jobs_command(const SimulateArgs& args) {
   const hw::ClusterSpec cluster = hw::load_cluster(resolve_cluster(args.cluster));
   std::vector<std::string> files{args.experiment};
   files.insert(files.end(), args.more_experiments.begin(), args.more_experiments.end());
-  std::vector<strategies::Experiment> jobs;
-  std::vector<int> sizes;
-  std::vector<std::string> names;
-  for (const auto& f : files) {
-    jobs.push_back(strategies::load_experiment(resolve_experiment(f)));
-    sizes.push_back(jobs.back().cluster.world_size());
-    std::string name = jobs.back().name;
-    int same = 1;
-    for (const auto& n : names) same += n.rfind(jobs.back().name, 0) == 0 ? 1 : 0;
-    if (same > 1) name += "#" + std::to_string(same);
-    names.push_back(name);
-  }
-  std::vector<sim::Placement> placements;
-  try {
-    placements = sim::place_jobs(sizes, args.placement, cluster);
-  } catch (const std::invalid_argument& e) {
-    throw BadInput(e.what());
-  }
-  for (std::size_t j = 0; j < jobs.size(); ++j) {
-    for (std::int32_t d : placements[j].devices) {
-      const auto& device = cluster.device_of(d);
-      if (device.name != jobs[j].cluster.device.name) {
-        throw BadInput("job " + names[j] + " runs on " + jobs[j].cluster.device.name +
-                       ", but device " + std::to_string(d) + " of cluster " + cluster.name +
-                       " is " + device.name);
-      }
-    }
-    if (jobs[j].memory.fragmentation != jobs[0].memory.fragmentation ||
-        jobs[j].memory.reserved != jobs[0].memory.reserved) {
-      throw BadInput("jobs " + names[0] + " and " + names[j] +
-                     " set different memory overheads (memory.fragmentation, memory.reserved); "
-                     "jobs simulated together share them");
-    }
-  }
-  std::vector<strategies::Program> programs;
-  for (const auto& e : jobs) programs.push_back(lower_and_validate(e, /*exact=*/true));
-  std::vector<const strategies::Program*> pointers;
-  for (const auto& p : programs) pointers.push_back(&p);
-  const auto merged = sim::merge_programs(pointers, placements, names, cluster.world_size());
-  sim::SimOptions options;
-  options.overheads = sim::memory_overheads(jobs[0]);
-  options.stop_on_oom = args.stop_on_oom;
-  std::vector<traces::LinkLoad> links;
-  const auto timeline = run_simulation(merged, cluster, options, links);
-  for (std::size_t j = 0; j < jobs.size(); ++j) {
-    const auto job_timeline = sim::split_timeline(timeline, merged, programs[j], placements[j]);
-    const auto context = traces::report_context(jobs[j]);
-    auto report = traces::make_report(programs[j], job_timeline, context);
-    report.links = links;
-    const auto& devices = placements[j].devices;
+  std::vector<strategies::Experiment> experiments;
+  for (const auto& f : files)
+    experiments.push_back(strategies::load_experiment(resolve_experiment(f)));
+  const auto result =
+      study::simulate_jobs(cluster, std::move(experiments), args.placement, args.stop_on_oom);
+  for (std::size_t j = 0; j < result.jobs.size(); ++j) {
+    const study::Result& job = result.jobs[j];
     if (!args.quiet) {
-      std::cout << "job " << j + 1 << " of " << jobs.size() << " on cluster " << cluster.name
+      std::cout << "job " << j + 1 << " of " << result.jobs.size() << " on cluster " << cluster.name
                 << " (" << hw::name_of(cluster.network_model) << " network), devices "
-                << ranges_text(devices) << "\n";
-      traces::print_summary(std::cout, report, context);
+                << ranges_text(result.placements[j].devices) << "\n";
+      traces::print_summary(std::cout, job.report, job.context);
       std::cout << "\n";
     }
     if (!args.out.empty()) {
       const fs::path dir =
-          fs::path(args.out) / ("job" + std::to_string(j + 1) + "-" + jobs[j].name);
-      traces::ExportOptions export_options;
-      traces::write_outputs(dir.string(), programs[j], job_timeline, report, context,
-                            export_options);
+          fs::path(args.out) / ("job" + std::to_string(j + 1) + "-" + job.experiment.name);
+      study::write_outputs(dir, job);
       if (!args.quiet) std::cout << "wrote " << (dir / "report.json").string() << "\n";
     }
   }
-  if (!timeline.completed && !timeline.stopped_on_oom) {
-    std::cerr << "error: the simulation did not complete: " << timeline.problem << "\n";
+  if (!result.merged.completed && !result.merged.stopped_on_oom) {
+    std::cerr << "error: the simulation did not complete: " << result.merged.problem << "\n";
     return kExitSimulationFailed;
   }
   return 0;
@@ -140,44 +99,36 @@ int simulate_command(const SimulateArgs& args) {
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
   check_out_dir(args.out);
-  const auto experiment =
-      strategies::load_experiment(resolve_experiment(args.experiment), overrides_of(args));
-  const auto layout = strategies::layout_of(experiment);
-  traces::ExportOptions export_options;
-  export_options.ranks = trace_ranks(args.trace_ranks, layout, mirrors(experiment, args.exact));
-  const auto program = lower_and_validate(experiment, args.exact);
-  sim::SimOptions options;
-  options.overheads = sim::memory_overheads(experiment);
+  study::Options options;
+  options.exact = args.exact;
+  options.trace_ranks = args.trace_ranks;
   options.stop_on_oom = args.stop_on_oom;
-  options.memory_sample_ranks = export_options.ranks;  // memory.csv covers these ranks only
-  std::vector<traces::LinkLoad> links;
-  const auto timeline = run_simulation(program, experiment.cluster, options, links);
-
-  const auto context = traces::report_context(experiment);
-  auto report = traces::make_report(program, timeline, context);
-  report.links = std::move(links);
+  const study::Result r = study::simulate(
+      strategies::load_experiment(resolve_experiment(args.experiment), overrides_of(args)),
+      options);
   const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
   if (!args.quiet) {
-    traces::print_summary(std::cout, report, context);
-    std::cout << "simulated " << traces::with_commas(static_cast<std::int64_t>(program.op_count()))
-              << " ops (" << traces::with_commas(static_cast<std::int64_t>(timeline.events))
-              << " events) in " << std::fixed << std::setprecision(2) << elapsed << " s\n";
+    traces::print_summary(std::cout, r.report, r.context);
+    std::cout << "simulated "
+              << traces::with_commas(static_cast<std::int64_t>(r.program.op_count())) << " ops ("
+              << traces::with_commas(static_cast<std::int64_t>(r.timeline.events)) << " events) in "
+              << std::fixed << std::setprecision(2) << elapsed << " s\n";
   }
   if (!args.out.empty()) {
-    traces::write_outputs(args.out, program, timeline, report, context, export_options);
+    study::write_outputs(args.out, r);
     if (!args.quiet) {
       std::cout << "wrote " << (fs::path(args.out) / "report.json").string() << ", timeline.json"
                 << " (open it at https://ui.perfetto.dev) and memory.csv";
-      if (!export_options.ranks.empty()) {
+      if (!r.traced_ranks.empty()) {
         std::cout << " for ranks";
-        for (auto r : export_options.ranks) std::cout << ' ' << r;
+        for (auto rank : r.traced_ranks) std::cout << ' ' << rank;
         std::cout << " (--trace-ranks all for every rank)";
       }
       std::cout << "\n";
     }
   }
-  if (!timeline.completed && !timeline.stopped_on_oom) {
-    std::cerr << "error: the simulation did not complete: " << timeline.problem << "\n";
+  if (!r.finished()) {
+    std::cerr << "error: the simulation did not complete: " << r.timeline.problem << "\n";
     return kExitSimulationFailed;
   }
   return 0;
@@ -185,14 +136,12 @@ int simulate_command(const SimulateArgs& args) {
 
 // Peak memory per rank without timing: the schedule's order of memory effects, per rank.
 int memory_command(const SimulateArgs& args) {
-  const auto experiment =
-      strategies::load_experiment(resolve_experiment(args.experiment), overrides_of(args));
-  const auto program = lower_and_validate(experiment, args.exact);
-  const auto timeline =
-      sim::estimate_memory(program, experiment.cluster, sim::memory_overheads(experiment));
-  const auto context = traces::report_context(experiment);
-  const auto report = traces::make_report(program, timeline, context);
-  if (!args.quiet) traces::print_memory_summary(std::cout, report, context);
+  study::Options options;
+  options.exact = args.exact;
+  const study::Result r = study::estimate_memory(
+      strategies::load_experiment(resolve_experiment(args.experiment), overrides_of(args)),
+      options);
+  if (!args.quiet) traces::print_memory_summary(std::cout, r.report, r.context);
   return 0;
 }
 
@@ -207,8 +156,8 @@ std::string gib(Bytes b) {
 int partition_command(const SimulateArgs& args) {
   const auto e =
       strategies::load_experiment(resolve_experiment(args.experiment), overrides_of(args));
-  const auto problem = sim::partition_problem(e);
-  const auto chosen = sim::partition_layers(e);
+  const auto problem = study::partition_problem(e);
+  const auto chosen = study::partition_layers(e);
   const auto plan = strategies::evaluate_partition(problem, chosen);
   const auto& par = e.parallelism;
   std::cout << e.name << ": " << e.model.name << ", " << e.model.layers << " layers into "
@@ -250,92 +199,55 @@ int partition_command(const SimulateArgs& args) {
   return 0;
 }
 
-struct ScheduleRow {
-  std::string schedule;
-  int micro_batch = 0;
-  std::int64_t microbatches = 0;
-  double iteration_s = 0, bubble = 0;
-  bool fits = true;
-  std::vector<Bytes> stage_peaks;
-};
-
-// Every applicable schedule and micro-batch size of the experiment, simulated; best first.
-int schedules_command(const SimulateArgs& args, const std::vector<int>& micro_batches_given) {
+// Every applicable schedule and micro-batch size of the experiment, simulated (a sweep over the
+// schedule axis: search::schedule_combinations); best first.
+int schedules_command(const SimulateArgs& args, const std::vector<int>& micro_batches) {
   check_out_dir(args.out);
-  const auto base =
-      strategies::load_experiment(resolve_experiment(args.experiment), overrides_of(args));
-  std::vector<int> micro_batches = micro_batches_given;
-  if (micro_batches.empty()) {
-    for (int mb = 1; mb <= 64; mb *= 2) micro_batches.push_back(mb);
-  }
-  std::vector<ScheduleRow> rows;
+  const search::Evaluator evaluator(resolve_experiment(args.experiment), overrides_of(args),
+                                    {.exact = args.exact});
+  const auto& base = evaluator.base();
+  const auto combos = search::schedule_combinations(base, micro_batches);
+  std::vector<search::Result> results(combos.size());
+  search::run_ordered(
+      0, combos.size(), static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
+      [&](std::size_t i) {
+        results[i] = evaluator.evaluate(combos[i]);
+        return std::string();
+      },
+      [](std::size_t, std::string&&) {}, nullptr);
   std::vector<std::string> skipped;
-  for (strategies::ScheduleKind kind : strategies::kAllSchedules) {
-    const std::string name(strategies::name_of(kind));
-    for (int mb : micro_batches) {
-      if (base.training.global_batch % (std::int64_t{base.parallelism.dp} * mb) != 0) continue;
-      SimulateArgs a = args;
-      a.schedule = name;
-      a.micro_batch = mb;
-      if (kind == strategies::ScheduleKind::interleaved && !a.virtual_stages) a.virtual_stages = 2;
-      if (kind != strategies::ScheduleKind::interleaved) a.virtual_stages = 1;
-      auto overrides = overrides_of(a);
-      if (kind == strategies::ScheduleKind::terapipe) {
-        overrides.push_back({"parallelism.sequence_slices", 4, "schedules (terapipe: 4 slices)"});
-      } else {
-        overrides.push_back({"parallelism.sequence_slices", 1, "schedules"});
-      }
-      std::optional<strategies::Experiment> e;
-      try {
-        e = strategies::load_experiment(resolve_experiment(args.experiment), overrides);
-      } catch (const config::ConfigError& error) {
-        if (mb == micro_batches.front() || micro_batches.size() == 1) {
-          skipped.push_back(name + " (micro batch " + std::to_string(mb) + "): " + error.what());
-        }
-        continue;
-      }
-      const auto program = lower_and_validate(*e, false);
-      sim::SimOptions options;
-      options.overheads = sim::memory_overheads(*e);
-      options.memory_sample_ranks = {};
-      const auto timeline = sim::simulate(program, e->cluster, options);
-      if (!timeline.completed) {
-        throw InvalidProgram(name + " (micro batch " + std::to_string(mb) +
-                             ") did not complete: " + timeline.problem);
-      }
-      const auto context = traces::report_context(*e);
-      const auto report = traces::make_report(program, timeline, context);
-      ScheduleRow row{name,
-                      mb,
-                      e->microbatches(),
-                      report.iteration_time_s,
-                      report.bubble_fraction,
-                      report.fits,
-                      std::vector<Bytes>(static_cast<std::size_t>(e->parallelism.pp))};
-      for (const auto& rank : report.ranks) {
-        auto& peak = row.stage_peaks[static_cast<std::size_t>(rank.stage)];
-        peak = std::max(peak, rank.peak_memory);
-      }
-      rows.push_back(std::move(row));
+  for (std::size_t i = 0; i < combos.size(); ++i) {
+    const auto& r = results[i];
+    const auto& c = combos[i];
+    if (r.status == search::Status::failed) {
+      throw InvalidProgram(c.schedule + " (micro batch " + std::to_string(c.micro_batch) +
+                           ") did not complete: " + r.reason);
+    }
+    const bool first_of_schedule = i == 0 || combos[i - 1].schedule != c.schedule;
+    if (r.status == search::Status::invalid && first_of_schedule) {
+      skipped.push_back(c.schedule + " (micro batch " + std::to_string(c.micro_batch) +
+                        "): " + r.reason);
     }
   }
-  std::stable_sort(rows.begin(), rows.end(), [](const ScheduleRow& a, const ScheduleRow& b) {
-    if (a.fits != b.fits) return a.fits;
-    return a.iteration_s < b.iteration_s;
-  });
+  const auto order = search::fastest_first(results);
+  auto microbatches = [&](const search::Combination& c) {
+    return base.training.global_batch / (std::int64_t{base.parallelism.dp} * c.micro_batch);
+  };
   std::ostringstream table;
-  table << base.name << ": " << rows.size() << " schedule and micro-batch choices, best first "
+  table << base.name << ": " << order.size() << " schedule and micro-batch choices, best first "
         << "(bubble: idle share of the pipeline time)\n";
   table
       << "  schedule        mb      m  iteration      bubble  fits  peak memory per stage (GiB)\n";
-  for (const auto& r : rows) {
+  for (std::size_t i : order) {
+    const auto& r = results[i];
     std::ostringstream line;
-    line << "  " << std::left << std::setw(14) << r.schedule << std::right << std::setw(4)
-         << r.micro_batch << std::setw(7) << r.microbatches << std::setw(11) << std::fixed
-         << std::setprecision(1) << r.iteration_s * 1e3 << " ms" << std::setw(8)
-         << std::setprecision(1) << r.bubble * 100 << "%  " << (r.fits ? "yes " : "no  ") << " ";
-    for (std::size_t s = 0; s < r.stage_peaks.size(); ++s) {
-      line << (s ? " " : "") << gib(r.stage_peaks[s]);
+    line << "  " << std::left << std::setw(14) << combos[i].schedule << std::right << std::setw(4)
+         << combos[i].micro_batch << std::setw(7) << microbatches(combos[i]) << std::setw(11)
+         << std::fixed << std::setprecision(1) << r.iteration_time_s * 1e3 << " ms" << std::setw(8)
+         << std::setprecision(1) << r.bubble_fraction * 100 << "%  " << (r.fits ? "yes " : "no  ")
+         << " ";
+    for (std::size_t s = 0; s < r.stage_peak_bytes.size(); ++s) {
+      line << (s ? " " : "") << gib(Bytes(r.stage_peak_bytes[s]));
     }
     table << line.str() << "\n";
   }
@@ -345,12 +257,13 @@ int schedules_command(const SimulateArgs& args, const std::vector<int>& micro_ba
     std::ostringstream csv;
     csv << "schedule,micro_batch,microbatches,iteration_time_s,bubble_fraction,fits,"
            "peak_memory_bytes_per_stage\n";
-    for (const auto& r : rows) {
-      csv << r.schedule << ',' << r.micro_batch << ',' << r.microbatches << ','
-          << std::setprecision(9) << r.iteration_s << ',' << r.bubble << ','
+    for (std::size_t i : order) {
+      const auto& r = results[i];
+      csv << combos[i].schedule << ',' << combos[i].micro_batch << ',' << microbatches(combos[i])
+          << ',' << std::setprecision(9) << r.iteration_time_s << ',' << r.bubble_fraction << ','
           << (r.fits ? "true" : "false") << ',';
-      for (std::size_t s = 0; s < r.stage_peaks.size(); ++s) {
-        csv << (s ? ";" : "") << r.stage_peaks[s].count();
+      for (std::size_t s = 0; s < r.stage_peak_bytes.size(); ++s) {
+        csv << (s ? ";" : "") << r.stage_peak_bytes[s];
       }
       csv << "\n";
     }

@@ -1,126 +1,20 @@
-// `stratasim replay`: import a trace, re-target it, re-simulate it, report it like `simulate`.
-//
-// --scale-compute X (compute runs X times faster): Measured kernels (durations from a trace)
-// take 1/X of their time; kernels with shapes (GEMMs, attention, elementwise, roofline work)
-// are costed on the cluster's device given X times its peak FLOP rates and memory bandwidth and
-// 1/X of its launch overhead, so their time is divided by X too while their FLOPs still count
-// for MFU (reported against the X-times-faster peak). Host optimizer steps and copies over PCIe
-// or NVMe are not compute: they keep their cost. A device profile (measured GEMM tables) is set
-// aside, since its measurements are of the real device.
+// `stratasim replay`: parses the flags, runs study::replay (study/replay.hpp) and prints the
+// report as `simulate` does.
 #include "cli/replay_command.hpp"
 
-#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
-#include <sstream>
-#include <stdexcept>
-#include <utility>
 
 #include "cli/common.hpp"
-#include "hw_models/cluster.hpp"
-#include "hw_models/config_reader.hpp"
-#include "sim/partition.hpp"
-#include "strategies/program.hpp"
-#include "strategies/retarget.hpp"
-#include "traces/context.hpp"
+#include "study/replay.hpp"
 #include "traces/export.hpp"
-#include "traces/import.hpp"
 #include "traces/report.hpp"
-#include "traces/timeline_import.hpp"
 
 namespace stratasim::cli {
 
-namespace {
-
 namespace fs = std::filesystem;
-namespace st = strategies;
-
-// The cluster file with the --set cluster.* overrides applied.
-hw::ClusterSpec load_cluster(const fs::path& file, const std::vector<std::string>& sets) {
-  auto doc = config::Document::load(file);
-  if (const auto* device = doc.find("device"); device != nullptr && device->is_string()) {
-    doc.inline_reference("device");
-  }
-  for (const auto& s : sets) {
-    const auto eq = s.find('=');
-    static constexpr std::string_view kPrefix = "cluster.";
-    if (eq == std::string::npos || s.compare(0, kPrefix.size(), kPrefix) != 0 ||
-        eq <= kPrefix.size()) {
-      throw BadInput("--set expects cluster.key=value (replay changes only the cluster), got \"" +
-                     s + "\"");
-    }
-    doc.set(s.substr(kPrefix.size(), eq - kPrefix.size()),
-            config::parse_override_value(s.substr(eq + 1)), "command line (--set " + s + ")");
-  }
-  return hw::read_cluster(doc, "");
-}
-
-// X times the device's compute: peak rates and memory bandwidth up, launch overhead down.
-void speed_up(hw::DeviceSpec& device, double x) {
-  for (auto& peak : device.peak_flops) {
-    if (peak) *peak = *peak * x;
-  }
-  device.memory_bandwidth = device.memory_bandwidth * x;
-  device.kernel_launch_overhead =
-      Time::ps(std::llround(static_cast<double>(device.kernel_launch_overhead.picoseconds()) / x));
-  device.profile = nullptr;
-}
-
-// A copy of `program` with every Measured kernel taking 1/x of its time (same op ids).
-st::Program with_measured_scaled(const st::Program& program, double x) {
-  st::Program out(program.world_size());
-  for (const auto& label : program.labels()) out.intern_label(label);
-  for (auto list : program.kernel_lists()) {
-    for (auto& k : list) {
-      if (auto* m = std::get_if<st::Measured>(&k.work)) {
-        m->duration = Time::ps(std::llround(static_cast<double>(m->duration.picoseconds()) / x));
-      }
-    }
-    out.add_kernels(std::move(list));
-  }
-  for (const auto& g : program.groups()) out.add_group(g.ranks, g.name);
-  out.reserve(program.op_count(), 0, 0);
-  std::vector<st::OpId> deps;
-  for (int r = 0; r < program.world_size(); ++r) {
-    out.begin_rank(r);
-    for (const auto& m : program.initial_memory(r)) out.add_initial_memory(r, m);
-    for (const auto& op : program.ops_of(r)) {
-      st::OpInfo info = st::info_of(op);
-      const auto d = program.deps_of(op);
-      deps.assign(d.begin(), d.end());
-      out.add(op.work, info, deps, program.effects_of(op));
-    }
-  }
-  out.finish();
-  out.set_overlapping_iterations(program.overlapping_iterations());
-  for (int r = 0; r < program.world_size(); ++r) {
-    if (!program.issues_ops(r)) out.set_replica(r, program.replica_of(r));
-  }
-  return out;
-}
-
-// The dtype the program computes in: its first GEMM's, attention's or roofline work's.
-DType compute_dtype(const st::Program& program) {
-  for (const auto& list : program.kernel_lists()) {
-    for (const auto& k : list) {
-      if (const auto* g = std::get_if<st::Gemm>(&k.work)) return g->dtype;
-      if (const auto* a = std::get_if<st::Attention>(&k.work)) return a->dtype;
-      if (const auto* w = std::get_if<st::RooflineWork>(&k.work)) return w->dtype;
-    }
-  }
-  return DType::bf16;
-}
-
-std::string cluster_line(const hw::ClusterSpec& c) {
-  return c.name + ": " + std::to_string(c.nodes) + " x " + std::to_string(c.devices_per_node) +
-         " " + c.device.name + " (" + traces::with_commas(c.world_size()) + " devices, " +
-         std::string(hw::name_of(c.network_model)) + " network)";
-}
-
-}  // namespace
 
 void add_replay_options(CLI::App* cmd, ReplayArgs& args) {
   cmd->add_option("trace", args.trace,
@@ -153,188 +47,41 @@ void add_replay_options(CLI::App* cmd, ReplayArgs& args) {
 int replay_command(const ReplayArgs& args) {
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
-  const auto format = traces::trace_format_from_name(args.format);
-  if (!format) throw BadInput("--format expects chakra, kineto or stratasim, got " + args.format);
-  if (!(args.scale_compute > 0) || !std::isfinite(args.scale_compute)) {
-    throw BadInput("--scale-compute expects a number > 0 (2: compute twice as fast)");
-  }
   check_out_dir(args.out);
-
-  traces::ImportedTrace imported;
-  std::optional<traces::ReportContext> recorded;
-  if (*format == traces::TraceFormat::stratasim) {
-    auto t = traces::import_timeline(args.trace);
-    imported = std::move(t.trace);
-    recorded = std::move(t.context);
-  } else {
-    imported = traces::import_trace(args.trace, *format);
-  }
-  std::vector<std::string> notes = std::move(imported.notes);
-  st::Program program = std::move(imported.program);
-
-  const std::string cluster_given =
-      args.cluster.empty() ? imported.cluster.value_or("") : args.cluster;
-  if (cluster_given.empty()) {
-    throw BadInput(
-        "the trace does not say which cluster it ran on: give one with --cluster "
-        "(a file, or a name from stratasim list clusters)");
-  }
-  hw::ClusterSpec cluster = load_cluster(resolve_cluster(cluster_given), args.sets);
-  const bool analytical_homogeneous = sim::replicas_behave_alike(cluster);
-
-  const int old_world = program.world_size();
-  const int world = args.ranks.value_or(old_world);
-  if (world > traces::kMaxTraceRanks) {
-    throw BadInput("--ranks " + std::to_string(world) + ": at most " +
-                   std::to_string(traces::kMaxTraceRanks) + " ranks are supported");
-  }
-  int block = old_world;  // the re-targeting's placement (strategies/retarget.hpp)
-  if (world != old_world) {
-    st::RetargetOptions options;
-    if (!args.dp_groups.empty()) options.dp_groups = args.dp_groups;
-    options.mirror = !args.exact && analytical_homogeneous;
-    options.notes = &notes;
-    try {
-      block = st::data_parallel_block(program, options);
-      program = st::retarget_data_parallel(program, world, options);
-    } catch (const st::RetargetError& e) {
-      throw BadInput("--ranks " + std::to_string(world) + ": " + e.what());
-    }
-  }
-  if (cluster.world_size() < world) {
-    if (cluster.topology) {
-      throw BadInput("cluster " + cluster.name + " has " + std::to_string(cluster.world_size()) +
-                     " devices and a fixed topology, the replay needs " + std::to_string(world) +
-                     ": give a --cluster with enough devices");
-    }
-    const int nodes = (world + cluster.devices_per_node - 1) / cluster.devices_per_node;
-    notes.push_back("cluster " + cluster.name + " has " + std::to_string(cluster.world_size()) +
-                    " devices: grown to " + std::to_string(nodes) + " nodes of " +
-                    std::to_string(cluster.devices_per_node) + " for " + std::to_string(world) +
-                    " ranks");
-    cluster.nodes = nodes;
-  }
-  if (program.mirrored() && !analytical_homogeneous) {
-    throw BadInput(
-        "the trace simulates data-parallel replicas once (mirrored), which holds only on the "
-        "analytical network with identical devices; cluster " +
-        cluster.name +
-        " needs every rank: write the trace with stratasim simulate --exact (or drop --exact "
-        "from a re-targeted replay)");
-  }
-  if (args.scale_compute != 1.0) {
-    const bool profiled = cluster.device.profile != nullptr;
-    speed_up(cluster.device, args.scale_compute);
-    for (auto& o : cluster.overrides) {
-      if (o.device) speed_up(*o.device, args.scale_compute);
-    }
-    program = with_measured_scaled(program, args.scale_compute);
-    if (profiled) {
-      notes.push_back("--scale-compute sets the device's measured profile aside (roofline model)");
-    }
-  }
-  try {
-    st::validate(program);
-  } catch (const st::ProgramError& e) {
-    throw InvalidProgram(std::string("the replayed program is invalid: ") + e.what());
-  }
-
-  // Mirrored ranks run no ops: the trace and memory samples cover the ranks that do.
-  traces::ExportOptions export_options;
-  if (program.mirrored()) {
-    for (int r = 0; r < world; ++r) {
-      if (program.issues_ops(r)) export_options.ranks.push_back(r);
-    }
-  }
-  sim::SimOptions options;
-  options.memory_sample_ranks = export_options.ranks;
-  std::vector<traces::LinkLoad> links;
-  traces::Timeline timeline;
-  try {
-    timeline = run_simulation(program, cluster, options, links);
-  } catch (const std::overflow_error& e) {
-    // Only an absurd input gets here (durations or sizes near the importers' bounds).
-    throw BadInput(args.trace + ": the trace cannot be replayed: " + e.what());
-  }
-
-  // The report's context: the recorded one, scaled to the new width, on the new device.
-  traces::ReportContext context;
-  if (recorded) {
-    context = *recorded;
-  } else {
-    context.experiment = fs::path(args.trace).filename().string();
-  }
-  const int k = world / old_world;
-  context.samples_per_iteration *= k;
-  context.tokens_per_iteration *= k;
-  if (k > 1 && !context.stage_of_rank.empty()) {
-    std::vector<int> stages(static_cast<std::size_t>(world), 0);
-    for (int nr = 0; nr < world; ++nr) {
-      const auto old = static_cast<std::size_t>(st::retarget_source_rank(nr, block, k));
-      stages[static_cast<std::size_t>(nr)] =
-          old < context.stage_of_rank.size() ? context.stage_of_rank[old] : 0;
-    }
-    context.stage_of_rank = std::move(stages);
-  }
-  const bool same_cluster = recorded && imported.cluster && *imported.cluster == cluster_given &&
-                            args.sets.empty() && args.scale_compute == 1.0;
-  if (!same_cluster) {
-    const DType dtype = compute_dtype(program);
-    double sum = 0;
-    try {
-      for (int r = 0; r < world; ++r) {
-        sum += cluster.device_of(cluster.homogeneous() ? 0 : r).peak(dtype).flops_per_second();
-      }
-    } catch (const std::invalid_argument&) {
-      sum = 0;  // the device has no rate for the dtype: no MFU
-    }
-    context.device_peak = FlopRate(sum / world);
-  }
-  context.device_capacity = cluster.device.memory_capacity;
-  bool had_cluster_line = false;
-  for (auto& [key, value] : context.setup) {
-    if (key == "cluster") {
-      value = cluster_line(cluster);
-      had_cluster_line = true;
-    }
-  }
-  if (!had_cluster_line) context.setup.emplace_back("cluster", cluster_line(cluster));
-  std::ostringstream replay_line;
-  replay_line << args.trace << " (" << args.format << ", " << old_world << " ranks)";
-  if (world != old_world) replay_line << ", re-targeted to " << world << " ranks";
-  if (args.scale_compute != 1.0) replay_line << ", compute x" << args.scale_compute << " faster";
-  auto earlier = std::find_if(context.setup.begin(), context.setup.end(),
-                              [](const auto& line) { return line.first == "replay"; });
-  if (earlier != context.setup.end()) {
-    earlier->second = replay_line.str();  // a replay of a replay: the latest
-  } else {
-    context.setup.emplace_back("replay", replay_line.str());
-  }
-
-  auto report = traces::make_report(program, timeline, context);
-  report.links = std::move(links);
-  for (const auto& n : notes) std::cerr << "note: " << n << "\n";
+  study::ReplayRequest request;
+  request.trace = args.trace;
+  request.format = args.format;
+  request.cluster = args.cluster;
+  request.scale_compute = args.scale_compute;
+  request.ranks = args.ranks;
+  request.dp_groups = args.dp_groups;
+  request.sets = args.sets;
+  request.exact = args.exact;
+  const study::ReplayResult r = study::replay(request);
+  for (const auto& n : r.notes) std::cerr << "note: " << n << "\n";
   if (!args.quiet) {
-    traces::print_summary(std::cout, report, context);
+    traces::print_summary(std::cout, r.report, r.context);
     const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
-    std::cout << "replayed " << traces::with_commas(static_cast<std::int64_t>(program.op_count()))
-              << " ops (" << traces::with_commas(static_cast<std::int64_t>(timeline.events))
+    std::cout << "replayed " << traces::with_commas(static_cast<std::int64_t>(r.program.op_count()))
+              << " ops (" << traces::with_commas(static_cast<std::int64_t>(r.timeline.events))
               << " events) in " << std::fixed << std::setprecision(2) << elapsed << " s\n";
   }
   if (!args.out.empty()) {
     // A catalog name stays a name; a file is recorded by its absolute path.
     std::error_code ec;
-    export_options.cluster = fs::exists(cluster_given, ec)
-                                 ? fs::absolute(cluster_given, ec).lexically_normal().string()
-                                 : cluster_given;
-    traces::write_outputs(args.out, program, timeline, report, context, export_options);
+    traces::ExportOptions export_options;
+    export_options.ranks = r.traced_ranks;
+    export_options.cluster = fs::exists(r.cluster_given, ec)
+                                 ? fs::absolute(r.cluster_given, ec).lexically_normal().string()
+                                 : r.cluster_given;
+    traces::write_outputs(args.out, r.program, r.timeline, r.report, r.context, export_options);
     if (!args.quiet) {
       std::cout << "wrote " << (fs::path(args.out) / "report.json").string()
                 << ", timeline.json and memory.csv\n";
     }
   }
-  if (!timeline.completed && !timeline.stopped_on_oom) {
-    std::cerr << "error: the replay did not complete: " << timeline.problem << "\n";
+  if (!r.timeline.completed && !r.timeline.stopped_on_oom) {
+    std::cerr << "error: the replay did not complete: " << r.timeline.problem << "\n";
     return kExitSimulationFailed;
   }
   return 0;

@@ -559,15 +559,10 @@ int search_command(const SweepArgs& args) {
       (r.reason.find("model states") != std::string::npos ? by_states : by_estimate) += 1;
     }
   }
-  const auto ranking = search::rank_by(*objective, results);
-  std::vector<search::Point> points;
-  for (const auto& r : results) {
-    points.push_back({r.iteration_time_s, static_cast<double>(r.peak_memory_bytes),
-                      r.status == search::Status::ok});
-  }
-  const auto frontier = search::pareto_frontier(points);
-  std::vector<std::size_t> rank_of(results.size(), 0);
-  for (std::size_t k = 0; k < ranking.size(); ++k) rank_of[ranking[k]] = k + 1;
+  const search::Ranking ranked = search::rank_results(*objective, results);
+  const auto& ranking = ranked.order;
+  const auto& frontier = ranked.frontier;
+  const auto& rank_of = ranked.rank_of;
 
   if (!quiet) {
     std::ostringstream out;
@@ -603,16 +598,7 @@ int search_command(const SweepArgs& args) {
       const auto top = std::min<std::size_t>(static_cast<std::size_t>(args.top), ranking.size());
       out << "top " << top << " by " << args.objective << ":\n";
       table({ranking.begin(), ranking.begin() + static_cast<std::ptrdiff_t>(top)});
-      std::vector<std::size_t> pareto;
-      for (std::size_t i = 0; i < results.size(); ++i) {
-        if (frontier[i]) pareto.push_back(i);
-      }
-      std::sort(pareto.begin(), pareto.end(), [&](std::size_t a, std::size_t b) {
-        if (results[a].iteration_time_s != results[b].iteration_time_s) {
-          return results[a].iteration_time_s < results[b].iteration_time_s;
-        }
-        return a < b;
-      });
+      const auto& pareto = ranked.pareto;
       out << "Pareto frontier of iteration time vs peak memory (" << pareto.size()
           << " strategies, fastest first):\n";
       table(pareto);
@@ -620,13 +606,7 @@ int search_command(const SweepArgs& args) {
     std::cout << out.str();
   }
   if (!args.out.empty()) {
-    std::string text = search::csv_header({"gpus", "rank", "pareto"});
-    for (std::size_t i = 0; i < combos.size(); ++i) {
-      text += search::csv_row(
-          combos[i], results[i],
-          {std::to_string(combos[i].gpus), rank_of[i] > 0 ? std::to_string(rank_of[i]) : "",
-           frontier[i] ? "true" : "false"});
-    }
+    const std::string text = search::search_csv(combos, results, ranked);
     const fs::path target(args.out);
     fs::path partial = target;
     partial += ".partial";

@@ -130,4 +130,79 @@ std::vector<bool> pareto_frontier(const std::vector<Point>& points) {
   return on;
 }
 
+std::vector<Combination> schedule_combinations(const strategies::Experiment& base,
+                                               std::vector<int> micro_batches) {
+  if (micro_batches.empty()) {
+    for (int mb = 1; mb <= 64; mb *= 2) micro_batches.push_back(mb);
+  }
+  const auto& p = base.parallelism;
+  std::vector<Combination> out;
+  for (strategies::ScheduleKind kind : strategies::kAllSchedules) {
+    for (int mb : micro_batches) {
+      if (mb < 1 || base.training.global_batch % (std::int64_t{p.dp} * mb) != 0) continue;
+      Combination c;
+      c.tp = p.tp;
+      c.pp = p.pp;
+      c.dp = p.dp;
+      c.zero = p.zero;
+      c.recompute = std::string(strategies::name_of(p.recompute));
+      c.micro_batch = mb;
+      c.schedule = std::string(strategies::name_of(kind));
+      c.virtual_stages = kind != strategies::ScheduleKind::interleaved ? 1
+                         : p.virtual_stages > 1                        ? p.virtual_stages
+                                                                       : 2;
+      c.sequence_slices = kind == strategies::ScheduleKind::terapipe ? 4 : 1;
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+std::vector<std::size_t> fastest_first(const std::vector<Result>& results) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    if (results[i].simulated) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    if (results[a].fits != results[b].fits) return results[a].fits;
+    return results[a].iteration_time_s < results[b].iteration_time_s;
+  });
+  return order;
+}
+
+Ranking rank_results(Objective objective, const std::vector<Result>& results) {
+  Ranking r;
+  r.order = rank_by(objective, results);
+  std::vector<Point> points;
+  for (const auto& result : results) {
+    points.push_back({result.iteration_time_s, static_cast<double>(result.peak_memory_bytes),
+                      result.status == Status::ok});
+  }
+  r.frontier = pareto_frontier(points);
+  r.rank_of.assign(results.size(), 0);
+  for (std::size_t k = 0; k < r.order.size(); ++k) r.rank_of[r.order[k]] = k + 1;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    if (r.frontier[i]) r.pareto.push_back(i);
+  }
+  std::sort(r.pareto.begin(), r.pareto.end(), [&](std::size_t a, std::size_t b) {
+    if (results[a].iteration_time_s != results[b].iteration_time_s) {
+      return results[a].iteration_time_s < results[b].iteration_time_s;
+    }
+    return a < b;
+  });
+  return r;
+}
+
+std::string search_csv(const std::vector<Combination>& combos, const std::vector<Result>& results,
+                       const Ranking& ranking) {
+  std::string text = csv_header({"gpus", "rank", "pareto"});
+  for (std::size_t i = 0; i < combos.size(); ++i) {
+    text += csv_row(combos[i], results[i],
+                    {std::to_string(combos[i].gpus),
+                     ranking.rank_of[i] > 0 ? std::to_string(ranking.rank_of[i]) : "",
+                     ranking.frontier[i] ? "true" : "false"});
+  }
+  return text;
+}
+
 }  // namespace stratasim::search

@@ -65,4 +65,31 @@ struct Point {
 /// good in both time and memory and better in one. Equal points are all on the frontier.
 std::vector<bool> pareto_frontier(const std::vector<Point>& points);
 
+/// The search's verdict on its results.
+struct Ranking {
+  std::vector<std::size_t> order;    // rank_by(objective, results): the feasible, best first
+  std::vector<bool> frontier;        // pareto_frontier of (iteration time, peak memory), fits only
+  std::vector<std::size_t> rank_of;  // per result: its 1-based place in `order`, 0 if unranked
+  std::vector<std::size_t> pareto;   // the frontier's results, fastest first (ties: index order)
+};
+Ranking rank_results(Objective objective, const std::vector<Result>& results);
+
+/// The search's CSV: csv_header() with the columns gpus, rank (empty when unranked) and pareto,
+/// one row per combination in enumeration order.
+std::string search_csv(const std::vector<Combination>& combos, const std::vector<Result>& results,
+                       const Ranking& ranking);
+
+/// The schedules study (`stratasim schedules`): the base experiment's strategy under every
+/// pipeline schedule (strategies::kAllSchedules) at every micro-batch size of `micro_batches`
+/// that divides the global batch per data-parallel replica (the empty list: 1, 2, 4, ..., 64).
+/// Order: schedule, then micro batch. Each schedule gets its own knobs: interleaved the base's
+/// virtual stages, or 2 when the base has 1; TeraPipe 4 sequence slices; every other schedule 1
+/// virtual stage and 1 slice.
+std::vector<Combination> schedule_combinations(const strategies::Experiment& base,
+                                               std::vector<int> micro_batches);
+
+/// Indices of the simulated results (status ok or oom after a simulation), those that fit
+/// first, then by iteration time; ties keep the enumeration order.
+std::vector<std::size_t> fastest_first(const std::vector<Result>& results);
+
 }  // namespace stratasim::search

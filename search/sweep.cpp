@@ -12,9 +12,11 @@
 #include <thread>
 
 #include "sim/memory.hpp"
-#include "sim/partition.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/lowering.hpp"
+#include "study/errors.hpp"
+#include "study/partition.hpp"
+#include "study/study.hpp"
 #include "traces/context.hpp"
 #include "traces/report.hpp"
 
@@ -102,6 +104,11 @@ std::vector<strategies::Override> overrides_of(const Combination& c,
   if (c.sequence_parallel >= 0) {
     flag("--sequence-parallel", "parallelism.sequence_parallel", c.sequence_parallel == 1);
   }
+  if (c.virtual_stages > 0)
+    flag("--virtual-stages", "parallelism.virtual_stages", c.virtual_stages);
+  if (c.sequence_slices > 0) {
+    flag("sequence_slices", "parallelism.sequence_slices", c.sequence_slices);
+  }
   return o;
 }
 
@@ -171,11 +178,10 @@ Result Evaluator::evaluate(const Combination& c) const {
   r.capacity_bytes = context.device_capacity.count();
   const std::int64_t capacity = r.capacity_bytes;
   try {
-    std::vector<int> layers;
     if (options_.prune) {
       // Model states alone: every device holds at least one part's parameters, gradients and
       // optimizer states (as ZeRO and offload leave them) plus the reserved overhead.
-      layers = sim::partition_layers(e);
+      const auto layers = study::partition_layers(e);
       const auto spec = strategies::pipeline_spec(e, layers);
       std::int64_t parameters = 0;
       for (const auto& plan : spec.stages) parameters = std::max(parameters, plan.parameters);
@@ -190,28 +196,21 @@ Result Evaluator::evaluate(const Combination& c) const {
         return r;
       }
     }
-    const bool mirror = !options_.exact && sim::replicas_behave_alike(e.cluster);
-    const strategies::LowerOptions lower_options{
-        .mirror_data_parallel = mirror,
-        .mirror_tensor_parallel = mirror && options_.mirror_tensor_parallel};
-    const strategies::Program program =
-        layers.empty() ? sim::lower_partitioned(e, lower_options)
-                       : strategies::assemble_pipeline([&] {
-                           auto spec = strategies::pipeline_spec(e, layers);
-                           spec.mirror_data_parallel = lower_options.mirror_data_parallel;
-                           spec.mirror_tensor_parallel = lower_options.mirror_tensor_parallel;
-                           return spec;
-                         }());
+    const bool mirror = study::mirrors(e, options_.exact);
     // As `stratasim simulate` does: a lowering bug is a failed row naming the op, not a
     // simulation of a malformed program.
+    std::optional<strategies::Program> lowered;
     try {
-      strategies::validate(program);
-    } catch (const strategies::ProgramError& error) {
+      lowered =
+          study::lower(e, {.mirror_data_parallel = mirror,
+                           .mirror_tensor_parallel = mirror && options_.mirror_tensor_parallel});
+    } catch (const study::InvalidProgram& error) {
       r.status = Status::failed;
-      r.reason = std::string("the lowered program is invalid: ") + error.what();
+      r.reason = error.what();
       return r;
     }
-    const sim::MemoryOverheads overheads = sim::memory_overheads(e);
+    const strategies::Program& program = *lowered;
+    const sim::MemoryOverheads overheads = study::memory_overheads(e);
     if (options_.prune) {
       const auto estimate = sim::estimate_memory(program, e.cluster, overheads);
       if (!estimate.out_of_memory.empty()) {
@@ -250,6 +249,11 @@ Result Evaluator::evaluate(const Combination& c) const {
     r.peak_memory_bytes = report.peak_memory.count();
     r.fits = report.fits;
     r.status = report.fits ? Status::ok : Status::oom;
+    r.stage_peak_bytes.assign(static_cast<std::size_t>(e.parallelism.pp), 0);
+    for (const auto& rank : report.ranks) {
+      auto& peak = r.stage_peak_bytes[static_cast<std::size_t>(rank.stage)];
+      peak = std::max(peak, rank.peak_memory.count());
+    }
     if (!report.fits && !report.out_of_memory.empty()) {
       const auto& o = report.out_of_memory.front();
       r.reason = "rank " + std::to_string(o.rank) + " needs " + gib_text(o.peak.count()) + " of " +

@@ -31,6 +31,10 @@ struct Combination {
   int micro_batch = 1;
   std::string schedule;        // empty: the experiment's
   int sequence_parallel = -1;  // -1: the experiment's; 0 or 1
+  /// The schedule's own knobs (the schedules study sets them; 0: the experiment's):
+  /// interleaved's model chunks per device and TeraPipe's sequence slices.
+  int virtual_stages = 0;
+  int sequence_slices = 0;
   /// The search's GPU count: the cluster is resized to this many devices (resize_overrides);
   /// 0 keeps the experiment's cluster.
   int gpus = 0;
@@ -82,6 +86,8 @@ struct Result {
   std::int64_t capacity_bytes = 0;     // device memory of one device
   bool fits = false;
   int gpus = 0;  // tp * pp * dp
+  /// Peak device memory per pipeline stage (max over the stage's ranks), when simulated.
+  std::vector<std::int64_t> stage_peak_bytes;
 };
 
 /// How combinations are evaluated.

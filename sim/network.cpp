@@ -23,9 +23,17 @@ std::unique_ptr<Network> make_network(const hw::ClusterSpec& cluster,
   return std::make_unique<AnalyticalNetwork>(cluster, program);
 }
 
+AnalyticalNetwork::AnalyticalNetwork(const hw::ClusterSpec& cluster) : cluster_(cluster) {
+  if (const hw::DeviceProfile* profile = cluster_.device.profile.get()) {
+    for (const auto& row : profile->collectives) {
+      nominal_measured_[{row.kind, row.ranks}] = measured_curve(profile, row.kind, row.ranks);
+    }
+  }
+}
+
 AnalyticalNetwork::AnalyticalNetwork(const hw::ClusterSpec& cluster,
                                      const strategies::Program& program)
-    : cluster_(cluster) {
+    : AnalyticalNetwork(cluster) {
   // An explicit graph may hold reducing switches: ask its topology which groups they serve.
   // Otherwise the cluster's topology section says (nvswitch with sharp), without building it.
   std::optional<hw::Topology> graph;
@@ -62,11 +70,6 @@ AnalyticalNetwork::AnalyticalNetwork(const hw::ClusterSpec& cluster,
           info.measured[k] = measured_curve(profile, k, static_cast<int>(ranks.size()));
         }
       }
-    }
-  }
-  if (const hw::DeviceProfile* profile = cluster_.device.profile.get()) {
-    for (const auto& row : profile->collectives) {
-      nominal_measured_[{row.kind, row.ranks}] = measured_curve(profile, row.kind, row.ranks);
     }
   }
 }

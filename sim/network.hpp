@@ -72,6 +72,9 @@ std::unique_ptr<Network> make_network(const hw::ClusterSpec& cluster,
 class AnalyticalNetwork final : public Network {
  public:
   AnalyticalNetwork(const hw::ClusterSpec& cluster, const strategies::Program& program);
+  /// A network without program groups, for cost models that know only group shapes (the
+  /// shape overload of collective_time; the group overloads have no group to look up).
+  explicit AnalyticalNetwork(const hw::ClusterSpec& cluster);
 
   /// A collective over a group of `shape` (k members per node, node by node) with the cluster's
   /// nominal links (per-device overrides are not seen): for cost models that know only shapes.

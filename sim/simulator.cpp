@@ -618,4 +618,8 @@ traces::Timeline simulate(const strategies::Program& program, const hw::ClusterS
   return simulator.run();
 }
 
+bool replicas_behave_alike(const hw::ClusterSpec& cluster) {
+  return cluster.network_model == hw::NetworkModel::analytical && cluster.homogeneous();
+}
+
 }  // namespace stratasim::sim

@@ -48,4 +48,10 @@ traces::Timeline simulate(const strategies::Program& program, const hw::ClusterS
 traces::Timeline simulate(const strategies::Program& program, const hw::ClusterSpec& cluster,
                           Network& network, const SimOptions& options = {});
 
+/// Whether the replicas of a rank (data-parallel, or 1D tensor-parallel) behave alike on
+/// `cluster`, so that one may be simulated for all (Program::set_replica): on the analytical
+/// network (no contention) with identical devices. On the flow-level network replicas contend
+/// for links, and with per-device overrides they differ.
+bool replicas_behave_alike(const hw::ClusterSpec& cluster);
+
 }  // namespace stratasim::sim

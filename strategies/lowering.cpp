@@ -243,7 +243,7 @@ int part_device(ScheduleKind kind, int part, int stages) {
 std::vector<int> part_layer_counts(const Experiment& e, int parts) {
   if (e.parallelism.partition.kind == PartitionKind::balanced) {
     throw std::invalid_argument(
-        "a balanced partition needs layer costs: use balanced_pipeline_spec (sim/partition.hpp)");
+        "a balanced partition needs layer costs: lower it with study::lower (study/study.hpp)");
   }
   const PartitionSpec& partition = e.parallelism.partition;
   if (partition.kind == PartitionKind::explicit_) {

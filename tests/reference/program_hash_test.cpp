@@ -24,7 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "sim/partition.hpp"
+#include "study/partition.hpp"
+#include "study/study.hpp"
 #include "strategies/experiment.hpp"
 #include "strategies/lowering.hpp"
 #include "test_paths.hpp"
@@ -313,7 +314,7 @@ Program lower_case(const Case& c) {
     options.mirror_data_parallel = c.mirror >= 1;
     options.mirror_tensor_parallel = c.mirror >= 2;
   }
-  return sim::lower_partitioned(e, options);
+  return study::lower(e, options);
 }
 
 std::filesystem::path hashes_file() {

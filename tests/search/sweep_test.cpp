@@ -10,7 +10,8 @@
 #include <thread>
 
 #include "search/sweep.hpp"
-#include "sim/partition.hpp"
+#include "study/partition.hpp"
+#include "study/study.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/lowering.hpp"
 #include "traces/context.hpp"
@@ -268,7 +269,7 @@ TEST_CASE("mirroring tensor-parallel ranks gives the same iteration time and mem
     sim::SimOptions options;
     options.overheads = {e.memory.fragmentation, e.memory.reserved};
     auto run = [&](bool mirror_tp) {
-      const auto program = sim::lower_partitioned(
+      const auto program = study::lower(
           e, {.mirror_data_parallel = true, .mirror_tensor_parallel = mirror_tp});
       strategies::validate(program);
       return std::make_pair(

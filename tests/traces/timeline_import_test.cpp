@@ -9,7 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "experiment_helpers.hpp"
-#include "sim/partition.hpp"
+#include "study/partition.hpp"
+#include "study/study.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/experiment.hpp"
 #include "strategies/retarget.hpp"
@@ -80,7 +81,7 @@ struct RoundTrip {
 RoundTrip round_trip(const std::string& name, std::vector<st::Override> overrides, bool mirror) {
   const auto e =
       st::load_experiment(testing::configs_dir() / "experiments" / (name + ".json"), overrides);
-  const auto program = sim::lower_partitioned(e, {.mirror_data_parallel = mirror});
+  const auto program = study::lower(e, {.mirror_data_parallel = mirror});
   const auto timeline = sim::simulate(program, e.cluster);
   REQUIRE(timeline.completed);
   const auto context = traces::report_context(e);
@@ -204,7 +205,7 @@ TEST_CASE("timeline import: re-targeted replay at 2x and 4x dp equals a direct s
       st::load_experiment(testing::configs_dir() / "experiments/gpt3-1.7b-a100-8.json",
                           {set("parallelism.tp", 2), set("parallelism.pp", 2),
                            set("parallelism.dp", nullptr), set("training.global_batch", 16)});
-  const auto base = sim::lower_partitioned(base_e, {.mirror_data_parallel = true});
+  const auto base = study::lower(base_e, {.mirror_data_parallel = true});
   const auto base_timeline = sim::simulate(base, base_e.cluster);
   const auto context = traces::report_context(base_e);
   std::ostringstream text;
@@ -218,7 +219,7 @@ TEST_CASE("timeline import: re-targeted replay at 2x and 4x dp equals a direct s
         testing::configs_dir() / "experiments/gpt3-1.7b-a100-8.json",
         {set("cluster.nodes", k), set("parallelism.tp", 2), set("parallelism.pp", 2),
          set("parallelism.dp", 2 * k), set("training.global_batch", 16 * k)});
-    const auto direct = sim::lower_partitioned(direct_e, {.mirror_data_parallel = true});
+    const auto direct = study::lower(direct_e, {.mirror_data_parallel = true});
     const double direct_time = replay_time(direct, direct_e.cluster);
     for (bool mirror : {true, false}) {
       CAPTURE(mirror);

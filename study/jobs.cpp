@@ -1,9 +1,11 @@
-#include "sim/jobs.hpp"
+#include "study/jobs.hpp"
 
 #include <algorithm>
 #include <stdexcept>
 
-namespace stratasim::sim {
+#include "study/errors.hpp"
+
+namespace stratasim::study {
 
 namespace {
 
@@ -247,4 +249,62 @@ traces::Timeline split_timeline(const traces::Timeline& merged, const Program& m
   return out;
 }
 
-}  // namespace stratasim::sim
+JobsResult simulate_jobs(const hw::ClusterSpec& cluster, std::vector<strategies::Experiment> jobs,
+                         std::string_view placement, bool stop_on_oom) {
+  if (jobs.empty()) throw BadInput("simulate_jobs: no jobs");
+  JobsResult out;
+  std::vector<int> sizes;
+  for (const auto& job : jobs) {
+    sizes.push_back(job.cluster.world_size());
+    std::string name = job.name;
+    int same = 1;
+    for (const auto& n : out.names) same += n.rfind(job.name, 0) == 0 ? 1 : 0;
+    if (same > 1) name += "#" + std::to_string(same);
+    out.names.push_back(name);
+  }
+  try {
+    out.placements = place_jobs(sizes, placement, cluster);
+  } catch (const std::invalid_argument& e) {
+    throw BadInput(e.what());
+  }
+  for (std::size_t j = 0; j < jobs.size(); ++j) {
+    for (std::int32_t d : out.placements[j].devices) {
+      const auto& device = cluster.device_of(d);
+      if (device.name != jobs[j].cluster.device.name) {
+        throw BadInput("job " + out.names[j] + " runs on " + jobs[j].cluster.device.name +
+                       ", but device " + std::to_string(d) + " of cluster " + cluster.name +
+                       " is " + device.name);
+      }
+    }
+    if (jobs[j].memory.fragmentation != jobs[0].memory.fragmentation ||
+        jobs[j].memory.reserved != jobs[0].memory.reserved) {
+      throw BadInput("jobs " + out.names[0] + " and " + out.names[j] +
+                     " set different memory overheads (memory.fragmentation, memory.reserved); "
+                     "jobs simulated together share them");
+    }
+  }
+  for (auto& e : jobs) {
+    Result r;
+    r.program = study::lower(e, {.mirror_data_parallel = false});
+    r.context = traces::report_context(e);
+    r.experiment = std::move(e);
+    out.jobs.push_back(std::move(r));
+  }
+  std::vector<const strategies::Program*> pointers;
+  for (const auto& r : out.jobs) pointers.push_back(&r.program);
+  const auto merged = merge_programs(pointers, out.placements, out.names, cluster.world_size());
+  sim::SimOptions options;
+  options.overheads = memory_overheads(out.jobs.front().experiment);
+  options.stop_on_oom = stop_on_oom;
+  std::vector<traces::LinkLoad> links;
+  out.merged = simulate_program(merged, cluster, options, &links);
+  for (std::size_t j = 0; j < out.jobs.size(); ++j) {
+    Result& r = out.jobs[j];
+    r.timeline = split_timeline(out.merged, merged, r.program, out.placements[j]);
+    r.report = traces::make_report(r.program, r.timeline, r.context);
+    r.report.links = links;
+  }
+  return out;
+}
+
+}  // namespace stratasim::study

@@ -1,4 +1,4 @@
-#include "sim/partition.hpp"
+#include "study/partition.hpp"
 
 #include <algorithm>
 #include <array>
@@ -9,7 +9,12 @@
 #include "strategies/recompute.hpp"
 #include "strategies/schedule.hpp"
 
-namespace stratasim::sim {
+namespace stratasim::study {
+
+using sim::AnalyticalNetwork;
+using sim::DeviceCostModel;
+using sim::GroupShape;
+using sim::shape_of;
 
 using namespace strategies;
 
@@ -49,8 +54,7 @@ PartitionProblem partition_problem(const Experiment& e) {
   const int parts = schedule_parts(par.schedule, p, options);
   const int m = static_cast<int>(e.microbatches());
   const DeviceCostModel cost(e.cluster);
-  const Program dummy(std::max(1, par.tp));
-  const AnalyticalNetwork network(e.cluster, dummy);
+  const AnalyticalNetwork network(e.cluster);
   // Tensor-parallel ranks are consecutive (RankLayout): tp index t of the first group is rank t.
   AxisShapes tp_shape;
   const strategies::TpMesh mesh = layer_setting(e).mesh();
@@ -138,19 +142,4 @@ std::vector<int> partition_layers(const Experiment& e) {
   return balanced_partition(partition_problem(e)).layers_per_part;
 }
 
-Program lower_partitioned(const Experiment& e, const LowerOptions& options) {
-  PipelineSpec spec = pipeline_spec(e, partition_layers(e));
-  spec.mirror_data_parallel = options.mirror_data_parallel;
-  spec.mirror_tensor_parallel = options.mirror_tensor_parallel;
-  return assemble_pipeline(spec);
-}
-
-bool replicas_behave_alike(const hw::ClusterSpec& cluster) {
-  return cluster.network_model == hw::NetworkModel::analytical && cluster.homogeneous();
-}
-
-MemoryOverheads memory_overheads(const Experiment& experiment) {
-  return MemoryOverheads{experiment.memory.fragmentation, experiment.memory.reserved};
-}
-
-}  // namespace stratasim::sim
+}  // namespace stratasim::study

@@ -3,9 +3,10 @@
 #include <doctest/doctest.h>
 
 #include "experiment_helpers.hpp"
-#include "sim/partition.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/lowering.hpp"
+#include "study/partition.hpp"
+#include "study/study.hpp"
 #include "traces/context.hpp"
 #include "traces/report.hpp"
 
@@ -17,7 +18,7 @@ using stratasim::testing::configs_dir;
 namespace {
 
 traces::Report simulate(const Experiment& e) {
-  const Program program = sim::lower_partitioned(e, {.mirror_data_parallel = true});
+  const Program program = study::lower(e, {.mirror_data_parallel = true});
   validate(program);
   const auto timeline = sim::simulate(program, e.cluster);
   REQUIRE(timeline.completed);
@@ -34,13 +35,13 @@ TEST_CASE("balanced partition of a transformer: the head's stage takes fewer lay
       load_experiment(configs_dir() / "experiments/gpt3-1.7b-a100-8.json",
                       {cli("parallelism.tp", 2), cli("parallelism.pp", 4), cli("parallelism.dp", 1),
                        cli("training.global_batch", 16), cli("parallelism.partition", "balanced")});
-  const PartitionProblem problem = sim::partition_problem(e);
+  const PartitionProblem problem = study::partition_problem(e);
   CHECK(problem.parts == 4);
   CHECK(problem.layers.size() == 24);
   CHECK(problem.last_extra.compute > problem.first_extra.compute);
   // 1F1B: stage s holds p - s microbatches.
   CHECK(problem.in_flight == std::vector<int>{4, 3, 2, 1});
-  const std::vector<int> split = sim::partition_layers(e);
+  const std::vector<int> split = study::partition_layers(e);
   REQUIRE(split.size() == 4);
   CHECK(split[3] < 6);
   int total = 0;
@@ -59,8 +60,8 @@ TEST_CASE("balanced partition of a transformer: the head's stage takes fewer lay
 
 TEST_CASE("balanced partition of VGG-16 follows its uneven layers") {
   const Experiment e = load_experiment(configs_dir() / "experiments/vgg16-bapipe-v100-16.json");
-  const std::vector<int> split = sim::partition_layers(e);
-  const PartitionProblem problem = sim::partition_problem(e);
+  const std::vector<int> split = study::partition_layers(e);
+  const PartitionProblem problem = study::partition_problem(e);
   const auto balanced = evaluate_partition(problem, split);
   const auto even = evaluate_partition(problem, even_partition(16, 4));
   CHECK(balanced.bottleneck <= even.bottleneck);

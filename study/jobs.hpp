@@ -11,10 +11,12 @@
 #include <vector>
 
 #include "hw_models/cluster.hpp"
+#include "strategies/experiment.hpp"
 #include "strategies/program.hpp"
+#include "study/study.hpp"
 #include "traces/timeline.hpp"
 
-namespace stratasim::sim {
+namespace stratasim::study {
 
 /// Where a job runs: its rank r is cluster device devices[r].
 struct Placement {
@@ -41,4 +43,20 @@ traces::Timeline split_timeline(const traces::Timeline& merged,
                                 const strategies::Program& merged_program,
                                 const strategies::Program& job, const Placement& placement);
 
-}  // namespace stratasim::sim
+/// Jobs simulated together on one cluster, each reported on its own.
+struct JobsResult {
+  std::vector<std::string> names;  // the experiments' names, "#2", "#3" added to repeats
+  std::vector<Placement> placements;
+  /// Per job: its experiment, Program, its part of the merged Timeline, context and report
+  /// (every job's report lists the busiest links of the shared run).
+  std::vector<Result> jobs;
+  traces::Timeline merged;  // the run of all jobs
+};
+
+/// Places `jobs` on `cluster` by `placement` (place_jobs), checks that each job's devices are
+/// the kind it asks for and that all jobs set the same memory overheads, lowers every job (no
+/// mirroring), merges, simulates and splits. BadInput for a placement or device mismatch.
+JobsResult simulate_jobs(const hw::ClusterSpec& cluster, std::vector<strategies::Experiment> jobs,
+                         std::string_view placement, bool stop_on_oom = false);
+
+}  // namespace stratasim::study

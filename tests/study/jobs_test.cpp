@@ -3,9 +3,9 @@
 
 #include <stdexcept>
 
-#include "sim/jobs.hpp"
+#include "sim/sim_test_helpers.hpp"
 #include "sim/simulator.hpp"
-#include "sim_test_helpers.hpp"
+#include "study/jobs.hpp"
 
 using namespace stratasim;
 using namespace stratasim::strategies;
@@ -42,14 +42,14 @@ Program job(int n, Time work, Bytes bytes) {
 TEST_CASE("jobs are placed packed, interleaved by node, or by explicit ranges") {
   const auto cluster = test_cluster(4, 2);  // 8 devices, nodes {0,1} {2,3} {4,5} {6,7}
   const int sizes[] = {4, 2};
-  auto packed = sim::place_jobs(sizes, "packed", cluster);
+  auto packed = study::place_jobs(sizes, "packed", cluster);
   CHECK(packed[0].devices == std::vector<std::int32_t>{0, 1, 2, 3});
   CHECK(packed[1].devices == std::vector<std::int32_t>{4, 5});
   // Nodes dealt round-robin: job 0 gets nodes 0 and 2, job 1 node 1.
-  auto interleaved = sim::place_jobs(sizes, "interleaved", cluster);
+  auto interleaved = study::place_jobs(sizes, "interleaved", cluster);
   CHECK(interleaved[0].devices == std::vector<std::int32_t>{0, 1, 4, 5});
   CHECK(interleaved[1].devices == std::vector<std::int32_t>{2, 3});
-  auto ranges = sim::place_jobs(sizes, "0,2,4,6;1,7", cluster);
+  auto ranges = study::place_jobs(sizes, "0,2,4,6;1,7", cluster);
   CHECK(ranges[0].devices == std::vector<std::int32_t>{0, 2, 4, 6});
   CHECK(ranges[1].devices == std::vector<std::int32_t>{1, 7});
 }
@@ -57,15 +57,15 @@ TEST_CASE("jobs are placed packed, interleaved by node, or by explicit ranges") 
 TEST_CASE("bad placements are clear errors") {
   const auto cluster = test_cluster(4, 2);
   const int sizes[] = {4, 2};
-  CHECK_THROWS_AS(sim::place_jobs(sizes, "0,2,4,6;2-3", cluster),
-                  std::invalid_argument);                                              // overlap
-  CHECK_THROWS_AS(sim::place_jobs(sizes, "0-3", cluster), std::invalid_argument);      // one list
-  CHECK_THROWS_AS(sim::place_jobs(sizes, "0-3;4-9", cluster), std::invalid_argument);  // range
-  CHECK_THROWS_AS(sim::place_jobs(sizes, "0-3;x", cluster), std::invalid_argument);
-  CHECK_THROWS_AS(sim::place_jobs(sizes, "0-3;4", cluster), std::invalid_argument);  // 1 of 2
+  CHECK_THROWS_AS(study::place_jobs(sizes, "0,2,4,6;2-3", cluster),
+                  std::invalid_argument);                                                // overlap
+  CHECK_THROWS_AS(study::place_jobs(sizes, "0-3", cluster), std::invalid_argument);      // one list
+  CHECK_THROWS_AS(study::place_jobs(sizes, "0-3;4-9", cluster), std::invalid_argument);  // range
+  CHECK_THROWS_AS(study::place_jobs(sizes, "0-3;x", cluster), std::invalid_argument);
+  CHECK_THROWS_AS(study::place_jobs(sizes, "0-3;4", cluster), std::invalid_argument);  // 1 of 2
   const int too_many[] = {6, 4};
   try {
-    sim::place_jobs(too_many, "packed", cluster);
+    study::place_jobs(too_many, "packed", cluster);
     FAIL("expected an error");
   } catch (const std::invalid_argument& e) {
     CHECK(std::string(e.what()).find("need 10 devices") != std::string::npos);
@@ -77,10 +77,10 @@ TEST_CASE("merged jobs run as they do alone where they share nothing, and split 
   const Program a = job(4, Time::ms(1), Bytes(1 << 20));
   const Program b = job(2, Time::ms(3), Bytes(1 << 10));
   const int sizes[] = {4, 2};
-  const auto placements = sim::place_jobs(sizes, "0-3;4-5", cluster);
+  const auto placements = study::place_jobs(sizes, "0-3;4-5", cluster);
   const Program* programs[] = {&a, &b};
   const std::string names[] = {"a", "b"};
-  const Program merged = sim::merge_programs(programs, placements, names, cluster.world_size());
+  const Program merged = study::merge_programs(programs, placements, names, cluster.world_size());
   CHECK(merged.op_count() == a.op_count() + b.op_count());
   CHECK(merged.groups()[1].name == "b: dp 0");
   CHECK(merged.groups()[1].ranks == std::vector<std::int32_t>{4, 5});
@@ -90,8 +90,8 @@ TEST_CASE("merged jobs run as they do alone where they share nothing, and split 
   // simulated alone on a one-node cluster of their size: the same spans, op by op.
   const auto alone_a = sim::simulate(a, test_cluster(1, 4));
   const auto alone_b = sim::simulate(b, test_cluster(1, 2));
-  const auto split_a = sim::split_timeline(together, merged, a, placements[0]);
-  const auto split_b = sim::split_timeline(together, merged, b, placements[1]);
+  const auto split_a = study::split_timeline(together, merged, a, placements[0]);
+  const auto split_b = study::split_timeline(together, merged, b, placements[1]);
   REQUIRE(split_a.spans.size() == a.op_count());
   REQUIRE(split_b.spans.size() == b.op_count());
   for (OpId id = 0; id < a.op_count(); ++id) {
@@ -114,8 +114,8 @@ TEST_CASE("a mirrored program cannot be merged") {
   m.finish();
   const auto cluster = test_cluster(1, 4);
   const int sizes[] = {2, 2};
-  const auto placements = sim::place_jobs(sizes, "packed", cluster);
+  const auto placements = study::place_jobs(sizes, "packed", cluster);
   const Program* programs[] = {&a, &m};
   const std::string names[] = {"a", "m"};
-  CHECK_THROWS_AS(sim::merge_programs(programs, placements, names, 4), std::invalid_argument);
+  CHECK_THROWS_AS(study::merge_programs(programs, placements, names, 4), std::invalid_argument);
 }

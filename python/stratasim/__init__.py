@@ -1,0 +1,168 @@
+"""stratasim from Python: the simulator's composition layer (study/) and its sweep and search.
+
+    import stratasim
+    r = stratasim.simulate("gpt3-175b-a100-1024", set=["parallelism.zero=1"])
+    print(r["iteration_time_s"], r["mfu"])        # the report, as report.json holds it
+    print(r.summary())                             # the summary `stratasim simulate` prints
+    spans = r.timeline()                           # columns of arrays (a DataFrame with pandas)
+
+An experiment is a file, a name from configs/experiments, a dict written like an experiment
+file (model and cluster may be names from the catalog), or an Experiment from load(). `set`
+takes the CLI's `--set dotted.key=value` overrides. Errors are exceptions with the CLI's
+message: BadInput (a ValueError) for input, SimulationFailed (a RuntimeError) for a program
+that cannot run or a simulation that does not complete.
+"""
+
+import csv
+import io
+import json
+
+from . import _core
+from ._core import BadInput, Experiment, SimulationFailed
+
+__version__ = _core.__version__
+__all__ = ["load", "simulate", "memory", "sweep", "search", "Result", "Experiment", "BadInput",
+           "SimulationFailed"]
+
+try:  # pandas is optional (Debian's python3-pandas): DataFrames where it is installed
+    import pandas as _pandas
+except ImportError:  # pragma: no cover - depends on the machine
+    _pandas = None
+
+
+def _sets(set):
+    if set is None:
+        return []
+    if isinstance(set, str):
+        return [set]
+    if isinstance(set, dict):
+        return [f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in set.items()]
+    return list(set)
+
+
+def load(experiment, set=None):
+    """An Experiment from a file, a catalog name or a dict, with `--set`-style overrides."""
+    if isinstance(experiment, Experiment):
+        if set:
+            raise BadInput("set: an Experiment is already loaded; pass its file or dict instead")
+        return experiment
+    if isinstance(experiment, dict):
+        return _core.from_json(json.dumps(experiment), _sets(set))
+    return _core.load(str(experiment), _sets(set))
+
+
+class Result:
+    """One simulated (or memory-estimated) iteration.
+
+    r[key] reads the report (the keys of report.json); r.report is the whole dict.
+    """
+
+    def __init__(self, native):
+        self._native = native
+        self.report = json.loads(native.report_json())
+
+    def __getitem__(self, key):
+        return self.report[key]
+
+    def keys(self):
+        return self.report.keys()
+
+    @property
+    def completed(self):
+        return self._native.completed()
+
+    def summary(self):
+        """The summary `stratasim simulate` prints."""
+        return self._native.summary()
+
+    def memory_summary(self):
+        """The summary `stratasim memory` prints."""
+        return self._native.memory_summary()
+
+    def timeline(self, frame=True):
+        """Every op's span: rank, stream, op, phase, microbatch, label, start_s, end_s."""
+        columns = self._native.spans()
+        return _pandas.DataFrame(columns) if frame and _pandas is not None else columns
+
+    def memory(self, frame=True):
+        """Every change of a rank's allocation: rank, tier, time_s, total_bytes, op."""
+        columns = self._native.memory()
+        return _pandas.DataFrame(columns) if frame and _pandas is not None else columns
+
+    def write(self, directory):
+        """Writes report.json, timeline.json and memory.csv as `stratasim simulate --out`."""
+        self._native.write(str(directory))
+
+    def __repr__(self):
+        return (f"<stratasim.Result {self.report.get('experiment', '')}: "
+                f"{self.report.get('iteration_time_s', 0):.4g} s per iteration>")
+
+
+def simulate(experiment, set=None, exact=False, trace_ranks="auto", profile=None,
+             network=None, check=True):
+    """Simulates one training iteration (`stratasim simulate`). With check, a simulation that
+    does not complete raises SimulationFailed; otherwise the Result says so (completed)."""
+    native = _core.simulate(load(experiment, set), exact, str(trace_ranks),
+                            "" if profile is None else str(profile),
+                            "" if network is None else str(network))
+    if check and not native.completed():
+        raise SimulationFailed("the simulation did not complete: " + native.problem())
+    return Result(native)
+
+
+def memory(experiment, set=None, exact=False):
+    """Peak memory per rank without timing (`stratasim memory`)."""
+    return Result(_core.memory(load(experiment, set), exact))
+
+
+def _value(text):
+    if text == "":
+        return None
+    if text in ("true", "false"):
+        return text == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _rows(text, frame):
+    rows = [{k: _value(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(text))]
+    return _pandas.DataFrame(rows) if frame and _pandas is not None else rows
+
+
+def _experiment_name(experiment):
+    if isinstance(experiment, (dict, Experiment)):
+        raise BadInput("sweep and search take an experiment file or catalog name")
+    return str(experiment)
+
+
+def _ints(values):
+    return [values] if isinstance(values, int) else list(values)
+
+
+def sweep(experiment, tp=(1,), pp=(1,), zero=(0,), recompute=("none",), micro_batch=(1,),
+          dp=(), schedule=(), sequence_parallel=(), set=None, jobs=0, exact=False, frame=True):
+    """Every combination of the grid, simulated (`stratasim sweep`): the CSV's rows."""
+    grid = _core.Grid()
+    grid.tp, grid.pp, grid.zero = _ints(tp), _ints(pp), _ints(zero)
+    grid.micro_batch, grid.dp = _ints(micro_batch), _ints(dp)
+    grid.recompute = [recompute] if isinstance(recompute, str) else list(recompute)
+    grid.schedule = [schedule] if isinstance(schedule, str) else list(schedule)
+    grid.sequence_parallel = [int(v) for v in _ints(sequence_parallel)]
+    text = _core.sweep(_experiment_name(experiment), _sets(set), grid, jobs, exact)
+    return _rows(text, frame)
+
+
+def search(experiment, gpus, objective="throughput", zero=(0, 1, 2, 3),
+           recompute=("none", "selective", "full"), micro_batch=(1, 2, 4), min_gpus=0, set=None,
+           jobs=0, exact=False, frame=True):
+    """The best strategies for a GPU budget (`stratasim search`): every combination with its
+    rank by the objective (None where it does not fit) and whether it is on the Pareto
+    frontier of iteration time against peak memory."""
+    text = _core.search(_experiment_name(experiment), _sets(set), int(gpus), objective,
+                        _ints(zero), [recompute] if isinstance(recompute, str) else list(recompute),
+                        _ints(micro_batch), int(min_gpus), jobs, exact)
+    return _rows(text, frame)

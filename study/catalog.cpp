@@ -1,0 +1,93 @@
+#include "study/catalog.hpp"
+
+#include <cstdlib>
+
+#include "hw_models/config_reader.hpp"
+#include "study/errors.hpp"
+
+namespace stratasim::study {
+
+namespace fs = std::filesystem;
+
+fs::path config_dir() {
+  if (const char* env = std::getenv("STRATASIM_CONFIG_DIR"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  return STRATASIM_CONFIG_DIR;
+}
+
+namespace {
+
+// `given` if it exists, else the first of `folders` (under config_dir()) holding given.json,
+// else `given` unchanged.
+fs::path resolve(const std::string& given, std::initializer_list<const char*> folders) {
+  fs::path path(given);
+  std::error_code ec;
+  if (fs::exists(path, ec)) return path;
+  if (path.parent_path().empty()) {
+    for (const char* folder : folders) {
+      fs::path catalog = config_dir() / folder / (given + ".json");
+      if (fs::exists(catalog, ec)) return catalog;
+    }
+  }
+  return path;
+}
+
+}  // namespace
+
+fs::path resolve_experiment(const std::string& given) {
+  return resolve(given, {"experiments"});
+}
+
+fs::path resolve_cluster(const std::string& given) {
+  return resolve(given, {"hardware/clusters"});
+}
+
+fs::path resolve_model(const std::string& given) {
+  return resolve(given, {"models", "models/hf"});
+}
+
+strategies::Override parse_set(std::string_view text, std::string origin) {
+  const auto eq = text.find('=');
+  if (eq == std::string_view::npos || eq == 0) {
+    throw BadInput("--set expects dotted.key=value, got \"" + std::string(text) + "\"");
+  }
+  if (origin.empty()) origin = "command line (--set " + std::string(text) + ")";
+  return {std::string(text.substr(0, eq)),
+          config::parse_override_value(std::string(text.substr(eq + 1))), std::move(origin)};
+}
+
+strategies::Experiment load(const std::string& given,
+                            const std::vector<strategies::Override>& overrides) {
+  return strategies::load_experiment(resolve_experiment(given), overrides);
+}
+
+strategies::Experiment from_json(nlohmann::json document,
+                                 const std::vector<strategies::Override>& overrides,
+                                 const std::string& source) {
+  if (!document.is_object()) {
+    config::Document::from_json(nlohmann::json::object(), source)
+        .fail("", "expected an experiment object with model, cluster, parallelism and training");
+  }
+  // A file or catalog name becomes an absolute path, so that the document reads it wherever
+  // the process runs; a relative file is taken from configs/experiments, as shipped ones are.
+  auto absolute = [](const fs::path& found, const std::string& given) {
+    std::error_code ec;
+    if (fs::exists(found, ec)) return fs::absolute(found, ec).string();
+    const fs::path shipped = config_dir() / "experiments" / given;
+    if (fs::exists(shipped, ec)) return shipped.lexically_normal().string();
+    return given;
+  };
+  if (auto it = document.find("model"); it != document.end() && it->is_string()) {
+    const std::string given = it->get<std::string>();
+    *it = absolute(resolve_model(given), given);
+  }
+  if (auto it = document.find("cluster"); it != document.end() && it->is_string()) {
+    const std::string given = it->get<std::string>();
+    *it = absolute(resolve_cluster(given), given);
+  }
+  auto doc = config::Document::from_json(std::move(document), source);
+  return strategies::read_experiment(doc, overrides);
+}
+
+}  // namespace stratasim::study

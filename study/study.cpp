@@ -1,0 +1,181 @@
+#include "study/study.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include "hw_models/topology.hpp"
+#include "sim/flow_network.hpp"
+#include "study/errors.hpp"
+#include "study/partition.hpp"
+#include "traces/export.hpp"
+
+namespace stratasim::study {
+
+namespace st = strategies;
+
+st::Experiment configured(st::Experiment experiment, const Options& options) {
+  if (options.profile) {
+    experiment.cluster.device.profile = options.profile;
+    for (auto& o : experiment.cluster.overrides) {
+      if (o.device) o.device->profile = options.profile;
+    }
+  }
+  if (options.network) experiment.cluster.network_model = *options.network;
+  return experiment;
+}
+
+bool mirrors(const st::Experiment& experiment, bool exact) {
+  return !exact && sim::replicas_behave_alike(experiment.cluster);
+}
+
+st::Program lower(const st::Experiment& experiment, const st::LowerOptions& options) {
+  st::PipelineSpec spec = st::pipeline_spec(experiment, partition_layers(experiment));
+  spec.mirror_data_parallel = options.mirror_data_parallel;
+  spec.mirror_tensor_parallel = options.mirror_tensor_parallel;
+  st::Program program = st::assemble_pipeline(spec);
+  try {
+    st::validate(program);
+  } catch (const st::ProgramError& e) {
+    throw InvalidProgram(std::string("the lowered program is invalid: ") + e.what());
+  }
+  return program;
+}
+
+std::vector<std::int32_t> trace_ranks(const std::string& spec, const st::RankLayout& layout,
+                                      bool mirrored) {
+  const int world = layout.world_size();
+  const std::string mode = spec == "auto" ? (world <= kTraceAllUpTo ? "all" : "stages") : spec;
+  std::vector<std::int32_t> ranks;
+  if (mode == "all") {
+    // With mirroring only data-parallel replica 0 runs ops: "all" means its ranks.
+    if (mirrored && layout.dp > 1) {
+      for (int r = 0; r < world; ++r) {
+        if (layout.dp_index(r) == 0) ranks.push_back(r);
+      }
+    }
+    return ranks;
+  }
+  if (mode == "stages") {
+    for (int s = 0; s < layout.pp; ++s) ranks.push_back(layout.rank(0, 0, s));
+    return ranks;
+  }
+  std::stringstream list(mode);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    int rank = -1;
+    try {
+      std::size_t used = 0;
+      rank = std::stoi(item, &used);
+      if (used != item.size()) rank = -1;
+    } catch (const std::exception&) {
+    }
+    if (rank < 0 || rank >= world) {
+      throw BadInput("--trace-ranks expects all, stages or ranks from 0 to " +
+                     std::to_string(world - 1) + " separated by commas, got \"" + item + "\"");
+    }
+    if (mirrored && layout.dp_index(rank) != 0) {
+      throw BadInput("--trace-ranks: rank " + std::to_string(rank) + " mirrors rank " +
+                     std::to_string(layout.rank(layout.tp_index(rank), 0, layout.stage(rank))) +
+                     " (data-parallel replicas are simulated once); add --exact to trace it");
+    }
+    ranks.push_back(rank);
+  }
+  return ranks;
+}
+
+namespace {
+
+// The busiest links of a flow-level run, observed from outside the network as every statistic
+// is: up to kBusiestLinksPerTier between NICs and switches, then as many inside nodes.
+std::vector<traces::LinkLoad> busiest_links(const sim::FlowNetwork& network,
+                                            const sim::LinkUsage& usage, Time span) {
+  const auto& topology = network.topology();
+  auto network_tier = [&](int vertex) {
+    const auto kind = topology.kind(vertex);
+    return kind == hw::VertexKind::nic || kind == hw::VertexKind::network_switch;
+  };
+  std::vector<traces::LinkLoad> between, inside;
+  for (const auto& busy : usage.busiest(span, static_cast<std::size_t>(topology.link_count()))) {
+    const auto& link = topology.link(busy.link);
+    auto& list = network_tier(link.from) && network_tier(link.to) ? between : inside;
+    if (list.size() >= kBusiestLinksPerTier) continue;
+    list.push_back({topology.name(link.from) + " -> " + topology.name(link.to),
+                    Bandwidth(network.capacity(busy.link)), busy.bytes, busy.utilisation});
+  }
+  between.insert(between.end(), inside.begin(), inside.end());
+  return between;
+}
+
+}  // namespace
+
+traces::Timeline simulate_program(const st::Program& program, const hw::ClusterSpec& cluster,
+                                  const sim::SimOptions& options,
+                                  std::vector<traces::LinkLoad>* links) {
+  if (cluster.network_model != hw::NetworkModel::flow || links == nullptr) {
+    return sim::simulate(program, cluster, options);
+  }
+  sim::FlowNetwork network(cluster, hw::build_topology(cluster), program);
+  sim::LinkUsage usage(network);
+  network.set_observer(&usage);
+  auto timeline = sim::simulate(program, cluster, network, options);
+  Time span;
+  for (const auto& s : timeline.spans) span = std::max(span, s.end);
+  *links = busiest_links(network, usage, span);
+  return timeline;
+}
+
+sim::MemoryOverheads memory_overheads(const st::Experiment& experiment) {
+  return sim::MemoryOverheads{experiment.memory.fragmentation, experiment.memory.reserved};
+}
+
+namespace {
+
+// The shared first half of simulate() and estimate_memory(): the configured experiment, its
+// validated Program and the ranks to trace.
+Result prepare(st::Experiment experiment, const Options& options) {
+  Result r;
+  r.experiment = configured(std::move(experiment), options);
+  const bool mirrored = mirrors(r.experiment, options.exact);
+  r.traced_ranks = trace_ranks(options.trace_ranks, st::layout_of(r.experiment), mirrored);
+  r.program = study::lower(r.experiment,
+                           {.mirror_data_parallel = mirrored,
+                            .mirror_tensor_parallel = mirrored && options.mirror_tensor_parallel});
+  r.context = traces::report_context(r.experiment);
+  return r;
+}
+
+}  // namespace
+
+Result simulate(st::Experiment experiment, const Options& options) {
+  Result r = prepare(std::move(experiment), options);
+  sim::SimOptions sim_options;
+  sim_options.record_spans = options.record_spans;
+  sim_options.record_memory = options.record_memory;
+  sim_options.overheads = memory_overheads(r.experiment);
+  sim_options.stop_on_oom = options.stop_on_oom;
+  sim_options.memory_sample_ranks = r.traced_ranks;
+  std::vector<traces::LinkLoad> links;
+  r.timeline = simulate_program(r.program, r.experiment.cluster, sim_options, &links);
+  r.report = traces::make_report(r.program, r.timeline, r.context);
+  r.report.links = std::move(links);
+  return r;
+}
+
+Result estimate_memory(st::Experiment experiment, const Options& options) {
+  Result r = prepare(std::move(experiment), options);
+  r.timeline =
+      sim::estimate_memory(r.program, r.experiment.cluster, memory_overheads(r.experiment));
+  r.report = traces::make_report(r.program, r.timeline, r.context);
+  return r;
+}
+
+void write_outputs(const std::filesystem::path& dir, const Result& result,
+                   const std::string& cluster) {
+  traces::ExportOptions options;
+  options.ranks = result.traced_ranks;
+  options.cluster = cluster;
+  traces::write_outputs(dir, result.program, result.timeline, result.report, result.context,
+                        options);
+}
+
+}  // namespace stratasim::study

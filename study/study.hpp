@@ -1,0 +1,115 @@
+// One way through: Experiment -> Program -> simulation -> Timeline -> Report. Every entry point
+// (the CLI's simulate, memory, schedules, partition, run, validate and replay; the sweep and the
+// search; the benches; the Python module) composes its work from these functions, so that a
+// prediction means the same thing wherever it is asked for.
+//
+// - lower(): the experiment's layers split as its partition says (even, explicit, or BaPipe's
+//   balanced split costed by study/partition.hpp), strategies::assemble_pipeline, then
+//   strategies::validate — a Program that fails validation is a lowering bug (InvalidProgram).
+// - Mirroring: where replicas behave alike (sim::replicas_behave_alike: the analytical network on
+//   identical devices) data-parallel replicas are lowered once and mirrored, unless `exact`;
+//   results are the same, and the trace then covers the ranks that issue ops.
+// - simulate(): the program on the cluster's network model (analytical, or flow-level with the
+//   busiest links of the run observed from outside the network), then the report
+//   (traces/report.hpp) in the experiment's context.
+// - estimate_memory(): the same program's memory without timing (sim::estimate_memory).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hw_models/cluster.hpp"
+#include "hw_models/device.hpp"
+#include "sim/memory.hpp"
+#include "sim/simulator.hpp"
+#include "strategies/experiment.hpp"
+#include "strategies/lowering.hpp"
+#include "strategies/program.hpp"
+#include "traces/context.hpp"
+#include "traces/report.hpp"
+#include "traces/timeline.hpp"
+
+namespace stratasim::study {
+
+/// How a study runs. Defaults are `stratasim simulate`'s.
+struct Options {
+  /// Simulate every replica instead of one mirrored for all (same results, slower).
+  bool exact = false;
+  /// Where mirroring applies, also mirror 1D tensor-parallel ranks (exact; the sweep does).
+  bool mirror_tensor_parallel = false;
+  /// Ranks whose memory samples and trace are kept: "auto" (all up to kTraceAllUpTo ranks, else
+  /// "stages"), "all", "stages" (tensor- and data-parallel rank 0 of every pipeline stage) or a
+  /// comma-separated list. Peaks and verdicts cover every rank whatever this says.
+  std::string trace_ranks = "auto";
+  /// Keep every span and memory sample (reports and exports need them; a sweep does not).
+  bool record_spans = true;
+  bool record_memory = true;
+  /// End the run at the first time a rank exceeds a memory capacity.
+  bool stop_on_oom = false;
+  /// A device profile (stratasim calibrate) used instead of the device's own, on every device.
+  std::shared_ptr<const hw::DeviceProfile> profile;
+  /// A network model instead of the cluster's.
+  std::optional<hw::NetworkModel> network;
+};
+
+constexpr int kTraceAllUpTo = 256;
+
+/// A study's result: what was simulated and what came out.
+struct Result {
+  strategies::Experiment experiment;  // as simulated (profile and network of Options applied)
+  strategies::Program program;
+  traces::Timeline timeline;
+  traces::ReportContext context;
+  traces::Report report;
+  /// The ranks the timeline's memory samples (and an export's trace) cover; empty: all.
+  std::vector<std::int32_t> traced_ranks;
+  /// The simulation ran to the end (or stopped on purpose at an out-of-memory).
+  bool finished() const { return timeline.completed || timeline.stopped_on_oom; }
+};
+
+/// The experiment with `options.profile` and `options.network` applied.
+strategies::Experiment configured(strategies::Experiment experiment, const Options& options);
+
+/// Whether data-parallel replicas are lowered once and mirrored (see the top of this file).
+bool mirrors(const strategies::Experiment& experiment, bool exact);
+
+/// The experiment's Program, partitioned as its partition says and validated (InvalidProgram).
+strategies::Program lower(const strategies::Experiment& experiment,
+                          const strategies::LowerOptions& options = {});
+
+/// The ranks `spec` (Options::trace_ranks) names; BadInput naming --trace-ranks when it is
+/// malformed or names a mirrored rank.
+std::vector<std::int32_t> trace_ranks(const std::string& spec, const strategies::RankLayout& layout,
+                                      bool mirrored);
+
+/// Up to `per_tier` busiest links between NICs and switches, then up to `per_tier` inside
+/// nodes, from a flow-level run: so that inter-node links show beside the usually busier
+/// NVLinks.
+constexpr std::size_t kBusiestLinksPerTier = 5;
+
+/// Simulates `program` on the cluster's network model; on the flow-level network `links`
+/// (when given) receives the busiest links of the run.
+traces::Timeline simulate_program(const strategies::Program& program,
+                                  const hw::ClusterSpec& cluster, const sim::SimOptions& options,
+                                  std::vector<traces::LinkLoad>* links = nullptr);
+
+/// The allocator and framework overheads the experiment sets (fragmentation, reserved memory).
+sim::MemoryOverheads memory_overheads(const strategies::Experiment& experiment);
+
+/// Lowers, simulates and reports one iteration of `experiment`.
+Result simulate(strategies::Experiment experiment, const Options& options = {});
+
+/// Lowers and estimates memory (no timing): report.ranks and the verdicts are filled, times
+/// are not.
+Result estimate_memory(strategies::Experiment experiment, const Options& options = {});
+
+/// Writes report.json, timeline.json and memory.csv of `result` into `dir` (traces/export.hpp),
+/// covering result.traced_ranks. `cluster` is recorded for replays (empty: the context's).
+void write_outputs(const std::filesystem::path& dir, const Result& result,
+                   const std::string& cluster = {});
+
+}  // namespace stratasim::study
