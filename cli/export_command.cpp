@@ -31,20 +31,23 @@ int export_command(const ExportArgs& args) {
   const auto experiment = strategies::load_experiment(
       resolve_experiment(args.experiment.experiment), overrides_of(args.experiment));
   // Every rank issues its own ops: a trace has one file per rank (no data-parallel mirroring).
-  const auto program = study::lower(experiment, {.mirror_data_parallel = false});
-  traces::ChakraExportOptions options;
-  options.json_form = args.format == "chakra-json";
-  traces::Timeline timeline;
+  study::Result r;
   if (args.simulate) {
-    sim::SimOptions sim_options;
-    sim_options.overheads = study::memory_overheads(experiment);
-    timeline = study::simulate_program(program, experiment.cluster, sim_options);
-    if (!timeline.completed) {
-      std::cerr << "error: the simulation did not complete: " << timeline.problem << "\n";
+    study::Options options;
+    options.exact = true;
+    options.record_memory = false;
+    r = study::simulate(experiment, options);
+    if (!r.timeline.completed) {
+      std::cerr << "error: the simulation did not complete: " << r.timeline.problem << "\n";
       return kExitSimulationFailed;
     }
-    options.timeline = &timeline;
+  } else {
+    r.program = study::lower(experiment, {.mirror_data_parallel = false});
   }
+  const auto& program = r.program;
+  traces::ChakraExportOptions options;
+  options.json_form = args.format == "chakra-json";
+  if (args.simulate) options.timeline = &r.timeline;
   const fs::path prefix = fs::path(args.out) / experiment.name;
   traces::write_chakra(prefix, program, options);
   if (!args.experiment.quiet) {

@@ -215,27 +215,17 @@ std::string gib(double bytes) {
 // included): counts, the best configuration that fits, the invalid combinations.
 void print_sweep_summary(const fs::path& csv, const std::vector<search::Combination>& combos,
                          const std::string& name) {
-  const auto rows = search::read_csv_rows(csv);
-  const std::size_t status = search::column("status"), reason = search::column("reason"),
-                    tokens = search::column("tokens_per_s"),
+  const auto summary = search::summarize_sweep(csv);
+  const auto& rows = summary.rows;
+  const std::size_t reason = search::column("reason"), tokens = search::column("tokens_per_s"),
                     iteration = search::column("iteration_time_s"), mfu = search::column("mfu"),
                     peak = search::column("peak_memory_bytes"), dp = search::column("dp");
-  std::map<std::string, std::size_t> counts;
-  std::vector<std::size_t> invalid;
-  std::optional<std::size_t> best;
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const auto& f = rows[i];
-    if (f.size() <= peak) continue;
-    ++counts[f[status]];
-    if (f[status] == "invalid") invalid.push_back(i);
-    if (f[status] == "ok" && (!best || std::stod(f[tokens]) > std::stod(rows[*best][tokens]))) {
-      best = i;
-    }
-  }
+  const auto& best = summary.best;
+  const auto& invalid = summary.invalid_rows;
   std::ostringstream out;
   out << "sweep of " << name << ": " << rows.size() << " of " << combos.size() << " combinations; "
-      << counts["ok"] << " fit, " << counts["oom"] << " out of memory, " << counts["invalid"]
-      << " invalid, " << counts["failed"] << " failed\n";
+      << summary.ok << " fit, " << summary.oom << " out of memory, " << summary.invalid
+      << " invalid, " << summary.failed << " failed\n";
   if (best) {
     const auto& f = rows[*best];
     out << "best that fits (tokens/s): " << describe(combos[*best], f[dp]) << ": "
@@ -335,25 +325,6 @@ void add_search_options(CLI::App* cmd, SweepArgs& args) {
 // columns are checked by search::resume, and the first and last kept rows are evaluated again
 // and must come out byte for byte the same (evaluation is deterministic), which catches another
 // experiment, another cluster or another --global-batch.
-void check_resumed_rows(const fs::path& out, std::size_t rows,
-                        const std::vector<search::Combination>& combos,
-                        const search::Evaluator& evaluator) {
-  if (rows == 0) return;
-  std::ifstream in(out, std::ios::binary);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line + "\n");
-  for (std::size_t row : {std::size_t{0}, rows - 1}) {
-    if (row + 1 >= lines.size()) break;
-    const std::string again = search::csv_row(combos[row], evaluator.evaluate(combos[row]));
-    if (again != lines[row + 1]) {
-      throw BadInput("--resume: " + out.string() + ": line " + std::to_string(row + 2) +
-                     " was written by another experiment or other flags (it evaluates "
-                     "differently now); resume with the same experiment and flags, or start "
-                     "afresh without --resume");
-    }
-  }
-}
-
 int sweep_command(const SweepArgs& args) {
   const auto started = Clock::now();
   const search::Grid grid = grid_of(args);
@@ -391,7 +362,11 @@ int sweep_command(const SweepArgs& args) {
         } catch (const std::runtime_error& e) {
           throw BadInput(std::string("--resume: ") + e.what());
         }
-        check_resumed_rows(out, static_cast<std::size_t>(first), combos, evaluator);
+        try {
+          search::check_resumed_rows(out, static_cast<std::size_t>(first), combos, evaluator);
+        } catch (const std::runtime_error& e) {
+          throw BadInput(std::string("--resume: ") + e.what());
+        }
         if (!quiet) {
           std::cout << "resuming: " << first << " of " << combos.size() << " rows already in "
                     << out.string() << "\n";

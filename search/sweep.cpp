@@ -583,4 +583,46 @@ std::vector<std::string> parse_name_list(std::string_view text, std::string_view
   return out;
 }
 
+SweepSummary summarize_sweep(const fs::path& csv) {
+  SweepSummary s;
+  s.rows = read_csv_rows(csv);
+  const std::size_t status = column("status"), tokens = column("tokens_per_s"),
+                    peak = column("peak_memory_bytes");
+  for (std::size_t i = 0; i < s.rows.size(); ++i) {
+    const auto& f = s.rows[i];
+    if (f.size() <= peak) continue;
+    const std::string& st = f[status];
+    if (st == "ok") {
+      ++s.ok;
+      if (!s.best || std::stod(f[tokens]) > std::stod(s.rows[*s.best][tokens])) s.best = i;
+    } else if (st == "oom") {
+      ++s.oom;
+    } else if (st == "invalid") {
+      ++s.invalid;
+      s.invalid_rows.push_back(i);
+    } else if (st == "failed") {
+      ++s.failed;
+    }
+  }
+  return s;
+}
+
+void check_resumed_rows(const fs::path& csv, std::size_t rows,
+                        const std::vector<Combination>& combos, const Evaluator& evaluator) {
+  if (rows == 0) return;
+  std::ifstream in(csv, std::ios::binary);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line + "\n");
+  for (std::size_t row : {std::size_t{0}, rows - 1}) {
+    if (row + 1 >= lines.size()) break;
+    const std::string again = csv_row(combos[row], evaluator.evaluate(combos[row]));
+    if (again != lines[row + 1]) {
+      throw std::runtime_error(csv.string() + ": line " + std::to_string(row + 2) +
+                               " was written by another experiment or other flags (it evaluates "
+                               "differently now); resume with the same experiment and flags, or "
+                               "start afresh without --resume");
+    }
+  }
+}
+
 }  // namespace stratasim::search

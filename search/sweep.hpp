@@ -31,13 +31,13 @@ struct Combination {
   int micro_batch = 1;
   std::string schedule;        // empty: the experiment's
   int sequence_parallel = -1;  // -1: the experiment's; 0 or 1
+  /// The search's GPU count: the cluster is resized to this many devices (resize_overrides);
+  /// 0 keeps the experiment's cluster.
+  int gpus = 0;
   /// The schedule's own knobs (the schedules study sets them; 0: the experiment's):
   /// interleaved's model chunks per device and TeraPipe's sequence slices.
   int virtual_stages = 0;
   int sequence_slices = 0;
-  /// The search's GPU count: the cluster is resized to this many devices (resize_overrides);
-  /// 0 keeps the experiment's cluster.
-  int gpus = 0;
 };
 
 /// Lists of values per axis. Empty optional axes (dp, schedule, sequence_parallel) keep the
@@ -158,6 +158,22 @@ std::vector<std::string> csv_fields(std::string_view line);
 std::vector<std::vector<std::string>> read_csv_rows(const std::filesystem::path& csv);
 /// The index of column `name` in csv_header(); throws std::out_of_range for an unknown name.
 std::size_t column(std::string_view name);
+
+/// What a sweep's CSV holds (rows resumed or gathered from other processes included): rows
+/// per status, the best row that fits (most tokens/s; the first of equals), the invalid rows.
+struct SweepSummary {
+  std::vector<std::vector<std::string>> rows;  // read_csv_rows
+  std::size_t ok = 0, oom = 0, invalid = 0, failed = 0;
+  std::optional<std::size_t> best;
+  std::vector<std::size_t> invalid_rows;
+};
+SweepSummary summarize_sweep(const std::filesystem::path& csv);
+
+/// --resume's check that an existing CSV was written by the same experiment and flags: the
+/// first and the last of its `rows` complete rows must be what `evaluator` gives now for their
+/// combinations. Throws std::runtime_error naming the file and line otherwise.
+void check_resumed_rows(const std::filesystem::path& csv, std::size_t rows,
+                        const std::vector<Combination>& combos, const Evaluator& evaluator);
 
 /// Parses "1,2,4", "0..3" or "1,2,8..16" (ranges step by one) for flag `flag`; throws
 /// std::invalid_argument naming the flag and the item.
