@@ -48,8 +48,9 @@ class ActivationOffload : public TechniqueHook {
 ///   the first 1 + prefetch_layers fetches. A fetch of use j waits for the release of use
 ///   j - prefetch_layers - 1: with offload_params a copy of the unit's shard to the device (copy
 ///   stream, "param fetch <unit>"), then with dp > 1 an all-gather of the unit (dp-comm stream,
-///   "param all-gather <unit>", +e * parameters, the copied shard freed). Fetches go in the
-///   phase of the pass using them, with the unit's layer.
+///   "param all-gather <unit>", +e * parameters, the copied shard freed). Fetches have
+///   Phase::forward for forward and recompute passes, Phase::backward for backward ones, the
+///   microbatch of the pass using them and the unit's layer (GradUnit::layer).
 /// before_segment: a segment first using a unit waits for its fetch (issued now if not yet);
 ///   a segment last computing with it releases e * parameters.
 /// after_segment: records the releases and issues the fetches they allow.
