@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "strategies/foreign_inputs.hpp"
+#include "strategies/lowering/pipeline_spec.hpp"
 #include "strategies/schedule.hpp"
 
 namespace stratasim::strategies {
@@ -456,17 +457,11 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
                    "), got " + number(p.recompute_num_layers));
     }
   }
-  if (off.params && p.zero != 3) {
-    doc.fail("parallelism.offload", "\"params\" offload needs ZeRO stage 3 (parallelism.zero = 3)");
-  }
-  if (off.nvme && !off.optimizer && !off.params) {
-    doc.fail("parallelism.offload",
-             "\"nvme\" says where offloaded optimizer states or parameters go; "
-             "offload \"optimizer\" or \"params\" with it");
-  }
-  if (off.optimizer && p.zero == 0) {
-    doc.fail("parallelism.offload",
-             "optimizer offload is ZeRO-Offload: it needs parallelism.zero >= 1");
+  // ZeRO, offload, compressed gradients and the schedule: the rules of the lowering
+  // (strategies/lowering/pipeline_spec.hpp), reported at their JSON paths.
+  for (const SpecProblem& problem :
+       technique_problems(zero_settings(e), p.grad_compression, p.schedule)) {
+    doc.fail(problem.path, problem.message);
   }
   if ((off.optimizer || off.params || off.activations) && !e.cluster.host) {
     doc.fail("parallelism.offload", "offloading needs host memory: cluster " + e.cluster.name +
@@ -519,19 +514,6 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
     doc.fail(p.virtual_stages > 1 ? "parallelism.virtual_stages" : "parallelism.pp",
              std::string(name_of(p.schedule)) + " cuts the model into " + number(parts) +
                  " parts, more than its " + number(m.layers) + " layers");
-  }
-  if (p.grad_compression.enabled() && p.zero > 0) {
-    doc.fail("parallelism.grad_compression",
-             "compressed gradient synchronisation replaces the dense data-parallel all-reduce "
-             "of ZeRO stage 0; ZeRO stage " +
-                 number(p.zero) +
-                 " reduce-scatters gradient shards instead, which is not modelled compressed "
-                 "(use parallelism.zero 0 or grad_compression \"none\")");
-  }
-  if (p.schedule == ScheduleKind::chimera && p.zero > 0) {
-    doc.fail("parallelism.zero",
-             "chimera holds every stage on two devices; ZeRO sharding with it "
-             "is not modelled (use 0)");
   }
   if (p.partition.kind == PartitionKind::explicit_) {
     const auto& list = p.partition.layers_per_stage;

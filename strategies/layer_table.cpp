@@ -297,7 +297,7 @@ StagePlan plan_layer_table_stage(const LayerTableModel& model, const LayerTableS
   StagePlan plan;
   for (int i = layer_end - 1; i >= layer_begin; --i) {
     const TableLayer& l = layers[static_cast<std::size_t>(i)];
-    plan.grad_units.push_back({"L" + std::to_string(i), l.params});
+    plan.grad_units.push_back({"L" + std::to_string(i), l.params, i});
     plan.parameters += l.params;
   }
   for (int i = layer_begin; i < layer_end; ++i) {

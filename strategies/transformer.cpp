@@ -737,18 +737,18 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
   const std::int64_t head_params = norm_parameters_per_rank(model, d.mesh) +
                                    (!model.tied_embeddings || stages > 1 ? d.vocab_local * d.h : 0);
   const int head_unit = last ? next_unit++ : -1;
-  if (last) plan.grad_units.push_back({"head", head_params});
+  if (last) plan.grad_units.push_back({"head", head_params, -1});
   std::vector<int> layer_unit(static_cast<std::size_t>(layer_end - layer_begin));
   for (int l = layer_end - 1; l >= layer_begin; --l) {
     layer_unit[static_cast<std::size_t>(l - layer_begin)] = next_unit++;
-    plan.grad_units.push_back({layer_name(l), layer_parameters_per_rank(model, setting)});
+    plan.grad_units.push_back({layer_name(l), layer_parameters_per_rank(model, setting), l});
   }
   const std::int64_t embedding_params =
       d.vocab_local * d.h + (model.position_embedding == PositionEmbedding::learned
                                  ? std::int64_t{model.max_seq_len} * d.h
                                  : 0);
   const int embedding_unit = first ? next_unit++ : -1;
-  if (first) plan.grad_units.push_back({"embedding", embedding_params});
+  if (first) plan.grad_units.push_back({"embedding", embedding_params, -1});
   for (const auto& u : plan.grad_units) plan.parameters += u.parameters;
 
   const std::int64_t n_hidden = d.tokens * d.h;

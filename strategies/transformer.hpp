@@ -117,6 +117,11 @@ struct ActivationItem {
 struct GradUnit {
   std::string name;
   std::int64_t parameters = 0;  // per rank
+  /// The model layer whose parameters these are (0-based over the whole model), or -1 for a unit
+  /// that is not one layer (the embedding, the head, a hand-written plan's units). Set by the
+  /// transformer and layer-table lowerings; ZeRO-3 gathers a layer unit for the segments that
+  /// cover its layer (strategies/lowering/zero3_fetch.hpp).
+  int layer = -1;
 };
 
 struct StagePlan {

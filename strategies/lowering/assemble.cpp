@@ -1,0 +1,62 @@
+// assemble_pipeline: the driver of the lowering passes (strategies/lowering/hooks.hpp).
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include "strategies/lowering.hpp"
+#include "strategies/lowering/rank_emitter.hpp"
+#include "strategies/lowering/techniques.hpp"
+
+namespace stratasim::strategies {
+
+namespace {
+
+// The techniques `spec` asks for, in the order their hooks run (strategies/lowering/
+// techniques.hpp); each registers its kernel lists and labels as it is made.
+std::vector<std::unique_ptr<TechniqueHook>> techniques(Assembly& a) {
+  const PipelineSpec& spec = a.spec;
+  const ZeroSettings& zero = spec.zero;
+  const bool data_parallel = zero.stage == 0 && a.groups.dp_size() > 1;
+  std::vector<std::unique_ptr<TechniqueHook>> hooks;
+  if (zero.offload_activations) hooks.push_back(std::make_unique<ActivationOffload>(a));
+  if (zero.stage == 3) hooks.push_back(std::make_unique<Zero3ParameterFetch>(a));
+  if (data_parallel && spec.grad_compression.enabled()) {
+    hooks.push_back(std::make_unique<CompressedGradients>(a));
+  } else if (data_parallel) {
+    hooks.push_back(std::make_unique<DataParallelAllReduce>(a));
+  }
+  if (zero.stage >= 1) hooks.push_back(std::make_unique<ZeroGradientSync>(a));
+  if (a.groups.shared_embedding()) hooks.push_back(std::make_unique<EmbeddingSync>(a));
+  if (zero.offload_optimizer) {
+    hooks.push_back(std::make_unique<OptimizerOffload>(a));
+  } else {
+    hooks.push_back(std::make_unique<DeviceOptimizerStep>(a));
+  }
+  return hooks;
+}
+
+}  // namespace
+
+Program assemble_pipeline(const PipelineSpec& spec) {
+  Assembly assembly(spec);
+  const auto problems = technique_problems(spec.zero, spec.grad_compression, spec.schedule);
+  if (!problems.empty()) {
+    throw std::invalid_argument("assemble_pipeline: " + problems.front().message + " (" +
+                                problems.front().path + ")");
+  }
+  const auto hooks = techniques(assembly);
+  RankEmitter emitter(assembly, hooks);
+  emitter.reserve();
+  for (int r = 0; r < spec.layout.world_size(); ++r) emitter.emit(r);
+  assembly.program.finish();
+  return std::move(assembly.program);
+}
+
+Program lower(const Experiment& e, const LowerOptions& options) {
+  PipelineSpec spec = pipeline_spec(e);
+  spec.mirror_data_parallel = options.mirror_data_parallel;
+  spec.mirror_tensor_parallel = options.mirror_tensor_parallel;
+  return assemble_pipeline(spec);
+}
+
+}  // namespace stratasim::strategies

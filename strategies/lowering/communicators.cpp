@@ -1,0 +1,102 @@
+#include "strategies/lowering/communicators.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace stratasim::strategies {
+
+namespace {
+constexpr std::uint32_t kNoGroup = 0xFFFFFFFFu;
+}  // namespace
+
+Communicators::Communicators(Program& program, const PipelineSpec& spec, const Schedule& schedule)
+    : mesh_(make_tp_mesh(spec.tp_mode, spec.layout.tp, spec.tp_depth)), tp_size_(spec.layout.tp) {
+  const RankLayout& layout = spec.layout;
+  const auto world = static_cast<std::size_t>(layout.world_size());
+  tp_.assign(world, 0);
+  dp_.assign(world, 0);
+  embedding_.assign(world, 0);
+  // A device's gradients are summed over its data-parallel replicas and, with Chimera, over
+  // those of the device holding the same parts in the other direction.
+  auto replica_device = [&schedule](int device) {
+    return schedule.replica_device.empty()
+               ? device
+               : schedule.replica_device[static_cast<std::size_t>(device)];
+  };
+  dp_size_ = layout.dp * (schedule.replica_device.empty() ? 1 : 2);
+  for (int stage = 0; stage < layout.pp; ++stage) {
+    for (int d = 0; d < layout.dp && layout.tp > 1; ++d) {
+      std::vector<std::int32_t> ranks;
+      for (int t = 0; t < layout.tp; ++t) ranks.push_back(layout.rank(t, d, stage));
+      auto id = program.add_group(ranks, "tp s" + std::to_string(stage) + " d" + std::to_string(d));
+      for (int r : ranks) tp_[static_cast<std::size_t>(r)] = id;
+    }
+    const int partner = replica_device(stage);
+    if (partner < stage) continue;  // its group exists already
+    for (int t = 0; t < layout.tp && dp_size_ > 1; ++t) {
+      std::vector<std::int32_t> ranks;
+      for (int d = 0; d < layout.dp; ++d) ranks.push_back(layout.rank(t, d, stage));
+      if (partner != stage) {
+        for (int d = 0; d < layout.dp; ++d) ranks.push_back(layout.rank(t, d, partner));
+      }
+      const std::string name = "dp s" + std::to_string(stage) +
+                               (partner != stage ? "+s" + std::to_string(partner) : "") + " t" +
+                               std::to_string(t);
+      auto id = program.add_group(ranks, name);
+      for (int r : ranks) dp_[static_cast<std::size_t>(r)] = id;
+    }
+  }
+  const int first_device = schedule.device_of_chunk.front();
+  const int last_device = schedule.device_of_chunk.back();
+  shared_embedding_ = spec.shared_embedding && first_device != last_device;
+  if (shared_embedding_) {
+    for (int d = 0; d < layout.dp; ++d) {
+      for (int t = 0; t < layout.tp; ++t) {
+        std::vector<std::int32_t> ranks = {layout.rank(t, d, first_device),
+                                           layout.rank(t, d, last_device)};
+        auto id =
+            program.add_group(ranks, "embedding d" + std::to_string(d) + " t" + std::to_string(t));
+        for (int r : ranks) embedding_[static_cast<std::size_t>(r)] = id;
+      }
+    }
+  }
+  // Made after all others so that 1D programs keep their groups.
+  if (mesh_.mode != TpMode::one_d) make_mesh_groups(program, layout);
+}
+
+void Communicators::make_mesh_groups(Program& program, const RankLayout& layout) {
+  for (TpAxis axis : {TpAxis::tp_row, TpAxis::tp_col, TpAxis::tp_depth}) {
+    if (mesh_.axis_size(axis) <= 1) continue;
+    auto& groups = axis_[static_cast<std::size_t>(axis)];
+    groups.assign(static_cast<std::size_t>(layout.world_size()), kNoGroup);
+    for (int stage = 0; stage < layout.pp; ++stage) {
+      for (int d = 0; d < layout.dp; ++d) {
+        for (int t = 0; t < layout.tp; ++t) {
+          const std::vector<int> members = mesh_.axis_members(axis, t);
+          if (members.front() != t) continue;  // made by the line's first member
+          std::vector<std::int32_t> ranks;
+          for (int member : members) ranks.push_back(layout.rank(member, d, stage));
+          const auto id =
+              program.add_group(ranks, std::string(name_of(axis)) + " s" + std::to_string(stage) +
+                                           " d" + std::to_string(d) + " t" + std::to_string(t));
+          for (int r : ranks) groups[static_cast<std::size_t>(r)] = id;
+        }
+      }
+    }
+  }
+}
+
+std::uint32_t Communicators::tp(TpAxis axis, int rank) const {
+  const auto r = static_cast<std::size_t>(rank);
+  if (axis == TpAxis::tp) return tp_[r];
+  const auto& groups = axis_[static_cast<std::size_t>(axis)];
+  if (groups.empty() || groups[r] == kNoGroup) {
+    throw std::invalid_argument("assemble_pipeline: a collective on axis " +
+                                std::string(name_of(axis)) + ", which tp_mode " +
+                                std::string(name_of(mesh_.mode)) + " with tp " +
+                                std::to_string(tp_size_) + " does not have");
+  }
+  return groups[r];
+}
+
+}  // namespace stratasim::strategies

@@ -1,0 +1,52 @@
+// The communicator groups of one pipeline, made once per Program and looked up by axis: the
+// tensor-parallel group of a rank (and, with tp_mode 2d, 2.5d and 3d, its mesh row, column and
+// depth lines, strategies/tp_modes.hpp), its data-parallel group and its embedding group.
+//
+// Layout as Megatron-LM (arXiv:2104.04473): a data-parallel group holds the ranks of one stage
+// with the same tp index; with Chimera (a schedule that holds every stage on two devices,
+// Schedule::replica_device) it spans both devices, so that gradients are summed over the
+// replicas of both directions. The embedding group (Megatron's) pairs each rank of the first
+// device with the rank of the same tp and dp index on the last device holding the model's end,
+// when tied embeddings are split over two devices.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "strategies/lowering/pipeline_spec.hpp"
+#include "strategies/tp_modes.hpp"
+
+namespace stratasim::strategies {
+
+class Communicators {
+ public:
+  /// Registers the groups in `program`: per stage, its tp groups then its dp groups (none of a
+  /// size 1); then the embedding groups when spec.shared_embedding holds and the first and
+  /// last chunk sit on different devices; then the mesh lines of a 2D, 2.5D or 3D mesh.
+  Communicators(Program& program, const PipelineSpec& spec, const Schedule& schedule);
+
+  /// The group of `rank` on tensor-parallel axis `axis` (TpAxis::tp: the whole tp group).
+  /// Throws std::invalid_argument when the spec's mesh has no such axis.
+  std::uint32_t tp(TpAxis axis, int rank) const;
+  /// The data-parallel group of `rank` (only meaningful when dp_size() > 1).
+  std::uint32_t dp(int rank) const { return dp_[static_cast<std::size_t>(rank)]; }
+  /// The embedding group of `rank` (only meaningful when shared_embedding()).
+  std::uint32_t embedding(int rank) const { return embedding_[static_cast<std::size_t>(rank)]; }
+  /// Members of a data-parallel group: dp, twice that with Chimera.
+  int dp_size() const { return dp_size_; }
+  /// Whether the tied embeddings' gradients are all-reduced between two devices.
+  bool shared_embedding() const { return shared_embedding_; }
+
+ private:
+  void make_mesh_groups(Program& program, const RankLayout& layout);
+
+  TpMesh mesh_;
+  int tp_size_ = 1;
+  int dp_size_ = 1;
+  bool shared_embedding_ = false;
+  std::vector<std::uint32_t> tp_, dp_, embedding_;
+  std::array<std::vector<std::uint32_t>, kTpAxisCount> axis_;
+};
+
+}  // namespace stratasim::strategies

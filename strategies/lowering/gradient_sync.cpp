@@ -1,0 +1,216 @@
+#include <algorithm>
+#include <array>
+
+#include "strategies/lowering/rank_emitter.hpp"
+#include "strategies/lowering/techniques.hpp"
+
+namespace stratasim::strategies {
+
+// ---- ZeRO stage 0: the dense all-reduce
+
+DataParallelAllReduce::DataParallelAllReduce(Assembly& assembly) : assembly_(assembly) {
+  for (const StageTemplate& st : assembly.templates) {
+    buckets_.push_back(bucket_units(st.plan.grad_units, assembly.element_size,
+                                    assembly.spec.dp_bucket_size.count()));
+  }
+}
+
+void DataParallelAllReduce::gradients_complete(RankEmitter& rank, std::size_t slot) {
+  // Each bucket launched once the last microbatch's backward has produced all of its gradients
+  // (DDP / Megatron overlap_grad_reduce).
+  const int chunk = rank.held[slot];
+  const UnitBuckets& buckets = buckets_[assembly_.index_of(chunk, 0)];
+  const DType dtype = assembly_.spec.dtype;
+  for (std::size_t i = 0; i < buckets.buckets.size(); ++i) {
+    const UnitBucket& b = buckets.buckets[i];
+    const std::string label = "dp grad all-reduce bucket " + std::to_string(i) +
+                              (rank.held.size() > 1 ? " chunk " + std::to_string(chunk) : "");
+    OpInfo info{Stream::dp_comm, Phase::other, -1, -1, -1, label};
+    const std::array<OpId, 1> dep = {
+        assembly_.spec.dp_overlap ? rank.unit_done[slot][static_cast<std::size_t>(b.last_unit)]
+                                  : rank.last_backward[slot]};
+    rank.last_dp_comm = rank.program.add(
+        Collective{CollectiveKind::all_reduce, dtype, assembly_.groups.dp(rank.rank),
+                   Bytes(b.parameters * assembly_.element_size)},
+        info, dep);
+  }
+}
+
+// ---- ZeRO stages 1 to 3: reduce-scatter buckets, post-step all-gathers
+
+ZeroGradientSync::ZeroGradientSync(Assembly& assembly)
+    : assembly_(assembly), buckets_(assembly.templates.size()) {
+  const ZeroSettings& zero = assembly.spec.zero;
+  const bool offload = zero.offload_optimizer;
+  per_microbatch_ = zero.stage >= 2 && (assembly.spec.layout.dp > 1 || offload);
+  const std::int64_t grad_bytes = state_bytes_per_parameter(assembly.spec.dtype).gradients;
+  Program& program = assembly.program;
+  for (std::size_t s = 0; s < buckets_.size(); ++s) {
+    const StageTemplate& st = assembly.templates[s];
+    Buckets& out = buckets_[s];
+    UnitBuckets reduce = bucket_units(st.plan.grad_units, 1, zero.reduce_bucket_size);
+    out.of_unit = std::move(reduce.of_unit);
+    for (const UnitBucket& b : reduce.buckets) {
+      const std::string index = std::to_string(out.reduce.size());
+      out.reduce.push_back(
+          {b,
+           offload ? assembly.copy_kernels(assembly.shard_of(b.parameters) * grad_bytes,
+                                           MemoryTier::device, MemoryTier::host, "grad to host")
+                   : 0,
+           program.intern_label("grad reduce-scatter bucket " + index),
+           program.intern_label("grad to host bucket " + index)});
+    }
+    if (zero.stage != 1 && zero.stage != 2) continue;
+    for (std::int64_t left = st.plan.parameters; left > 0;) {
+      const std::int64_t elements = std::min(left, zero.allgather_bucket_size);
+      const std::string index = std::to_string(out.gather.size());
+      out.gather.push_back(
+          {elements, program.intern_label("param all-gather bucket " + index),
+           offload ? assembly.copy_kernels(assembly.shard_of(elements) * assembly.element_size,
+                                           MemoryTier::host, MemoryTier::device, "params to device")
+                   : 0,
+           program.intern_label("params to device bucket " + index)});
+      left -= elements;
+    }
+  }
+}
+
+OpCount ZeroGradientSync::count_pass(const Pass& pass) const {
+  if (!per_microbatch_) return {};
+  const std::size_t n = buckets_[assembly_.index_of(pass.chunk, pass.microbatch)].reduce.size();
+  return {2 * n, 2 * n};
+}
+
+OpCount ZeroGradientSync::count_chunk(int chunk) const {
+  const Buckets& b = buckets_[assembly_.index_of(chunk, 0)];
+  return {2 * b.reduce.size() + 2 * b.gather.size(), 0};
+}
+
+// A reduce bucket: reduce-scattered over the data-parallel group and, with optimizer offload,
+// its shard copied to the host; a transient bucket is released after both.
+void ZeroGradientSync::emit_bucket(RankEmitter& rank, const Bucket& b, OpId dep, int microbatch,
+                                   bool transient) {
+  const bool offload = assembly_.spec.zero.offload_optimizer;
+  const Bytes bytes(b.units.parameters * assembly_.element_size);
+  const MemoryEffect release{-bytes, MemoryCategory::comm_buffers, MemoryTier::device, true};
+  OpId last = dep;
+  if (assembly_.spec.layout.dp > 1) {
+    OpInfo info{Stream::dp_comm, Phase::other, microbatch, -1, -1, {}};
+    info.label_id = b.reduce_label;
+    const std::array<OpId, 1> dep1 = {last};
+    const bool frees = transient && !offload;
+    last = rank.program.add(Collective{CollectiveKind::reduce_scatter, assembly_.spec.dtype,
+                                       assembly_.groups.dp(rank.rank), bytes},
+                            info, dep1, std::span<const MemoryEffect>(&release, frees ? 1 : 0));
+    rank.last_dp_comm = last;
+  }
+  if (offload) {
+    OpInfo info{Stream::copy, Phase::other, microbatch, -1, -1, {}};
+    info.label_id = b.copy_label;
+    const std::array<OpId, 1> dep1 = {last};
+    last = rank.program.add(Compute{b.copy_kernels}, info, dep1,
+                            std::span<const MemoryEffect>(&release, transient ? 1 : 0));
+    rank.last_copy = last;
+  }
+}
+
+void ZeroGradientSync::pass_begins(RankEmitter&, const PassState& ps) {
+  const std::size_t n =
+      per_microbatch_ && ps.grad_pass
+          ? buckets_[assembly_.index_of(ps.pass.chunk, ps.pass.microbatch)].reduce.size()
+          : 0;
+  allocated_.assign(n, 0);
+  emitted_.assign(n, 0);
+}
+
+bool ZeroGradientSync::reduces(const PassState& ps, const SegmentState& seg) const {
+  return per_microbatch_ && ps.grad_pass && seg.step.compute;
+}
+
+void ZeroGradientSync::before_segment(RankEmitter&, const PassState& ps, SegmentState& seg) {
+  if (!reduces(ps, seg)) return;
+  // A bucket's gradients start to exist with its first unit's.
+  const Buckets& buckets = buckets_[assembly_.index_of(ps.pass.chunk, ps.pass.microbatch)];
+  for (int u : *seg.step.grads_done) {
+    const auto b = static_cast<std::size_t>(buckets.of_unit[static_cast<std::size_t>(u)]);
+    const Bucket& bucket = buckets.reduce[b];
+    if (bucket.units.first_unit != u) continue;
+    seg.effects.push_back({Bytes(bucket.units.parameters * assembly_.element_size),
+                           MemoryCategory::comm_buffers, MemoryTier::device, true});
+    allocated_[b] = 1;
+  }
+}
+
+void ZeroGradientSync::after_segment(RankEmitter& rank, const PassState& ps,
+                                     const SegmentState& seg, OpId op) {
+  if (!reduces(ps, seg) || !assembly_.spec.dp_overlap) return;
+  const Buckets& buckets = buckets_[assembly_.index_of(ps.pass.chunk, ps.pass.microbatch)];
+  for (int u : *seg.step.grads_done) {
+    const auto b = static_cast<std::size_t>(buckets.of_unit[static_cast<std::size_t>(u)]);
+    if (buckets.reduce[b].units.last_unit != u || !allocated_[b]) continue;
+    emit_bucket(rank, buckets.reduce[b], op, ps.microbatch, true);
+    emitted_[b] = 1;
+  }
+}
+
+void ZeroGradientSync::pass_ends(RankEmitter& rank, const PassState& ps, OpId last) {
+  if (!ps.grad_pass) return;
+  // Buckets not reduced yet (no overlap, or units no step completes) go after the pass.
+  const Buckets& buckets = buckets_[assembly_.index_of(ps.pass.chunk, ps.pass.microbatch)];
+  for (std::size_t b = 0; b < emitted_.size(); ++b) {
+    if (!emitted_[b]) emit_bucket(rank, buckets.reduce[b], last, ps.microbatch, allocated_[b] != 0);
+  }
+}
+
+void ZeroGradientSync::gradients_complete(RankEmitter& rank, std::size_t slot) {
+  // Stage 1: reduce-scatter (and offload) buckets once the last microbatch has produced them.
+  const ZeroSettings& zero = assembly_.spec.zero;
+  if (zero.stage != 1 || (assembly_.spec.layout.dp <= 1 && !zero.offload_optimizer)) return;
+  for (const Bucket& b : buckets_[assembly_.index_of(rank.held[slot], 0)].reduce) {
+    const OpId dep = assembly_.spec.dp_overlap
+                         ? rank.unit_done[slot][static_cast<std::size_t>(b.units.last_unit)]
+                         : rank.last_backward[slot];
+    emit_bucket(rank, b, dep, -1, false);
+  }
+}
+
+void ZeroGradientSync::after_optimizer_step(RankEmitter& rank, std::size_t slot, OpId step) {
+  // Stages 1 and 2: the updated parameters (copied back from the host) all-gathered.
+  const std::array<OpId, 1> after_step = {step};
+  for (const Gather& g : buckets_[assembly_.index_of(rank.held[slot], 0)].gather) {
+    std::array<OpId, 1> dep = after_step;
+    if (assembly_.spec.zero.offload_optimizer) {
+      OpInfo copy{Stream::copy, Phase::optimizer, -1, -1, -1, {}};
+      copy.label_id = g.copy_label;
+      dep[0] = rank.program.add(Compute{g.copy}, copy, after_step);
+    }
+    if (assembly_.spec.layout.dp > 1) {
+      OpInfo gather{Stream::dp_comm, Phase::other, -1, -1, -1, {}};
+      gather.label_id = g.label;
+      rank.program.add(
+          Collective{CollectiveKind::all_gather, assembly_.spec.dtype,
+                     assembly_.groups.dp(rank.rank), Bytes(g.elements * assembly_.element_size)},
+          gather, dep);
+    }
+  }
+}
+
+// ---- Tied embeddings
+
+EmbeddingSync::EmbeddingSync(Assembly& assembly)
+    : assembly_(assembly), label_(assembly.program.intern_label("embedding grad all-reduce")) {}
+
+void EmbeddingSync::gradients_complete(RankEmitter& rank, std::size_t slot) {
+  const Schedule& schedule = assembly_.schedule;
+  const int part = schedule.part_of_chunk[static_cast<std::size_t>(rank.held[slot])];
+  if (part != 0 && part != schedule.parts - 1) return;
+  OpInfo info{Stream::dp_comm, Phase::other, -1, -1, -1, {}};
+  info.label_id = label_;
+  const std::array<OpId, 1> dep = {rank.last_backward[slot]};
+  rank.last_dp_comm = rank.program.add(
+      Collective{CollectiveKind::all_reduce, assembly_.spec.dtype,
+                 assembly_.groups.embedding(rank.rank), assembly_.spec.embedding_sync_bytes},
+      info, dep);
+}
+
+}  // namespace stratasim::strategies

@@ -1,0 +1,228 @@
+#include "strategies/lowering/pipeline_spec.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "strategies/layer_table.hpp"
+#include "strategies/recompute.hpp"
+#include "strategies/tp_overlap.hpp"
+
+namespace stratasim::strategies {
+
+RankLayout layout_of(const Experiment& e) {
+  return RankLayout{e.parallelism.tp, e.parallelism.dp, e.parallelism.pp};
+}
+
+std::pair<int, int> stage_layers(int layers, int stages, int stage) {
+  const int base = layers / stages, extra = layers % stages;
+  const int begin = stage * base + std::min(stage, extra);
+  return {begin, begin + base + (stage < extra ? 1 : 0)};
+}
+
+LayerSetting layer_setting(const Experiment& e) {
+  LayerSetting s;
+  s.tp = e.parallelism.tp;
+  s.tp_mode = e.parallelism.tp_mode;
+  s.tp_depth = e.parallelism.tp_depth;
+  s.sequence_parallel = e.parallelism.sequence_parallel;
+  s.micro_batch = e.parallelism.micro_batch;
+  s.seq_len = e.training.seq_len;
+  s.dtype = e.training.dtype;
+  s.flash_attention = e.training.flash_attention;
+  s.split_layers = e.parallelism.zero == 3;  // ZeRO-3 gathers each layer before its first op
+  return s;
+}
+
+StateBytes state_bytes_per_parameter(DType dtype) {
+  if (dtype == DType::fp32) return {4, 4, 8};
+  return {size_of(dtype), size_of(dtype), 12};
+}
+
+ZeroSettings zero_settings(const Experiment& e) {
+  const ParallelismSpec& p = e.parallelism;
+  ZeroSettings z;
+  z.stage = p.zero;
+  z.prefetch_layers = p.zero_prefetch_layers;
+  z.reduce_bucket_size = p.reduce_bucket_size;
+  z.allgather_bucket_size = p.allgather_bucket_size;
+  z.offload_optimizer = p.offload.optimizer;
+  z.offload_params = p.offload.params;
+  z.nvme = p.offload.nvme;
+  z.offload_activations = p.offload.activations;
+  return z;
+}
+
+DeviceModelStates device_model_states(const ZeroSettings& zero, DType dtype,
+                                      std::int64_t parameters, int dp) {
+  const StateBytes state = state_bytes_per_parameter(dtype);
+  const std::int64_t shard = zero.stage == 0 || dp <= 1 ? parameters : (parameters + dp - 1) / dp;
+  const bool params_off = zero.stage == 3 && zero.offload_params;
+  const std::int64_t params = zero.stage == 3 ? shard : parameters;
+  std::int64_t grads = zero.stage <= 1 ? parameters : shard;
+  if (zero.offload_optimizer && zero.stage >= 2) grads = 0;  // only transient buckets
+  return DeviceModelStates{Bytes(params_off ? 0 : params * state.parameters),
+                           Bytes(grads * state.gradients),
+                           Bytes(zero.offload_optimizer ? 0 : shard * state.optimizer)};
+}
+
+int part_device(ScheduleKind kind, int part, int stages) {
+  switch (kind) {
+    case ScheduleKind::interleaved:
+      return part % stages;
+    case ScheduleKind::zb_v:
+      return part < stages ? part : 2 * stages - 1 - part;
+    default:
+      return part;
+  }
+}
+
+std::vector<int> part_layer_counts(const Experiment& e, int parts) {
+  if (e.parallelism.partition.kind == PartitionKind::balanced) {
+    throw std::invalid_argument(
+        "a balanced partition needs layer costs: lower it with study::lower (study/study.hpp)");
+  }
+  const PartitionSpec& partition = e.parallelism.partition;
+  if (partition.kind == PartitionKind::explicit_) {
+    if (static_cast<int>(partition.layers_per_stage.size()) != parts) {
+      throw std::invalid_argument("partition lists " +
+                                  std::to_string(partition.layers_per_stage.size()) +
+                                  " stages, the schedule has " + std::to_string(parts));
+    }
+    return partition.layers_per_stage;
+  }
+  std::vector<int> counts;
+  for (int part = 0; part < parts; ++part) {
+    auto [begin, end] = stage_layers(e.model.layers, parts, part);
+    counts.push_back(end - begin);
+  }
+  return counts;
+}
+
+PipelineSpec pipeline_spec(const Experiment& e) {
+  return pipeline_spec(
+      e, part_layer_counts(
+             e, schedule_parts(e.parallelism.schedule, e.parallelism.pp, schedule_options(e))));
+}
+
+ScheduleOptions schedule_options(const Experiment& e) {
+  return ScheduleOptions{e.parallelism.virtual_stages, e.parallelism.sequence_slices};
+}
+
+PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_per_part) {
+  PipelineSpec spec;
+  spec.layout = layout_of(e);
+  spec.schedule = e.parallelism.schedule;
+  spec.schedule_options = schedule_options(e);
+  spec.microbatches = static_cast<int>(e.microbatches());
+  spec.dtype = e.training.dtype;
+  spec.dp_bucket_size = e.parallelism.dp_bucket_size;
+  spec.dp_overlap = e.parallelism.dp_overlap;
+  spec.grad_compression = e.parallelism.grad_compression;
+  spec.tp_mode = e.parallelism.tp_mode;
+  spec.tp_depth = e.parallelism.tp_depth;
+  spec.zero = zero_settings(e);
+  const int p = spec.layout.pp;
+  const ScheduleKind kind = spec.schedule;
+  // Tied embeddings are synchronised between the devices of the first and the last part; ZB-V
+  // puts both on device 0 and every Chimera end device holds both.
+  spec.shared_embedding = e.model.tied_embeddings && p > 1 && kind != ScheduleKind::zb_v &&
+                          kind != ScheduleKind::chimera;
+  const std::int64_t rows = (std::int64_t{e.model.vocab} + spec.layout.tp - 1) / spec.layout.tp;
+  spec.embedding_sync_bytes = Bytes(rows * e.model.hidden * size_of(e.training.dtype));
+  const int parts = static_cast<int>(layers_per_part.size());
+  if (e.layer_table) {
+    // A layer table: each part's layers as the table gives them; Zero Bubble's W keeps what
+    // the table says the weight gradients need.
+    spec.shared_embedding = false;
+    spec.embedding_sync_bytes = Bytes(0);
+    const LayerTableSetting table_setting{e.parallelism.micro_batch, e.training.dtype};
+    int begin = 0;
+    for (int part = 0; part < parts; ++part) {
+      const int end = begin + layers_per_part[static_cast<std::size_t>(part)];
+      StagePlan plan = plan_layer_table_stage(*e.layer_table, table_setting, begin, end);
+      for (Segment& b : plan.backward) {
+        if (b.layer_begin >= 0) {
+          b.weight_grad_bytes = weight_grad_bytes(*e.layer_table, table_setting, b.layer_begin);
+        }
+      }
+      spec.stages.push_back(std::move(plan));
+      begin = end;
+    }
+    return spec;
+  }
+  const LayerSetting setting = layer_setting(e);
+  // Stage-aware recomputation fits what is left beside the model state ZeRO keeps.
+  const std::vector<StageRecompute> recompute =
+      recompute_plan(e, [&spec, &e](int, std::int64_t parameters) {
+        return device_model_states(spec.zero, e.training.dtype, parameters, spec.layout.dp).total();
+      });
+  const int sub_batches = e.parallelism.tp_overlap;
+  const int slices = kind == ScheduleKind::terapipe ? spec.schedule_options.sequence_slices : 1;
+  int begin = 0;
+  for (int part = 0; part < parts; ++part) {
+    const int end = begin + layers_per_part[static_cast<std::size_t>(part)];
+    const StageRecompute& r = recompute[static_cast<std::size_t>(part_device(kind, part, p))];
+    for (int slice = 0; slice < slices; ++slice) {
+      LayerSetting sliced = setting;
+      sliced.seq_len = setting.seq_len / slices;
+      sliced.context_len = slice * sliced.seq_len;
+      spec.stages.push_back(
+          sub_batches > 1 ? plan_transformer_stage_sub_pipelined(e.model, sliced, part, parts,
+                                                                 begin, end, r, sub_batches)
+                          : plan_transformer_stage(e.model, sliced, part, parts, begin, end, r));
+    }
+    begin = end;
+  }
+  return spec;
+}
+
+std::vector<SpecProblem> technique_problems(const ZeroSettings& zero,
+                                            const GradCompression& compression,
+                                            ScheduleKind schedule) {
+  std::vector<SpecProblem> problems;
+  if (zero.stage < 0 || zero.stage > 3) {
+    problems.push_back(
+        {"parallelism.zero", "ZeRO stage " + std::to_string(zero.stage) + " (expected 0 to 3)"});
+  }
+  if (zero.prefetch_layers < 0) {
+    problems.push_back({"parallelism.zero_prefetch_layers", "must not be negative"});
+  }
+  if (zero.reduce_bucket_size <= 0) {
+    problems.push_back({"parallelism.reduce_bucket_size", "must be positive (elements)"});
+  }
+  if (zero.allgather_bucket_size <= 0) {
+    problems.push_back({"parallelism.allgather_bucket_size", "must be positive (elements)"});
+  }
+  if (zero.offload_params && zero.stage != 3) {
+    problems.push_back({"parallelism.offload",
+                        "\"params\" offload needs ZeRO stage 3 (parallelism.zero = 3): parameter "
+                        "offload keeps the ZeRO-3 parameter shard on the host"});
+  }
+  if (zero.nvme && !zero.offload_optimizer && !zero.offload_params) {
+    problems.push_back({"parallelism.offload",
+                        "\"nvme\" says where offloaded optimizer states or parameters go; "
+                        "offload \"optimizer\" or \"params\" with it"});
+  }
+  if (zero.offload_optimizer && zero.stage == 0) {
+    problems.push_back({"parallelism.offload",
+                        "optimizer offload is ZeRO-Offload: it needs parallelism.zero >= 1"});
+  }
+  if (compression.enabled() && zero.stage > 0) {
+    problems.push_back(
+        {"parallelism.grad_compression",
+         "compressed gradient synchronisation replaces the dense data-parallel all-reduce "
+         "of ZeRO stage 0; ZeRO stage " +
+             std::to_string(zero.stage) +
+             " reduce-scatters gradient shards instead, which is not modelled compressed "
+             "(use parallelism.zero 0 or grad_compression \"none\")"});
+  }
+  if (schedule == ScheduleKind::chimera && zero.stage > 0) {
+    problems.push_back({"parallelism.zero",
+                        "chimera holds every stage on two devices; ZeRO sharding with it "
+                        "is not modelled (use 0)"});
+  }
+  return problems;
+}
+
+}  // namespace stratasim::strategies

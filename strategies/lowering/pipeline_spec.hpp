@@ -1,0 +1,190 @@
+// The PipelineSpec: everything the pipeline assembly needs, as data, and the one place that reads
+// an Experiment for lowering (layout, layer setting, ZeRO settings, schedule options, partition,
+// stage plans). Also the one home of the consistency rules between techniques (ZeRO stages,
+// offload, compressed gradients, schedules holding stages twice): technique_problems() lists
+// what is wrong with a combination; read_experiment() (strategies/experiment.cpp) reports each
+// as a ConfigError at its JSON path and assemble_pipeline() throws std::invalid_argument.
+//
+// Sources: rank layout as Megatron-LM (arXiv:2104.04473); ZeRO stages and offload as DeepSpeed
+// (arXiv:1910.02054, arXiv:2101.06840, arXiv:2104.07857).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "strategies/experiment.hpp"
+#include "strategies/grad_compression.hpp"
+#include "strategies/program.hpp"
+#include "strategies/schedule.hpp"
+#include "strategies/transformer.hpp"
+
+namespace stratasim::strategies {
+
+/// With tp_mode 2d, 2.5d and 3d, a rank's tp_index is also its mesh coordinate,
+/// tp_index = col + q * (row + q * depth) (strategies/tp_modes.hpp).
+struct RankLayout {
+  int tp = 1, dp = 1, pp = 1;
+  int world_size() const { return tp * dp * pp; }
+  /// rank = tp_index + tp * (dp_index + dp * stage)
+  int rank(int tp_index, int dp_index, int stage) const {
+    return tp_index + tp * (dp_index + dp * stage);
+  }
+  int tp_index(int rank) const { return rank % tp; }
+  int dp_index(int rank) const { return (rank / tp) % dp; }
+  int stage(int rank) const { return rank / (tp * dp); }
+};
+
+RankLayout layout_of(const Experiment& experiment);
+
+/// Layers [begin, end) of stage `stage`: layers split as evenly as possible, earlier stages
+/// taking one more when they do not divide (the last stage also carries the LM head).
+std::pair<int, int> stage_layers(int layers, int stages, int stage);
+
+/// The per-rank setting the experiment's layers are lowered with.
+LayerSetting layer_setting(const Experiment& experiment);
+
+/// Bytes per parameter of model state with mixed-precision Adam (ZeRO's 2 + 2 + K with K = 12:
+/// weights and gradients in the training dtype, fp32 master weights, momentum and variance);
+/// with fp32 training 4 + 4 + 8.
+struct StateBytes {
+  std::int64_t parameters, gradients, optimizer;
+};
+StateBytes state_bytes_per_parameter(DType dtype);
+
+/// ZeRO (DeepSpeed) and offload settings of the pipeline assembly.
+///
+/// Model states per rank with Psi its parameters, e the dtype size, K = 12 (fp32 master,
+/// momentum, variance) and S = ceil(Psi / dp) the shard: stage 0 holds e Psi + e Psi + K Psi;
+/// stage 1 shards the optimizer states (K S); stage 2 the gradients too (e S, plus transient
+/// reduce buckets as comm_buffers); stage 3 the parameters too (e S, plus the layers gathered
+/// for use).
+///
+/// Gradients: stage 0 all-reduces buckets of PipelineSpec::dp_bucket_size bytes once the last
+/// microbatch's backward has produced them; stage 1 reduce-scatters buckets of
+/// `reduce_bucket_size` elements at the same point; stages 2 and 3 reduce-scatter every
+/// microbatch's buckets as its backward produces them (DeepSpeed reduces in the backward hooks
+/// of every micro step, which is what lets it keep only the shard). Stages 1 and 2 all-gather
+/// the updated parameters after the optimizer step in buckets of `allgather_bucket_size`
+/// elements. Stage 3 all-gathers each layer's parameters (a GradUnit: a layer, the embedding,
+/// the head) before its first op in every forward and backward pass, `prefetch_layers` uses
+/// ahead, so that at most 1 + prefetch_layers gathered units are alive (more only where
+/// recomputation needs several layers at once), and releases them after their last compute
+/// op in that pass.
+///
+/// Offload (ZeRO-Offload / ZeRO-Infinity): `offload_optimizer` keeps the fp32 states (K S) and
+/// fp32 gradients (4 S) on the host, copies each reduced gradient bucket to it (copy stream),
+/// runs Adam there (host stream) and copies the updated parameters back; `offload_params`
+/// (stage 3) keeps the parameter shard on the host and copies each unit's shard to the device
+/// before its gather; `nvme` puts what is offloaded on NVMe instead (the optimizer states are
+/// read before and written after the host step).
+struct ZeroSettings {
+  int stage = 0;
+  int prefetch_layers = 1;
+  std::int64_t reduce_bucket_size = 500'000'000;     // elements
+  std::int64_t allgather_bucket_size = 500'000'000;  // elements
+  bool offload_optimizer = false;
+  bool offload_params = false;
+  bool nvme = false;
+  bool offload_activations = false;  // recomputation checkpoints wait on the host
+};
+
+/// The ZeRO and offload settings of an experiment's parallelism.
+ZeroSettings zero_settings(const Experiment& experiment);
+
+/// Model state a rank keeps on the device for its `parameters` (its stage's share per
+/// tensor-parallel rank) under ZeRO and offload — what assemble_pipeline allocates before the
+/// first op: parameters eΨ (ZeRO-3: eΨ/dp, none when offloaded), gradients eΨ (ZeRO-2/3:
+/// eΨ/dp, none with optimizer offload), optimizer states 12Ψ (ZeRO-1+: 12Ψ/dp, none when
+/// offloaded).
+struct DeviceModelStates {
+  Bytes parameters, gradients, optimizer;
+  Bytes total() const { return parameters + gradients + optimizer; }
+};
+DeviceModelStates device_model_states(const ZeroSettings& zero, DType dtype,
+                                      std::int64_t parameters, int dp);
+
+/// Everything the pipeline assembly needs: per-stage plans as data, the rank layout and the
+/// schedule. Stage plans may come from the transformer lowering or be written by hand (tests,
+/// layer tables).
+struct PipelineSpec {
+  RankLayout layout;
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  ScheduleOptions schedule_options;
+  int microbatches = 1;
+  DType dtype = DType::bf16;
+  /// One plan per model part (schedule_parts(): the pipeline stages, or more with interleaved and
+  /// zb-v chunks); with TeraPipe one per part and slice, at part * slices + slice. Schedules
+  /// with split backward split the plans themselves (split_backward()).
+  std::vector<StagePlan> stages;
+  Bytes dp_bucket_size = Bytes(25 * 1024 * 1024);
+  bool dp_overlap = true;
+  /// Tied embeddings split over the first and last stage: their gradients are all-reduced
+  /// between the two (Megatron's embedding group), `embedding_sync_bytes` per rank.
+  bool shared_embedding = false;
+  /// Emit ops for data-parallel replica 0 only and mark every other replica as its mirror
+  /// (Program::set_replica). Exact whenever replicas behave alike: the stage plans are the same
+  /// for every replica, so that holds on a network without contention (the analytical one).
+  bool mirror_data_parallel = false;
+  /// Emit ops for tensor-parallel rank 0 only and mark ranks 1..tp-1 of each group as its
+  /// mirrors. With 1D tensor parallelism every rank of a group runs the same stage plan on its
+  /// own shard (same kernels, same collectives on the same group, sends to the same tp index
+  /// of the next stage), so this is exact on a network without contention, like
+  /// mirror_data_parallel; the sweep uses it (tests/search checks equality). Ignored with the
+  /// 2D, 2.5D and 3D meshes, whose row, column and depth groups differ from rank to rank.
+  bool mirror_tensor_parallel = false;
+  Bytes embedding_sync_bytes;
+  ZeroSettings zero;
+  /// The tensor-parallel mesh of the stage plans (make_tp_mesh(tp_mode, layout.tp, tp_depth)):
+  /// with 2D, 2.5D and 3D every tp group of the layout is also split into the mesh's row,
+  /// column and depth groups, and a plan's collective segment runs on the group of its axis.
+  TpMode tp_mode = TpMode::one_d;
+  int tp_depth = 1;
+  /// Compressed data-parallel gradient synchronisation (ZeRO stage 0 only): each gradient
+  /// bucket runs compressed_sync()'s steps instead of one all-reduce. The compression kernel
+  /// and the first collective are issued as soon as the last microbatch's backward has
+  /// produced the bucket (inside that backward, on the compute and dp-comm streams; after the
+  /// backward without dp_overlap); the steps after the first collective (int8's local reduce,
+  /// the decompression) run on the compute stream after the backward, before the optimizer
+  /// step. Collective labels say "compressed"; the compressed buffers are comm_buffers from
+  /// the compression until the decompression ends; top-k's error-feedback residual is held as
+  /// gradients from the start.
+  GradCompression grad_compression;
+};
+
+/// What is wrong with one combination of techniques: `path` is the experiment's JSON path of the
+/// setting to change ("parallelism.zero", "parallelism.offload", ...), `message` says why (it
+/// names the settings by their JSON names so that it reads well in a config error).
+struct SpecProblem {
+  std::string path;
+  std::string message;
+};
+
+/// The consistency rules of ZeRO, offload, gradient compression and the schedule, written once:
+/// ZeRO stage in 0..3; positive bucket sizes and a prefetch not negative; a schedule holding
+/// every stage twice (Chimera) only with stage 0; optimizer offload with stage >= 1; parameter
+/// offload with stage 3; NVMe only with optimizer or parameter offload; compressed gradients
+/// only with stage 0. Empty when the combination is modelled.
+std::vector<SpecProblem> technique_problems(const ZeroSettings& zero,
+                                            const GradCompression& compression,
+                                            ScheduleKind schedule);
+
+/// The schedule options of an experiment (virtual stages, sequence slices).
+ScheduleOptions schedule_options(const Experiment& experiment);
+
+/// The device of part `part` under `kind` with `stages` devices (interleaved: part mod p; zb-v:
+/// the V; otherwise the part itself).
+int part_device(ScheduleKind kind, int part, int stages);
+
+/// Layers per model part as the experiment's partition says: even (stage_layers) or the
+/// explicit list (which must have one entry per part). Throws std::invalid_argument otherwise.
+std::vector<int> part_layer_counts(const Experiment& experiment, int parts);
+
+/// The PipelineSpec of an experiment (transformer stage plans, with the experiment's
+/// recomputation applied to them), its layers split by part_layer_counts.
+PipelineSpec pipeline_spec(const Experiment& experiment);
+/// ... with the layers split as `layers_per_part` says.
+PipelineSpec pipeline_spec(const Experiment& experiment, const std::vector<int>& layers_per_part);
+
+}  // namespace stratasim::strategies

@@ -1,0 +1,296 @@
+#include "strategies/lowering/rank_emitter.hpp"
+
+#include <algorithm>
+#include <array>
+
+namespace stratasim::strategies {
+
+RankEmitter::RankEmitter(Assembly& a, const std::vector<std::unique_ptr<TechniqueHook>>& hooks)
+    : assembly(a), program(a.program), hooks_(hooks) {
+  mirror_tp_ = a.spec.mirror_tensor_parallel && a.spec.tp_mode == TpMode::one_d;
+  recv_input_label_ = program.intern_label("wait for input");
+  no_kernels_ = program.add_kernels({});
+}
+
+void RankEmitter::reserve() {
+  const RankLayout& layout = assembly.spec.layout;
+  std::size_t ops = 0, effects = 0;
+  for (int d = 0; d < layout.pp; ++d) {
+    OpCount device_count;
+    for (const Pass& x : assembly.schedule.passes[static_cast<std::size_t>(d)]) {
+      const SegmentRange r = assembly.range_of(x);
+      device_count.ops += (r.end - r.begin) + 3;
+      device_count.effects += r.end - r.begin;
+      for (const auto& hook : hooks_) {
+        const OpCount c = hook->count_pass(x);
+        device_count.ops += c.ops;
+        device_count.effects += c.effects;
+      }
+    }
+    for (int c : assembly.schedule.chunks_of(d)) {
+      device_count.ops += assembly.at(c, 0).plan.grad_units.size() + 8;
+      for (const auto& hook : hooks_) device_count.ops += hook->count_chunk(c).ops;
+    }
+    const auto replicas =
+        static_cast<std::size_t>(mirror_tp_ ? 1 : layout.tp) *
+        static_cast<std::size_t>(assembly.spec.mirror_data_parallel ? 1 : layout.dp);
+    ops += replicas * device_count.ops;
+    effects += replicas * device_count.effects;
+  }
+  program.reserve(ops, 2 * ops, effects);
+}
+
+bool RankEmitter::mirrored(int r) const {
+  const RankLayout& layout = assembly.spec.layout;
+  const int t = layout.tp_index(r), d = layout.dp_index(r);
+  // Replica d runs what replica 0 runs; with 1D tensor parallelism, tp rank t what rank 0 runs.
+  if ((assembly.spec.mirror_data_parallel && d > 0) || (mirror_tp_ && t > 0)) {
+    program.set_replica(r,
+                        layout.rank(mirror_tp_ ? 0 : t, assembly.spec.mirror_data_parallel ? 0 : d,
+                                    layout.stage(r)));
+    return true;
+  }
+  return false;
+}
+
+void RankEmitter::emit(int r) {
+  program.begin_rank(r);
+  if (mirrored(r)) return;
+  const RankLayout& layout = assembly.spec.layout;
+  rank = r;
+  device = layout.stage(r);
+  tp_index = layout.tp_index(r);
+  dp_index = layout.dp_index(r);
+  passes = &assembly.schedule.passes[static_cast<std::size_t>(device)];
+  held = assembly.schedule.chunks_of(device);
+  for (int chunk : held) {
+    hold_chunk(chunk);
+    for (const auto& hook : hooks_) hook->chunk_held(*this, chunk);
+  }
+  find_gradient_passes();
+  last_dp_comm.reset();
+  last_copy.reset();
+  pass_end_.clear();
+  for (const auto& hook : hooks_) hook->rank_begins(*this);
+  for (std::size_t p = 0; p < passes->size(); ++p) emit_pass(p);
+  emit_chunk_ends();
+}
+
+std::size_t RankEmitter::slot_of(int chunk) const {
+  return static_cast<std::size_t>(std::find(held.begin(), held.end(), chunk) - held.begin());
+}
+
+int RankEmitter::device_of(int chunk) const {
+  return chunk < 0 ? -1 : assembly.schedule.device_of_chunk[static_cast<std::size_t>(chunk)];
+}
+
+// PipeDream-2BW: unit `unit`'s backward on `device` belongs to the previous iteration.
+bool RankEmitter::carried(int on_device, int unit) const {
+  const int count = assembly.schedule.carried_backwards[static_cast<std::size_t>(on_device)];
+  return count > 0 && unit >= assembly.spec.microbatches - count;
+}
+
+std::uint64_t RankEmitter::pass_key(PassKind kind, int unit, int chunk) const {
+  const auto chunks = static_cast<std::uint64_t>(assembly.schedule.chunks);
+  return (static_cast<std::uint64_t>(unit) * chunks + static_cast<std::uint64_t>(chunk)) * 4 +
+         static_cast<std::uint64_t>(kind);
+}
+
+// Model states of a chunk the device holds (ZeRO's shares, strategies/lowering/pipeline_spec.hpp),
+// PipeDream-2BW's stashed weights and the activations of its carried backwards.
+void RankEmitter::hold_chunk(int chunk) {
+  const StageTemplate& st = chunk_template(chunk);
+  const Schedule& schedule = assembly.schedule;
+  const DeviceModelStates on_device = device_model_states(
+      assembly.spec.zero, assembly.spec.dtype, st.plan.parameters, assembly.spec.layout.dp);
+  program.add_initial_memory(
+      rank, {MemoryCategory::parameters, MemoryTier::device, on_device.parameters});
+  program.add_initial_memory(rank,
+                             {MemoryCategory::gradients, MemoryTier::device, on_device.gradients});
+  program.add_initial_memory(
+      rank, {MemoryCategory::optimizer_states, MemoryTier::device, on_device.optimizer});
+  if (schedule.weight_versions > 1) {  // PipeDream-2BW's stashed weight version
+    program.add_initial_memory(
+        rank, {MemoryCategory::parameters, MemoryTier::device,
+               on_device.parameters * static_cast<std::int64_t>(schedule.weight_versions - 1)});
+  }
+  const int carried_units = schedule.carried_backwards[static_cast<std::size_t>(device)];
+  if (carried_units > 0) {  // activations of the backwards carried from the last iteration
+    program.add_initial_memory(rank, {MemoryCategory::activations, MemoryTier::device,
+                                      st.stash * static_cast<std::int64_t>(carried_units)});
+  }
+}
+
+void RankEmitter::find_gradient_passes() {
+  const auto& list = *passes;
+  last_grad_pass.assign(held.size(), 0);
+  for (std::size_t p = 0; p < list.size(); ++p) {
+    if (list[p].kind == assembly.of(list[p]).grad_kind) last_grad_pass[slot_of(list[p].chunk)] = p;
+  }
+  unit_done.assign(held.size(), {});
+  for (std::size_t k = 0; k < held.size(); ++k) {
+    unit_done[k].assign(chunk_template(held[k]).plan.grad_units.size(), 0);
+  }
+  last_backward.assign(held.size(), 0);
+}
+
+void RankEmitter::emit_pass(std::size_t p) {
+  const Schedule& schedule = assembly.schedule;
+  PassState ps;
+  ps.index = p;
+  ps.pass = (*passes)[p];
+  const Pass& pass = ps.pass;
+  ps.st = &assembly.of(pass);
+  ps.slot = slot_of(pass.chunk);
+  ps.microbatch = pass.microbatch / assembly.slices;
+  const bool forward = pass.kind == PassKind::forward;
+  ps.grad_pass = pass.kind == ps.st->grad_kind;
+  ps.final_grad_pass = ps.grad_pass && p == last_grad_pass[ps.slot];
+  ps.phase = forward                            ? Phase::forward
+             : pass.kind == PassKind::recompute ? Phase::recompute
+                                                : Phase::backward;
+  ps.range = assembly.range_of(pass);
+  if (pass.kind == PassKind::weight && ps.range.begin == ps.range.end) return;
+  if (pass.kind == PassKind::recompute && ps.range.begin == ps.range.end) return;
+  // Where the input comes from and where the output goes: the neighbouring chunks of the chain
+  // (forward: previous, backward: next), on another device or on this one.
+  const auto c = static_cast<std::size_t>(pass.chunk);
+  const int from_chunk = forward                           ? schedule.prev_chunk[c]
+                         : pass.kind == PassKind::backward ? schedule.next_chunk[c]
+                                                           : -1;
+  const int to_chunk = forward                           ? schedule.next_chunk[c]
+                       : pass.kind == PassKind::backward ? schedule.prev_chunk[c]
+                                                         : -1;
+  for (const auto& hook : hooks_) hook->pass_begins(*this, ps);
+  receive_input(ps, from_chunk);
+  chain_last_.clear();
+  for (std::size_t i = ps.range.begin; i < ps.range.end; ++i) emit_segment(ps, i);
+  if (!ps.previous) {  // a pass without segments passes its input on
+    if (input_.empty()) return;
+    OpInfo info{Stream::compute, ps.phase, ps.microbatch, -1, -1, {}};
+    info.label_id = recv_input_label_;
+    ps.previous = program.add(Compute{no_kernels_}, info, input_);
+    chain_last_.assign(1, ps.previous);
+  }
+  pass_end_[pass_key(pass.kind, pass.microbatch, pass.chunk)] = *ps.previous;
+  if (ps.grad_pass) last_backward[ps.slot] = *ps.previous;
+  for (const auto& hook : hooks_) hook->pass_ends(*this, ps, *ps.previous);
+  send_output(ps, to_chunk);
+}
+
+// The pass's input: received from another device, or the end of the pass it follows here.
+void RankEmitter::receive_input(const PassState& ps, int from_chunk) {
+  const Pass& pass = ps.pass;
+  const int unit = pass.microbatch;
+  const int from_device = device_of(from_chunk);
+  input_.clear();
+  if (from_device >= 0 && from_device != device) {
+    // PipeDream-2BW: a carried backward's gradient came in the previous iteration unless the
+    // sender's backward is carried too.
+    const bool received_before =
+        pass.kind == PassKind::backward && carried(device, unit) && !carried(from_device, unit);
+    if (!received_before) {
+      const bool forward = pass.kind == PassKind::forward;
+      OpInfo info{Stream::pp_recv, ps.phase, ps.microbatch, -1, -1, {}};
+      info.label_id = forward ? ps.st->recv_activation : ps.st->recv_gradient;
+      // An activation is the previous chunk's output; a gradient, that of this chunk's.
+      const Bytes bytes =
+          forward ? assembly.at(from_chunk, unit).plan.boundary_bytes : ps.st->plan.boundary_bytes;
+      const RankLayout& layout = assembly.spec.layout;
+      input_.push_back(
+          program.add(Recv{layout.rank(tp_index, dp_index, from_device), bytes}, info));
+    }
+  } else if (from_device == device) {  // the neighbouring chunk on this device
+    const auto it = pass_end_.find(pass_key(pass.kind, unit, from_chunk));
+    if (it != pass_end_.end()) input_.push_back(it->second);
+  }
+  if (pass.kind == PassKind::backward && assembly.separate_recompute) {
+    const auto it = pass_end_.find(pass_key(PassKind::recompute, unit, pass.chunk));
+    if (it != pass_end_.end()) input_.push_back(it->second);
+  }
+  if (pass.kind == PassKind::weight) {
+    const auto it = pass_end_.find(pass_key(PassKind::backward, unit, pass.chunk));
+    if (it != pass_end_.end()) input_.push_back(it->second);
+  }
+}
+
+void RankEmitter::emit_segment(PassState& ps, std::size_t i) {
+  const TemplateStep& step = (*ps.range.steps)[i];
+  const auto chain = static_cast<std::size_t>(step.chain);
+  if (chain_last_.size() <= chain) chain_last_.resize(chain + 1);
+  OpInfo info{step.compute ? Stream::compute : Stream::tp_comm,
+              step.recompute ? Phase::recompute : ps.phase,
+              ps.microbatch,
+              step.layer_begin,
+              step.layer_end,
+              {}};
+  info.label_id = step.label;
+  deps_.clear();
+  if (chain_last_[chain]) {
+    deps_.push_back(*chain_last_[chain]);
+  } else {
+    deps_.insert(deps_.end(), input_.begin(), input_.end());
+  }
+  effects_.clear();
+  const Bytes device_activations = step.activation_delta + step.checkpoint_delta;
+  if (device_activations.count() != 0) {
+    effects_.push_back({device_activations, MemoryCategory::activations, MemoryTier::device, true});
+  }
+  SegmentState seg{step, static_cast<int>(i - ps.range.begin), deps_, effects_};
+  for (const auto& hook : hooks_) hook->before_segment(*this, ps, seg);
+  const Work work = step.compute
+                        ? Work(Compute{step.kernels})
+                        : Work(Collective{step.kind, assembly.spec.dtype,
+                                          assembly.groups.tp(step.axis, rank), step.bytes});
+  const OpId op = program.add(work, info, deps_, effects_);
+  ps.earlier = ps.previous;
+  ps.previous = op;
+  chain_last_[chain] = op;
+  if (ps.final_grad_pass && step.compute) {
+    for (int u : *step.grads_done) unit_done[ps.slot][static_cast<std::size_t>(u)] = op;
+  }
+  for (const auto& hook : hooks_) hook->after_segment(*this, ps, seg, op);
+}
+
+void RankEmitter::send_output(const PassState& ps, int to_chunk) {
+  const Pass& pass = ps.pass;
+  const int to_device = device_of(to_chunk);
+  if (to_device < 0 || to_device == device) return;
+  const bool received_later = pass.kind == PassKind::backward &&
+                              carried(to_device, pass.microbatch) &&
+                              !carried(device, pass.microbatch);
+  if (received_later) return;
+  const bool forward = pass.kind == PassKind::forward;
+  OpInfo info{Stream::pp_send, ps.phase, ps.microbatch, -1, -1, {}};
+  info.label_id = forward ? ps.st->send_activation : ps.st->send_gradient;
+  deps_.clear();
+  for (const auto& last : chain_last_) {
+    if (last) deps_.push_back(*last);
+  }
+  const Bytes bytes = forward ? ps.st->plan.boundary_bytes
+                              : assembly.at(to_chunk, pass.microbatch).plan.boundary_bytes;
+  const RankLayout& layout = assembly.spec.layout;
+  program.add(Send{layout.rank(tp_index, dp_index, to_device), bytes}, info, deps_);
+}
+
+// Per chunk held, in the order their gradients complete: the gradient synchronisation of every
+// chunk, then each chunk's optimizer step and what follows it.
+void RankEmitter::emit_chunk_ends() {
+  std::vector<std::size_t> order(held.size());
+  for (std::size_t k = 0; k < held.size(); ++k) order[k] = k;
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return last_grad_pass[a] < last_grad_pass[b]; });
+  for (std::size_t slot : order) {
+    for (const auto& hook : hooks_) hook->gradients_complete(*this, slot);
+  }
+  for (std::size_t slot : order) {
+    std::optional<OpId> step;
+    for (const auto& hook : hooks_) {
+      if (auto op = hook->optimizer_step(*this, slot)) step = op;
+    }
+    if (!step) continue;
+    for (const auto& hook : hooks_) hook->after_optimizer_step(*this, slot, *step);
+  }
+}
+
+}  // namespace stratasim::strategies

@@ -1,0 +1,70 @@
+// The rank emitter: stamps out one rank's ops following the schedule (the pipeline itself:
+// model states, receives, the segments of each pass on the compute and tp-comm streams, sends)
+// and calls the technique hooks (strategies/lowering/hooks.hpp) at their moments. It holds what
+// the hooks share about the rank: which chunks it holds, when each chunk's gradient units are
+// complete, and the last op issued on the dp-comm and copy streams.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "strategies/lowering/hooks.hpp"
+
+namespace stratasim::strategies {
+
+class RankEmitter {
+ public:
+  RankEmitter(Assembly& assembly, const std::vector<std::unique_ptr<TechniqueHook>>& hooks);
+
+  /// Room for every op in the program (programs reach tens of millions of ops).
+  void reserve();
+  /// Issues every op of `rank` (Program::begin_rank first), or marks it a mirror of the rank it
+  /// behaves like (PipelineSpec::mirror_data_parallel, mirror_tensor_parallel).
+  void emit(int rank);
+
+  Assembly& assembly;
+  Program& program;
+
+  // The rank being emitted.
+  int rank = 0, device = 0, tp_index = 0, dp_index = 0;
+  const std::vector<Pass>* passes = nullptr;  // the device's, in issue order
+  std::vector<int> held;                      // chunks the device holds
+  /// Per chunk held: the index of the last pass completing its gradients, the op of that pass
+  /// completing each gradient unit (0 when none), and the last op of its last gradient pass.
+  std::vector<std::size_t> last_grad_pass;
+  std::vector<std::vector<OpId>> unit_done;
+  std::vector<OpId> last_backward;
+  /// The last op issued on the rank's dp-comm and copy streams (the optimizer step waits for
+  /// them: both run in order).
+  std::optional<OpId> last_dp_comm, last_copy;
+
+  std::size_t slot_of(int chunk) const;
+  const StageTemplate& chunk_template(int chunk) const { return assembly.at(chunk, 0); }
+
+ private:
+  bool mirrored(int rank) const;
+  void hold_chunk(int chunk);
+  void find_gradient_passes();
+  void emit_pass(std::size_t index);
+  void receive_input(const PassState& ps, int from_chunk);
+  void emit_segment(PassState& ps, std::size_t i);
+  void send_output(const PassState& ps, int to_chunk);
+  void emit_chunk_ends();
+  int device_of(int chunk) const;
+  bool carried(int device, int unit) const;
+  std::uint64_t pass_key(PassKind kind, int unit, int chunk) const;
+
+  const std::vector<std::unique_ptr<TechniqueHook>>& hooks_;
+  bool mirror_tp_ = false;
+  std::uint32_t recv_input_label_ = 0, no_kernels_ = 0;
+  std::vector<OpId> deps_, input_;
+  std::vector<MemoryEffect> effects_;
+  std::vector<std::optional<OpId>> chain_last_;
+  std::unordered_map<std::uint64_t, OpId> pass_end_;  // last op of each pass of the rank
+};
+
+}  // namespace stratasim::strategies

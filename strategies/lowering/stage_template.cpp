@@ -1,0 +1,175 @@
+#include "strategies/lowering/stage_template.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <tuple>
+
+#include "strategies/weight_split.hpp"
+
+namespace stratasim::strategies {
+
+std::vector<Use> parameter_uses(const std::vector<Segment>& steps,
+                                const std::vector<GradUnit>& units, bool forward) {
+  const int n = static_cast<int>(steps.size());
+  int first_layer = -1, last_layer = -1;
+  for (int i = 0; i < n; ++i) {
+    if (steps[static_cast<std::size_t>(i)].layer_begin < 0) continue;
+    if (first_layer < 0) first_layer = i;
+    last_layer = i;
+  }
+  std::vector<Use> uses;
+  for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+    const GradUnit& unit = units[static_cast<std::size_t>(u)];
+    const int layer = unit.layer;
+    const bool embedding = unit.name == "embedding", head = unit.name == "head";
+    auto touches = [&](int i) {
+      const Segment& s = steps[static_cast<std::size_t>(i)];
+      if (layer >= 0) return s.layer_begin <= layer && layer < s.layer_end;
+      if (first_layer < 0) return true;
+      if (embedding) return forward ? i <= first_layer : i >= last_layer;
+      if (head) return forward ? i >= last_layer : i <= first_layer;
+      return true;
+    };
+    Use use{u, -1, -1};
+    int last_any = -1;
+    for (int i = 0; i < n; ++i) {
+      if (!touches(i)) continue;
+      if (use.first < 0) use.first = i;
+      last_any = i;
+      if (steps[static_cast<std::size_t>(i)].compute) use.last = i;
+    }
+    if (use.first < 0) continue;
+    if (use.last < 0) use.last = last_any;
+    uses.push_back(use);
+  }
+  // Units come in backward order (head, last layer to first, embedding): ties between units
+  // first touched by one merged op go in the order the pass runs them.
+  std::sort(uses.begin(), uses.end(), [forward](const Use& a, const Use& b) {
+    const int ua = forward ? -a.unit : a.unit, ub = forward ? -b.unit : b.unit;
+    return std::tie(a.first, a.last, ua) < std::tie(b.first, b.last, ub);
+  });
+  return uses;
+}
+
+UnitBuckets bucket_units(const std::vector<GradUnit>& units, std::int64_t bytes_per_parameter,
+                         std::int64_t limit) {
+  UnitBuckets out;
+  out.of_unit.assign(units.size(), 0);
+  std::int64_t params = 0;
+  int first = 0;
+  for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+    params += units[static_cast<std::size_t>(u)].parameters;
+    out.of_unit[static_cast<std::size_t>(u)] = static_cast<int>(out.buckets.size());
+    if (params * bytes_per_parameter < limit && u + 1 < static_cast<int>(units.size())) continue;
+    out.buckets.push_back({first, u, params});
+    params = 0;
+    first = u + 1;
+  }
+  return out;
+}
+
+namespace {
+
+std::vector<TemplateStep> register_steps(Program& program, const std::vector<Segment>& segments) {
+  std::vector<TemplateStep> steps;
+  for (const auto& s : segments) {
+    steps.push_back({s.compute, s.recompute, s.compute ? program.add_kernels(s.kernels) : 0,
+                     s.collective, s.bytes, program.intern_label(s.label),
+                     static_cast<std::int16_t>(s.layer_begin),
+                     static_cast<std::int16_t>(s.layer_end), s.activation_delta, &s.grads_done,
+                     s.checkpoint_delta, s.checkpoint_fetch});
+    auto& step = steps.back();
+    step.chain = s.chain;
+    step.axis = s.axis;
+    if (s.checkpoint_delta.count() > 0) {
+      step.checkpoint_out = program.add_kernels({Kernel{
+          Copy{s.checkpoint_delta, MemoryTier::device, MemoryTier::host}, "checkpoint.d2h"}});
+    }
+    if (s.checkpoint_fetch.count() > 0) {
+      step.checkpoint_in = program.add_kernels({Kernel{
+          Copy{s.checkpoint_fetch, MemoryTier::host, MemoryTier::device}, "checkpoint.h2d"}});
+    }
+  }
+  return steps;
+}
+
+Schedule checked_schedule(const PipelineSpec& spec) {
+  Schedule schedule =
+      make_schedule(spec.schedule, spec.layout.pp, spec.microbatches, spec.schedule_options);
+  const std::size_t count =
+      static_cast<std::size_t>(schedule.parts) * static_cast<std::size_t>(schedule.slices);
+  if (spec.stages.size() != count) {
+    throw std::invalid_argument(
+        "assemble_pipeline: " + std::to_string(spec.stages.size()) + " stage plans for " +
+        std::to_string(schedule.parts) + " model parts" +
+        (schedule.slices > 1 ? " of " + std::to_string(schedule.slices) + " slices" : ""));
+  }
+  return schedule;
+}
+
+}  // namespace
+
+Assembly::Assembly(const PipelineSpec& pipeline)
+    : spec(pipeline),
+      schedule(checked_schedule(pipeline)),
+      program(pipeline.layout.world_size()),
+      groups(program, pipeline, schedule),
+      templates(pipeline.stages.size()),
+      slices(schedule.slices),
+      element_size(size_of(pipeline.dtype)) {
+  program.set_overlapping_iterations(schedule.overlapping_iterations);
+  for (const auto& passes : schedule.passes) {
+    for (const Pass& x : passes) separate_recompute |= x.kind == PassKind::recompute;
+  }
+  for (std::size_t s = 0; s < templates.size(); ++s) {
+    auto& st = templates[s];
+    st.plan = schedule.split_backward ? split_backward(spec.stages[s]) : spec.stages[s];
+    st.forward = register_steps(program, st.plan.forward);
+    st.backward = register_steps(program, st.plan.backward);
+    st.weight = register_steps(program, st.plan.weight);
+    while (st.recompute_prefix < st.plan.backward.size() &&
+           st.plan.backward[st.recompute_prefix].recompute) {
+      ++st.recompute_prefix;
+    }
+    st.b_begin = separate_recompute ? st.recompute_prefix : 0;
+    st.grad_kind = st.plan.weight.empty() ? PassKind::backward : PassKind::weight;
+    for (const Segment& f : st.plan.forward) st.stash += f.activation_delta + f.checkpoint_delta;
+    st.recv_activation = program.intern_label("recv activation");
+    st.send_activation = program.intern_label("send activation");
+    st.recv_gradient = program.intern_label("recv gradient");
+    st.send_gradient = program.intern_label("send gradient");
+    st.shard = spec.zero.stage == 0 ? st.plan.parameters : shard_of(st.plan.parameters);
+  }
+}
+
+std::size_t Assembly::index_of(int chunk, int unit) const {
+  const int part = schedule.part_of_chunk[static_cast<std::size_t>(chunk)];
+  return static_cast<std::size_t>(part * slices + unit % slices);
+}
+
+SegmentRange Assembly::range_of(const Pass& pass) const {
+  const StageTemplate& st = of(pass);
+  switch (pass.kind) {
+    case PassKind::forward:
+      return {&st.forward, 0, st.forward.size()};
+    case PassKind::recompute:
+      return {&st.backward, 0, st.b_begin};
+    case PassKind::backward:
+      return {&st.backward, st.b_begin, st.backward.size()};
+    case PassKind::weight:
+      break;
+  }
+  return {&st.weight, 0, st.weight.size()};
+}
+
+std::int64_t Assembly::shard_of(std::int64_t parameters) const {
+  const std::int64_t dp = spec.layout.dp;
+  return dp > 1 ? (parameters + dp - 1) / dp : parameters;
+}
+
+std::uint32_t Assembly::copy_kernels(std::int64_t bytes, MemoryTier from, MemoryTier to,
+                                     std::string name) {
+  return program.add_kernels({Kernel{Copy{Bytes(bytes), from, to}, std::move(name)}});
+}
+
+}  // namespace stratasim::strategies

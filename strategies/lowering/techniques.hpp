@@ -1,0 +1,242 @@
+// The techniques of the pipeline assembly, each a TechniqueHook (strategies/lowering/hooks.hpp).
+// assemble_pipeline installs, in this order, those a PipelineSpec asks for:
+//
+//   ActivationOffload      spec.zero.offload_activations
+//   Zero3ParameterFetch    spec.zero.stage == 3
+//   CompressedGradients    spec.grad_compression enabled, ZeRO stage 0, dp group > 1
+//   DataParallelAllReduce  otherwise with ZeRO stage 0 and a dp group > 1
+//   ZeroGradientSync       spec.zero.stage >= 1
+//   EmbeddingSync          tied embeddings split over two devices (Communicators)
+//   OptimizerOffload       spec.zero.offload_optimizer; otherwise DeviceOptimizerStep
+//
+// Every hook says below what it issues at which moment. Bytes are per rank; "e" is the size of
+// the training dtype; a shard is ceil(parameters / dp) (Assembly::shard_of). The ZeRO and
+// offload semantics are those of ZeroSettings (strategies/lowering/pipeline_spec.hpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "strategies/lowering/hooks.hpp"
+
+namespace stratasim::strategies {
+
+/// Activation checkpoints wait on the host (ZeRO-R's offloaded checkpoints).
+/// before_segment: a segment with a checkpoint_fetch first issues its copy back from the host
+///   (copy stream, Phase::recompute, label "checkpoint from host", device +fetch, host -fetch),
+///   waiting for the pass's op before the previous one (one op to hide it behind); the
+///   segment waits for the copy.
+/// after_segment: a segment storing a checkpoint (checkpoint_delta > 0) is followed by its copy
+///   to the host (copy stream, "checkpoint to host", host +delta, device -delta).
+class ActivationOffload : public TechniqueHook {
+ public:
+  explicit ActivationOffload(Assembly& assembly);
+  void before_segment(RankEmitter&, const PassState&, SegmentState&) override;
+  void after_segment(RankEmitter&, const PassState&, const SegmentState&, OpId) override;
+
+ private:
+  std::uint32_t out_label_, in_label_;
+};
+
+/// ZeRO-3: each gradient unit's parameters gathered before each use and released after it, and
+/// the parameter offload (ZeRO-Infinity) around it.
+/// chunk_held: with offload_params, the parameter shard (shard * parameter bytes) on the host
+///   (or NVMe).
+/// rank_begins: lists the rank's uses (parameter_uses of every pass in issue order) and issues
+///   the first 1 + prefetch_layers fetches. A fetch of use j waits for the release of use
+///   j - prefetch_layers - 1: with offload_params a copy of the unit's shard to the device (copy
+///   stream, "param fetch <unit>"), then with dp > 1 an all-gather of the unit (dp-comm stream,
+///   "param all-gather <unit>", +e * parameters, the copied shard freed). Fetches have
+///   Phase::forward for forward and recompute passes, Phase::backward for backward ones, the
+///   microbatch of the pass using them and the unit's layer (GradUnit::layer).
+/// before_segment: a segment first using a unit waits for its fetch (issued now if not yet);
+///   a segment last computing with it releases e * parameters.
+/// after_segment: records the releases and issues the fetches they allow.
+/// after_optimizer_step: the updated shard to where parameters live when not written in place:
+///   host to device (optimizer offload only), device to host or NVMe (parameter offload only),
+///   host to NVMe (both, with nvme; on the host stream).
+class Zero3ParameterFetch : public TechniqueHook {
+ public:
+  explicit Zero3ParameterFetch(Assembly& assembly);
+  OpCount count_pass(const Pass& pass) const override;
+  void chunk_held(RankEmitter&, int chunk) override;
+  void rank_begins(RankEmitter&) override;
+  void before_segment(RankEmitter&, const PassState&, SegmentState&) override;
+  void after_segment(RankEmitter&, const PassState&, const SegmentState&, OpId) override;
+  void after_optimizer_step(RankEmitter&, std::size_t slot, OpId step) override;
+
+ private:
+  struct Units {  // per template
+    std::vector<Use> forward_uses, backward_uses, recompute_uses;
+    std::vector<std::uint32_t> gather_label, fetch_label, fetch_kernels;  // per unit
+    std::uint32_t params_back = 0, params_back_label = 0;
+    bool params_back_needed = false;
+  };
+  const std::vector<Use>& uses_of(const Pass& pass) const;
+  void make_params_back(Units& units, std::int64_t shard);
+  void emit_fetch(RankEmitter& rank);
+  void try_prefetch(RankEmitter& rank);
+
+  Assembly& assembly_;
+  bool fetching_;  // dp > 1 or parameter offload: every unit is fetched before each use
+  std::size_t ahead_;
+  MemoryTier offload_tier_;
+  std::vector<Units> units_;
+  const std::vector<Use> no_uses_;
+  // The rank's uses: offsets of each pass's first use, per use its fetch and its release.
+  std::vector<std::size_t> pass_offset_;
+  std::vector<OpId> fetched_, released_, fetch_deps_;
+  std::size_t next_fetch_ = 0;
+};
+
+/// Compressed data-parallel gradient synchronisation (PipelineSpec::grad_compression): the dense
+/// all-reduce's buckets (bucket_units by dp_bucket_size bytes), each running compressed_sync()'s
+/// steps (labels "dp grad <step> bucket <i>[ chunk <c>]").
+/// chunk_held: top-k's error-feedback residual of every bucket as gradients.
+/// after_segment: with dp_overlap, in the chunk's last gradient pass, a bucket whose last unit
+///   the segment completes issues its head (the steps up to its first collective).
+/// gradients_complete: the heads not issued yet (after the chunk's last gradient pass), then
+///   the remaining steps of every bucket in order.
+class CompressedGradients : public TechniqueHook {
+ public:
+  explicit CompressedGradients(Assembly& assembly);
+  OpCount count_chunk(int chunk) const override;
+  void chunk_held(RankEmitter&, int chunk) override;
+  void rank_begins(RankEmitter&) override;
+  void after_segment(RankEmitter&, const PassState&, const SegmentState&, OpId) override;
+  void gradients_complete(RankEmitter&, std::size_t slot) override;
+
+ private:
+  struct Sync {
+    UnitBucket bucket;
+    CompressedSync sync;
+    std::vector<std::uint32_t> kernels;  // per step (compute steps)
+    std::size_t head = 0;
+  };
+  struct Buckets {  // per template
+    std::vector<Sync> syncs;
+    std::vector<int> of_unit;
+    Bytes residual;
+  };
+  OpId emit_sync(RankEmitter& rank, const Sync& b, std::size_t begin, std::size_t end, OpId dep,
+                 const std::string& suffix);
+
+  Assembly& assembly_;
+  std::vector<Buckets> buckets_;
+  std::vector<std::vector<OpId>> head_;  // per chunk held and bucket: its head's last op
+};
+
+/// ZeRO stage 0: the gradients all-reduced over the dp group in buckets of dp_bucket_size bytes
+/// (DDP / Megatron overlap_grad_reduce).
+/// gradients_complete: per bucket an all-reduce (dp-comm, "dp grad all-reduce bucket <i>[ chunk
+///   <c>]") after the op completing its last unit in the chunk's last gradient pass
+///   (dp_overlap), or after that pass.
+class DataParallelAllReduce : public TechniqueHook {
+ public:
+  explicit DataParallelAllReduce(Assembly& assembly);
+  void gradients_complete(RankEmitter&, std::size_t slot) override;
+
+ private:
+  Assembly& assembly_;
+  std::vector<UnitBuckets> buckets_;  // per template
+};
+
+/// ZeRO stages 1 to 3: gradients reduce-scattered in buckets of reduce_bucket_size elements
+/// ("grad reduce-scatter bucket <i>", dp-comm, with dp > 1), each bucket's shard copied to the
+/// host with optimizer offload ("grad to host bucket <i>", copy stream).
+/// Stages 2 and 3 (with dp > 1 or optimizer offload), every gradient pass:
+///   before_segment: a compute segment completing a bucket's first unit allocates the bucket
+///     (e * parameters, comm_buffers);
+///   after_segment: with dp_overlap, one completing its last unit reduces it (and frees it);
+///   pass_ends: buckets not reduced yet are reduced after the pass.
+/// Stage 1: gradients_complete reduces every bucket after the op completing its last unit in
+///   the last gradient pass (dp_overlap) or after that pass.
+/// Stages 1 and 2: after_optimizer_step all-gathers the updated parameters in buckets of
+///   allgather_bucket_size elements ("param all-gather bucket <i>"), with optimizer offload
+///   each bucket's shard first copied to the device ("params to device bucket <i>").
+class ZeroGradientSync : public TechniqueHook {
+ public:
+  explicit ZeroGradientSync(Assembly& assembly);
+  OpCount count_pass(const Pass& pass) const override;
+  OpCount count_chunk(int chunk) const override;
+  void pass_begins(RankEmitter&, const PassState&) override;
+  void before_segment(RankEmitter&, const PassState&, SegmentState&) override;
+  void after_segment(RankEmitter&, const PassState&, const SegmentState&, OpId) override;
+  void pass_ends(RankEmitter&, const PassState&, OpId last) override;
+  void gradients_complete(RankEmitter&, std::size_t slot) override;
+  void after_optimizer_step(RankEmitter&, std::size_t slot, OpId step) override;
+
+ private:
+  struct Bucket {
+    UnitBucket units;
+    std::uint32_t copy_kernels;  // the reduced shard to the host (optimizer offload)
+    std::uint32_t reduce_label, copy_label;
+  };
+  struct Gather {  // a post-step all-gather bucket
+    std::int64_t elements;
+    std::uint32_t label, copy, copy_label;
+  };
+  struct Buckets {  // per template
+    std::vector<Bucket> reduce;
+    std::vector<int> of_unit;
+    std::vector<Gather> gather;
+  };
+  bool reduces(const PassState& ps, const SegmentState& seg) const;
+  void emit_bucket(RankEmitter& rank, const Bucket& b, OpId dep, int microbatch, bool transient);
+
+  Assembly& assembly_;
+  bool per_microbatch_;  // stages 2 and 3: every microbatch's gradients through transient buckets
+  std::vector<Buckets> buckets_;
+  std::vector<std::uint8_t> allocated_, emitted_;  // this gradient pass's buckets
+};
+
+/// Tied embeddings split over the first and last device (Megatron's embedding group).
+/// gradients_complete: for the first and last part, an all-reduce of embedding_sync_bytes
+///   ("embedding grad all-reduce", dp-comm) after the chunk's last gradient pass.
+class EmbeddingSync : public TechniqueHook {
+ public:
+  explicit EmbeddingSync(Assembly& assembly);
+  void gradients_complete(RankEmitter&, std::size_t slot) override;
+
+ private:
+  Assembly& assembly_;
+  std::uint32_t label_;
+};
+
+/// The optimizer step on the device: Adam over the chunk's shard ("adam" kernel, compute
+/// stream, Phase::optimizer, "optimizer step") after the last op on the dp-comm stream, or
+/// after the last gradient pass when there is none.
+class DeviceOptimizerStep : public TechniqueHook {
+ public:
+  explicit DeviceOptimizerStep(Assembly& assembly);
+  std::optional<OpId> optimizer_step(RankEmitter&, std::size_t slot) override;
+
+ private:
+  std::vector<std::uint32_t> kernels_;  // per template
+  std::uint32_t label_;
+};
+
+/// ZeRO-Offload: the optimizer step on the host.
+/// chunk_held: fp32 gradients of the shard (4 bytes each) on the host, the optimizer states of
+///   the shard on the host (or NVMe).
+/// optimizer_step: "cpu adam" on the host stream ("optimizer step (host)") after the last ops of
+///   the dp-comm and copy streams; with nvme the states are read before it and written after
+///   it ("optimizer states from nvme", "optimizer states to nvme").
+class OptimizerOffload : public TechniqueHook {
+ public:
+  explicit OptimizerOffload(Assembly& assembly);
+  void chunk_held(RankEmitter&, int chunk) override;
+  std::optional<OpId> optimizer_step(RankEmitter&, std::size_t slot) override;
+
+ private:
+  struct Kernels {  // per template
+    std::uint32_t step = 0, states_in = 0, states_out = 0;
+  };
+  Assembly& assembly_;
+  std::vector<Kernels> kernels_;
+  std::uint32_t label_, states_in_label_ = 0, states_out_label_ = 0;
+};
+
+}  // namespace stratasim::strategies
