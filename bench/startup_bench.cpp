@@ -1,9 +1,9 @@
 // What starting the stratasim executable costs: runs `stratasim --version` and a simulation of
 // the 1,024-GPU GPT-3 demo several times, each as its own process (fork, exec, wait4), and
-// prints the median wall time and the largest maximum resident set size (ru_maxrss of the
-// child), then which shared libraries each command loaded (one more run with the dynamic
-// loader's LD_DEBUG=libs written to a file: every library it initialised, dlopen'ed ones too),
-// naming the GPU (CUDA, cuBLAS, NCCL), MPI and protobuf libraries among them. A bench, not a
+// prints the median (and smallest) wall time and the largest maximum resident set size
+// (ru_maxrss of the child), then which shared libraries each command loaded (one more run with the
+// dynamic loader's LD_DEBUG=libs written to a file: every library it initialised, dlopen'ed ones
+// too), naming the GPU (CUDA, cuBLAS, NCCL), MPI and protobuf libraries among them. A bench, not a
 // test: it times things. stdout and stderr of the runs are discarded.
 //   bench_startup [--runs N] [--sim-runs M] [BINARY]
 // BINARY defaults to the stratasim built with this bench; N (default 10) runs of --version,
@@ -63,7 +63,10 @@ Sample run(const std::vector<std::string>& argv, const std::vector<std::string>&
   }
   const auto end = std::chrono::steady_clock::now();
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::cerr << "bench_startup: " << argv[0] << " " << argv[1] << " failed (status " << status
+    std::cerr << "bench_startup: " << argv[0] << " " << argv[1] << " failed ("
+              << (WIFEXITED(status) ? "exit code " + std::to_string(WEXITSTATUS(status)) +
+                                          (WEXITSTATUS(status) == 127 ? ": cannot execute" : "")
+                                    : "signal " + std::to_string(WTERMSIG(status)))
               << ")\n";
     std::exit(1);
   }
@@ -116,10 +119,10 @@ void measure(const std::string& what, const std::vector<std::string>& argv, int 
   for (const auto& l : libs) {
     if (is_heavy(l)) heavy.push_back(fs::path(l).filename().string());
   }
-  std::cout << std::left << std::setw(28) << what << std::right << std::fixed << " median "
-            << std::setprecision(1) << std::setw(7) << median * 1e3 << " ms, max RSS "
-            << std::setw(6) << rss << " MiB (" << runs << " runs); " << libs.size()
-            << " libraries loaded; GPU/MPI/protobuf/plugins: ";
+  std::cout << std::left << std::setw(26) << what << std::right << std::fixed
+            << std::setprecision(1) << " median " << std::setw(7) << median * 1e3 << " ms (min "
+            << walls.front() * 1e3 << "), max RSS " << rss << " MiB (" << runs << " runs); "
+            << libs.size() << " libraries loaded; GPU/MPI/protobuf/plugins: ";
   if (heavy.empty()) std::cout << "none";
   for (std::size_t i = 0; i < heavy.size(); ++i) std::cout << (i ? ", " : "") << heavy[i];
   std::cout << "\n";
