@@ -11,8 +11,8 @@
 //      for build/cli/stratasim, build/tests/test_*, build/bench/bench_*) and an installation
 //      would (PREFIX/bin/stratasim, PREFIX/lib/stratasim/).
 // Plugins are loaded with RTLD_NOW (a missing dependency or symbol fails the load, not a later
-// call) and RTLD_GLOBAL (OpenMPI's own components, loaded by MPI_Init, resolve libmpi's symbols
-// in the global scope), and never unloaded.
+// call) and RTLD_GLOBAL (some of OpenMPI's components, which MPI_Init may load, use libmpi's
+// symbols without linking libmpi: they find them in the global scope), and never unloaded.
 #pragma once
 
 #include <filesystem>

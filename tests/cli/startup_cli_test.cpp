@@ -4,6 +4,7 @@
 // log (LD_DEBUG=libs: every library it initialises, dlopen'ed ones too).
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "cli/cli_helpers.hpp"
@@ -108,4 +109,29 @@ TEST_CASE("startup: a sweep under an MPI launcher without the MPI plugin says so
   CHECK(r.output.find("without mpirun") != std::string::npos);
   CHECK(!fs::exists(dir / "s.csv"));
   fs::remove_all(dir);
+}
+
+TEST_CASE("startup: the CUDA plugin's MPI world starts MPI under mpirun") {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) {
+    MESSAGE("mpirun is not installed: the CUDA plugin's MPI world is not tested");
+    return;
+  }
+  // Two processes for a strategy of eight ranks: every process initialises MPI inside the
+  // plugin, checks, agrees with the other (MPI_Allreduce) and stops with the same clear error.
+  const auto r = shell(
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm=isolated "
+      "OMPI_MCA_rmaps_base_oversubscribe=1 timeout 120 mpirun --allow-run-as-root "
+      "--oversubscribe -np 2 " +
+      std::string(STRATASIM_BINARY) + " run " + kTiny + " --iterations 1 --launch mpi");
+  CAPTURE(r.output);
+  CHECK(r.status != 0);
+#ifdef STRATASIM_HAVE_CUDA_DEVICE
+  const bool explained =
+      r.output.find("the strategy needs 8 ranks; mpirun started 2 processes") !=
+          std::string::npos ||
+      r.output.find("has no MPI") != std::string::npos;  // a CUDA build without MPI
+  CHECK(explained);
+#else
+  CHECK(r.output.find("has no CUDA device") != std::string::npos);
+#endif
 }
