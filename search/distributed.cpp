@@ -156,13 +156,15 @@ std::size_t MpiWorld::run(std::size_t first, std::size_t count, int jobs,
   while (senders > 0) {
     int source = 0, tag = 0, length = 0;
     const int waiting = mpi_->poll(&source, &tag, &length);
-    if (waiting < 0) throw std::runtime_error("MPI: MPI_Iprobe failed");
     if (waiting == 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       continue;
     }
-    buffer.resize(static_cast<std::size_t>(std::max(length, 1)));
-    check(mpi_->receive(buffer.data(), length, source, tag), "MPI_Recv");
+    if (waiting > 0) buffer.resize(static_cast<std::size_t>(std::max(length, 1)));
+    if (waiting < 0 || mpi_->receive(buffer.data(), length, source, tag) != 0) {
+      local.join();  // (MPI's default error handler aborts first; this is for one that returns)
+      throw std::runtime_error("MPI: receiving the other processes' rows failed");
+    }
     if (tag == kDone) {
       --senders;
       continue;
