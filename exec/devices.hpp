@@ -1,6 +1,8 @@
 // Choosing the device a real run uses: the host device (CPU threads, always built) or the CUDA
-// device (built where the CUDA toolkit is found; exec/cuda/). This header is the only one the CLI
-// and calibration need: it compiles without CUDA, and says at run time what is available.
+// device (exec/cuda/, built where the CUDA toolkit is found into a plugin, libstratasim_cuda.so,
+// loaded the first time one of the functions below needs it: exec/cuda_plugin.hpp). This header
+// is the only one the CLI and calibration need: it compiles without CUDA, and says at run time
+// what is available; only a call that needs the CUDA device loads CUDA.
 #pragma once
 
 #include <memory>
@@ -33,15 +35,18 @@ struct WorldOptions {
   Launch launch = Launch::automatic;
 };
 
-/// Whether this build has the CUDA device (the toolkit was found when it was configured).
-bool cuda_built();
-/// GPUs this process can see (0 without CUDA, without a driver or without GPUs).
+/// Whether the CUDA device is there: this build has it (the toolkit was found when it was
+/// configured) and its plugin loads (loads it on the first call; says nothing about GPUs).
+bool cuda_available();
+/// GPUs this process can see (0 without the CUDA device, without a driver or without GPUs).
 int visible_gpus();
-/// "NVIDIA H100 80GB HBM3, CUDA 13.0, NCCL 2.28.3", or why there is no GPU.
+/// "NVIDIA H100 80GB HBM3, CUDA 13.0, NCCL 2.28.3", or why there is no GPU: no driver, or no
+/// CUDA device in this build, or its plugin not found or not loadable (naming what is missing).
 std::string cuda_description();
 
 /// A World running `plan` on `kind` devices. Throws ExecError when the devices are not there:
-/// "the strategy needs 8 GPUs; this machine has 1" (CUDA), or the build has no CUDA device.
+/// "the strategy needs 8 GPUs; this machine has 1" (CUDA), or the CUDA device is not available
+/// (cuda_description() says why).
 std::unique_ptr<World> make_world(DeviceKind kind, const ExecPlan& plan,
                                   const WorldOptions& options);
 

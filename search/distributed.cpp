@@ -1,7 +1,8 @@
 // Sweeps across MPI processes (see distributed.hpp). Rows travel as one message each: 8 bytes
 // of item index then the CSV line (tag kRow); a process that has finished its share sends an
 // empty kDone message. Rank 0 polls for messages (MPI_Iprobe and a short sleep, not a blocking
-// probe that would spin a core its own worker threads need).
+// probe that would spin a core its own worker threads need). The MPI calls go through the MPI
+// plugin's table (search/mpi_plugin.hpp).
 #include "search/distributed.hpp"
 
 #include <chrono>
@@ -14,11 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "hw_models/plugin.hpp"
+#include "search/mpi_plugin.hpp"
 #include "search/sweep.hpp"
-
-#ifdef STRATASIM_HAVE_MPI
-#include <mpi.h>
-#endif
 
 namespace stratasim::search {
 
@@ -35,37 +34,58 @@ int launcher_world_size() {
   return 0;
 }
 
-#ifdef STRATASIM_HAVE_MPI
-
-bool mpi_built() {
-  return true;
-}
-
 namespace {
+
 constexpr int kRow = 1;
 constexpr int kDone = 2;
+
+const char* const kWithoutMpi = "; or run the sweep without mpirun (it uses threads: --jobs)";
+
+// The MPI plugin's table, loaded once; throws std::runtime_error saying why there is none.
+const StratasimMpiTransport& transport() {
+#ifndef STRATASIM_MPI_PLUGIN
+  throw std::runtime_error(
+      "started by an MPI launcher (mpirun), but this stratasim was built without MPI: install "
+      "OpenMPI's development files (libopenmpi-dev) and rebuild" +
+      std::string(kWithoutMpi));
+#else
+  static const StratasimMpiTransport* const table = [] {
+    try {
+      const Plugin plugin = load_plugin(STRATASIM_MPI_PLUGIN);
+      const StratasimMpiTransport* t =
+          plugin_function<MpiTransportEntry>(plugin, kMpiTransportEntry)();
+      if (t == nullptr || t->abi != STRATASIM_MPI_TRANSPORT_ABI) {
+        throw PluginError(plugin.path.string() +
+                          " comes from another version of stratasim; build it with this one");
+      }
+      return t;
+    } catch (const PluginError& e) {
+      throw std::runtime_error(
+          "started by an MPI launcher (mpirun), but MPI could not be loaded: " +
+          std::string(e.what()) + kWithoutMpi);
+    }
+  }();
+  return *table;
+#endif
+}
+
+void check(int status, const char* call) {
+  if (status != 0) throw std::runtime_error(std::string("MPI: ") + call + " failed");
+}
+
 }  // namespace
 
-MpiWorld::MpiWorld() {
-  int provided = 0;
-  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
-    throw std::runtime_error("MPI_Init_thread failed");
-  }
-  if (provided < MPI_THREAD_SERIALIZED) {
-    MPI_Finalize();
-    throw std::runtime_error(
-        "the MPI library does not support calls from worker threads (MPI_THREAD_SERIALIZED)");
-  }
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+MpiWorld::MpiWorld() : mpi_(&transport()) {
+  char error[256] = "";
+  if (mpi_->init(&rank_, &size_, error, sizeof error) != 0) throw std::runtime_error(error);
 }
 
 MpiWorld::~MpiWorld() {
-  MPI_Finalize();
+  mpi_->finalize();
 }
 
 long long MpiWorld::broadcast(long long value) const {
-  MPI_Bcast(&value, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+  check(mpi_->broadcast(&value), "MPI_Bcast");
   return value;
 }
 
@@ -80,12 +100,12 @@ std::size_t MpiWorld::run(std::size_t first, std::size_t count, int jobs,
     mine.push_back(i);
   }
   if (rank_ != 0) {
-    auto send = [](std::size_t i, std::string&& line) {
+    auto send = [this](std::size_t i, std::string&& line) {
       std::string message(sizeof(std::uint64_t), '\0');
       const auto index = static_cast<std::uint64_t>(i);
       std::memcpy(message.data(), &index, sizeof index);
       message += line;
-      MPI_Send(message.data(), static_cast<int>(message.size()), MPI_CHAR, 0, kRow, MPI_COMM_WORLD);
+      check(mpi_->send(message.data(), static_cast<int>(message.size()), kRow), "MPI_Send");
     };
     std::exception_ptr error;
     if (!mine.empty()) {
@@ -95,7 +115,7 @@ std::size_t MpiWorld::run(std::size_t first, std::size_t count, int jobs,
         error = std::current_exception();
       }
     }
-    MPI_Send(nullptr, 0, MPI_CHAR, 0, kDone, MPI_COMM_WORLD);
+    check(mpi_->send(nullptr, 0, kDone), "MPI_Send");
     if (error) std::rethrow_exception(error);
     return 0;
   }
@@ -134,19 +154,18 @@ std::size_t MpiWorld::run(std::size_t first, std::size_t count, int jobs,
   int senders = size_ - 1;
   std::vector<char> buffer;
   while (senders > 0) {
-    int flag = 0;
-    MPI_Status status;
-    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &status);
-    if (flag == 0) {
+    int source = 0, tag = 0, length = 0;
+    const int waiting = mpi_->poll(&source, &tag, &length);
+    if (waiting == 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       continue;
     }
-    int length = 0;
-    MPI_Get_count(&status, MPI_CHAR, &length);
-    buffer.resize(static_cast<std::size_t>(std::max(length, 1)));
-    MPI_Recv(buffer.data(), length, MPI_CHAR, status.MPI_SOURCE, status.MPI_TAG, MPI_COMM_WORLD,
-             MPI_STATUS_IGNORE);
-    if (status.MPI_TAG == kDone) {
+    if (waiting > 0) buffer.resize(static_cast<std::size_t>(std::max(length, 1)));
+    if (waiting < 0 || mpi_->receive(buffer.data(), length, source, tag) != 0) {
+      local.join();  // (MPI's default error handler aborts first; this is for one that returns)
+      throw std::runtime_error("MPI: receiving the other processes' rows failed");
+    }
+    if (tag == kDone) {
       --senders;
       continue;
     }
@@ -161,30 +180,5 @@ std::size_t MpiWorld::run(std::size_t first, std::size_t count, int jobs,
   if (error) std::rethrow_exception(error);
   return emitted;
 }
-
-#else
-
-bool mpi_built() {
-  return false;
-}
-
-MpiWorld::MpiWorld() {
-  throw std::runtime_error(
-      "started by an MPI launcher (mpirun), but this stratasim was built without MPI: install "
-      "OpenMPI's development files (libopenmpi-dev) and rebuild, or run the sweep without "
-      "mpirun (it uses threads: --jobs)");
-}
-MpiWorld::~MpiWorld() = default;
-long long MpiWorld::broadcast(long long value) const {
-  return value;
-}
-std::size_t MpiWorld::run(std::size_t, std::size_t, int,
-                          const std::function<std::string(std::size_t)>&,
-                          const std::function<void(std::size_t, std::string&&)>&,
-                          const std::function<void()>&, const std::atomic<bool>*) const {
-  return 0;
-}
-
-#endif
 
 }  // namespace stratasim::search

@@ -2,7 +2,8 @@
 // K-th combination (with its own threads) and rank 0 gathers the rows as they finish and
 // writes the one CSV, in the same order and with the same bytes as a threaded run. MPI is used
 // only when a launcher started the process (launcher_world_size() > 0), so a plain run never
-// initialises it; the MPI part is built only where CMake finds MPI (STRATASIM_HAVE_MPI).
+// loads it: the MPI calls are in a plugin, libstratasim_mpi.so (search/mpi_plugin.hpp), built
+// only where CMake finds MPI and loaded by the first MpiWorld.
 #pragma once
 
 #include <atomic>
@@ -10,18 +11,18 @@
 #include <functional>
 #include <string>
 
+struct StratasimMpiTransport;
+
 namespace stratasim::search {
 
 /// The world size an MPI launcher announces in the environment (OMPI_COMM_WORLD_SIZE,
 /// PMIX_SIZE / PMIX_RANK, PMI_SIZE, MV2_COMM_WORLD_SIZE); 0 when no launcher started us.
 int launcher_world_size();
 
-/// Whether this build can run across MPI processes.
-bool mpi_built();
-
 /// The MPI world of this process, initialised on construction (with MPI_THREAD_SERIALIZED:
 /// worker threads send rows one at a time) and finalised on destruction. Throws
-/// std::runtime_error when MPI is not built in or fails to start.
+/// std::runtime_error when this build has no MPI, when the MPI plugin is not found or does not
+/// load (naming what is missing), or when MPI fails to start.
 class MpiWorld {
  public:
   MpiWorld();
@@ -45,6 +46,7 @@ class MpiWorld {
                   const std::function<void()>& on_done, const std::atomic<bool>* stop) const;
 
  private:
+  const StratasimMpiTransport* mpi_ = nullptr;
   int rank_ = 0;
   int size_ = 1;
 };

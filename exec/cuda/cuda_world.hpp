@@ -1,5 +1,6 @@
-// The CUDA device's entry points, compiled only where the CUDA toolkit is found
-// (STRATASIM_HAVE_CUDA). exec/devices.cpp calls them; nothing else includes CUDA headers.
+// The CUDA device's entry points, compiled only where the CUDA toolkit is found, into the CUDA
+// plugin (libstratasim_cuda.so), whose table (exec/cuda_plugin.hpp, exec/cuda/plugin.cpp) hands
+// them to exec/devices.cpp; nothing outside the plugin includes CUDA headers.
 #pragma once
 
 #include <memory>

@@ -17,6 +17,7 @@ inline std::filesystem::path write_temp(const std::string& name, const std::stri
   auto dir = std::filesystem::temp_directory_path() / folder;
   std::filesystem::create_directories(dir);
   auto path = dir / name;
+  std::filesystem::create_directories(path.parent_path());  // names like "profiles/p.json"
   std::ofstream(path) << text;
   return path;
 }
