@@ -67,8 +67,9 @@ class Result:
     r[key] reads the report (the keys of report.json); r.report is the whole dict.
     """
 
-    def __init__(self, native):
+    def __init__(self, native, timed=True):
         self._native = native
+        self._timed = timed  # False: memory(), an estimate without times
         self.report = json.loads(native.report_json())
 
     def __getitem__(self, key):
@@ -82,8 +83,9 @@ class Result:
         return self._native.completed()
 
     def summary(self):
-        """The summary `stratasim simulate` prints."""
-        return self._native.summary()
+        """The summary the command prints: `stratasim simulate`'s, or for memory()
+        `stratasim memory`'s (its times would all be zero)."""
+        return self._native.summary() if self._timed else self._native.memory_summary()
 
     def memory_summary(self):
         """The summary `stratasim memory` prints."""
@@ -91,12 +93,13 @@ class Result:
 
     def timeline(self, frame=True):
         """Every op's span: rank, stream, op, phase, microbatch (-1: none), label, start_s,
-        end_s; the traced ranks only, as timeline.json (mirrored replicas: exact=True)."""
+        end_s, for every simulated rank (where replicas are mirrored, those that run ops;
+        exact=True simulates all)."""
         return _columns(self._native.spans(), frame)
 
     def memory(self, frame=True):
-        """Every change of a rank's allocation: rank, tier, time_s, total_bytes, op (empty for
-        memory(), which does not time ops)."""
+        """Every change of a traced rank's allocation (simulate's trace_ranks), as memory.csv:
+        rank, tier, time_s, total_bytes, op. Empty for memory(), which does not time ops."""
         return _columns(self._native.memory(), frame)
 
     def write(self, directory):
@@ -122,7 +125,7 @@ def simulate(experiment, set=None, exact=False, trace_ranks="auto", profile=None
 
 def memory(experiment, set=None, exact=False):
     """Peak memory per rank without timing (`stratasim memory`)."""
-    return Result(_core.memory(load(experiment, set), exact))
+    return Result(_core.memory(load(experiment, set), exact), timed=False)
 
 
 def _value(text):

@@ -196,6 +196,7 @@ class Memory(unittest.TestCase):
         printed = run_cli("memory", SMALL).stdout
         m = stratasim.memory(SMALL)
         self.assertEqual(m.memory_summary(), printed)
+        self.assertEqual(m.summary(), printed)  # not a simulation's summary with zero times
 
     def test_peaks_equal_the_simulation_s(self):
         with tempfile.TemporaryDirectory() as out:
