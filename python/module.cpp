@@ -36,7 +36,8 @@ namespace {
 
 std::vector<strategies::Override> overrides_of(const std::vector<std::string>& sets) {
   std::vector<strategies::Override> out;
-  for (const auto& s : sets) out.push_back(study::parse_set(s, "--set " + s));
+  // Named as the CLI names them ("command line (--set ...)"), so that messages are the same.
+  for (const auto& s : sets) out.push_back(study::parse_set(s));
   return out;
 }
 

@@ -63,7 +63,17 @@ std::vector<Combination> search_space(const strategies::Experiment& base, const 
           if (dp == 1 && zero != s.zero.front()) continue;
           for (const auto& recompute : s.recompute) {
             for (int mb : s.micro_batch) {
-              out.push_back({tp, pp, dp, zero, recompute, mb, "", -1, gpus});
+              out.push_back({.tp = tp,
+                             .pp = pp,
+                             .dp = dp,
+                             .zero = zero,
+                             .recompute = recompute,
+                             .micro_batch = mb,
+                             .schedule = "",
+                             .sequence_parallel = -1,
+                             .virtual_stages = 0,
+                             .sequence_slices = 0,
+                             .gpus = gpus});
             }
           }
         }

@@ -54,7 +54,14 @@ std::vector<Combination> enumerate(const Grid& g) {
             for (int mb : g.micro_batch) {
               for (const auto& schedule : schedules) {
                 for (int sp : sps) {
-                  out.push_back({tp, pp, dp, zero, recompute, mb, schedule, sp, 0});
+                  out.push_back({.tp = tp,
+                                 .pp = pp,
+                                 .dp = dp,
+                                 .zero = zero,
+                                 .recompute = recompute,
+                                 .micro_batch = mb,
+                                 .schedule = schedule,
+                                 .sequence_parallel = sp});
                 }
               }
             }

@@ -17,6 +17,8 @@ import csv
 import io
 import json
 
+import numpy as _numpy
+
 from . import _core
 from ._core import BadInput, Experiment, SimulationFailed
 
@@ -28,6 +30,12 @@ try:  # pandas is optional (Debian's python3-pandas): DataFrames where it is ins
     import pandas as _pandas
 except ImportError:  # pragma: no cover - depends on the machine
     _pandas = None
+
+
+def _columns(native, frame):
+    """Columns as numpy arrays (strings too), or a DataFrame of them where pandas is there."""
+    columns = {k: _numpy.asarray(v) for k, v in native.items()}
+    return _pandas.DataFrame(columns) if frame and _pandas is not None else columns
 
 
 def _sets(set):
@@ -47,6 +55,8 @@ def load(experiment, set=None):
             raise BadInput("set: an Experiment is already loaded; pass its file or dict instead")
         return experiment
     if isinstance(experiment, dict):
+        if "name" not in experiment:  # a file needs one; a dict is named "<dict>" in reports
+            experiment = {"name": "<dict>", **experiment}
         return _core.from_json(json.dumps(experiment), _sets(set))
     return _core.load(str(experiment), _sets(set))
 
@@ -57,8 +67,9 @@ class Result:
     r[key] reads the report (the keys of report.json); r.report is the whole dict.
     """
 
-    def __init__(self, native):
+    def __init__(self, native, timed=True):
         self._native = native
+        self._timed = timed  # False: memory(), an estimate without times
         self.report = json.loads(native.report_json())
 
     def __getitem__(self, key):
@@ -72,22 +83,24 @@ class Result:
         return self._native.completed()
 
     def summary(self):
-        """The summary `stratasim simulate` prints."""
-        return self._native.summary()
+        """The summary the command prints: `stratasim simulate`'s, or for memory()
+        `stratasim memory`'s (its times would all be zero)."""
+        return self._native.summary() if self._timed else self._native.memory_summary()
 
     def memory_summary(self):
         """The summary `stratasim memory` prints."""
         return self._native.memory_summary()
 
     def timeline(self, frame=True):
-        """Every op's span: rank, stream, op, phase, microbatch, label, start_s, end_s."""
-        columns = self._native.spans()
-        return _pandas.DataFrame(columns) if frame and _pandas is not None else columns
+        """Every op's span: rank, stream, op, phase, microbatch (-1: none), label, start_s,
+        end_s, for every simulated rank (where replicas are mirrored, those that run ops;
+        exact=True simulates all)."""
+        return _columns(self._native.spans(), frame)
 
     def memory(self, frame=True):
-        """Every change of a rank's allocation: rank, tier, time_s, total_bytes, op."""
-        columns = self._native.memory()
-        return _pandas.DataFrame(columns) if frame and _pandas is not None else columns
+        """Every change of a traced rank's allocation (simulate's trace_ranks), as memory.csv:
+        rank, tier, time_s, total_bytes, op. Empty for memory(), which does not time ops."""
+        return _columns(self._native.memory(), frame)
 
     def write(self, directory):
         """Writes report.json, timeline.json and memory.csv as `stratasim simulate --out`."""
@@ -112,7 +125,7 @@ def simulate(experiment, set=None, exact=False, trace_ranks="auto", profile=None
 
 def memory(experiment, set=None, exact=False):
     """Peak memory per rank without timing (`stratasim memory`)."""
-    return Result(_core.memory(load(experiment, set), exact))
+    return Result(_core.memory(load(experiment, set), exact), timed=False)
 
 
 def _value(text):

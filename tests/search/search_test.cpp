@@ -24,6 +24,11 @@ TEST_CASE("the search space: tp inside a node, pp powers of two, dp the GPUs lef
   for (const auto& c : combos) {
     CHECK(c.tp * c.pp * c.dp == 8);
     CHECK(c.gpus == 8);
+    // the schedule and its knobs stay the experiment's
+    CHECK(c.schedule.empty());
+    CHECK(c.sequence_parallel == -1);
+    CHECK(c.virtual_stages == 0);
+    CHECK(c.sequence_slices == 0);
   }
   // The cost objective also tries 4 and 2 GPUs (down to a quarter by default): 6 more pairs on
   // 4 GPUs (3 with dp > 1, 3 with dp = 1) and 3 on 2 GPUs (1 and 2); down to 1 GPU, (1,1) with
