@@ -3,23 +3,11 @@
 
 #include <doctest/doctest.h>
 
-#include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "hw_models/config_reader.hpp"
 
 namespace stratasim::testing {
-
-/// Writes `text` to `name` in a scratch folder of the temp directory and returns its path.
-inline std::filesystem::path write_temp(const std::string& name, const std::string& text,
-                                        const std::string& folder = "stratasim-test-config") {
-  auto dir = std::filesystem::temp_directory_path() / folder;
-  std::filesystem::create_directories(dir);
-  auto path = dir / name;
-  std::ofstream(path) << text;
-  return path;
-}
 
 /// The ConfigError raised by `f`, or a failure if none is.
 template <class F>
