@@ -21,6 +21,7 @@
 #include "cli/replay_command.hpp"
 #include "cli/sweep_commands.hpp"
 #include "hw_models/cluster.hpp"
+#include "hw_models/files.hpp"
 #include "hw_models/topology.hpp"
 #include "sim/collective_bench.hpp"
 #include "sim/flow_network.hpp"
@@ -356,13 +357,7 @@ int schedules_command(const SimulateArgs& args, const std::vector<int>& micro_ba
     }
     fs::create_directories(args.out);
     const fs::path target = fs::path(args.out) / "schedules.csv";
-    const fs::path partial = fs::path(args.out) / ".schedules.csv.partial";
-    {
-      std::ofstream file(partial);
-      file << csv.str();
-      if (!file) throw BadInput("cannot write " + partial.string());
-    }
-    fs::rename(partial, target);
+    files::write_atomically(target, csv.str());
     if (!args.quiet) std::cout << "wrote " << target.string() << "\n";
   }
   return 0;
@@ -470,13 +465,7 @@ int collective_command(const CollectiveArgs& args) {
     }
     fs::create_directories(args.out);
     const fs::path target = fs::path(args.out) / "collective.csv";
-    const fs::path partial = fs::path(args.out) / ".collective.csv.partial";
-    {
-      std::ofstream file(partial);
-      file << csv.str();
-      if (!file) throw BadInput("cannot write " + partial.string());
-    }
-    fs::rename(partial, target);
+    files::write_atomically(target, csv.str());
     std::cout << "wrote " << target.string() << "\n";
   }
   return 0;
@@ -740,6 +729,9 @@ int main(int argc, char** argv) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitBadInput;
   } catch (const BadInput& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const files::WriteError& e) {  // an output path that cannot be written
     std::cerr << "error: " << e.what() << "\n";
     return kExitBadInput;
   } catch (const traces::TraceError& e) {
