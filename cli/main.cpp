@@ -400,10 +400,8 @@ int collective_command(const CollectiveArgs& args) {
     doc.set("network_model", args.network, "command line (--network " + args.network + ")");
   }
   const auto cluster = hw::read_cluster(doc, "");
-  std::optional<strategies::CollectiveKind> kind;
-  for (std::size_t k = 0; k < std::size(hw::kCollectiveKindNames); ++k) {
-    if (hw::kCollectiveKindNames[k] == args.op) kind = static_cast<strategies::CollectiveKind>(k);
-  }
+  const std::optional<strategies::CollectiveKind> kind =
+      strategies::collective_kind_from_config_name(args.op);
   if (!kind) {
     throw BadInput(
         "--op: expected all_reduce, reduce_scatter, all_gather, broadcast, reduce or "

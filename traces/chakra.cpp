@@ -335,44 +335,28 @@ struct NodeReader {
   }
 };
 
+// Chakra's comm types by st::kCollectiveTraits' chakra_name, plus two that Chakra has and
+// stratasim reads as another kind.
 std::optional<st::CollectiveKind> collective_kind(pb::CollectiveCommType t) {
-  switch (t) {
-    case pb::ALL_REDUCE:
-      return st::CollectiveKind::all_reduce;
-    case pb::REDUCE:
-      return st::CollectiveKind::reduce;
-    case pb::ALL_GATHER:
-      return st::CollectiveKind::all_gather;
-    case pb::BROADCAST:
-      return st::CollectiveKind::broadcast;
-    case pb::ALL_TO_ALL:
-      return st::CollectiveKind::all_to_all;
-    case pb::REDUCE_SCATTER:
-    case pb::REDUCE_SCATTER_BLOCK:  // the same traffic; only the output layout differs
-      return st::CollectiveKind::reduce_scatter;
-    case pb::BARRIER:  // synchronizes like a zero-byte all-reduce (latency only)
-      return st::CollectiveKind::all_reduce;
-    default:
-      return std::nullopt;
+  if (t == pb::REDUCE_SCATTER_BLOCK) {  // the same traffic; only the output layout differs
+    return st::CollectiveKind::reduce_scatter;
   }
+  if (t == pb::BARRIER) {  // synchronizes like a zero-byte all-reduce (latency only)
+    return st::CollectiveKind::all_reduce;
+  }
+  if (!pb::CollectiveCommType_IsValid(t)) return std::nullopt;
+  const std::string& name = pb::CollectiveCommType_Name(t);
+  for (const auto& row : st::kCollectiveTraits) {
+    if (row.chakra_name == name) return row.kind;
+  }
+  return std::nullopt;
 }
 
 pb::CollectiveCommType comm_type_of(st::CollectiveKind k) {
-  switch (k) {
-    case st::CollectiveKind::all_reduce:
-      return pb::ALL_REDUCE;
-    case st::CollectiveKind::reduce_scatter:
-      return pb::REDUCE_SCATTER;
-    case st::CollectiveKind::all_gather:
-      return pb::ALL_GATHER;
-    case st::CollectiveKind::broadcast:
-      return pb::BROADCAST;
-    case st::CollectiveKind::reduce:
-      return pb::REDUCE;
-    case st::CollectiveKind::all_to_all:
-      return pb::ALL_TO_ALL;
-  }
-  return pb::ALL_REDUCE;
+  pb::CollectiveCommType t = pb::ALL_REDUCE;
+  const bool known = pb::CollectiveCommType_Parse(std::string(st::traits_of(k).chakra_name), &t);
+  if (!known) throw std::logic_error("Chakra has no comm type " + std::string(st::name_of(k)));
+  return t;
 }
 
 bool looks_data_parallel(std::string_view name) {
