@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/cli_helpers.hpp"
+#include "cli/helpers.hpp"
 #include "test_paths.hpp"
 
 using namespace stratasim::testing::cli;

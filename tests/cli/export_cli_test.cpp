@@ -1,7 +1,7 @@
 // `stratasim export`: Chakra files for every rank, deterministic, and clear errors.
 #include <string>
 
-#include "cli/cli_helpers.hpp"
+#include "cli/helpers.hpp"
 
 using namespace stratasim::testing::cli;
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "cli_helpers.hpp"
+#include "cli/helpers.hpp"
 #include "test_paths.hpp"
 
 namespace {

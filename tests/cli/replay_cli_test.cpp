@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/cli_helpers.hpp"
+#include "cli/helpers.hpp"
 
 namespace fs = std::filesystem;
 

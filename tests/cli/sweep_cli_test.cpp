@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "cli/cli_helpers.hpp"
+#include "cli/helpers.hpp"
 
 using namespace stratasim::testing::cli;
 

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <filesystem>
 
-#include "config_test_helpers.hpp"
 #include "hw_models/cluster.hpp"
+#include "hw_models/helpers.hpp"
 #include "hw_models/profile.hpp"
 #include "temp_dir.hpp"
 

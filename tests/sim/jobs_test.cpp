@@ -3,9 +3,9 @@
 
 #include <stdexcept>
 
+#include "sim/helpers.hpp"
 #include "sim/jobs.hpp"
 #include "sim/simulator.hpp"
-#include "sim_test_helpers.hpp"
 
 using namespace stratasim;
 using namespace stratasim::strategies;

@@ -12,7 +12,7 @@
 #include "strategies/experiment.hpp"
 #include "strategies/lowering.hpp"
 #include "traces/chakra.hpp"
-#include "traces/fixtures.hpp"
+#include "traces/helpers.hpp"
 
 namespace fs = std::filesystem;
 using namespace stratasim;

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "traces/export.hpp"
-#include "traces/fixtures.hpp"
+#include "traces/helpers.hpp"
 #include "traces/report.hpp"
 
 namespace {

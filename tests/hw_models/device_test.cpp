@@ -7,9 +7,9 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "config_test_helpers.hpp"
 #include "hw_models/cluster.hpp"
 #include "hw_models/device.hpp"
+#include "hw_models/helpers.hpp"
 #include "hw_models/profile.hpp"
 #include "temp_dir.hpp"
 #include "test_paths.hpp"

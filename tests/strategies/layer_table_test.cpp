@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "helpers.hpp"
+#include "experiment_helpers.hpp"
 #include "strategies/layer_table.hpp"
 #include "strategies/model.hpp"
 #include "strategies/transformer.hpp"

@@ -3,9 +3,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "config_test_helpers.hpp"
 #include "hw_models/cluster.hpp"
 #include "hw_models/config_reader.hpp"
+#include "hw_models/helpers.hpp"
 #include "temp_dir.hpp"
 #include "test_paths.hpp"
 
