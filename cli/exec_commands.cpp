@@ -11,6 +11,7 @@
 #include "exec/devices.hpp"
 #include "exec/interpreter.hpp"
 #include "hw_models/config_reader.hpp"
+#include "hw_models/files.hpp"
 #include "study/errors.hpp"
 #include "study/real_run.hpp"
 #include "traces/context.hpp"
@@ -78,19 +79,6 @@ void print_iterations(const exec::MeasuredRun& run, int warmup) {
             << " ms\n";
 }
 
-// Writes `text` to `file` through a temporary file renamed into place.
-void write_atomically(const fs::path& file, const std::function<void(std::ostream&)>& body) {
-  const fs::path temp = file.string() + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream out(temp);
-    if (!out) throw std::runtime_error("cannot write " + temp.string());
-    body(out);
-    out.flush();
-    if (!out) throw std::runtime_error("cannot write " + temp.string());
-  }
-  fs::rename(temp, file);
-}
-
 }  // namespace
 
 int run_command(const strategies::Experiment& experiment, const RealRunArgs& args) {
@@ -156,11 +144,12 @@ int validate_command(strategies::Experiment experiment, const RealRunArgs& args)
     json["profile"] = profile != nullptr || experiment.cluster.device.profile != nullptr;
     json["measured_on"] = measured_on;
     json["iteration_times_s"] = run.iteration_times_s;
-    write_atomically(dir / "validation.json", [&](std::ostream& out) {
+    files::write_atomically(dir / "validation.json", [&](std::ostream& out) {
       out << json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     });
-    write_atomically(dir / "validation_ops.csv",
-                     [&](std::ostream& out) { traces::write_validation_csv(out, v.validation); });
+    files::write_atomically(dir / "validation_ops.csv", [&](std::ostream& out) {
+      traces::write_validation_csv(out, v.validation);
+    });
     if (!args.quiet) {
       std::cout << "\nwrote " << (dir / "validation.json").string()
                 << ", validation_ops.csv, predicted/ and measured/ (report.json, timeline.json, "

@@ -22,6 +22,7 @@
 #include "cli/replay_command.hpp"
 #include "cli/sweep_commands.hpp"
 #include "hw_models/cluster.hpp"
+#include "hw_models/files.hpp"
 #include "hw_models/topology.hpp"
 #include "search/search.hpp"
 #include "search/sweep.hpp"
@@ -269,13 +270,7 @@ int schedules_command(const SimulateArgs& args, const std::vector<int>& micro_ba
     }
     fs::create_directories(args.out);
     const fs::path target = fs::path(args.out) / "schedules.csv";
-    const fs::path partial = fs::path(args.out) / ".schedules.csv.partial";
-    {
-      std::ofstream file(partial);
-      file << csv.str();
-      if (!file) throw BadInput("cannot write " + partial.string());
-    }
-    fs::rename(partial, target);
+    files::write_atomically(target, csv.str());
     if (!args.quiet) std::cout << "wrote " << target.string() << "\n";
   }
   return 0;
@@ -318,10 +313,8 @@ int collective_command(const CollectiveArgs& args) {
     doc.set("network_model", args.network, "command line (--network " + args.network + ")");
   }
   const auto cluster = hw::read_cluster(doc, "");
-  std::optional<strategies::CollectiveKind> kind;
-  for (std::size_t k = 0; k < std::size(hw::kCollectiveKindNames); ++k) {
-    if (hw::kCollectiveKindNames[k] == args.op) kind = static_cast<strategies::CollectiveKind>(k);
-  }
+  const std::optional<strategies::CollectiveKind> kind =
+      strategies::collective_kind_from_config_name(args.op);
   if (!kind) {
     throw BadInput(
         "--op: expected all_reduce, reduce_scatter, all_gather, broadcast, reduce or "
@@ -383,13 +376,7 @@ int collective_command(const CollectiveArgs& args) {
     }
     fs::create_directories(args.out);
     const fs::path target = fs::path(args.out) / "collective.csv";
-    const fs::path partial = fs::path(args.out) / ".collective.csv.partial";
-    {
-      std::ofstream file(partial);
-      file << csv.str();
-      if (!file) throw BadInput("cannot write " + partial.string());
-    }
-    fs::rename(partial, target);
+    files::write_atomically(target, csv.str());
     std::cout << "wrote " << target.string() << "\n";
   }
   return 0;
@@ -653,6 +640,9 @@ int main(int argc, char** argv) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitBadInput;
   } catch (const BadInput& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const files::WriteError& e) {  // an output path that cannot be written
     std::cerr << "error: " << e.what() << "\n";
     return kExitBadInput;
   } catch (const traces::TraceError& e) {

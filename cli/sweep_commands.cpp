@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "hw_models/files.hpp"
 #include "search/distributed.hpp"
 #include "search/search.hpp"
 #include "search/sweep.hpp"
@@ -583,14 +584,7 @@ int search_command(const SweepArgs& args) {
   if (!args.out.empty()) {
     const std::string text = search::search_csv(combos, results, ranked);
     const fs::path target(args.out);
-    fs::path partial = target;
-    partial += ".partial";
-    {
-      std::ofstream file(partial, std::ios::binary | std::ios::trunc);
-      file << text;
-      if (!file) throw BadInput("--out " + args.out + ": cannot write");
-    }
-    fs::rename(partial, target);
+    files::write_atomically(target, text);
     if (!quiet) std::cout << "wrote " << target.string() << "\n";
   }
   return failed > 0 ? kExitSimulationFailed : 0;

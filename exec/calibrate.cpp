@@ -316,7 +316,7 @@ void measure_collectives(const CalibrateOptions& options, int reps, hw::DevicePr
   std::vector<std::int32_t> members(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) members[static_cast<std::size_t>(r)] = r;
   const std::uint32_t group = program.add_group(members, "calibrate");
-  constexpr std::size_t kKinds = std::size(hw::kCollectiveKindNames);
+  constexpr std::size_t kKinds = strategies::kCollectiveKindCount;
   // Per (kind, size): the first op's index within each rank's ops; repetitions follow.
   std::vector<std::pair<std::size_t, Bytes>> items;
   for (std::size_t k = 0; k < kKinds; ++k) {
@@ -328,7 +328,7 @@ void measure_collectives(const CalibrateOptions& options, int reps, hw::DevicePr
       for (int i = 0; i < reps; ++i) {
         OpInfo info;
         info.stream = strategies::Stream::dp_comm;
-        info.label = hw::kCollectiveKindNames[k];
+        info.label = strategies::kCollectiveTraits[k].config_name;
         program.add(Collective{static_cast<CollectiveKind>(k), DType::bf16, group, s}, info);
       }
     }
@@ -355,8 +355,9 @@ void measure_collectives(const CalibrateOptions& options, int reps, hw::DevicePr
     row.ranks = n;
     row.bytes = items[item].second;
     row.time = positive(median(times));
-    say(progress, std::string(hw::kCollectiveKindNames[row.kind]) + " over " + std::to_string(n) +
-                      " ranks, " + to_string(row.bytes) + ": " + to_string(row.time));
+    say(progress, std::string(strategies::kCollectiveTraits[row.kind].config_name) + " over " +
+                      std::to_string(n) + " ranks, " + to_string(row.bytes) + ": " +
+                      to_string(row.time));
     profile.collectives.push_back(row);
   }
 }

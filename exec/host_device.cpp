@@ -324,7 +324,7 @@ class HostRankDevice final : public RankDevice {
     const auto member = static_cast<std::size_t>(plan_.member_index(c.group, rank_));
     const std::int64_t count = c.bytes.count() / size_of(c.dtype);
     std::int64_t input = count;
-    if (c.kind == CollectiveKind::all_gather) input = count / static_cast<std::int64_t>(n);
+    if (strategies::traits_of(c.kind).input_is_slice) input = count / static_cast<std::int64_t>(n);
     auto& in = slot.inputs[member];
     in.resize(static_cast<std::size_t>(input));
     for (std::int64_t i = 0; i < input; ++i) {

@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "hw_models/cluster.hpp"
+#include "hw_models/files.hpp"
 
 namespace stratasim::hw {
 
@@ -383,18 +384,7 @@ nlohmann::json to_json(const DeviceProfile& p) {
 }
 
 void write_profile(const DeviceProfile& profile, const std::filesystem::path& file) {
-  const std::filesystem::path partial = file.string() + ".partial";
-  {
-    std::ofstream out(partial);
-    out << to_json(profile).dump(2) << "\n";
-    if (!out) throw std::runtime_error("cannot write " + partial.string());
-  }
-  std::error_code ec;
-  std::filesystem::rename(partial, file, ec);
-  if (ec) {
-    std::filesystem::remove(partial, ec);
-    throw std::runtime_error("cannot write " + file.string());
-  }
+  files::write_atomically(file, to_json(profile).dump(2) + "\n");
 }
 
 }  // namespace stratasim::hw

@@ -1,6 +1,9 @@
 #include "strategies/program.hpp"
 
+#include <iterator>
 #include <stdexcept>
+
+#include "hw_models/cluster.hpp"
 
 namespace stratasim::strategies {
 
@@ -70,22 +73,25 @@ std::string_view name_of(MemoryCategory c) {
   return "?";
 }
 
-std::string_view name_of(CollectiveKind k) {
-  switch (k) {
-    case CollectiveKind::all_reduce:
-      return "all-reduce";
-    case CollectiveKind::reduce_scatter:
-      return "reduce-scatter";
-    case CollectiveKind::all_gather:
-      return "all-gather";
-    case CollectiveKind::broadcast:
-      return "broadcast";
-    case CollectiveKind::reduce:
-      return "reduce";
-    case CollectiveKind::all_to_all:
-      return "all-to-all";
+// The table is in enum order, and its config names are hw_models' (configs and profiles).
+static_assert([] {
+  for (int k = 0; k < kCollectiveKindCount; ++k) {
+    if (kCollectiveTraits[k].kind != static_cast<CollectiveKind>(k)) return false;
+    if (kCollectiveTraits[k].config_name != hw::kCollectiveKindNames[k]) return false;
   }
-  return "?";
+  return std::size(hw::kCollectiveKindNames) == static_cast<std::size_t>(kCollectiveKindCount);
+}());
+
+std::string_view name_of(CollectiveKind k) {
+  if (static_cast<int>(k) >= kCollectiveKindCount) return "?";
+  return traits_of(k).name;
+}
+
+std::optional<CollectiveKind> collective_kind_from_config_name(std::string_view name) {
+  for (const auto& t : kCollectiveTraits) {
+    if (t.config_name == name) return t.kind;
+  }
+  return std::nullopt;
 }
 
 Flops matmul_flops(const Kernel& k) {

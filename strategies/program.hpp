@@ -14,7 +14,9 @@
 //   ends; `initial_memory` is what each rank holds before its first op.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -132,7 +134,60 @@ enum class CollectiveKind : std::uint8_t {
   reduce,
   all_to_all
 };
+inline constexpr int kCollectiveKindCount = 6;
+
+/// Everything that depends only on a collective's kind: one row per kind, in enum order. Every
+/// layer reads it here instead of switching on the kind (the switches left are the collective
+/// algorithms themselves: sim/collectives.cpp's schedules, exec's reference implementations).
+/// `bytes` below is the Collective's size as nccl-tests counts it (see Collective).
+/// - name: reports, labels and the timeline files ("all-reduce");
+/// - config_name: config files, device profiles and `--op` ("all_reduce"; the same list as
+///   hw::kCollectiveKindNames, which hw_models keeps for its configs: program.cpp checks that
+///   they agree);
+/// - nccl_name: NCCL's and nccl-tests' name ("AllReduce": ncclAllReduce, all_reduce_perf);
+///   lower-cased it is what a PyTorch profiler trace's collective names contain;
+/// - chakra_name: the Chakra execution trace's CollectiveCommType ("ALL_REDUCE");
+/// - busbw factor over n ranks (nccl-tests, doc/PERFORMANCE.md: all-reduce 2(n-1)/n,
+///   reduce-scatter, all-gather and all-to-all (n-1)/n, broadcast and reduce 1):
+///   busbw_scale * (n-1)/n when busbw_per_peer, else busbw_scale;
+/// - sliced: the buffer is cut in n equal slices, one per member (reduce-scatter: each member
+///   gets its reduced slice; all-gather: each member gives its slice; all-to-all: slice j goes
+///   to member j); input_is_slice / output_is_slice: a member's input / output is bytes / n
+///   (all-gather / reduce-scatter), else the whole `bytes`.
+struct CollectiveTraits {
+  CollectiveKind kind;
+  std::string_view name;
+  std::string_view config_name;
+  std::string_view nccl_name;
+  std::string_view chakra_name;
+  double busbw_scale;
+  bool busbw_per_peer;
+  bool sliced;
+  bool input_is_slice;
+  bool output_is_slice;
+};
+inline constexpr CollectiveTraits kCollectiveTraits[kCollectiveKindCount] = {
+    // kind, name, config, NCCL, Chakra, busbw scale, per peer, sliced, input, output slice
+    {CollectiveKind::all_reduce, "all-reduce", "all_reduce", "AllReduce", "ALL_REDUCE", 2.0, true,
+     false, false, false},
+    {CollectiveKind::reduce_scatter, "reduce-scatter", "reduce_scatter", "ReduceScatter",
+     "REDUCE_SCATTER", 1.0, true, true, false, true},
+    {CollectiveKind::all_gather, "all-gather", "all_gather", "AllGather", "ALL_GATHER", 1.0, true,
+     true, true, false},
+    {CollectiveKind::broadcast, "broadcast", "broadcast", "Broadcast", "BROADCAST", 1.0, false,
+     false, false, false},
+    {CollectiveKind::reduce, "reduce", "reduce", "Reduce", "REDUCE", 1.0, false, false, false,
+     false},
+    {CollectiveKind::all_to_all, "all-to-all", "all_to_all", "AllToAll", "ALL_TO_ALL", 1.0, true,
+     true, false, false},
+};
+/// The row of `k`.
+constexpr const CollectiveTraits& traits_of(CollectiveKind k) {
+  return kCollectiveTraits[static_cast<std::size_t>(k)];
+}
 std::string_view name_of(CollectiveKind k);
+/// The kind whose config_name is `name` ("all_reduce"), if any.
+std::optional<CollectiveKind> collective_kind_from_config_name(std::string_view name);
 
 /// `bytes` is the collective's size as nccl-tests counts it: the whole buffer (the input of an
 /// all-reduce or reduce-scatter, the output of an all-gather).

@@ -28,25 +28,18 @@ constexpr double algbw(Bytes bytes, Time time) {
   return time.picoseconds() <= 0 ? 0.0 : static_cast<double>(bytes.count()) / time.seconds();
 }
 
-/// nccl-tests' correction factor from algbw to busbw for `kind` over `n` ranks.
+/// nccl-tests' correction factor from algbw to busbw for `kind` over `n` ranks (the factors
+/// are strategies::kCollectiveTraits' busbw columns; 0 for a per-peer kind over one rank).
 constexpr double busbw_factor(strategies::CollectiveKind kind, std::int64_t n,
                               bool in_network_reduction = false) {
-  using strategies::CollectiveKind;
-  if (n <= 1)
-    return kind == CollectiveKind::broadcast || kind == CollectiveKind::reduce ? 1.0 : 0.0;
+  const strategies::CollectiveTraits& t = strategies::traits_of(kind);
+  if (!t.busbw_per_peer) return t.busbw_scale;
+  if (n <= 1) return 0.0;
   const auto nd = static_cast<double>(n);
-  switch (kind) {
-    case CollectiveKind::all_reduce:
-      return in_network_reduction ? (nd - 1) / (nd + 1) : 2 * (nd - 1) / nd;
-    case CollectiveKind::reduce_scatter:
-    case CollectiveKind::all_gather:
-    case CollectiveKind::all_to_all:
-      return (nd - 1) / nd;
-    case CollectiveKind::broadcast:
-    case CollectiveKind::reduce:
-      return 1.0;
+  if (in_network_reduction && kind == strategies::CollectiveKind::all_reduce) {
+    return (nd - 1) / (nd + 1);
   }
-  return 1.0;
+  return t.busbw_scale * (nd - 1) / nd;
 }
 
 /// algbw(bytes, time) * busbw_factor(kind, n, in_network_reduction), bytes per second.

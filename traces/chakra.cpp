@@ -1,7 +1,6 @@
 // Chakra ET import (protobuf and JSON forms) and export.
 #include "traces/chakra.hpp"
 
-#include <unistd.h>
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -17,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "et_def.pb.h"
+#include "hw_models/files.hpp"
 #include "traces/trace_builder.hpp"
 
 namespace stratasim::traces {
@@ -335,44 +335,28 @@ struct NodeReader {
   }
 };
 
+// Chakra's comm types by st::kCollectiveTraits' chakra_name, plus two that Chakra has and
+// stratasim reads as another kind.
 std::optional<st::CollectiveKind> collective_kind(pb::CollectiveCommType t) {
-  switch (t) {
-    case pb::ALL_REDUCE:
-      return st::CollectiveKind::all_reduce;
-    case pb::REDUCE:
-      return st::CollectiveKind::reduce;
-    case pb::ALL_GATHER:
-      return st::CollectiveKind::all_gather;
-    case pb::BROADCAST:
-      return st::CollectiveKind::broadcast;
-    case pb::ALL_TO_ALL:
-      return st::CollectiveKind::all_to_all;
-    case pb::REDUCE_SCATTER:
-    case pb::REDUCE_SCATTER_BLOCK:  // the same traffic; only the output layout differs
-      return st::CollectiveKind::reduce_scatter;
-    case pb::BARRIER:  // synchronizes like a zero-byte all-reduce (latency only)
-      return st::CollectiveKind::all_reduce;
-    default:
-      return std::nullopt;
+  if (t == pb::REDUCE_SCATTER_BLOCK) {  // the same traffic; only the output layout differs
+    return st::CollectiveKind::reduce_scatter;
   }
+  if (t == pb::BARRIER) {  // synchronizes like a zero-byte all-reduce (latency only)
+    return st::CollectiveKind::all_reduce;
+  }
+  if (!pb::CollectiveCommType_IsValid(t)) return std::nullopt;
+  const std::string& name = pb::CollectiveCommType_Name(t);
+  for (const auto& row : st::kCollectiveTraits) {
+    if (row.chakra_name == name) return row.kind;
+  }
+  return std::nullopt;
 }
 
 pb::CollectiveCommType comm_type_of(st::CollectiveKind k) {
-  switch (k) {
-    case st::CollectiveKind::all_reduce:
-      return pb::ALL_REDUCE;
-    case st::CollectiveKind::reduce_scatter:
-      return pb::REDUCE_SCATTER;
-    case st::CollectiveKind::all_gather:
-      return pb::ALL_GATHER;
-    case st::CollectiveKind::broadcast:
-      return pb::BROADCAST;
-    case st::CollectiveKind::reduce:
-      return pb::REDUCE;
-    case st::CollectiveKind::all_to_all:
-      return pb::ALL_TO_ALL;
-  }
-  return pb::ALL_REDUCE;
+  pb::CollectiveCommType t = pb::ALL_REDUCE;
+  const bool known = pb::CollectiveCommType_Parse(std::string(st::traits_of(k).chakra_name), &t);
+  if (!known) throw std::logic_error("Chakra has no comm type " + std::string(st::name_of(k)));
+  return t;
 }
 
 bool looks_data_parallel(std::string_view name) {
@@ -1038,7 +1022,7 @@ void write_chakra(const fs::path& prefix, const st::Program& program,
   const Timeline* timeline = options.timeline;
   if (timeline && timeline->spans.size() != program.op_count()) timeline = nullptr;
   const int world = program.world_size();
-  std::vector<std::string> files(static_cast<std::size_t>(world));
+  std::vector<std::string> rank_texts(static_cast<std::size_t>(world));
 
   json group_names = json::array();
   json comm_groups = json::object();
@@ -1046,7 +1030,7 @@ void write_chakra(const fs::path& prefix, const st::Program& program,
     group_names.push_back(program.groups()[g].name);
   }
   for (int r = 0; r < world; ++r) {
-    std::string& out = files[static_cast<std::size_t>(r)];
+    std::string& out = rank_texts[static_cast<std::size_t>(r)];
     pb::GlobalMetadata meta;
     meta.set_version(kChakraVersion);
     set_string(meta.add_attr(), "schema", "stratasim");
@@ -1166,30 +1150,16 @@ void write_chakra(const fs::path& prefix, const st::Program& program,
   // Write everything under temporary names, then rename into place.
   const fs::path parent = prefix.has_parent_path() ? prefix.parent_path() : fs::path(".");
   fs::create_directories(parent);
-  const std::string tmp_suffix = ".tmp-" + std::to_string(::getpid());
-  std::vector<std::pair<fs::path, fs::path>> moves;
-  auto stage = [&](const fs::path& final_path, const std::string& bytes) {
-    const fs::path tmp = final_path.string() + tmp_suffix;
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.close();
-    moves.emplace_back(tmp, final_path);
-    if (!out) throw std::runtime_error("cannot write " + tmp.string());
-  };
-  try {
-    for (int r = 0; r < world; ++r) {
-      stage(rank_file(prefix.string(), r, options.json_form), files[static_cast<std::size_t>(r)]);
-    }
-    stage(prefix.string() + ".comm_groups.json", groups_text);
-  } catch (...) {
-    std::error_code ignored;
-    for (const auto& [tmp, unused] : moves) fs::remove(tmp, ignored);
-    throw;
+  files::StagedWrites writes;
+  for (int r = 0; r < world; ++r) {
+    writes.stage(rank_file(prefix.string(), r, options.json_form),
+                 rank_texts[static_cast<std::size_t>(r)]);
   }
+  writes.stage(prefix.string() + ".comm_groups.json", groups_text);
   // Rank files of an earlier export to the same prefix (more ranks, or the other form) would
   // be read back with these ones: remove them.
   std::set<std::string> written;  // file names, all in `parent`
-  for (const auto& [tmp, final_path] : moves) written.insert(final_path.filename().string());
+  for (const auto& file : writes.targets()) written.insert(file.filename().string());
   const std::string stem = prefix.filename().string() + ".";
   std::error_code ec;
   std::vector<fs::path> stale;
@@ -1201,7 +1171,7 @@ void write_chakra(const fs::path& prefix, const st::Program& program,
     if (middle.empty() || middle.find_first_not_of("0123456789") != std::string::npos) continue;
     if (!written.contains(name)) stale.push_back(entry.path());
   }
-  for (const auto& [tmp, final_path] : moves) fs::rename(tmp, final_path);
+  writes.commit();
   for (const auto& path : stale) fs::remove(path, ec);
 }
 

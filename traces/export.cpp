@@ -24,8 +24,9 @@
 // memory.csv: "rank,tier,time_s,total_bytes,op,label", one row per sample in timeline order,
 // time_s exact from the picoseconds with 12 decimals, label quoted when it needs to be.
 //
-// write_outputs: writes the three files into ".<name>.tmp-<pid>" beside `dir`, checks each
-// stream, then moves them into `dir`; on any failure removes what it made and rethrows.
+// write_outputs: stages the three files in `dir` (files::StagedWrites: temporaries beside
+// their targets), then renames them into place; on any failure removes what it made (the
+// temporaries, and `dir` and its parents if it made them) and rethrows.
 #include "traces/export.hpp"
 
 #include <charconv>
@@ -40,9 +41,9 @@
 #include <system_error>
 #include <vector>
 
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
+
+#include "hw_models/files.hpp"
 
 namespace stratasim::traces {
 
@@ -255,16 +256,6 @@ std::vector<char> selected_ranks(const strategies::Program& program, const Expor
 bool kept(const std::vector<char>& keep, std::int32_t rank) {
   return rank >= 0 && static_cast<std::size_t>(rank) < keep.size() &&
          keep[static_cast<std::size_t>(rank)];
-}
-
-void write_file(const fs::path& path, const std::function<void(std::ostream&)>& body) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw std::runtime_error("cannot create " + path.string());
-  body(out);
-  out.flush();
-  if (!out) throw std::runtime_error("failed while writing " + path.string());
-  out.close();
-  if (out.fail()) throw std::runtime_error("failed to close " + path.string());
 }
 
 // One kernel as the replay reads it back: {"name": ..., "<kind>": [fields]}.
@@ -556,19 +547,11 @@ void write_outputs(const fs::path& dir, const strategies::Program& program,
   if (!target.has_filename()) target = target.parent_path();
   fs::path parent = target.parent_path();
   if (parent.empty()) parent = ".";
-  std::string temp_name = ".";
-  temp_name += target.filename().string();
-  temp_name += ".tmp-";
-  temp_name += std::to_string(::getpid());
-  const fs::path temp = parent / temp_name;
-  static constexpr const char* kFiles[] = {"report.json", "timeline.json", "memory.csv"};
 
-  bool made_temp = false;
   bool made_target = false;
   std::vector<fs::path> made_parents;  // deepest first
   auto clean_up = [&] {
     std::error_code ignored;
-    if (made_temp) fs::remove_all(temp, ignored);
     if (made_target) fs::remove_all(target, ignored);
     for (const fs::path& p : made_parents) fs::remove(p, ignored);  // only if still empty
   };
@@ -579,25 +562,22 @@ void write_outputs(const fs::path& dir, const strategies::Program& program,
         if (p == p.parent_path()) break;
       }
       fs::create_directories(parent);
-      fs::remove_all(temp);  // a leftover of an earlier run with the same process id
-      made_temp = fs::create_directory(temp);
-      write_file(temp / kFiles[0], [&](std::ostream& out) {
+      if (!fs::exists(target)) made_target = fs::create_directories(target);
+      files::StagedWrites writes;
+      writes.stage(target / "report.json", [&](std::ostream& out) {
         out << to_json(report, context)
                    .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
             << '\n';
       });
       ExportOptions trace_options = options;
       if (trace_options.context == nullptr) trace_options.context = &context;
-      write_file(temp / kFiles[1], [&](std::ostream& out) {
+      writes.stage(target / "timeline.json", [&](std::ostream& out) {
         write_chrome_trace(out, program, timeline, trace_options);
       });
-      write_file(temp / kFiles[2],
-                 [&](std::ostream& out) { write_memory_csv(out, program, timeline, options); });
-      if (!fs::exists(target)) made_target = fs::create_directories(target);
-      for (const char* name : kFiles) fs::rename(temp / name, target / name);
+      writes.stage(target / "memory.csv",
+                   [&](std::ostream& out) { write_memory_csv(out, program, timeline, options); });
+      writes.commit();
       made_target = false;  // complete: keep it
-      fs::remove(temp);
-      made_temp = false;
     } catch (const fs::filesystem_error& e) {
       throw std::runtime_error("cannot write the outputs to " + target.string() + ": " + e.what());
     }

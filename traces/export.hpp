@@ -42,8 +42,9 @@ void write_memory_csv(std::ostream& out, const strategies::Program& program,
                       const Timeline& timeline, const ExportOptions& options = {});
 
 /// Writes report.json, timeline.json and memory.csv into `dir` (created if needed). Files are
-/// written to a temporary folder beside it first and moved into place only when all are
-/// complete, so a failure leaves nothing half-written. Throws std::runtime_error on failure.
+/// written to temporaries beside their targets first and renamed into place only when all are
+/// complete (files::StagedWrites, hw_models/files.hpp), so a failure leaves nothing
+/// half-written. Throws std::runtime_error on failure.
 void write_outputs(const std::filesystem::path& dir, const strategies::Program& program,
                    const Timeline& timeline, const Report& report, const ReportContext& context,
                    const ExportOptions& options = {});

@@ -128,15 +128,21 @@ std::optional<CommSpec> comm_of(std::string_view collective_name) {
   std::string n = lower(collective_name);
   n.erase(std::remove(n.begin(), n.end(), '_'), n.end());
   auto has = [&](const char* s) { return n.find(s) != std::string::npos; };
-  if (has("reducescatter"))
-    return CommSpec{CommKind::collective, st::CollectiveKind::reduce_scatter};
-  if (has("allreduce")) return CommSpec{CommKind::collective, st::CollectiveKind::all_reduce};
-  if (has("allgather")) return CommSpec{CommKind::collective, st::CollectiveKind::all_gather};
-  if (has("alltoall")) return CommSpec{CommKind::collective, st::CollectiveKind::all_to_all};
-  if (has("broadcast")) return CommSpec{CommKind::collective, st::CollectiveKind::broadcast};
+  // A kind's NCCL name in lower case ("allreduce"); reduce last: other names contain it.
+  auto named = [&](st::CollectiveKind k) {
+    return n.find(lower(st::traits_of(k).nccl_name)) != std::string::npos;
+  };
+  for (const st::CollectiveKind k :
+       {st::CollectiveKind::reduce_scatter, st::CollectiveKind::all_reduce,
+        st::CollectiveKind::all_gather, st::CollectiveKind::all_to_all,
+        st::CollectiveKind::broadcast}) {
+    if (named(k)) return CommSpec{CommKind::collective, k};
+  }
   if (has("barrier")) return CommSpec{CommKind::collective, st::CollectiveKind::all_reduce};
   if (has("gather") || has("scatter")) return std::nullopt;
-  if (has("reduce")) return CommSpec{CommKind::collective, st::CollectiveKind::reduce};
+  if (named(st::CollectiveKind::reduce)) {
+    return CommSpec{CommKind::collective, st::CollectiveKind::reduce};
+  }
   if (has("send") && !has("recv")) return CommSpec{CommKind::send, {}};
   if (has("recv") && !has("send")) return CommSpec{CommKind::recv, {}};
   return std::nullopt;

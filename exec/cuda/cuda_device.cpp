@@ -1193,9 +1193,7 @@ CudaRankDevice::Needs CudaRankDevice::run_collective(const Collective& c, const 
   const Group& group = program_.groups()[c.group];
   const auto n = static_cast<std::int64_t>(group.ranks.size());
   const std::int64_t esize = size_of(c.dtype);
-  const bool per_rank = c.kind == CollectiveKind::reduce_scatter ||
-                        c.kind == CollectiveKind::all_gather ||
-                        c.kind == CollectiveKind::all_to_all;
+  const bool per_rank = strategies::traits_of(c.kind).sliced;
   const std::int64_t unit = esize * (per_rank ? std::max<std::int64_t>(n, 1) : 1);
   const std::int64_t total_units = std::max<std::int64_t>(c.bytes.count(), 0) / unit;
   const std::int64_t chunk_units =

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/cli_helpers.hpp"
+#include "cli/helpers.hpp"
 #include "test_paths.hpp"
 
 using namespace stratasim::testing::cli;
@@ -21,7 +21,8 @@ nlohmann::json read_json(const fs::path& p) {
 }  // namespace
 
 TEST_CASE("cli run: the tiny 3D-parallel GPT runs on the host device and is reported") {
-  const auto dir = scratch("run-host");
+  const TempDir tmp("cli");
+  const auto dir = tmp.subdir("run-host");
   const auto r = run("run gpt-tiny-3d-8 --device host --verify --warmup 1 --iterations 2 --out " +
                      (dir / "out").string());
   INFO(r.output);
@@ -66,7 +67,8 @@ TEST_CASE("cli run: a pool too small for the program fails with exit code 3 and 
 }
 
 TEST_CASE("cli validate: predicted and measured runs aligned op by op") {
-  const auto dir = scratch("validate-host");
+  const TempDir tmp("cli");
+  const auto dir = tmp.subdir("validate-host");
   const auto r =
       run("validate gpt-tiny-3d-8 --device host --iterations 1 --out " + (dir / "v").string());
   INFO(r.output);
@@ -98,7 +100,8 @@ TEST_CASE("cli validate: predicted and measured runs aligned op by op") {
 }
 
 TEST_CASE("cli calibrate: the host device writes a profile that validate predicts with") {
-  const auto dir = scratch("calibrate-host");
+  const TempDir tmp("cli");
+  const auto dir = tmp.subdir("calibrate-host");
   const auto profile = dir / "host.json";
   auto r = run("calibrate --device host --quick --ranks 2 --repetitions 3 --quiet --out " +
                profile.string());
@@ -117,7 +120,8 @@ TEST_CASE("cli calibrate: the host device writes a profile that validate predict
 }
 
 TEST_CASE("cli calibrate: without the GPUs it needs, it says so and writes nothing") {
-  const auto dir = scratch("calibrate-cuda");
+  const TempDir tmp("cli");
+  const auto dir = tmp.subdir("calibrate-cuda");
   const auto r = run("calibrate --ranks 64 --out " + (dir / "p.json").string());
   CHECK(r.status == 2);
   CHECK(r.output.find("calibrate needs 64 GPU(s)") != std::string::npos);

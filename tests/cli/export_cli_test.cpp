@@ -1,7 +1,7 @@
 // `stratasim export`: Chakra files for every rank, deterministic, and clear errors.
 #include <string>
 
-#include "cli/cli_helpers.hpp"
+#include "cli/helpers.hpp"
 
 using namespace stratasim::testing::cli;
 
@@ -11,7 +11,8 @@ const std::string kTiny =
 }
 
 TEST_CASE("cli export: writes a Chakra file per rank and the comm groups, deterministically") {
-  const fs::path out = scratch("export-chakra");
+  const TempDir tmp("cli");
+  const fs::path out = tmp.subdir("export-chakra");
   const auto r = run("export " + kTiny + " --format chakra --out " + out.string());
   INFO(r.output);
   REQUIRE(r.status == 0);
@@ -21,13 +22,14 @@ TEST_CASE("cli export: writes a Chakra file per rank and the comm groups, determ
   }
   CHECK(!fs::exists(out / "gpt-tiny-3d-8.8.et"));
   CHECK(read(out / "gpt-tiny-3d-8.comm_groups.json").find("\"0\": [") != std::string::npos);
-  const fs::path again = scratch("export-chakra-again");
+  const fs::path again = tmp.subdir("export-chakra-again");
   REQUIRE(run("export " + kTiny + " --quiet --out " + again.string()).status == 0);
   CHECK(read(out / "gpt-tiny-3d-8.3.et") == read(again / "gpt-tiny-3d-8.3.et"));
 }
 
 TEST_CASE("cli export: the JSON form with simulated durations") {
-  const fs::path out = scratch("export-chakra-json");
+  const TempDir tmp("cli");
+  const fs::path out = tmp.subdir("export-chakra-json");
   const auto r =
       run("export " + kTiny + " --format chakra-json --simulate --quiet --out " + out.string());
   INFO(r.output);
@@ -38,7 +40,8 @@ TEST_CASE("cli export: the JSON form with simulated durations") {
 }
 
 TEST_CASE("cli export: a bad format is bad input (exit 2)") {
-  const fs::path out = scratch("export-bad");
+  const TempDir tmp("cli");
+  const fs::path out = tmp.subdir("export-bad");
   const auto r = run("export " + kTiny + " --format foo --out " + out.string());
   CHECK(r.status == 2);
   CHECK(r.output.find("--format foo: expected chakra or chakra-json") != std::string::npos);
@@ -47,7 +50,8 @@ TEST_CASE("cli export: a bad format is bad input (exit 2)") {
 
 TEST_CASE("cli export: a new export to the same folder removes the rank files of the old one") {
   // Left behind, the old files would be read back with the new ones by `replay`.
-  const fs::path out = scratch("export-chakra-replace");
+  const TempDir tmp("cli");
+  const fs::path out = tmp.subdir("export-chakra-replace");
   REQUIRE(run("export " + kTiny + " --quiet --out " + out.string()).status == 0);
   REQUIRE(fs::exists(out / "gpt-tiny-3d-8.5.et"));
   REQUIRE(run("export " + kTiny + " --format chakra-json --quiet --out " + out.string()).status ==

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "cli_helpers.hpp"
+#include "cli/helpers.hpp"
 #include "test_paths.hpp"
 
 namespace {
@@ -60,7 +60,8 @@ TEST_CASE("every shipped Hugging Face config.json simulates as the model of an e
 }
 
 TEST_CASE("--deepspeed gives the same simulation as the equivalent flags") {
-  auto dir = scratch("foreign-ds");
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("foreign-ds");
   const std::string ds = (configs_dir() / "deepspeed" / "zero2-offload.json").string();
   // zero2-offload.json as stratasim settings (micro 1 x 32 steps x dp 2 = 64 samples).
   const std::string flags =
@@ -76,7 +77,8 @@ TEST_CASE("--deepspeed gives the same simulation as the equivalent flags") {
 }
 
 TEST_CASE("--megatron-args gives the same simulation as the equivalent flags") {
-  auto dir = scratch("foreign-megatron");
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("foreign-megatron");
   CHECK(report_of(dir, "megatron",
                   "gpt3-1.7b-a100-8 --megatron-args \"--tensor-model-parallel-size 2 "
                   "--pipeline-model-parallel-size 2 --sequence-parallel --micro-batch-size 2 "
@@ -88,7 +90,8 @@ TEST_CASE("--megatron-args gives the same simulation as the equivalent flags") {
 }
 
 TEST_CASE("--model with Llama-2-7B's config.json simulates as configs/models/llama2-7b.json") {
-  auto dir = scratch("foreign-hf");
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("foreign-hf");
   const std::string hf = (configs_dir() / "models" / "hf" / "llama2-7b.json").string();
   CHECK(report_of(dir, "hf", "llama2-7b-h100-8 --model " + hf) ==
         report_of(dir, "ours", "llama2-7b-h100-8"));
@@ -114,7 +117,8 @@ TEST_CASE("foreign inputs work with the other experiment commands") {
 }
 
 TEST_CASE("bad foreign inputs exit 2 naming the file or argument and the key") {
-  auto dir = scratch("foreign-bad");
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("foreign-bad");
   auto check_bad = [](const std::string& args, const std::vector<std::string>& expected) {
     CAPTURE(args);
     auto r = run(args);

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/cli_helpers.hpp"
+#include "cli/helpers.hpp"
 
 namespace fs = std::filesystem;
 
@@ -33,7 +33,8 @@ double simulate(const std::string& args, const fs::path& dir) {
 }  // namespace
 
 TEST_CASE("replay: stratasim's own timeline reproduces the simulation") {
-  const fs::path dir = scratch("replay-own");
+  const TempDir tmp("cli");
+  const fs::path dir = tmp.subdir("replay-own");
   const double original = simulate(kSmall, dir / "sim");
   auto r = run("replay " + (dir / "sim").string() + " --format stratasim --out " +
                (dir / "replay").string());
@@ -59,7 +60,8 @@ TEST_CASE("replay: stratasim's own timeline reproduces the simulation") {
 }
 
 TEST_CASE("replay: --ranks widens data parallelism like a direct simulation") {
-  const fs::path dir = scratch("replay-ranks");
+  const TempDir tmp("cli");
+  const fs::path dir = tmp.subdir("replay-ranks");
   simulate(kSmall, dir / "sim");
   // tp 2 pp 2 dp 2 on 8 GPUs to 16 ranks: dp 4 with twice the global batch on 2 DGX nodes.
   const double direct =
@@ -82,7 +84,8 @@ TEST_CASE("replay: --ranks widens data parallelism like a direct simulation") {
 }
 
 TEST_CASE("replay: --scale-compute and --cluster") {
-  const fs::path dir = scratch("replay-scale");
+  const TempDir tmp("cli");
+  const fs::path dir = tmp.subdir("replay-scale");
   const double original = simulate(kSmall, dir / "sim");
   auto r = run("replay " + (dir / "sim").string() +
                " --format stratasim --scale-compute 2 --quiet --out " + (dir / "fast").string());
@@ -108,7 +111,8 @@ TEST_CASE("replay: --scale-compute and --cluster") {
 }
 
 TEST_CASE("replay: bad input exits with 2 and says why") {
-  const fs::path dir = scratch("replay-bad");
+  const TempDir tmp("cli");
+  const fs::path dir = tmp.subdir("replay-bad");
   simulate(kSmall, dir / "sim");
   const std::string sim = (dir / "sim").string();
   check_bad_input("replay " + sim + " --format perfetto", {"--format"});

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/cli_helpers.hpp"
+#include "cli/helpers.hpp"
 
 namespace fs = std::filesystem;
 
@@ -57,7 +57,8 @@ double all_reduce_time(const std::string& ranks, long bytes, const fs::path& dir
 }  // namespace
 
 TEST_CASE("replay: a Chakra trace from stratasim export replays to the direct simulation") {
-  const auto dir = scratch("replay-chakra");
+  const TempDir tmp("cli");
+  const auto dir = tmp.subdir("replay-chakra");
   const std::string experiment = kSource + "/configs/experiments/gpt-tiny-3d-8.json";
   auto r = run("simulate " + experiment + " --quiet --out " + (dir / "sim").string());
   REQUIRE(r.status == 0);
@@ -88,7 +89,8 @@ TEST_CASE("replay: a Chakra trace from stratasim export replays to the direct si
 }
 
 TEST_CASE("replay: the Kineto sample replays as hand-calculated, also widened to 8 ranks") {
-  const auto dir = scratch("replay-kineto");
+  const TempDir tmp("cli");
+  const auto dir = tmp.subdir("replay-kineto");
   const std::string trace = kSource + "/tests/data/traces/kineto";
   // 524,288 bf16 elements = 1 MiB per all-reduce.
   constexpr long kBytes = 524288L * 2;

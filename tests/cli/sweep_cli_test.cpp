@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "cli/cli_helpers.hpp"
+#include "cli/helpers.hpp"
 
 using namespace stratasim::testing::cli;
 
@@ -24,7 +24,8 @@ std::size_t lines(const std::string& text) {
 }  // namespace
 
 TEST_CASE("sweep: the same CSV for any --jobs, with a summary") {
-  const auto dir = scratch("sweep-jobs");
+  const TempDir tmp("cli");
+  const auto dir = tmp.subdir("sweep-jobs");
   const auto one = run("sweep " + kSmall + " --jobs 1 --out " + (dir / "one.csv").string());
   REQUIRE(one.status == 0);
   CHECK(one.output.find("48 of 48 combinations") != std::string::npos);
@@ -40,7 +41,8 @@ TEST_CASE("sweep: the same CSV for any --jobs, with a summary") {
 }
 
 TEST_CASE("sweep: --resume after a cut continues to an uninterrupted run's bytes") {
-  const auto dir = scratch("sweep-resume");
+  const TempDir tmp("cli");
+  const auto dir = tmp.subdir("sweep-resume");
   const auto csv = (dir / "s.csv").string();
   REQUIRE(run("sweep " + kSmall + " --quiet --out " + csv).status == 0);
   const std::string full = read(csv);
@@ -67,7 +69,8 @@ TEST_CASE("sweep: --resume after a cut continues to an uninterrupted run's bytes
 TEST_CASE("sweep: SIGTERM keeps the finished prefix and --resume completes it") {
   // GPT-3 175B on 1,024 GPUs, 144 combinations of 10 to 100 ms each on one thread; the signal
   // comes once 3 rows are written, long before the end.
-  const auto dir = scratch("sweep-signal");
+  const TempDir tmp("cli");
+  const auto dir = tmp.subdir("sweep-signal");
   const auto csv = (dir / "s.csv").string();
   const std::string grid =
       " gpt3-175b-a100-1024 --tp 4,8 --pp 8,16 --zero 0..3 --recompute none,selective,full "
@@ -98,7 +101,8 @@ TEST_CASE("sweep: SIGTERM keeps the finished prefix and --resume completes it") 
 }
 
 TEST_CASE("sweep: bad lists and flags are exit 2 naming the flag") {
-  const auto dir = scratch("sweep-errors");
+  const TempDir tmp("cli");
+  const auto dir = tmp.subdir("sweep-errors");
   const auto out = " --out " + (dir / "x.csv").string();
   const std::string exp =
       std::string(STRATASIM_SOURCE_DIR) + "/configs/experiments/gpt-tiny-3d-8.json";
@@ -121,7 +125,8 @@ TEST_CASE("sweep: bad lists and flags are exit 2 naming the flag") {
 }
 
 TEST_CASE("search: pruning counts, top-k, the Pareto frontier and a CSV") {
-  const auto dir = scratch("search");
+  const TempDir tmp("cli");
+  const auto dir = tmp.subdir("search");
   const std::string exp =
       std::string(STRATASIM_SOURCE_DIR) + "/configs/experiments/gpt3-1.7b-a100-8.json";
   const auto r = run("search " + exp +
@@ -156,7 +161,8 @@ TEST_CASE("sweep under mpirun: rank 0 gathers the same CSV as a threaded run") {
     MESSAGE("mpirun is not installed: the MPI sweep is not tested");
     return;
   }
-  const auto dir = scratch("sweep-mpi");
+  const TempDir tmp("cli");
+  const auto dir = tmp.subdir("sweep-mpi");
   REQUIRE(run("sweep " + kSmall + " --quiet --out " + (dir / "threads.csv").string()).status == 0);
   // As root in a container: OpenMPI refuses root unless told, and needs no ssh on one node.
   const std::string command =
@@ -183,7 +189,8 @@ TEST_CASE("sweep under mpirun: rank 0 gathers the same CSV as a threaded run") {
 }
 
 TEST_CASE("sweep: --resume refuses a file written by other flags or another experiment") {
-  const auto dir = scratch("sweep-resume-other");
+  const TempDir tmp("cli");
+  const auto dir = tmp.subdir("sweep-resume-other");
   const auto csv = (dir / "sweep.csv").string();
   REQUIRE(run("sweep " + kSmall + " --quiet --out " + csv).status == 0);
   // Same grid, another global batch: the grid columns match, the figures do not.
@@ -210,7 +217,8 @@ TEST_CASE("sweep and search: unwritable outputs and impossible budgets are exit 
   auto r = run("search " + exp + " --gpus 8 --objective cost --min-gpus 16");
   CHECK(r.status == 2);
   CHECK(r.output.find("--min-gpus 16") != std::string::npos);
-  const auto dir = scratch("search-out-folder");
+  const TempDir tmp("cli");
+  const auto dir = tmp.subdir("search-out-folder");
   r = run("search " + exp + " --gpus 8 --out " + dir.string());
   CHECK(r.status == 2);
   CHECK(r.output.find("expected a CSV file name") != std::string::npos);

@@ -17,6 +17,7 @@
 #include "hw_models/profile.hpp"
 #include "sim/cost.hpp"
 #include "sim/network.hpp"
+#include "temp_dir.hpp"
 
 using namespace stratasim;
 using namespace stratasim::exec;
@@ -37,12 +38,6 @@ CalibrateOptions quick_host(int ranks = 1) {
 const hw::DeviceProfile& measured() {
   static const hw::DeviceProfile profile = calibrate(quick_host());
   return profile;
-}
-
-std::filesystem::path temp_file(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / "stratasim-test-calibrate";
-  std::filesystem::create_directories(dir);
-  return dir / name;
 }
 
 }  // namespace
@@ -82,7 +77,8 @@ TEST_CASE("calibrate: the host device gives a complete profile of positive figur
 
 TEST_CASE("calibrate: the profile is written and read back as schema version 2") {
   const hw::DeviceProfile& p = measured();
-  const auto file = temp_file("host-profile.json");
+  const testing::TempDir tmp("exec");
+  const auto file = tmp / "host-profile.json";
   hw::write_profile(p, file);
   const hw::DeviceProfile q = hw::load_profile(file);
   CHECK(q.schema_version == 2);
@@ -143,7 +139,8 @@ TEST_CASE("calibrate: collectives over two host ranks become profile rows the ne
   }
   CHECK(progress.str().find("all_to_all over 2 ranks") != std::string::npos);
   // Round trip, then an analytical network over a node of two such devices takes the rows.
-  const auto file = temp_file("host-collectives.json");
+  const testing::TempDir tmp("exec");
+  const auto file = tmp / "host-collectives.json";
   hw::write_profile(p, file);
   const auto q = hw::load_profile(file);
   REQUIRE(q.collectives.size() == p.collectives.size());

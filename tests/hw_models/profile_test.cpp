@@ -6,9 +6,10 @@
 #include <cmath>
 #include <filesystem>
 
-#include "config_test_helpers.hpp"
 #include "hw_models/cluster.hpp"
+#include "hw_models/helpers.hpp"
 #include "hw_models/profile.hpp"
+#include "temp_dir.hpp"
 
 using namespace stratasim;
 
@@ -156,7 +157,8 @@ TEST_CASE("profile v2: validate() names the JSON path of a bad field") {
 TEST_CASE("profile v2: to_json writes version 2, and read_profile reads it back exactly") {
   auto p = read(v2_json());
   p.collectives.push_back({5, 2, Bytes(12345), Time::ps(987654321)});  // all_to_all
-  const auto file = testing::write_temp("v2-roundtrip.json", "", "stratasim-test-profile");
+  const testing::TempDir tmp("hw-models");
+  const auto file = tmp.write("v2-roundtrip.json", "");
   hw::write_profile(p, file);
   const auto q = hw::load_profile(file);
   CHECK(q.schema_version == 2);

@@ -14,6 +14,7 @@
 #include "study/study.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/lowering.hpp"
+#include "temp_dir.hpp"
 #include "traces/context.hpp"
 #include "traces/report.hpp"
 
@@ -29,12 +30,6 @@ std::string file_text(const std::filesystem::path& p) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-std::filesystem::path scratch_file(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / "stratasim-search-tests";
-  std::filesystem::create_directories(dir);
-  return dir / name;
 }
 
 // The whole CSV of `combos` evaluated with `jobs` threads.
@@ -201,7 +196,8 @@ TEST_CASE("resume keeps the prefix, drops a cut row and ends with an uninterrupt
   std::size_t cut = header.size();
   for (int k = 0; k < 7; ++k) cut = full.find('\n', cut) + 1;
   const std::size_t half = cut + (full.find('\n', cut) - cut) / 2;
-  const auto path = scratch_file("resume.csv");
+  const testing::TempDir tmp("search");
+  const auto path = tmp / "resume.csv";
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out << full.substr(0, half);

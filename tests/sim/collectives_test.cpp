@@ -8,7 +8,7 @@
 
 #include "hw_models/topology.hpp"
 #include "sim/collectives.hpp"
-#include "sim_test_helpers.hpp"
+#include "sim/helpers.hpp"
 
 using namespace stratasim;
 using hw::CollectiveAlgorithm;

@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "sim/cost.hpp"
-#include "sim_test_helpers.hpp"
+#include "sim/helpers.hpp"
 #include "test_paths.hpp"
 
 using namespace stratasim;

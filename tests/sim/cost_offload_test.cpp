@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "sim/cost.hpp"
-#include "sim_test_helpers.hpp"
+#include "sim/helpers.hpp"
 
 using namespace stratasim;
 using strategies::Copy;

@@ -16,9 +16,9 @@
 #include "sim/collective_bench.hpp"
 #include "sim/collectives.hpp"
 #include "sim/flow_network.hpp"
+#include "sim/helpers.hpp"
 #include "sim/network.hpp"
 #include "sim/simulator.hpp"
-#include "sim_test_helpers.hpp"
 #include "test_paths.hpp"
 
 using namespace stratasim;

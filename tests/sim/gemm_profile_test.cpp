@@ -8,7 +8,7 @@
 
 #include "hw_models/cluster.hpp"
 #include "sim/cost.hpp"
-#include "sim_test_helpers.hpp"
+#include "sim/helpers.hpp"
 #include "test_paths.hpp"
 
 using namespace stratasim;

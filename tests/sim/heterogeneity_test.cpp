@@ -2,8 +2,8 @@
 // a straggler's compute takes `slowdown` times longer, memory capacity is the rank's own.
 #include <doctest/doctest.h>
 
+#include "sim/helpers.hpp"
 #include "sim/simulator.hpp"
-#include "sim_test_helpers.hpp"
 
 using namespace stratasim;
 using namespace stratasim::strategies;

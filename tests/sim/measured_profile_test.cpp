@@ -9,9 +9,9 @@
 
 #include "sim/collective_bench.hpp"
 #include "sim/cost.hpp"
+#include "sim/helpers.hpp"
 #include "sim/network.hpp"
 #include "sim/simulator.hpp"
-#include "sim_test_helpers.hpp"
 
 using namespace stratasim;
 using strategies::CollectiveKind;

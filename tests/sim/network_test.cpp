@@ -3,8 +3,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "sim/helpers.hpp"
 #include "sim/network.hpp"
-#include "sim_test_helpers.hpp"
 
 using namespace stratasim;
 using strategies::CollectiveKind;

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "sim/helpers.hpp"
 #include "sim/simulator.hpp"
-#include "sim_test_helpers.hpp"
 
 using namespace stratasim;
 using strategies::Collective;

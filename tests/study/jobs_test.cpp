@@ -3,7 +3,7 @@
 
 #include <stdexcept>
 
-#include "sim/sim_test_helpers.hpp"
+#include "sim/helpers.hpp"
 #include "sim/simulator.hpp"
 #include "study/jobs.hpp"
 

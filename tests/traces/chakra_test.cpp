@@ -12,12 +12,12 @@
 #include "strategies/experiment.hpp"
 #include "strategies/lowering.hpp"
 #include "traces/chakra.hpp"
-#include "traces/fixtures.hpp"
+#include "traces/helpers.hpp"
 
 namespace fs = std::filesystem;
 using namespace stratasim;
 namespace st = stratasim::strategies;
-using stratasim::testing::ScratchDir;
+using stratasim::testing::TempDir;
 
 namespace {
 
@@ -133,7 +133,7 @@ std::string read(const fs::path& p) {
 
 void round_trip(const st::Experiment& e, bool json_form) {
   const st::Program program = st::lower(e, {.mirror_data_parallel = false});
-  ScratchDir dir;
+  const TempDir dir("traces");
   const fs::path prefix = dir.path() / "trace";
   traces::write_chakra(prefix, program, {.json_form = json_form});
   const std::string ext = json_form ? ".json" : ".et";
@@ -152,7 +152,7 @@ void round_trip(const st::Experiment& e, bool json_form) {
   // A folder holding one trace imports the same way.
   CHECK(traces::import_chakra(dir.path()).program.op_count() == program.op_count());
   // Deterministic: writing again gives the same bytes.
-  ScratchDir again;
+  const TempDir again("traces");
   traces::write_chakra(again.path() / "trace", program, {.json_form = json_form});
   CHECK(read(prefix.string() + ".0" + ext) == read(again.path() / ("trace.0" + ext)));
 }
@@ -193,7 +193,7 @@ TEST_CASE("chakra: export fills durations from a timeline and refuses mirrored p
   const auto e = experiment("gpt-tiny-3d-8.json");
   const auto program = st::lower(e, {.mirror_data_parallel = false});
   const auto timeline = sim::simulate(program, e.cluster);
-  ScratchDir dir;
+  const TempDir dir("traces");
   traces::write_chakra(dir.path() / "t", program, {.json_form = true, .timeline = &timeline});
   // The JSON form names the fields as protobuf's JSON mapping does (camelCase, int64 as text).
   const std::string text = read(dir.path() / "t.0.json");
@@ -254,7 +254,7 @@ TEST_CASE("chakra: the protoc-encoded sample imports and simulates as calculated
 TEST_CASE("chakra: malformed traces give errors naming the file, the place and the problem") {
   const auto e = experiment("gpt-tiny-3d-8.json");
   const auto program = st::lower(e, {.mirror_data_parallel = false});
-  ScratchDir dir;
+  const TempDir dir("traces");
   const fs::path prefix = dir.path() / "t";
   traces::write_chakra(prefix, program);
   const auto files = rank_files(prefix, program.world_size());

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "traces/export.hpp"
-#include "traces/fixtures.hpp"
+#include "traces/helpers.hpp"
 #include "traces/report.hpp"
 
 namespace {
@@ -217,7 +217,7 @@ TEST_CASE("memory.csv: one row per sample, exact times, quoted labels") {
 TEST_CASE("write_outputs: three files, no temporary folder left") {
   Small f;
   auto report = traces::make_report(f.program, f.timeline, f.context);
-  testing::ScratchDir scratch;
+  const testing::TempDir scratch("traces");
   const fs::path dir = scratch.path() / "run";
 
   traces::write_outputs(dir, f.program, f.timeline, report, f.context);
@@ -269,7 +269,7 @@ TEST_CASE("write_outputs: three files, no temporary folder left") {
 TEST_CASE("write_outputs: a failure throws and leaves nothing behind") {
   Small f;
   auto report = traces::make_report(f.program, f.timeline, f.context);
-  testing::ScratchDir scratch;
+  const testing::TempDir scratch("traces");
 
   SUBCASE("the parent of dir is a regular file") {
     const fs::path file = scratch.path() / "not-a-folder";

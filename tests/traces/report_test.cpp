@@ -6,7 +6,7 @@
 #include <sstream>
 #include <string>
 
-#include "traces/fixtures.hpp"
+#include "traces/helpers.hpp"
 #include "traces/report.hpp"
 
 namespace {

@@ -16,7 +16,7 @@
 #include "strategies/retarget.hpp"
 #include "traces/context.hpp"
 #include "traces/export.hpp"
-#include "traces/fixtures.hpp"
+#include "traces/helpers.hpp"
 #include "traces/report.hpp"
 #include "traces/timeline_import.hpp"
 

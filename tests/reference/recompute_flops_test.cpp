@@ -6,7 +6,6 @@
 #include "experiment_helpers.hpp"
 
 #include "sim/simulator.hpp"
-#include "strategies/helpers.hpp"
 #include "strategies/lowering.hpp"
 #include "traces/report.hpp"
 

@@ -9,7 +9,6 @@
 #include <set>
 
 #include "sim/simulator.hpp"
-#include "strategies/helpers.hpp"
 #include "strategies/lowering.hpp"
 #include "strategies/recompute.hpp"
 #include "traces/report.hpp"

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "test_zero_helpers.hpp"
+#include "reference/helpers.hpp"
 
 using namespace stratasim;
 using namespace stratasim::strategies;

@@ -2,7 +2,7 @@
 
 #include <map>
 
-#include "helpers.hpp"
+#include "experiment_helpers.hpp"
 #include "strategies/lowering.hpp"
 #include "strategies/program.hpp"
 

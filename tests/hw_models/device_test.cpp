@@ -7,20 +7,17 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "config_test_helpers.hpp"
 #include "hw_models/cluster.hpp"
 #include "hw_models/device.hpp"
+#include "hw_models/helpers.hpp"
 #include "hw_models/profile.hpp"
+#include "temp_dir.hpp"
 #include "test_paths.hpp"
 
 using namespace stratasim;
 using config::ConfigError;
 
 namespace {
-
-std::filesystem::path write_temp(const std::string& name, const std::string& text) {
-  return testing::write_temp(name, text, "stratasim-test-device");
-}
 
 using testing::error_of;
 
@@ -341,7 +338,8 @@ TEST_CASE("profile: errors name the row and key") {
 TEST_CASE("profile: to_json writes what read_profile reads back") {
   auto doc = config::Document::from_json(profile_json(), "p.json");
   auto p = hw::read_profile(doc, "");
-  auto file = write_temp("roundtrip-profile.json", "");
+  const testing::TempDir tmp("hw-models");
+  auto file = tmp.write("roundtrip-profile.json", "");
   hw::write_profile(p, file);
   auto q = hw::load_profile(file);
   CHECK(q.device == p.device);
@@ -359,10 +357,11 @@ TEST_CASE("profile: to_json writes what read_profile reads back") {
 }
 
 TEST_CASE("profile: a device names its profile file relative to itself, or inlines it") {
-  write_temp("profiles/p.json", profile_json().dump());
+  const testing::TempDir tmp("hw-models");
+  tmp.write("profiles/p.json", profile_json().dump());
   auto j = fpga_json();
   j["profile"] = "profiles/p.json";
-  auto device_file = write_temp("profiled-fpga.json", j.dump());
+  auto device_file = tmp.write("profiled-fpga.json", j.dump());
   auto d = hw::load_device(device_file);
   REQUIRE(d.profile != nullptr);
   CHECK(d.profile->gemm.size() == 2);
@@ -374,7 +373,7 @@ TEST_CASE("profile: a device names its profile file relative to itself, or inlin
   CHECK(read(j).profile->kernel_launch_overhead == Time::us(3));
 
   j["profile"] = "profiles/missing.json";
-  auto missing = write_temp("profiled-missing.json", j.dump());
+  auto missing = tmp.write("profiled-missing.json", j.dump());
   auto e = error_of([&] { hw::load_device(missing); });
   CHECK(e.path() == "profile");
   CHECK(e.message().find("does not exist") != std::string::npos);
@@ -382,9 +381,9 @@ TEST_CASE("profile: a device names its profile file relative to itself, or inlin
   // An error inside the profile names the profile's file.
   auto bad = profile_json();
   bad["gemm"][0]["k"] = -1;
-  auto bad_file = write_temp("profiles/bad.json", bad.dump());
+  auto bad_file = tmp.write("profiles/bad.json", bad.dump());
   j["profile"] = "profiles/bad.json";
-  auto with_bad = write_temp("profiled-bad.json", j.dump());
+  auto with_bad = tmp.write("profiled-bad.json", j.dump());
   auto eb = error_of([&] { hw::load_device(with_bad); });
   CHECK(eb.source() == bad_file.string());
   CHECK(eb.path() == "gemm[0].k");

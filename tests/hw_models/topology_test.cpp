@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "hw_models/cluster.hpp"
-#include "hw_models/config_test_helpers.hpp"
+#include "hw_models/helpers.hpp"
 #include "hw_models/topology.hpp"
 
 using namespace stratasim;

@@ -10,7 +10,7 @@
 #include <tuple>
 #include <vector>
 
-#include "pipeline_test_cluster.hpp"
+#include "reference/helpers.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/lowering.hpp"
 #include "strategies/schedule.hpp"

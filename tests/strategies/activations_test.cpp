@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "helpers.hpp"
+#include "experiment_helpers.hpp"
 #include "strategies/lowering.hpp"
 #include "strategies/transformer.hpp"
 

@@ -2,7 +2,7 @@
 // assembly, simulated by the real engine, measured by the real report.
 #include <doctest/doctest.h>
 
-#include "pipeline_test_cluster.hpp"
+#include "reference/helpers.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/lowering.hpp"
 #include "strategies/schedule.hpp"

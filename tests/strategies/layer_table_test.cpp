@@ -1,15 +1,15 @@
 #include <doctest/doctest.h>
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
-#include "helpers.hpp"
+#include "experiment_helpers.hpp"
 #include "strategies/layer_table.hpp"
 #include "strategies/model.hpp"
 #include "strategies/transformer.hpp"
+#include "temp_dir.hpp"
 
 using namespace stratasim;
 using namespace stratasim::strategies;
@@ -257,10 +257,8 @@ TEST_CASE("layer table: errors name the JSON path") {
 }
 
 TEST_CASE("layer table: an error in a referenced file names that file") {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("stratasim-layer-table-" +
-                    std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-  std::filesystem::create_directories(dir);
+  const testing::TempDir tmp("strategies");
+  const auto& dir = tmp.path();
   auto j = toy_json();
   j["layers"][2]["backward_weigth_time"] = "1 ms";
   std::ofstream(dir / "bad-layers.json") << j.dump(2);
@@ -275,7 +273,6 @@ TEST_CASE("layer table: an error in a referenced file names that file") {
     CHECK(e.path() == "layers[2].backward_weigth_time");
     CHECK(e.message().find("did you mean 'backward_weight_time'") != std::string::npos);
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("layer table: validate() names the key of a model built in code") {

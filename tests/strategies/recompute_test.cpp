@@ -6,7 +6,7 @@
 #include <set>
 #include <string>
 
-#include "helpers.hpp"
+#include "experiment_helpers.hpp"
 #include "strategies/lowering.hpp"
 #include "strategies/recompute.hpp"
 #include "strategies/transformer.hpp"
@@ -70,7 +70,7 @@ TEST_CASE("the lowered program stores Korthikanti's activations per layer in all
   // sbh(34 + 5as/h), tp sbh(10 + 24/t + 5as/(ht)), tp+sp sbh(34/t + 5as/(ht)), tp+selective
   // sbh(10 + 24/t), tp+sp+selective 34sbh/t, full 2sbh. One stage, one microbatch: the forward
   // pass allocates L times that plus the embedding and head extras (p = 1), which the hand
-  // formula of test_activations.cpp gives: with sp sbh/t (1 + 4(1 + v/h)) (embedding dropout
+  // formula of activations_test.cpp gives: with sp sbh/t (1 + 4(1 + v/h)) (embedding dropout
   // mask, final norm input and output, fp32 logits), else 5sbh + 4sbv/t.
   auto ref = reference_case("korthikanti-activation-formulas");
   struct Setting {

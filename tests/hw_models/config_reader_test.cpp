@@ -3,16 +3,17 @@
 #include <filesystem>
 #include <fstream>
 
-#include "config_test_helpers.hpp"
 #include "hw_models/cluster.hpp"
 #include "hw_models/config_reader.hpp"
+#include "hw_models/helpers.hpp"
+#include "temp_dir.hpp"
 #include "test_paths.hpp"
 
 using namespace stratasim;
 using config::ConfigError;
 
 using testing::error_of;
-using testing::write_temp;
+using testing::TempDir;
 
 TEST_CASE("unknown keys are errors with a suggestion") {
   auto doc =
@@ -43,7 +44,8 @@ TEST_CASE("wrong types and out-of-range values name the path") {
 }
 
 TEST_CASE("malformed JSON reports the line and column") {
-  auto path = write_temp("bad.json", "{\n  \"name\": \"x\",\n  \"nodes\": ,\n}\n");
+  const TempDir tmp("hw-models");
+  auto path = tmp.write("bad.json", "{\n  \"name\": \"x\",\n  \"nodes\": ,\n}\n");
   auto e = error_of([&] { config::Document::load(path); });
   CHECK(e.source() == path.string());
   CHECK(e.message().find("malformed JSON at line 3") != std::string::npos);
@@ -52,7 +54,8 @@ TEST_CASE("malformed JSON reports the line and column") {
 TEST_CASE("a number too large for a double is a config error, not a crash") {
   // 1e400 is valid JSON syntax but overflows a double: nlohmann throws out_of_range, which the
   // reader must turn into a ConfigError naming the file (found by fuzzing).
-  auto path = write_temp("huge.json", "{\"nodes\": 1e400}\n");
+  const TempDir tmp("hw-models");
+  auto path = tmp.write("huge.json", "{\"nodes\": 1e400}\n");
   auto e = error_of([&] { config::Document::load(path); });
   CHECK(e.source() == path.string());
   CHECK(e.message().find("unreadable JSON") != std::string::npos);
@@ -65,9 +68,10 @@ TEST_CASE("a missing file is an error naming it") {
 }
 
 TEST_CASE("errors inside an inlined file name that file and the path within it") {
-  auto device = write_temp("dev.json", R"({"name": "d", "kind": "gpu",
+  const TempDir tmp("hw-models");
+  auto device = tmp.write("dev.json", R"({"name": "d", "kind": "gpu",
     "peak_flops": {"bf16": "100 TFLOP/s"}, "memory": {"capacity": "lots", "bandwidth": "1 TB/s"}})");
-  auto cluster = write_temp("cl.json", R"({"name": "c", "nodes": 1, "devices_per_node": 2,
+  auto cluster = tmp.write("cl.json", R"({"name": "c", "nodes": 1, "devices_per_node": 2,
     "device": "dev.json", "intra_node": {"bandwidth": "100 GB/s", "latency": "1 us"},
     "inter_node": {"bandwidth": "10 GB/s", "latency": "5 us"}})");
   auto e = error_of([&] { hw::load_cluster(cluster); });

@@ -1,19 +1,36 @@
-// Shared helpers for the ZeRO and offload reference tests: clusters built from the shipped
-// configs, lowering that always validates, simulation that must complete.
+// Helpers of the reference tests: the cluster the pipeline tests run on, clusters built from
+// the shipped configs, lowering that always validates, simulation that must complete.
 #pragma once
 
 #include <doctest/doctest.h>
 
 #include <string>
 
+#include "experiment_helpers.hpp"
 #include "hw_models/cluster.hpp"
 #include "sim/simulator.hpp"
-#include "strategies/helpers.hpp"
 #include "strategies/lowering.hpp"
 #include "traces/context.hpp"
 #include "traces/report.hpp"
 
 namespace stratasim::testing {
+
+/// The cluster the pipeline reference tests run on: one node of `devices` test devices whose
+/// links move `bandwidth` bytes/s with no latency, so 0-byte boundaries make communication free
+/// and B bytes take B / bandwidth.
+inline hw::ClusterSpec pipeline_test_cluster(int devices, Bandwidth bandwidth = Bandwidth(1e12)) {
+  hw::ClusterSpec c;
+  c.name = "free";
+  c.nodes = 1;
+  c.devices_per_node = devices;
+  c.device.name = "test";
+  c.device.peak_flops[static_cast<std::size_t>(DType::bf16)] = FlopRate(100e12);
+  c.device.memory_capacity = Bytes(80LL << 30);
+  c.device.memory_bandwidth = Bandwidth(2e12);
+  c.intra_node = {bandwidth, Time::zero()};
+  c.inter_node = {bandwidth, Time::zero()};
+  return c;
+}
 
 /// A shipped cluster file with its node count (and devices per node) changed.
 inline hw::ClusterSpec shipped_cluster(const std::string& name, int nodes,

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "helpers.hpp"
+#include "experiment_helpers.hpp"
 #include "strategies/foreign_inputs.hpp"
 #include "strategies/lowering.hpp"
 

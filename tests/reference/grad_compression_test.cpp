@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "test_zero_helpers.hpp"
+#include "reference/helpers.hpp"
 
 using namespace stratasim;
 using namespace stratasim::strategies;

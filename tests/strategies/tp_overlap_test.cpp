@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "helpers.hpp"
+#include "experiment_helpers.hpp"
 #include "strategies/tp_overlap.hpp"
 #include "strategies/transformer.hpp"
 

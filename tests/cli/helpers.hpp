@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.hpp"
+
 namespace stratasim::testing::cli {
 
 namespace fs = std::filesystem;
@@ -34,12 +36,8 @@ inline Result run(const std::string& args) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
 }
 
-inline fs::path scratch(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("stratasim-cli-" + std::to_string(getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+/// Each test case that writes files makes its own folder: `const TempDir tmp("cli");`.
+using testing::TempDir;
 
 inline std::string read(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -2,7 +2,7 @@
 // receives, and the errors for meshes and settings that cannot work (each at the key to change).
 #include <doctest/doctest.h>
 
-#include "helpers.hpp"
+#include "experiment_helpers.hpp"
 #include "strategies/experiment.hpp"
 #include "strategies/lowering.hpp"
 

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/cli_helpers.hpp"
+#include "cli/helpers.hpp"
 #include "test_paths.hpp"
 
 namespace fs = std::filesystem;
@@ -65,7 +65,8 @@ TEST_CASE("list shows the catalog") {
 }
 
 TEST_CASE("bad inputs exit 2 naming the file and the JSON path") {
-  auto dir = scratch("bad");
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("bad");
   auto file = small_experiment(dir);
   const std::string f = file.string();
 
@@ -83,7 +84,8 @@ TEST_CASE("bad inputs exit 2 naming the file and the JSON path") {
 }
 
 TEST_CASE("bad inputs: types and strategy checks") {
-  auto dir = scratch("bad2");
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("bad2");
   const std::string f = (dir / "experiment.json").string();
   auto with = [&](auto edit) { return "simulate " + small_experiment(dir, edit).string(); };
   check_bad_input(with([](auto& e) { e["training"]["seq_len"] = "long"; }),
@@ -118,7 +120,8 @@ TEST_CASE("bad inputs: types and strategy checks") {
 }
 
 TEST_CASE("nothing is written to --out when the input is bad") {
-  auto dir = scratch("nothing");
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("nothing");
   auto bad = small_experiment(dir, [](auto& e) { e["training"]["global_batch"] = 15; });
   auto out = dir / "out";
   CHECK(run("simulate " + bad.string() + " --out " + out.string()).status == 2);
@@ -130,7 +133,8 @@ TEST_CASE("nothing is written to --out when the input is bad") {
 }
 
 TEST_CASE("simulate writes the report, the Perfetto timeline and memory.csv, identically twice") {
-  auto dir = scratch("determinism");
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("determinism");
   auto file = small_experiment(dir);
   auto a = run("simulate " + file.string() + " --out " + (dir / "a").string());
   REQUIRE(a.status == 0);
@@ -157,7 +161,8 @@ TEST_CASE("simulate writes the report, the Perfetto timeline and memory.csv, ide
 }
 
 TEST_CASE("flags override the experiment, and dp follows tp and pp") {
-  auto dir = scratch("flags");
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("flags");
   auto file = small_experiment(dir);
   auto r = run("simulate " + file.string() +
                " --tp 1 --pp 1 --global-batch 32 --micro-batch 2 --schedule gpipe --out " +
@@ -184,7 +189,8 @@ TEST_CASE("every shipped experiment simulates") {
 }
 
 TEST_CASE("--out creates missing folders, as scripts/demo needs on a fresh clone") {
-  auto dir = scratch("nested");
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("nested");
   auto out = dir / "a" / "b";
   REQUIRE(
       run("simulate " + small_experiment(dir).string() + " --quiet --out " + out.string()).status ==
@@ -198,7 +204,8 @@ TEST_CASE("--out creates missing folders, as scripts/demo needs on a fresh clone
 }
 
 TEST_CASE("memory techniques: bad settings exit 2 at the key to change") {
-  auto dir = scratch("memory-bad");
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("memory-bad");
   const std::string e = small_experiment(dir).string();
   check_bad_input("simulate " + e + " --zero 4", {"parallelism.zero", "from 0 to 3", "--zero 4"});
   check_bad_input(
@@ -224,7 +231,8 @@ TEST_CASE("memory techniques: bad settings exit 2 at the key to change") {
 }
 
 TEST_CASE("stratasim memory reports the same peaks as the simulation, fast") {
-  auto dir = scratch("memory-cmd");
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("memory-cmd");
   const std::string e = small_experiment(dir).string();
   auto fast = run("memory " + e);
   REQUIRE(fast.status == 0);
@@ -243,7 +251,8 @@ TEST_CASE("stratasim memory reports the same peaks as the simulation, fast") {
 }
 
 TEST_CASE("--stop-on-oom ends the run at the first out-of-memory and still reports") {
-  auto dir = scratch("stop");
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("stop");
   const std::string e = small_experiment(dir).string();
   auto r = run("simulate " + e + " --tp 1 --pp 1 --micro-batch 4 --global-batch 32 --stop-on-oom");
   CAPTURE(r.output);
@@ -256,7 +265,8 @@ TEST_CASE("--stop-on-oom ends the run at the first out-of-memory and still repor
 }
 
 TEST_CASE("--exact simulates every replica and reports exactly what mirroring reports") {
-  auto dir = scratch("exact");
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("exact");
   const std::string e = small_experiment(dir).string();  // tp 2 x pp 2 x dp 2
   REQUIRE(run("simulate " + e + " --quiet --out " + (dir / "mirrored").string()).status == 0);
   REQUIRE(run("simulate " + e + " --exact --quiet --out " + (dir / "exact").string()).status == 0);
@@ -276,7 +286,8 @@ TEST_CASE("--exact simulates every replica and reports exactly what mirroring re
 }
 
 TEST_CASE("schedules: every applicable schedule, best first, and a CSV") {
-  auto dir = scratch("schedules");
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("schedules");
   auto file = small_experiment(dir, [](nlohmann::json& e) {
     e["parallelism"] = {{"tp", 2}, {"pp", 4}, {"dp", 1}, {"micro_batch", 1}};
   });
@@ -361,7 +372,8 @@ TEST_CASE("several experiments share one cluster's network, each with its own re
         iteration_seconds(packed.output, second_packed));
   CHECK(interleaved.output.find("busiest links") != std::string::npos);
 
-  auto dir = scratch("jobs");
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("jobs");
   auto written = run("simulate " + both + " --cluster dgx-a100-32-oversubscribed --quiet --out " +
                      dir.string());
   REQUIRE(written.status == 0);
@@ -405,7 +417,8 @@ TEST_CASE("collective: nccl-tests figures for one collective on a cluster") {
   in >> time_value >> time_unit >> algbw >> busbw;
   CHECK(busbw == doctest::Approx(370).epsilon(0.1));
   CHECK(busbw == doctest::Approx(algbw * 1.75).epsilon(0.01));  // 2(n-1)/n for n = 8
-  auto dir = scratch("collective");
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("collective");
   auto csv =
       run("collective dgx-a100-1 --ranks 0-3 --sizes 1M,1G --network flow --out " + dir.string());
   REQUIRE(csv.status == 0);
@@ -417,7 +430,8 @@ TEST_CASE("collective: nccl-tests figures for one collective on a cluster") {
 }
 
 TEST_CASE("the flow-level network gives byte-identical outputs twice") {
-  auto dir = scratch("flow-determinism");
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("flow-determinism");
   const std::string exp = (configs_dir() / "experiments" / "llama2-7b-a100-pcie-16.json").string();
   REQUIRE(run("simulate " + exp + " --quiet --out " + (dir / "a").string()).status == 0);
   REQUIRE(run("simulate " + exp + " --quiet --out " + (dir / "b").string()).status == 0);
@@ -434,7 +448,8 @@ TEST_CASE("the flow-level network gives byte-identical outputs twice") {
 }
 
 TEST_CASE("top-k gradient compression at 1% cuts the data-parallel traffic the report shows") {
-  auto dir = scratch("topk");
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("topk");
   const std::string exp = "gpt3-1.7b-a100-8 --global-batch 8 --quiet --out ";
   REQUIRE(run("simulate " + exp + (dir / "dense").string()).status == 0);
   REQUIRE(

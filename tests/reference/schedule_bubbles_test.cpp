@@ -26,7 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hw_models/config_reader.hpp"
-#include "pipeline_test_cluster.hpp"
+#include "reference/helpers.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/layer_table.hpp"
 #include "strategies/lowering.hpp"

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "helpers.hpp"
+#include "experiment_helpers.hpp"
 #include "strategies/model.hpp"
 
 using namespace stratasim;

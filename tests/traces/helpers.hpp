@@ -2,14 +2,12 @@
 #pragma once
 
 #include <cstdint>
-#include <filesystem>
 #include <string>
-
-#include <unistd.h>
 
 #include <doctest/doctest.h>
 
 #include "strategies/program.hpp"
+#include "temp_dir.hpp"
 #include "traces/timeline.hpp"
 
 namespace stratasim::testing {
@@ -39,28 +37,5 @@ inline strategies::OpInfo info(strategies::Stream stream, strategies::Phase phas
   i.microbatch = microbatch;
   return i;
 }
-
-/// A fresh, empty folder under the system's temporary folder, removed when it goes.
-class ScratchDir {
- public:
-  ScratchDir() {
-    static int counter = 0;
-    path_ =
-        std::filesystem::temp_directory_path() /
-        ("stratasim-traces-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 }  // namespace stratasim::testing

@@ -8,7 +8,7 @@
 #include <map>
 #include <vector>
 
-#include "test_zero_helpers.hpp"
+#include "reference/helpers.hpp"
 
 using namespace stratasim;
 using namespace stratasim::strategies;
