@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "cli/cli_helpers.hpp"
+#include "cli/helpers.hpp"
 
 using namespace stratasim::testing::cli;
 
@@ -55,7 +55,8 @@ fs::path lone_binary(const fs::path& dir) {
 }  // namespace
 
 TEST_CASE("startup: --version and a simulation load no GPU or MPI library") {
-  const auto dir = scratch("startup-libs");
+  const TempDir tmp("startup-libs");
+  const fs::path dir = tmp.path();
   for (const std::string& args : {std::string("--version"), "simulate " + kTiny + " --quiet"}) {
     CAPTURE(args);
     const std::string log = loaded_by(args, dir);
@@ -69,7 +70,8 @@ TEST_CASE("startup: --version and a simulation load no GPU or MPI library") {
 }
 
 TEST_CASE("startup: --device cuda without the CUDA plugin says what is missing, exit 2") {
-  const auto dir = scratch("startup-no-cuda");
+  const TempDir tmp("startup-no-cuda");
+  const fs::path dir = tmp.path();
   const fs::path binary = lone_binary(dir);
   auto r = shell("env -u STRATASIM_PLUGIN_DIR " + binary.string() + " run " + kTiny +
                  " --iterations 1 --device cuda");
@@ -96,7 +98,8 @@ TEST_CASE("startup: --device cuda without the CUDA plugin says what is missing, 
 }
 
 TEST_CASE("startup: a sweep under an MPI launcher without the MPI plugin says so, exit 2") {
-  const auto dir = scratch("startup-no-mpi");
+  const TempDir tmp("startup-no-mpi");
+  const fs::path dir = tmp.path();
   const fs::path binary = lone_binary(dir);
   // The launcher's environment is all that makes a sweep use MPI; no mpirun is needed.
   const auto r = shell("env -u STRATASIM_PLUGIN_DIR OMPI_COMM_WORLD_SIZE=2 " + binary.string() +

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "hw_models/plugin.hpp"
+#include "temp_dir.hpp"
 
 using namespace stratasim;
 namespace fs = std::filesystem;
@@ -43,14 +44,6 @@ class PluginDirGuard {
   std::optional<std::string> old_;
 };
 
-fs::path scratch(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("stratasim-plugin-" + std::to_string(getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
 std::string error_of(const std::string& file) {
   try {
     load_plugin(file);
@@ -79,7 +72,8 @@ TEST_CASE("plugin: looked for in STRATASIM_PLUGIN_DIR, the executable's folder, 
 }
 
 TEST_CASE("plugin: one that is not there is an error naming it and where it was looked for") {
-  const fs::path dir = scratch("absent");
+  const testing::TempDir tmp("plugin-absent");
+  const fs::path dir = tmp.path();
   const PluginDirGuard env(dir.string());
   const std::string message = error_of("libstratasim_absent.so");
   CHECK(message.find("libstratasim_absent.so was not found") != std::string::npos);
@@ -89,7 +83,8 @@ TEST_CASE("plugin: one that is not there is an error naming it and where it was 
 }
 
 TEST_CASE("plugin: a file that does not load is an error naming it and the loader's reason") {
-  const fs::path dir = scratch("broken");
+  const testing::TempDir tmp("plugin-broken");
+  const fs::path dir = tmp.path();
   std::ofstream(dir / "libstratasim_broken.so") << "not a shared library\n";
   const PluginDirGuard env(dir.string());
   const std::string message = error_of("libstratasim_broken.so");
