@@ -71,8 +71,6 @@ std::vector<Combination> search_space(const strategies::Experiment& base, const 
                              .micro_batch = mb,
                              .schedule = "",
                              .sequence_parallel = -1,
-                             .virtual_stages = 0,
-                             .sequence_slices = 0,
                              .gpus = gpus});
             }
           }

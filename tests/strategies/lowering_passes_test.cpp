@@ -3,7 +3,7 @@
 // units that carry their layer.
 #include <doctest/doctest.h>
 
-#include "helpers.hpp"
+#include "experiment_helpers.hpp"
 #include "strategies/experiment.hpp"
 #include "strategies/lowering.hpp"
 #include "strategies/lowering/stage_template.hpp"
