@@ -177,7 +177,19 @@ class Simulator {
     }
     const auto& groups = program_.groups();
     const auto group_count = static_cast<std::uint32_t>(groups.size());
-    ops_.assign(static_cast<std::size_t>(n_) + 1, OpState{});  // one more: the end of succ_
+    // Where communication ops meet: strategies::Matching, the Program's rule. Mirrored ranks
+    // issue no ops: a collective waits for the members that do (the network still costs it
+    // over the whole group). Built first, while its scratch space is the only one.
+    // Each op that meets others gets its rendezvous as payload; the others keep kNone.
+    matching_ = strategies::Matching(program_, /*index_ops=*/false);
+    {
+      OpState unset;
+      unset.payload = kNone;
+      ops_.assign(static_cast<std::size_t>(n_) + 1, unset);  // one more: the end of succ_
+    }
+    for (std::uint32_t rv = 0; rv < matching_.rendezvous_count(); ++rv) {
+      for (const OpId id : matching_.ops_of(rv)) ops_[id].payload = rv;
+    }
 
     // Kernel-list durations, computed once per (device class, list) that some op uses. Ranks
     // of one class cost alike: the same device type and slowdown (one class unless the
@@ -204,11 +216,6 @@ class Simulator {
     }
     list_time_.assign(lists * costs.size(), Time());
     std::vector<std::uint8_t> list_known(list_time_.size(), 0);
-
-    // Where communication ops meet: strategies::Matching, the Program's rule. Mirrored ranks
-    // issue no ops: a collective waits for the members that do (the network still costs it
-    // over the whole group).
-    matching_ = strategies::Matching(program_);
 
     // One pass, rank by rank: stream order, dependency counts, effects, kernel costs, and the
     // rendezvous of each communication op.
@@ -269,7 +276,6 @@ class Simulator {
           }
           // kNone: a collective of a non-member or a message to no rank never arrives
           // (reported as waiting forever).
-          st.payload = matching_.rendezvous_of(id);
           if (st.payload == kNone) ++pending;
         }
         st.pending = pending;

@@ -26,7 +26,7 @@ struct ChannelUse {
 
 }  // namespace
 
-Matching::Matching(const Program& program) {
+Matching::Matching(const Program& program, bool index_ops) {
   const auto world = program.world_size();
   const auto& groups = program.groups();
   const auto group_count = static_cast<std::uint32_t>(groups.size());
@@ -68,7 +68,6 @@ Matching::Matching(const Program& program) {
   // Pass 1, rank by rank in issue order: the sequence of every communication op on its group
   // or on its channel. Channels are found per rank through arrays indexed by peer (reset after
   // each rank), so no op pays for a hash or a search.
-  rendezvous_of_.assign(n, kNone);
   rank_first_.resize(static_cast<std::size_t>(world) + 1);
   for (int r = 0; r <= world; ++r) rank_first_[static_cast<std::size_t>(r)] = program.first_op(r);
   std::vector<std::uint32_t> calls(group_count, 0);  // of the current rank
@@ -78,8 +77,16 @@ Matching::Matching(const Program& program) {
   std::vector<std::uint32_t> send_slot(static_cast<std::size_t>(world), kNone);
   std::vector<std::uint32_t> recv_slot(static_cast<std::size_t>(world), kNone);
   std::vector<ChannelUse> sends, recvs;  // per (rank, peer) used, in order of first use
-  std::vector<OpId> comm_ops;            // in op order
-  std::vector<std::uint32_t> comm_tag;   // per communication op: Tag << kTagShift | owner
+  // Per communication op that can meet, in op order: its id, its provisional owner
+  // (Tag << kTagShift | owner), and its sequence (pass 2 adds its owner's first rendezvous).
+  std::vector<OpId> comm_ops;
+  std::vector<std::uint32_t> comm_tag;
+  std::vector<std::uint32_t> comm_rv;
+  // Room for every op: pages never written are never resident, and no growth copies (or freed
+  // buffers left behind in the heap).
+  comm_ops.reserve(n);
+  comm_tag.reserve(n);
+  comm_rv.reserve(n);
   for (int r = 0; r < world; ++r) {
     const auto rg_begin = rank_groups_begin[static_cast<std::size_t>(r)];
     const auto rg_end = rank_groups_begin[static_cast<std::size_t>(r) + 1];
@@ -96,7 +103,7 @@ Matching::Matching(const Program& program) {
           const auto g = std::get<Collective>(op.work).group;
           if (g >= group_count || !member[g]) break;  // can never meet
           if (calls[g]++ == 0) touched.push_back(g);
-          rendezvous_of_[id] = calls[g] - 1;
+          comm_rv.push_back(calls[g] - 1);
           comm_ops.push_back(id);
           comm_tag.push_back(kTagCollective << kTagShift | g);
           break;
@@ -113,7 +120,7 @@ Matching::Matching(const Program& program) {
             slot = static_cast<std::uint32_t>(uses.size());
             uses.push_back(send ? ChannelUse{r, peer, 0} : ChannelUse{peer, r, 0});
           }
-          rendezvous_of_[id] = uses[slot].count++;
+          comm_rv.push_back(uses[slot].count++);
           comm_ops.push_back(id);
           comm_tag.push_back((send ? kTagSend : kTagRecv) << kTagShift | slot);
           break;
@@ -211,7 +218,7 @@ Matching::Matching(const Program& program) {
         base = channels_[recv_channel[owner]].first;
         break;
     }
-    std::uint32_t& rv = rendezvous_of_[comm_ops[i]];
+    std::uint32_t& rv = comm_rv[i];
     rv += base;
     ++members_begin_[rv + 1];
   }
@@ -219,7 +226,11 @@ Matching::Matching(const Program& program) {
   members_.resize(comm_ops.size());
   {
     std::vector<std::uint32_t> cursor(members_begin_.begin(), members_begin_.end() - 1);
-    for (OpId id : comm_ops) members_[cursor[rendezvous_of_[id]]++] = id;
+    for (std::size_t i = 0; i < comm_ops.size(); ++i) members_[cursor[comm_rv[i]]++] = comm_ops[i];
+  }
+  if (index_ops) {
+    rendezvous_of_.assign(n, kNone);
+    for (std::size_t i = 0; i < comm_ops.size(); ++i) rendezvous_of_[comm_ops[i]] = comm_rv[i];
   }
 }
 

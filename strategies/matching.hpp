@@ -29,9 +29,11 @@
 //
 // Cost: building is O(ops + group members + world size) time, with no per-op allocation,
 // hashing or sorting (one pass over the ops, one over the communication ops; sorting only the
-// channels); it keeps 4 bytes per op, 4 per communication op and 8 per rendezvous.
+// channels), with 12 bytes per communication op of scratch space; it keeps 4 bytes per
+// communication op, 8 per rendezvous and, unless told not to, 4 per op (the per-op index).
 #pragma once
 
+#include <cassert>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -55,17 +57,22 @@ class Matching {
   };
 
   Matching() = default;
-  /// Numbers `program`'s communication ops (Program::finish must have been called). Throws
-  /// std::length_error beyond 2^32 - 1 rendezvous.
-  explicit Matching(const Program& program);
+  /// Numbers `program`'s communication ops (Program::finish must have been called). Without
+  /// `index_ops`, the per-op index (rendezvous_of, sequence) is not kept, saving 4 bytes per
+  /// op for a caller that goes through the rendezvous' ops instead (the simulator). Throws
+  /// std::length_error beyond 2^30 groups or channels, or 2^32 - 1 rendezvous.
+  explicit Matching(const Program& program, bool index_ops = true);
 
-  // ---- Per op.
+  // ---- Per op (only when built with index_ops).
   /// The rendezvous `id` belongs to; kNone for compute ops and for ops that can never meet.
-  std::uint32_t rendezvous_of(OpId id) const { return rendezvous_of_[id]; }
+  std::uint32_t rendezvous_of(OpId id) const {
+    assert(id < rendezvous_of_.size());
+    return rendezvous_of_[id];
+  }
   /// k: the op's place among its rank's collectives on its group, or among the messages of its
   /// channel. kNone where rendezvous_of is kNone.
   std::uint32_t sequence(OpId id) const {
-    const std::uint32_t rv = rendezvous_of_[id];
+    const std::uint32_t rv = rendezvous_of(id);
     return rv == kNone ? kNone : sequence_of(rv);
   }
 

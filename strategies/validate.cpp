@@ -189,7 +189,7 @@ void check_matching(const Program& p, const Matching& m) {
 void validate(const Program& program) {
   check_ops_and_ranges(program);
   check_acyclic(program);
-  check_matching(program, Matching(program));
+  check_matching(program, Matching(program, /*index_ops=*/false));
 }
 
 void validate(const Program& program, const Matching& matching) {
