@@ -346,7 +346,7 @@ st::Program build_program(const TraceInput& input) {
     }
   }
   program.finish();
-  const st::Matching matching(program);
+  const st::Matching matching(program, /*index_ops=*/false);
   check_matching(input, program, matching, node_of);
   try {
     st::validate(program, matching);
