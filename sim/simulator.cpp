@@ -177,16 +177,16 @@ class Simulator {
     }
     const auto& groups = program_.groups();
     const auto group_count = static_cast<std::uint32_t>(groups.size());
-    // Where communication ops meet: strategies::Matching, the Program's rule. Mirrored ranks
-    // issue no ops: a collective waits for the members that do (the network still costs it
-    // over the whole group). Built first, while its scratch space is the only one.
-    // Each op that meets others gets its rendezvous as payload; the others keep kNone.
-    matching_ = strategies::Matching(program_, /*index_ops=*/false);
     {
       OpState unset;
       unset.payload = kNone;
       ops_.assign(static_cast<std::size_t>(n_) + 1, unset);  // one more: the end of succ_
     }
+    // Where communication ops meet: strategies::Matching, the Program's rule. Mirrored ranks
+    // issue no ops: a collective waits for the members that do (the network still costs it
+    // over the whole group). Each op that meets others gets its rendezvous as payload; the
+    // others keep kNone.
+    matching_ = strategies::Matching(program_, /*index_ops=*/false);
     for (std::uint32_t rv = 0; rv < matching_.rendezvous_count(); ++rv) {
       for (const OpId id : matching_.ops_of(rv)) ops_[id].payload = rv;
     }
