@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "sim/cost.hpp"
@@ -35,6 +37,11 @@ constexpr std::uint32_t kNone = 0xFFFFFFFFu;
 
 // In the order of strategies::Work's alternatives.
 enum OpKind : std::uint8_t { kCompute, kCollective, kSend, kRecv };
+static_assert(
+    std::is_same_v<std::variant_alternative_t<kCompute, strategies::Work>, Compute> &&
+    std::is_same_v<std::variant_alternative_t<kCollective, strategies::Work>, Collective> &&
+    std::is_same_v<std::variant_alternative_t<kSend, strategies::Work>, Send> &&
+    std::is_same_v<std::variant_alternative_t<kRecv, strategies::Work>, Recv>);
 enum OpFlags : std::uint8_t { kStartEffects = 1, kEndEffects = 2 };
 enum OpStatus : std::uint8_t { kWaiting, kStarted, kDone };
 

@@ -2,14 +2,17 @@
 // strategies/program.hpp, used by validate(), the trace importers (traces/trace_builder.cpp),
 // the simulator (sim/simulator.cpp) and the executor's plan (exec/plan.hpp).
 //
-// The rule (NCCL's, and the Program's):
+// The rule (the Program's, which is NCCL's: every rank of a communicator calls its collectives
+// in the same order, and ncclSend/ncclRecv between two peers pair in call order; NCCL user
+// guide, "Group calls" and "Point-to-point communication"):
 // - Collectives are numbered per (rank, group): the k-th collective that rank r issues on group
 //   g (k = 0, 1, ... in r's issue order, i.e. op id order, whatever the streams) has sequence k.
 //   The collectives of sequence k of the members of g meet: they form the rendezvous (g, k).
 // - Messages are numbered per channel, an ordered pair of ranks (src, dst): the k-th Send that
 //   src issues to dst and the k-th Recv that dst issues from src (issue order, whatever the
 //   streams) have sequence k and meet: the rendezvous (src -> dst, k). A rank's sends to b and
-//   its receives from b are on two channels, (a, b) and (b, a), numbered apart.
+//   its receives from b are on two channels, (a, b) and (b, a), numbered apart. (A rank's
+//   messages to itself, which validate() refuses, are the channel (a, a).)
 // - Mirrored ranks (Program::replica_of) issue no ops: a collective's rendezvous expects one op
 //   from each member of the group that issues ops (Program::issues_ops), the representatives
 //   standing for their mirrors. A message to or from a mirrored rank never meets its partner.
@@ -29,8 +32,9 @@
 //
 // Cost: building is O(ops + group members + world size) time, with no per-op allocation,
 // hashing or sorting (one pass over the ops, one over the communication ops; sorting only the
-// channels), with 12 bytes per communication op of scratch space; it keeps 4 bytes per
-// communication op, 8 per rendezvous and, unless told not to, 4 per op (the per-op index).
+// channels), with 12 bytes of scratch space per communication op (reserved for every op; pages
+// never written are never resident); it keeps 4 bytes per communication op, 8 per rendezvous
+// and, unless told not to, 4 per op (the per-op index).
 #pragma once
 
 #include <cassert>
