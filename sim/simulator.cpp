@@ -189,14 +189,6 @@ class Simulator {
       unset.payload = kNone;
       ops_.assign(static_cast<std::size_t>(n_) + 1, unset);  // one more: the end of succ_
     }
-    // Where communication ops meet: strategies::Matching, the Program's rule. Mirrored ranks
-    // issue no ops: a collective waits for the members that do (the network still costs it
-    // over the whole group). Each op that meets others gets its rendezvous as payload; the
-    // others keep kNone.
-    matching_ = strategies::Matching(program_, /*index_ops=*/false);
-    for (std::uint32_t rv = 0; rv < matching_.rendezvous_count(); ++rv) {
-      for (const OpId id : matching_.ops_of(rv)) ops_[id].payload = rv;
-    }
 
     // Kernel-list durations, computed once per (device class, list) that some op uses. Ranks
     // of one class cost alike: the same device type and slowdown (one class unless the
@@ -225,13 +217,16 @@ class Simulator {
     std::vector<std::uint8_t> list_known(list_time_.size(), 0);
 
     // One pass, rank by rank: stream order, dependency counts, effects, kernel costs, and the
-    // rendezvous of each communication op.
+    // numbering of the communication ops (strategies::Matching, the Program's rule, built
+    // along: the ops are too many to read twice).
+    strategies::Matching::Builder matching(program_);
     // Dependencies in op order (valid ones only), to build the successor lists without reading
     // the ops a second time.
     std::vector<OpId> edge_dep;
     edge_dep.reserve(n_);
     std::vector<std::uint16_t> deps_of_op(n_);
     for (int r = 0; r < world_; ++r) {
+      matching.begin_rank(r);
       std::array<std::uint32_t, kStreamCount> last;
       last.fill(kNone);
       const OpId begin = program_.first_op(r);
@@ -281,12 +276,19 @@ class Simulator {
                                         std::to_string(std::get<Collective>(o.work).group) +
                                         " out of range");
           }
-          // kNone: a collective of a non-member or a message to no rank never arrives
-          // (reported as waiting forever).
-          if (st.payload == kNone) ++pending;
+          // A collective of a non-member or a message to no rank never arrives (reported as
+          // waiting forever); the others get their rendezvous below.
+          if (!matching.add(id, o)) ++pending;
         }
         st.pending = pending;
       }
+      matching.end_rank();
+    }
+    // Mirrored ranks issue no ops: a collective waits for the members that do (the network
+    // still costs it over the whole group).
+    matching_ = matching.finish(/*index_ops=*/false);
+    for (std::uint32_t rv = 0; rv < matching_.rendezvous_count(); ++rv) {
+      for (const OpId id : matching_.ops_of(rv)) ops_[id].payload = rv;
     }
 
     instances_.assign(matching_.rendezvous_count(), Instance{});

@@ -18,15 +18,21 @@ constexpr std::uint32_t kTagShift = 30;
 constexpr std::uint32_t kOwnerMask = (1u << kTagShift) - 1;
 enum Tag : std::uint32_t { kTagCollective = 0, kTagSend = 1, kTagRecv = 2 };
 
-struct ChannelUse {
-  std::int32_t src;
-  std::int32_t dst;
-  std::uint32_t count;
-};
-
 }  // namespace
 
 Matching::Matching(const Program& program, bool index_ops) {
+  Builder builder(program);
+  for (int r = 0; r < program.world_size(); ++r) {
+    builder.begin_rank(r);
+    const OpId first = program.first_op(r);
+    const auto ops = program.ops_of(r);
+    for (std::size_t i = 0; i < ops.size(); ++i) builder.add(first + static_cast<OpId>(i), ops[i]);
+    builder.end_rank();
+  }
+  *this = builder.finish(index_ops);
+}
+
+Matching::Builder::Builder(const Program& program) : program_(program) {
   const auto world = program.world_size();
   const auto& groups = program.groups();
   const auto group_count = static_cast<std::uint32_t>(groups.size());
@@ -35,203 +41,218 @@ Matching::Matching(const Program& program, bool index_ops) {
 
   // Issuing members of each group (distinct, valid, sorted) and, per rank, the groups it is
   // an issuing member of (CSR).
-  group_members_begin_.assign(group_count + 1, 0);
-  group_members_.clear();
-  std::vector<std::uint32_t> rank_groups_begin(static_cast<std::size_t>(world) + 1, 0);
+  auto& members = m_.group_members_;
+  m_.group_members_begin_.assign(group_count + 1, 0);
+  rank_groups_begin_.assign(static_cast<std::size_t>(world) + 1, 0);
   for (std::uint32_t g = 0; g < group_count; ++g) {
-    const auto begin = group_members_.size();
+    const auto begin = members.size();
     for (std::int32_t r : groups[g].ranks) {
-      if (r >= 0 && r < world && program.issues_ops(r)) group_members_.push_back(r);
+      if (r >= 0 && r < world && program.issues_ops(r)) members.push_back(r);
     }
-    const auto first = group_members_.begin() + static_cast<std::ptrdiff_t>(begin);
-    std::sort(first, group_members_.end());
-    group_members_.erase(std::unique(first, group_members_.end()), group_members_.end());
-    group_members_begin_[g + 1] = static_cast<std::uint32_t>(group_members_.size());
-    for (auto it = first; it != group_members_.end(); ++it) {
-      ++rank_groups_begin[static_cast<std::size_t>(*it) + 1];
+    const auto first = members.begin() + static_cast<std::ptrdiff_t>(begin);
+    std::sort(first, members.end());
+    members.erase(std::unique(first, members.end()), members.end());
+    m_.group_members_begin_[g + 1] = static_cast<std::uint32_t>(members.size());
+    for (auto it = first; it != members.end(); ++it) {
+      ++rank_groups_begin_[static_cast<std::size_t>(*it) + 1];
     }
   }
   for (int r = 0; r < world; ++r) {
-    rank_groups_begin[static_cast<std::size_t>(r) + 1] +=
-        rank_groups_begin[static_cast<std::size_t>(r)];
+    rank_groups_begin_[static_cast<std::size_t>(r) + 1] +=
+        rank_groups_begin_[static_cast<std::size_t>(r)];
   }
-  std::vector<std::uint32_t> rank_groups(rank_groups_begin.back());
+  rank_groups_.resize(rank_groups_begin_.back());
   {
-    std::vector<std::uint32_t> cursor(rank_groups_begin.begin(), rank_groups_begin.end() - 1);
+    std::vector<std::uint32_t> cursor(rank_groups_begin_.begin(), rank_groups_begin_.end() - 1);
     for (std::uint32_t g = 0; g < group_count; ++g) {
-      for (std::int32_t r : issuing_members(g)) {
-        rank_groups[cursor[static_cast<std::size_t>(r)]++] = g;
+      for (std::int32_t r : m_.issuing_members(g)) {
+        rank_groups_[cursor[static_cast<std::size_t>(r)]++] = g;
       }
     }
   }
+  m_.rank_first_.resize(static_cast<std::size_t>(world) + 1);
+  for (int r = 0; r <= world; ++r)
+    m_.rank_first_[static_cast<std::size_t>(r)] = program.first_op(r);
 
-  // Pass 1, rank by rank in issue order: the sequence of every communication op on its group
-  // or on its channel. Channels are found per rank through arrays indexed by peer (reset after
+  // Rank by rank in issue order (add): the sequence of every communication op on its group or
+  // on its channel. Channels are found per rank through arrays indexed by peer (reset after
   // each rank), so no op pays for a hash or a search.
-  rank_first_.resize(static_cast<std::size_t>(world) + 1);
-  for (int r = 0; r <= world; ++r) rank_first_[static_cast<std::size_t>(r)] = program.first_op(r);
-  std::vector<std::uint32_t> calls(group_count, 0);  // of the current rank
-  std::vector<std::uint32_t> group_calls(group_count, 0);
-  std::vector<std::uint8_t> member(group_count, 0);
-  std::vector<std::uint32_t> touched;
-  std::vector<std::uint32_t> send_slot(static_cast<std::size_t>(world), kNone);
-  std::vector<std::uint32_t> recv_slot(static_cast<std::size_t>(world), kNone);
-  std::vector<ChannelUse> sends, recvs;  // per (rank, peer) used, in order of first use
-  // Per communication op that can meet, in op order: its id, its provisional owner
-  // (Tag << kTagShift | owner), and its sequence (pass 2 adds its owner's first rendezvous).
-  std::vector<OpId> comm_ops;
-  std::vector<std::uint32_t> comm_tag;
-  std::vector<std::uint32_t> comm_rv;
+  calls_.assign(group_count, 0);
+  group_calls_.assign(group_count, 0);
+  member_.assign(group_count, 0);
+  send_slot_.assign(static_cast<std::size_t>(world), kNone);
+  recv_slot_.assign(static_cast<std::size_t>(world), kNone);
   // Room for every op: pages never written are never resident, and no growth copies (or freed
   // buffers left behind in the heap).
-  comm_ops.reserve(n);
-  comm_tag.reserve(n);
-  comm_rv.reserve(n);
-  for (int r = 0; r < world; ++r) {
-    const auto rg_begin = rank_groups_begin[static_cast<std::size_t>(r)];
-    const auto rg_end = rank_groups_begin[static_cast<std::size_t>(r) + 1];
-    for (auto i = rg_begin; i < rg_end; ++i) member[rank_groups[i]] = 1;
-    const std::size_t sends_begin = sends.size();
-    const std::size_t recvs_begin = recvs.size();
-    const OpId first = program.first_op(r);
-    const auto ops = program.ops_of(r);
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      const Op& op = ops[i];
-      const OpId id = first + static_cast<OpId>(i);
-      switch (op.work.index()) {
-        case 1: {
-          const auto g = std::get<Collective>(op.work).group;
-          if (g >= group_count || !member[g]) break;  // can never meet
-          if (calls[g]++ == 0) touched.push_back(g);
-          comm_rv.push_back(calls[g] - 1);
-          comm_ops.push_back(id);
-          comm_tag.push_back(kTagCollective << kTagShift | g);
-          break;
-        }
-        case 2:
-        case 3: {
-          const bool send = op.work.index() == 2;
-          const std::int32_t peer =
-              send ? std::get<Send>(op.work).peer : std::get<Recv>(op.work).peer;
-          if (peer < 0 || peer >= world) break;  // can never meet
-          auto& slot = (send ? send_slot : recv_slot)[static_cast<std::size_t>(peer)];
-          auto& uses = send ? sends : recvs;
-          if (slot == kNone) {
-            slot = static_cast<std::uint32_t>(uses.size());
-            uses.push_back(send ? ChannelUse{r, peer, 0} : ChannelUse{peer, r, 0});
-          }
-          comm_rv.push_back(uses[slot].count++);
-          comm_ops.push_back(id);
-          comm_tag.push_back((send ? kTagSend : kTagRecv) << kTagShift | slot);
-          break;
-        }
-        default:
-          break;
-      }
-    }
-    for (std::uint32_t g : touched) {
-      group_calls[g] = std::max(group_calls[g], calls[g]);
-      calls[g] = 0;
-    }
-    touched.clear();
-    for (auto i = rg_begin; i < rg_end; ++i) member[rank_groups[i]] = 0;
-    for (std::size_t i = sends_begin; i < sends.size(); ++i) {
-      send_slot[static_cast<std::size_t>(sends[i].dst)] = kNone;
-    }
-    for (std::size_t i = recvs_begin; i < recvs.size(); ++i) {
-      recv_slot[static_cast<std::size_t>(recvs[i].src)] = kNone;
-    }
+  comm_ops_.reserve(n);
+  comm_tag_.reserve(n);
+  comm_rv_.reserve(n);
+}
+
+void Matching::Builder::begin_rank(int rank) {
+  rank_ = rank;
+  const auto r = static_cast<std::size_t>(rank);
+  for (auto i = rank_groups_begin_[r]; i < rank_groups_begin_[r + 1]; ++i) {
+    member_[rank_groups_[i]] = 1;
   }
-  if (sends.size() > kOwnerMask || recvs.size() > kOwnerMask) {
+  sends_begin_ = sends_.size();
+  recvs_begin_ = recvs_.size();
+}
+
+bool Matching::Builder::add(OpId id, const Op& op) {
+  switch (op.work.index()) {
+    case 1: {
+      const auto g = std::get<Collective>(op.work).group;
+      if (g >= calls_.size() || !member_[g]) return false;  // can never meet
+      if (calls_[g]++ == 0) touched_.push_back(g);
+      comm_rv_.push_back(calls_[g] - 1);
+      comm_ops_.push_back(id);
+      comm_tag_.push_back(kTagCollective << kTagShift | g);
+      return true;
+    }
+    case 2:
+    case 3: {
+      const bool send = op.work.index() == 2;
+      const std::int32_t peer = send ? std::get<Send>(op.work).peer : std::get<Recv>(op.work).peer;
+      if (peer < 0 || peer >= program_.world_size()) return false;  // can never meet
+      auto& slot = (send ? send_slot_ : recv_slot_)[static_cast<std::size_t>(peer)];
+      auto& uses = send ? sends_ : recvs_;
+      if (slot == kNone) {
+        slot = static_cast<std::uint32_t>(uses.size());
+        uses.push_back(send ? ChannelUse{rank_, peer, 0} : ChannelUse{peer, rank_, 0});
+      }
+      comm_rv_.push_back(uses[slot].count++);
+      comm_ops_.push_back(id);
+      comm_tag_.push_back((send ? kTagSend : kTagRecv) << kTagShift | slot);
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+void Matching::Builder::end_rank() {
+  for (std::uint32_t g : touched_) {
+    group_calls_[g] = std::max(group_calls_[g], calls_[g]);
+    calls_[g] = 0;
+  }
+  touched_.clear();
+  const auto r = static_cast<std::size_t>(rank_);
+  for (auto i = rank_groups_begin_[r]; i < rank_groups_begin_[r + 1]; ++i) {
+    member_[rank_groups_[i]] = 0;
+  }
+  for (std::size_t i = sends_begin_; i < sends_.size(); ++i) {
+    send_slot_[static_cast<std::size_t>(sends_[i].dst)] = kNone;
+  }
+  for (std::size_t i = recvs_begin_; i < recvs_.size(); ++i) {
+    recv_slot_[static_cast<std::size_t>(recvs_[i].src)] = kNone;
+  }
+}
+
+Matching Matching::Builder::finish(bool index_ops) {
+  if (sends_.size() > kOwnerMask || recvs_.size() > kOwnerMask) {
     throw std::length_error("Matching: more than 2^30 channels");
   }
+  const auto group_count = static_cast<std::uint32_t>(group_calls_.size());
+  auto& group_first = m_.group_first_;
+  auto& channels = m_.channels_;
 
   // Dense ids: collectives group by group, then messages channel by channel in (src, dst)
   // order.
-  group_first_.assign(group_count + 1, 0);
+  group_first.assign(group_count + 1, 0);
   std::uint64_t total = 0;
   for (std::uint32_t g = 0; g < group_count; ++g) {
-    group_first_[g] = static_cast<std::uint32_t>(total);
-    total += group_calls[g];
+    group_first[g] = static_cast<std::uint32_t>(total);
+    total += group_calls_[g];
     if (total >= kNone) throw std::length_error("Matching: more than 2^32 - 1 rendezvous");
   }
-  group_first_[group_count] = static_cast<std::uint32_t>(total);
-  collective_rendezvous_ = static_cast<std::uint32_t>(total);
-  channels_.clear();
-  channels_.reserve(sends.size() + recvs.size());
-  for (const auto& u : sends) channels_.push_back({u.src, u.dst, 0, 0, 0});
-  for (const auto& u : recvs) channels_.push_back({u.src, u.dst, 0, 0, 0});
+  group_first[group_count] = static_cast<std::uint32_t>(total);
+  m_.collective_rendezvous_ = static_cast<std::uint32_t>(total);
+  channels.reserve(sends_.size() + recvs_.size());
+  for (const auto& u : sends_) channels.push_back({u.src, u.dst, 0, 0, 0});
+  for (const auto& u : recvs_) channels.push_back({u.src, u.dst, 0, 0, 0});
   auto by_pair = [](const Channel& a, const Channel& b) {
     return std::tie(a.src, a.dst) < std::tie(b.src, b.dst);
   };
-  std::sort(channels_.begin(), channels_.end(), by_pair);
-  channels_.erase(std::unique(channels_.begin(), channels_.end(),
-                              [](const Channel& a, const Channel& b) {
-                                return a.src == b.src && a.dst == b.dst;
-                              }),
-                  channels_.end());
+  std::sort(channels.begin(), channels.end(), by_pair);
+  channels.erase(std::unique(channels.begin(), channels.end(),
+                             [](const Channel& a, const Channel& b) {
+                               return a.src == b.src && a.dst == b.dst;
+                             }),
+                 channels.end());
   // Per-rank channel list entry -> channel index.
-  std::vector<std::uint32_t> send_channel(sends.size()), recv_channel(recvs.size());
+  std::vector<std::uint32_t> send_channel(sends_.size()), recv_channel(recvs_.size());
   auto index_of = [&](const ChannelUse& u) {
     const Channel key{u.src, u.dst, 0, 0, 0};
     return static_cast<std::uint32_t>(
-        std::lower_bound(channels_.begin(), channels_.end(), key, by_pair) - channels_.begin());
+        std::lower_bound(channels.begin(), channels.end(), key, by_pair) - channels.begin());
   };
-  for (std::size_t i = 0; i < sends.size(); ++i) {
-    send_channel[i] = index_of(sends[i]);
-    channels_[send_channel[i]].sends = sends[i].count;
+  for (std::size_t i = 0; i < sends_.size(); ++i) {
+    send_channel[i] = index_of(sends_[i]);
+    channels[send_channel[i]].sends = sends_[i].count;
   }
-  for (std::size_t i = 0; i < recvs.size(); ++i) {
-    recv_channel[i] = index_of(recvs[i]);
-    channels_[recv_channel[i]].recvs = recvs[i].count;
+  for (std::size_t i = 0; i < recvs_.size(); ++i) {
+    recv_channel[i] = index_of(recvs_[i]);
+    channels[recv_channel[i]].recvs = recvs_[i].count;
   }
-  for (auto& c : channels_) {
+  for (auto& c : channels) {
     c.first = static_cast<std::uint32_t>(total);
     total += std::max(c.sends, c.recvs);
     if (total >= kNone) throw std::length_error("Matching: more than 2^32 - 1 rendezvous");
   }
 
-  owner_.resize(total);
+  auto& owner = m_.owner_;
+  owner.resize(total);
   for (std::uint32_t g = 0; g < group_count; ++g) {
-    std::fill(owner_.begin() + group_first_[g], owner_.begin() + group_first_[g + 1], g);
+    std::fill(owner.begin() + group_first[g], owner.begin() + group_first[g + 1], g);
   }
-  for (std::size_t c = 0; c < channels_.size(); ++c) {
-    const auto begin = owner_.begin() + channels_[c].first;
-    std::fill(begin, begin + std::max(channels_[c].sends, channels_[c].recvs),
+  for (std::size_t c = 0; c < channels.size(); ++c) {
+    const auto begin = owner.begin() + channels[c].first;
+    std::fill(begin, begin + std::max(channels[c].sends, channels[c].recvs),
               static_cast<std::uint32_t>(c));
   }
 
-  // Pass 2, over the communication ops only: sequence -> rendezvous id, and the ops of each
-  // rendezvous (CSR, in op order).
-  members_begin_.assign(total + 1, 0);
-  for (std::size_t i = 0; i < comm_ops.size(); ++i) {
-    const std::uint32_t owner = comm_tag[i] & kOwnerMask;
+  // Over the communication ops only: sequence -> rendezvous id, and the ops of each rendezvous
+  // (CSR, in op order).
+  auto& begin = m_.members_begin_;
+  begin.assign(total + 1, 0);
+  for (std::size_t i = 0; i < comm_ops_.size(); ++i) {
+    const std::uint32_t o = comm_tag_[i] & kOwnerMask;
     std::uint32_t base = 0;
-    switch (comm_tag[i] >> kTagShift) {
+    switch (comm_tag_[i] >> kTagShift) {
       case kTagCollective:
-        base = group_first_[owner];
+        base = group_first[o];
         break;
       case kTagSend:
-        base = channels_[send_channel[owner]].first;
+        base = channels[send_channel[o]].first;
         break;
       default:
-        base = channels_[recv_channel[owner]].first;
+        base = channels[recv_channel[o]].first;
         break;
     }
-    std::uint32_t& rv = comm_rv[i];
+    std::uint32_t& rv = comm_rv_[i];
     rv += base;
-    ++members_begin_[rv + 1];
+    ++begin[rv + 1];
   }
-  for (std::size_t i = 0; i < total; ++i) members_begin_[i + 1] += members_begin_[i];
-  members_.resize(comm_ops.size());
+  for (std::size_t i = 0; i < total; ++i) begin[i + 1] += begin[i];
+  m_.members_.resize(comm_ops_.size());
   {
-    std::vector<std::uint32_t> cursor(members_begin_.begin(), members_begin_.end() - 1);
-    for (std::size_t i = 0; i < comm_ops.size(); ++i) members_[cursor[comm_rv[i]]++] = comm_ops[i];
+    std::vector<std::uint32_t> cursor(begin.begin(), begin.end() - 1);
+    for (std::size_t i = 0; i < comm_ops_.size(); ++i) {
+      m_.members_[cursor[comm_rv_[i]]++] = comm_ops_[i];
+    }
   }
   if (index_ops) {
-    rendezvous_of_.assign(n, kNone);
-    for (std::size_t i = 0; i < comm_ops.size(); ++i) rendezvous_of_[comm_ops[i]] = comm_rv[i];
+    m_.rendezvous_of_.assign(program_.op_count(), kNone);
+    for (std::size_t i = 0; i < comm_ops_.size(); ++i) {
+      m_.rendezvous_of_[comm_ops_[i]] = comm_rv_[i];
+    }
   }
+  // The scratch space goes now, before the caller allocates more.
+  comm_ops_ = {};
+  comm_tag_ = {};
+  comm_rv_ = {};
+  return std::move(m_);
 }
 
 std::uint32_t Matching::issued(std::uint32_t g, std::int32_t rank) const {

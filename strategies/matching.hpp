@@ -60,6 +60,8 @@ class Matching {
     std::uint32_t first = 0;  // rendezvous id of (src -> dst, 0); max(sends, recvs) follow
   };
 
+  class Builder;
+
   Matching() = default;
   /// Numbers `program`'s communication ops (Program::finish must have been called). Without
   /// `index_ops`, the per-op index (rendezvous_of, sequence) is not kept, saving 4 bytes per
@@ -135,6 +137,48 @@ class Matching {
   std::vector<std::int32_t> group_members_;         // issuing members of each group, sorted
   std::vector<Channel> channels_;                   // in (src, dst) order
   std::vector<OpId> rank_first_;                    // per rank + 1: Program::first_op
+};
+
+/// Builds a Matching op by op, for a caller that reads every op anyway (the simulator): the
+/// numbering of Matching(program) fused into the caller's own pass over the ops, which are too
+/// many to read twice. Give the ranks in order 0 ... world_size - 1 (begin_rank, then the
+/// rank's ops in issue order, then end_rank); every communication op must be given, compute ops
+/// may be left out.
+class Matching::Builder {
+ public:
+  explicit Builder(const Program& program);
+  void begin_rank(int rank);
+  /// Numbers op `id` of the rank begun last: false when it can never meet anyone (kNone) or is
+  /// a compute op.
+  bool add(OpId id, const Op& op);
+  void end_rank();
+  /// The Matching (see Matching's constructor); the builder is spent.
+  Matching finish(bool index_ops = true);
+
+ private:
+  struct ChannelUse {
+    std::int32_t src;
+    std::int32_t dst;
+    std::uint32_t count;
+  };
+  const Program& program_;
+  Matching m_;
+  int rank_ = -1;
+  std::vector<std::uint32_t> rank_groups_begin_;   // per rank + 1: offsets into rank_groups_
+  std::vector<std::uint32_t> rank_groups_;         // groups each rank issues ops in
+  std::vector<std::uint32_t> calls_;               // per group, of the current rank
+  std::vector<std::uint32_t> group_calls_;         // per group: the most calls of a member
+  std::vector<std::uint8_t> member_;               // per group: the current rank issues in it
+  std::vector<std::uint32_t> touched_;             // groups the current rank called
+  std::vector<std::uint32_t> send_slot_;           // per peer: index into sends_, or kNone
+  std::vector<std::uint32_t> recv_slot_;           // per peer: index into recvs_, or kNone
+  std::vector<ChannelUse> sends_, recvs_;          // per (rank, peer) used, in order of first use
+  std::size_t sends_begin_ = 0, recvs_begin_ = 0;  // the current rank's first entries
+  // Per communication op that can meet, in op order: its id, its provisional owner
+  // (Tag << kTagShift | owner), and its sequence (finish adds its owner's first rendezvous).
+  std::vector<OpId> comm_ops_;
+  std::vector<std::uint32_t> comm_tag_;
+  std::vector<std::uint32_t> comm_rv_;
 };
 
 /// The first place where the communication ops of a Program do not match.

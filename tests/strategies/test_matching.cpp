@@ -318,3 +318,42 @@ TEST_CASE("matching: first_mismatch names the first place the ops disagree") {
                          ProgramError);
   }
 }
+
+TEST_CASE("matching: the builder, given only the communication ops, numbers them alike") {
+  // Rank 0: compute, send to 1, all-reduce on the pair, a send to no rank; rank 1: all-reduce,
+  // compute, receive from 0.
+  Program p(2);
+  const auto g = p.add_group({0, 1}, "pair");
+  const auto k = p.add_kernels({Kernel{Measured{Time::us(1)}, "w"}});
+  p.begin_rank(0);
+  p.add(Compute{k}, on(Stream::compute));         // op 0
+  p.add(Send{1, Bytes(8)}, on(Stream::pp_send));  // op 1
+  p.add(all_reduce(g, 16), on(Stream::tp_comm));  // op 2
+  p.add(Send{9, Bytes(8)}, on(Stream::pp_send));  // op 3: can never meet
+  p.begin_rank(1);
+  p.add(all_reduce(g, 16), on(Stream::tp_comm));  // op 4
+  p.add(Compute{k}, on(Stream::compute));         // op 5
+  p.add(Recv{0, Bytes(8)}, on(Stream::pp_recv));  // op 6
+  p.finish();
+  Matching::Builder builder(p);
+  std::vector<bool> added;
+  for (int r = 0; r < 2; ++r) {
+    builder.begin_rank(r);
+    for (OpId id = p.first_op(r); id < p.first_op(r + 1); ++id) {
+      if (!std::holds_alternative<Compute>(p.op(id).work))
+        added.push_back(builder.add(id, p.op(id)));
+    }
+    builder.end_rank();
+  }
+  CHECK(added == std::vector<bool>{true, true, false, true, true});
+  const Matching built = builder.finish();
+  const Matching whole(p);
+  for (OpId id = 0; id < p.op_count(); ++id) {
+    CAPTURE(id);
+    CHECK(built.rendezvous_of(id) == whole.rendezvous_of(id));
+  }
+  // The collective first, then the channel 0 -> 1.
+  CHECK(ops_at(built, 0) == std::vector<OpId>{2, 4});
+  CHECK(ops_at(built, 1) == std::vector<OpId>{1, 6});
+  CHECK(built.rendezvous_of(3) == Matching::kNone);
+}
