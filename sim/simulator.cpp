@@ -5,12 +5,14 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
-#include <unordered_map>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "sim/cost.hpp"
 #include "sim/engine.hpp"
 #include "sim/memory.hpp"
+#include "strategies/matching.hpp"
 
 namespace stratasim::sim {
 
@@ -33,7 +35,13 @@ using traces::Timeline;
 
 constexpr std::uint32_t kNone = 0xFFFFFFFFu;
 
+// In the order of strategies::Work's alternatives.
 enum OpKind : std::uint8_t { kCompute, kCollective, kSend, kRecv };
+static_assert(
+    std::is_same_v<std::variant_alternative_t<kCompute, strategies::Work>, Compute> &&
+    std::is_same_v<std::variant_alternative_t<kCollective, strategies::Work>, Collective> &&
+    std::is_same_v<std::variant_alternative_t<kSend, strategies::Work>, Send> &&
+    std::is_same_v<std::variant_alternative_t<kRecv, strategies::Work>, Recv>);
 enum OpFlags : std::uint8_t { kStartEffects = 1, kEndEffects = 2 };
 enum OpStatus : std::uint8_t { kWaiting, kStarted, kDone };
 
@@ -41,7 +49,7 @@ enum OpStatus : std::uint8_t { kWaiting, kStarted, kDone };
 struct OpState {
   std::uint32_t next = kNone;      // next op on the same (rank, stream)
   std::uint32_t succ = 0;          // start of the op's successors in succ_ (ends at the next op's)
-  std::uint32_t payload = 0;       // compute: kernel list; communication: instance
+  std::uint32_t payload = 0;       // compute: kernel list; communication: rendezvous
   std::uint32_t pending = 0;       // unfinished predecessors (stream and dependencies)
   std::uint8_t kind = kCompute;    // OpKind
   std::uint8_t flags = 0;          // OpFlags
@@ -49,7 +57,8 @@ struct OpState {
   std::uint8_t unused = 0;
 };
 
-/// One rendezvous: a collective's k-th call on a group, or the k-th message of a channel.
+/// The run's state of one rendezvous of strategies::Matching (a collective's k-th call on a
+/// group, or the k-th message of a channel).
 struct Instance {
   Time start;
   std::uint32_t arrived = 0;
@@ -175,7 +184,11 @@ class Simulator {
     }
     const auto& groups = program_.groups();
     const auto group_count = static_cast<std::uint32_t>(groups.size());
-    ops_.assign(static_cast<std::size_t>(n_) + 1, OpState{});  // one more: the end of succ_
+    {
+      OpState unset;
+      unset.payload = kNone;
+      ops_.assign(static_cast<std::size_t>(n_) + 1, unset);  // one more: the end of succ_
+    }
 
     // Kernel-list durations, computed once per (device class, list) that some op uses. Ranks
     // of one class cost alike: the same device type and slowdown (one class unless the
@@ -203,66 +216,17 @@ class Simulator {
     list_time_.assign(lists * costs.size(), Time());
     std::vector<std::uint8_t> list_known(list_time_.size(), 0);
 
-    // Members of each group (distinct, valid ranks) and, per rank, the groups it belongs to.
-    group_members_.assign(group_count, {});
-    std::vector<std::uint32_t> rank_groups_begin(static_cast<std::size_t>(world_) + 1, 0);
-    for (std::uint32_t g = 0; g < group_count; ++g) {
-      auto& members = group_members_[g];
-      // Mirrored ranks issue no ops: a collective waits for the members that do (the network
-      // still costs it over the whole group).
-      for (std::int32_t r : groups[g].ranks) {
-        if (r >= 0 && r < world_ && program_.issues_ops(r)) members.push_back(r);
-      }
-      std::sort(members.begin(), members.end());
-      members.erase(std::unique(members.begin(), members.end()), members.end());
-      for (std::int32_t r : members) ++rank_groups_begin[static_cast<std::size_t>(r) + 1];
-    }
-    for (int r = 0; r < world_; ++r) {
-      rank_groups_begin[static_cast<std::size_t>(r) + 1] +=
-          rank_groups_begin[static_cast<std::size_t>(r)];
-    }
-    std::vector<std::uint32_t> rank_groups(rank_groups_begin.back());
-    {
-      std::vector<std::uint32_t> cursor(rank_groups_begin.begin(), rank_groups_begin.end() - 1);
-      for (std::uint32_t g = 0; g < group_count; ++g) {
-        for (std::int32_t r : group_members_[g]) {
-          rank_groups[cursor[static_cast<std::size_t>(r)]++] = g;
-        }
-      }
-    }
-
-    // Pass 1, rank by rank: stream order, dependency counts, effects, and the ordinal of each
-    // communication op on its group or channel.
-    std::vector<std::uint32_t> calls_on_group(group_count, 0);
-    std::vector<std::uint32_t> instances_of_group(group_count, 0);
-    std::vector<std::uint8_t> member(group_count, 0);
-    std::vector<std::uint32_t> touched;
-    std::unordered_map<std::uint64_t, std::uint32_t> channel_of;
-    std::vector<std::uint32_t> channel_sends;
-    std::vector<std::uint32_t> channel_recvs;
-    std::vector<std::uint32_t> ordinals;  // per communication op, in op order
+    // One pass, rank by rank: stream order, dependency counts, effects, kernel costs, and the
+    // numbering of the communication ops (strategies::Matching, the Program's rule, built
+    // along: the ops are too many to read twice).
+    strategies::Matching::Builder matching(program_);
     // Dependencies in op order (valid ones only), to build the successor lists without reading
     // the ops a second time.
     std::vector<OpId> edge_dep;
     edge_dep.reserve(n_);
     std::vector<std::uint16_t> deps_of_op(n_);
-    auto channel = [&](std::int32_t src, std::int32_t dst) {
-      const std::uint64_t key =
-          (static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32) |
-          static_cast<std::uint32_t>(dst);
-      auto [it, inserted] =
-          channel_of.emplace(key, static_cast<std::uint32_t>(channel_sends.size()));
-      if (inserted) {
-        channel_sends.push_back(0);
-        channel_recvs.push_back(0);
-      }
-      return it->second;
-    };
-
     for (int r = 0; r < world_; ++r) {
-      const auto rg_begin = rank_groups_begin[static_cast<std::size_t>(r)];
-      const auto rg_end = rank_groups_begin[static_cast<std::size_t>(r) + 1];
-      for (auto i = rg_begin; i < rg_end; ++i) member[rank_groups[i]] = 1;
+      matching.begin_rank(r);
       std::array<std::uint32_t, kStreamCount> last;
       last.fill(kNone);
       const OpId begin = program_.first_op(r);
@@ -291,115 +255,45 @@ class Simulator {
         for (const auto& e : program_.effects_of(o)) {
           st.flags |= e.at_end ? kEndEffects : kStartEffects;
         }
-        switch (o.work.index()) {
-          case 0: {
-            const auto& c = std::get<Compute>(o.work);
-            if (c.kernels >= list_time_.size()) {
-              throw std::invalid_argument(program_.describe(id) + ": kernel list " +
-                                          std::to_string(c.kernels) + " out of range");
-            }
-            const std::uint32_t cost_class = class_of[static_cast<std::size_t>(o.rank)];
-            const std::size_t slot = cost_class * lists + c.kernels;
-            if (!list_known[slot]) {
-              list_time_[slot] = costs[cost_class].kernels_time(program_.kernel_lists()[c.kernels]);
-              list_known[slot] = 1;
-            }
-            st.kind = kCompute;
-            st.payload = static_cast<std::uint32_t>(slot);
-            break;
+        const auto kind = static_cast<std::uint8_t>(o.work.index());  // OpKind's order
+        st.kind = kind;
+        if (kind == kCompute) {
+          const auto& c = std::get<Compute>(o.work);
+          if (c.kernels >= lists) {
+            throw std::invalid_argument(program_.describe(id) + ": kernel list " +
+                                        std::to_string(c.kernels) + " out of range");
           }
-          case 1: {
-            const auto& c = std::get<Collective>(o.work);
-            if (c.group >= group_count) {
-              throw std::invalid_argument(program_.describe(id) + ": group " +
-                                          std::to_string(c.group) + " out of range");
-            }
-            st.kind = kCollective;
-            if (!member[c.group]) {
-              st.payload = kNone;  // never arrives: reported as waiting forever
-              ++pending;
-              break;
-            }
-            if (calls_on_group[c.group]++ == 0) touched.push_back(c.group);
-            st.payload = c.group;
-            ordinals.push_back(calls_on_group[c.group] - 1);
-            break;
+          const std::uint32_t cost_class = class_of[static_cast<std::size_t>(o.rank)];
+          const std::size_t slot = cost_class * lists + c.kernels;
+          if (!list_known[slot]) {
+            list_time_[slot] = costs[cost_class].kernels_time(program_.kernel_lists()[c.kernels]);
+            list_known[slot] = 1;
           }
-          case 2: {
-            const auto ch = channel(r, std::get<Send>(o.work).peer);
-            st.kind = kSend;
-            st.payload = ch;
-            ordinals.push_back(channel_sends[ch]++);
-            break;
+          st.payload = static_cast<std::uint32_t>(slot);
+        } else {
+          if (kind == kCollective && std::get<Collective>(o.work).group >= group_count) {
+            throw std::invalid_argument(program_.describe(id) + ": group " +
+                                        std::to_string(std::get<Collective>(o.work).group) +
+                                        " out of range");
           }
-          default: {
-            const auto ch = channel(std::get<Recv>(o.work).peer, r);
-            st.kind = kRecv;
-            st.payload = ch;
-            ordinals.push_back(channel_recvs[ch]++);
-            break;
-          }
+          // A collective of a non-member or a message to no rank never arrives (reported as
+          // waiting forever); the others get their rendezvous below.
+          if (!matching.add(id, o)) ++pending;
         }
         st.pending = pending;
       }
-      for (std::uint32_t g : touched) {
-        instances_of_group[g] = std::max(instances_of_group[g], calls_on_group[g]);
-        calls_on_group[g] = 0;
-      }
-      touched.clear();
-      for (auto i = rg_begin; i < rg_end; ++i) member[rank_groups[i]] = 0;
+      matching.end_rank();
+    }
+    // Mirrored ranks issue no ops: a collective waits for the members that do (the network
+    // still costs it over the whole group).
+    matching_ = matching.finish(/*index_ops=*/false);
+    for (std::uint32_t rv = 0; rv < matching_.rendezvous_count(); ++rv) {
+      for (const OpId id : matching_.ops_of(rv)) ops_[id].payload = rv;
     }
 
-    // Dense instance ids: collectives by (group, ordinal), then messages by (channel, ordinal).
-    std::vector<std::uint32_t> group_base(group_count);
-    std::uint64_t total = 0;
-    for (std::uint32_t g = 0; g < group_count; ++g) {
-      group_base[g] = static_cast<std::uint32_t>(total);
-      total += instances_of_group[g];
-    }
-    collective_instances_ = static_cast<std::uint32_t>(total);
-    std::vector<std::uint32_t> channel_base(channel_sends.size());
-    for (std::size_t c = 0; c < channel_sends.size(); ++c) {
-      channel_base[c] = static_cast<std::uint32_t>(total);
-      total += std::max(channel_sends[c], channel_recvs[c]);
-    }
-    if (total >= kNone) throw std::length_error("simulate: more than 2^32 rendezvous");
-    instances_.assign(total, Instance{});
-    instance_group_.assign(collective_instances_, 0);
-    for (std::uint32_t g = 0; g < group_count; ++g) {
-      for (std::uint32_t k = 0; k < instances_of_group[g]; ++k) {
-        instances_[group_base[g] + k].expected =
-            static_cast<std::uint32_t>(group_members_[g].size());
-        instance_group_[group_base[g] + k] = g;
-      }
-    }
-    for (std::size_t c = 0; c < channel_sends.size(); ++c) {
-      const auto count = std::max(channel_sends[c], channel_recvs[c]);
-      for (std::uint32_t k = 0; k < count; ++k) {
-        instances_[channel_base[c] + k].expected = 2;
-      }
-    }
-
-    // Pass 2: instance of each communication op, and the members of each instance (CSR).
-    instance_begin_.assign(total + 1, 0);
-    std::size_t next_ordinal = 0;
-    for (OpId id = 0; id < n_; ++id) {
-      OpState& st = ops_[id];
-      if (st.kind == kCompute || st.payload == kNone) continue;
-      const std::uint32_t base =
-          st.kind == kCollective ? group_base[st.payload] : channel_base[st.payload];
-      st.payload = base + ordinals[next_ordinal++];
-      ++instance_begin_[st.payload + 1];
-    }
-    for (std::size_t i = 0; i < total; ++i) instance_begin_[i + 1] += instance_begin_[i];
-    instance_ops_.resize(instance_begin_.back());
-    {
-      std::vector<std::uint32_t> cursor(instance_begin_.begin(), instance_begin_.end() - 1);
-      for (OpId id = 0; id < n_; ++id) {
-        const OpState& st = ops_[id];
-        if (st.kind == kCompute || st.payload == kNone) continue;
-        instance_ops_[cursor[st.payload]++] = id;
-      }
+    instances_.assign(matching_.rendezvous_count(), Instance{});
+    for (std::uint32_t i = 0; i < matching_.rendezvous_count(); ++i) {
+      instances_[i].expected = matching_.expected(i);
     }
 
     // Successors (CSR): counts become inclusive prefix sums (the end of each op's list), then
@@ -439,24 +333,22 @@ class Simulator {
 
   void start_transfer(std::uint32_t instance) {
     instances_[instance].start = now_;
-    const std::uint32_t begin = instance_begin_[instance];
-    const std::uint32_t end = instance_begin_[instance + 1];
-    for (std::uint32_t i = begin; i < end; ++i) {
-      const OpId member = instance_ops_[i];
+    const auto members = matching_.ops_of(instance);
+    for (const OpId member : members) {
       if (ops_[member].flags & kStartEffects) memory_.apply(member, false, now_);
     }
     TransferRequest request;
-    if (instance < collective_instances_) {
+    if (matching_.is_collective(instance)) {
       // The lowest rank's call describes the collective.
-      const auto& c = std::get<Collective>(program_.op(instance_ops_[begin]).work);
+      const auto& c = std::get<Collective>(program_.op(members.front()).work);
       request.collective = true;
       request.kind = c.kind;
       request.group = c.group;
       request.bytes = c.bytes;
     } else {
       request.collective = false;
-      for (std::uint32_t i = begin; i < end; ++i) {
-        const Op& o = program_.op(instance_ops_[i]);
+      for (const OpId member : members) {
+        const Op& o = program_.op(member);
         if (const auto* s = std::get_if<Send>(&o.work)) {
           request.src = o.rank;
           request.dst = s->peer;
@@ -479,11 +371,10 @@ class Simulator {
     }
     inst.arrived = kNone;  // finished: never again
     const Time start = inst.start;
-    const std::uint32_t begin = instance_begin_[instance];
-    const std::uint32_t end = instance_begin_[instance + 1];
+    const auto members = matching_.ops_of(instance);
     // Every member ends now: record them all before anything they release starts.
-    for (std::uint32_t i = begin; i < end; ++i) finish_op(instance_ops_[i], start);
-    for (std::uint32_t i = begin; i < end; ++i) release_successors(instance_ops_[i]);
+    for (const OpId member : members) finish_op(member, start);
+    for (const OpId member : members) release_successors(member);
   }
 
   void finish_op(OpId id, Time start) {
@@ -528,15 +419,20 @@ class Simulator {
         return "can never run: rank " + std::to_string(o.rank) + " is not a member of group '" +
                program_.groups()[c.group].name + "'";
       }
+      if (st.kind != kCompute && st.payload == kNone) {
+        const std::int32_t peer =
+            st.kind == kSend ? std::get<Send>(o.work).peer : std::get<Recv>(o.work).peer;
+        return "can never run: its peer, rank " + std::to_string(peer) +
+               ", is not a rank of the program";
+      }
       return "is ready but never ran";
     }
     // Arrived at its rendezvous: name who is missing.
     const std::uint32_t instance = st.payload;
     if (st.kind == kCollective) {
-      const auto& members = group_members_[instance_group_[instance]];
+      const auto members = matching_.issuing_members(matching_.group_of(instance));
       std::vector<std::int32_t> arrived;
-      for (std::uint32_t i = instance_begin_[instance]; i < instance_begin_[instance + 1]; ++i) {
-        const OpId m = instance_ops_[i];
+      for (const OpId m : matching_.ops_of(instance)) {
         if (ops_[m].status != kWaiting) arrived.push_back(program_.op(m).rank);
       }
       std::string missing;
@@ -591,13 +487,9 @@ class Simulator {
 
   std::vector<OpState> ops_;
   std::vector<OpId> succ_;
-  std::vector<Time> list_time_;  // per kernel list
-  std::vector<Instance> instances_;
-  std::vector<std::uint32_t> instance_begin_;             // offsets into instance_ops_
-  std::vector<OpId> instance_ops_;                        // members of each instance, in op order
-  std::uint32_t collective_instances_ = 0;                // instances below this are collectives
-  std::vector<std::uint32_t> instance_group_;             // per collective instance
-  std::vector<std::vector<std::int32_t>> group_members_;  // distinct, sorted
+  std::vector<Time> list_time_;      // per kernel list
+  strategies::Matching matching_;    // which ops meet
+  std::vector<Instance> instances_;  // per rendezvous of matching_
 
   Engine engine_;
   Time now_;

@@ -1,9 +1,8 @@
 // Static checks of a Program before anything runs it. Each failure names the op(s) involved.
 #include <algorithm>
 #include <array>
-#include <map>
-#include <utility>
 
+#include "strategies/matching.hpp"
 #include "strategies/program.hpp"
 
 namespace stratasim::strategies {
@@ -149,110 +148,39 @@ void check_acyclic(const Program& p) {
   }
 }
 
-struct CollectiveRecord {
-  OpId op;
-  CollectiveKind kind;
-  Bytes bytes;
-  DType dtype;
-};
-
-// Ops are visited rank by rank, so the lowest-ranked member of each group issues all of its
-// collectives first; every other member is compared with that sequence as it goes.
-void check_collectives(const Program& p) {
-  const std::size_t groups = p.groups().size();
-  std::vector<std::int32_t> reference_rank(groups);
-  std::vector<std::vector<CollectiveRecord>> reference(groups);
-  std::vector<std::vector<std::uint32_t>> seen(groups);  // per member position
-  std::vector<std::vector<std::pair<std::uint32_t, std::uint32_t>>> membership(
-      static_cast<std::size_t>(p.world_size()));  // rank -> (group, position)
-  // Mirrored members issue nothing (their representative stands for them): the sequences that
-  // must agree are those of the members that issue ops.
-  for (std::size_t g = 0; g < groups; ++g) {
-    const auto& ranks = p.groups()[g].ranks;
-    reference_rank[g] = -1;
-    for (std::int32_t r : ranks) {
-      if (p.issues_ops(r) && (reference_rank[g] < 0 || r < reference_rank[g]))
-        reference_rank[g] = r;
-    }
-    seen[g].assign(ranks.size(), 0);
-    for (std::size_t i = 0; i < ranks.size(); ++i) {
-      membership[static_cast<std::size_t>(ranks[i])].emplace_back(static_cast<std::uint32_t>(g),
-                                                                  static_cast<std::uint32_t>(i));
-    }
-  }
-  for (OpId id = 0; id < p.op_count(); ++id) {
-    const Op& op = p.op(id);
-    const auto* c = std::get_if<Collective>(&op.work);
-    if (c == nullptr) continue;
-    const auto& group = p.groups()[c->group];
-    if (op.rank == reference_rank[c->group]) {
-      reference[c->group].push_back({id, c->kind, c->bytes, c->dtype});
-      continue;
-    }
-    std::uint32_t position = 0;
-    for (auto [g, pos] : membership[static_cast<std::size_t>(op.rank)]) {
-      if (g == c->group) position = pos;
-    }
-    std::uint32_t k = seen[c->group][position]++;
-    const auto& ref = reference[c->group];
-    if (k >= ref.size()) {
-      fail("collectives on group '" + group.name + "' disagree: rank " + std::to_string(op.rank) +
-           " issues more than the " + std::to_string(ref.size()) + " of rank " +
-           std::to_string(reference_rank[c->group]) + "; unmatched: " + p.describe(id));
-    }
-    if (ref[k].kind != c->kind || ref[k].bytes != c->bytes || ref[k].dtype != c->dtype) {
-      fail("collectives on group '" + group.name + "' disagree: the " + ordinal(k) + " is " +
-           p.describe(ref[k].op) + " but " + p.describe(id));
-    }
-  }
-  for (std::size_t g = 0; g < groups; ++g) {
-    const auto& group = p.groups()[g];
-    for (std::size_t m = 0; m < group.ranks.size(); ++m) {
-      if (!p.issues_ops(group.ranks[m])) continue;
-      if (group.ranks[m] == reference_rank[g] || seen[g][m] == reference[g].size()) continue;
-      fail("collectives on group '" + group.name + "' disagree: rank " +
-           std::to_string(group.ranks[m]) + " issues " + std::to_string(seen[g][m]) + " but rank " +
-           std::to_string(reference_rank[g]) + " issues " + std::to_string(reference[g].size()) +
-           "; unmatched: " + p.describe(reference[g][seen[g][m]].op));
-    }
-  }
-}
-
-void check_point_to_point(const Program& p) {
-  // channel (src, dst) -> sends in order, receives in order
-  std::map<std::pair<std::int32_t, std::int32_t>, std::pair<std::vector<OpId>, std::vector<OpId>>>
-      channels;
-  for (OpId id = 0; id < p.op_count(); ++id) {
-    const Op& op = p.op(id);
-    if (const auto* s = std::get_if<Send>(&op.work))
-      channels[{op.rank, s->peer}].first.push_back(id);
-    if (const auto* r = std::get_if<Recv>(&op.work))
-      channels[{r->peer, op.rank}].second.push_back(id);
-  }
-  for (const auto& [channel, ends] : channels) {
-    const auto& [sends, recvs] = ends;
-    std::size_t common = std::min(sends.size(), recvs.size());
-    for (std::size_t k = 0; k < common; ++k) {
-      Bytes sent = std::get<Send>(p.op(sends[k]).work).bytes;
-      Bytes received = std::get<Recv>(p.op(recvs[k]).work).bytes;
-      if (sent != received) {
-        fail("the " + ordinal(k) + " message from rank " + std::to_string(channel.first) +
-             " to rank " + std::to_string(channel.second) +
-             " has different sizes: " + p.describe(sends[k]) + " vs " + p.describe(recvs[k]));
+// The matching rule is strategies/matching.hpp's; this only words its first mismatch.
+void check_matching(const Program& p, const Matching& m) {
+  const auto mismatch = first_mismatch(p, m);
+  if (!mismatch) return;
+  const Mismatch& x = *mismatch;
+  const std::string a = std::to_string(x.rank_a), b = std::to_string(x.rank_b);
+  switch (x.kind) {
+    case Mismatch::Kind::collective_count: {
+      const std::string prefix =
+          "collectives on group '" + p.groups()[m.group_of(x.rendezvous)].name + "' disagree: ";
+      if (x.count_b > x.count_a) {
+        fail(prefix + "rank " + b + " issues more than the " + std::to_string(x.count_a) +
+             " of rank " + a + "; unmatched: " + p.describe(x.op_b));
       }
+      fail(prefix + "rank " + b + " issues " + std::to_string(x.count_b) + " but rank " + a +
+           " issues " + std::to_string(x.count_a) + "; unmatched: " + p.describe(x.op_a));
     }
-    if (sends.size() > recvs.size()) {
-      fail(p.describe(sends[common]) + " has no matching receive: rank " +
-           std::to_string(channel.second) + " receives " + std::to_string(recvs.size()) +
-           " messages from rank " + std::to_string(channel.first) + ", which sends " +
-           std::to_string(sends.size()));
-    }
-    if (recvs.size() > sends.size()) {
-      fail(p.describe(recvs[common]) + " has no matching send: rank " +
-           std::to_string(channel.first) + " sends " + std::to_string(sends.size()) +
-           " messages to rank " + std::to_string(channel.second) + ", which receives " +
-           std::to_string(recvs.size()));
-    }
+    case Mismatch::Kind::collective_differs:
+      fail("collectives on group '" + p.groups()[m.group_of(x.rendezvous)].name +
+           "' disagree: the " + ordinal(x.k) + " is " + p.describe(x.op_a) + " but " +
+           p.describe(x.op_b));
+    case Mismatch::Kind::message_size:
+      fail("the " + ordinal(x.k) + " message from rank " + a + " to rank " + b +
+           " has different sizes: " + p.describe(x.op_a) + " vs " + p.describe(x.op_b));
+    case Mismatch::Kind::message_count:
+      if (x.count_a > x.count_b) {
+        fail(p.describe(x.op_a) + " has no matching receive: rank " + b + " receives " +
+             std::to_string(x.count_b) + " messages from rank " + a + ", which sends " +
+             std::to_string(x.count_a));
+      }
+      fail(p.describe(x.op_b) + " has no matching send: rank " + a + " sends " +
+           std::to_string(x.count_a) + " messages to rank " + b + ", which receives " +
+           std::to_string(x.count_b));
   }
 }
 
@@ -261,8 +189,13 @@ void check_point_to_point(const Program& p) {
 void validate(const Program& program) {
   check_ops_and_ranges(program);
   check_acyclic(program);
-  check_collectives(program);
-  check_point_to_point(program);
+  check_matching(program, Matching(program, /*index_ops=*/false));
+}
+
+void validate(const Program& program, const Matching& matching) {
+  check_ops_and_ranges(program);
+  check_acyclic(program);
+  check_matching(program, matching);
 }
 
 }  // namespace stratasim::strategies

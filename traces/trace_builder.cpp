@@ -2,11 +2,12 @@
 #include "traces/trace_builder.hpp"
 
 #include <algorithm>
-#include <map>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
+
+#include "strategies/matching.hpp"
 
 namespace stratasim::traces {
 
@@ -161,24 +162,23 @@ OrderedRank order_rank(const TraceRank& rank) {
   return result;
 }
 
-struct CollectiveUse {
-  std::uint64_t node;
-  st::CollectiveKind kind;
-  Bytes bytes;
-};
-
-std::string describe_use(const CollectiveUse& u) {
-  return std::string(st::name_of(u.kind)) + " of " + to_string(u.bytes) + " (node " +
-         std::to_string(u.node) + ")";
+// What a collective or message is, as the trace named it: "all_reduce of 4 MiB (node 17)".
+std::string describe_use(const st::Program& program, const std::vector<std::uint64_t>& node_of,
+                         st::OpId id, bool with_dtype = false) {
+  const st::Op& op = program.op(id);
+  std::string text;
+  if (const auto* c = std::get_if<st::Collective>(&op.work)) {
+    text = std::string(st::name_of(c->kind)) + " of " + to_string(c->bytes);
+    if (with_dtype) text += " in " + std::string(name_of(c->dtype));
+  }
+  return text + " (node " + std::to_string(node_of[id]) + ")";
 }
 
-void check_matching(const TraceInput& input, const std::vector<OrderedRank>& ordered) {
+// Before the Program is built: what would make an op unable to meet anyone, in the trace's
+// words (strategies::Matching leaves such ops out).
+void check_ranges(const TraceInput& input, const std::vector<OrderedRank>& ordered) {
   const auto world = static_cast<std::int32_t>(input.ranks.size());
   const auto& groups = input.groups;
-  // uses[g][rank]: the rank's collectives on group g in issue order.
-  std::vector<std::map<std::int32_t, std::vector<CollectiveUse>>> uses(groups.size());
-  // messages[{from, to}]: sends from `from` to `to`, and receives at `to` from `from`.
-  std::map<std::pair<std::int32_t, std::int32_t>, std::vector<CollectiveUse>> sends, recvs;
   for (std::int32_t r = 0; r < world; ++r) {
     const TraceRank& rank = input.ranks[static_cast<std::size_t>(r)];
     for (std::size_t i : ordered[static_cast<std::size_t>(r)].order) {
@@ -198,7 +198,6 @@ void check_matching(const TraceInput& input, const std::vector<OrderedRank>& ord
                                rank_list(members) + "), of which rank " + std::to_string(r) +
                                " is not a member");
         }
-        uses[c->group][r].push_back({op.id, c->kind, c->bytes});
       } else if (const auto* s = std::get_if<st::Send>(&op.work)) {
         if (s->peer < 0 || s->peer >= world || s->peer == r) {
           throw TraceError(rank.source, where,
@@ -206,7 +205,6 @@ void check_matching(const TraceInput& input, const std::vector<OrderedRank>& ord
                                ", which is not another rank of the trace's " +
                                std::to_string(world) + " ranks");
         }
-        sends[{r, s->peer}].push_back({op.id, st::CollectiveKind::all_reduce, s->bytes});
       } else if (const auto* v = std::get_if<st::Recv>(&op.work)) {
         if (v->peer < 0 || v->peer >= world || v->peer == r) {
           throw TraceError(rank.source, where,
@@ -214,85 +212,73 @@ void check_matching(const TraceInput& input, const std::vector<OrderedRank>& ord
                                ", which is not another rank of the trace's " +
                                std::to_string(world) + " ranks");
         }
-        recvs[{v->peer, r}].push_back({op.id, st::CollectiveKind::all_reduce, v->bytes});
       }
     }
   }
-  for (std::size_t g = 0; g < groups.size(); ++g) {
-    if (uses[g].empty()) continue;
-    const auto& members = groups[g].ranks;
-    const std::string name = "group '" + groups[g].name + "' (ranks " + rank_list(members) + ")";
-    static const std::vector<CollectiveUse> kNone;
-    auto of = [&](std::int32_t r) -> const std::vector<CollectiveUse>& {
-      auto it = uses[g].find(r);
-      return it == uses[g].end() ? kNone : it->second;
-    };
-    const std::int32_t first = members.front();
-    for (std::int32_t r : members) {
-      const auto& a = of(first);
-      const auto& b = of(r);
-      if (a.size() != b.size()) {
-        const bool a_more = a.size() > b.size();
-        const auto& longer = a_more ? a : b;
-        const std::int32_t more_rank = a_more ? first : r;
-        const std::int32_t less_rank = a_more ? r : first;
-        const std::size_t k = std::min(a.size(), b.size());
-        throw TraceError(input.ranks[static_cast<std::size_t>(more_rank)].source,
-                         "node " + std::to_string(longer[k].node),
-                         "unmatched collective on " + name + ": rank " + std::to_string(first) +
-                             " issues " + std::to_string(a.size()) + " collectives on it, rank " +
-                             std::to_string(r) + " issues " + std::to_string(b.size()) + "; the " +
-                             ordinal(k) + " on rank " + std::to_string(more_rank) + ", " +
-                             describe_use(longer[k]) + ", has no partner on rank " +
-                             std::to_string(less_rank));
-      }
-      for (std::size_t k = 0; k < a.size(); ++k) {
-        if (a[k].kind != b[k].kind || a[k].bytes != b[k].bytes) {
-          throw TraceError(input.ranks[static_cast<std::size_t>(r)].source,
-                           "node " + std::to_string(b[k].node),
-                           "the " + ordinal(k) + " collective on " + name + " is " +
-                               describe_use(a[k]) + " on rank " + std::to_string(first) + " but " +
-                               describe_use(b[k]) + " on rank " + std::to_string(r));
-        }
-      }
-    }
-  }
-  auto check_pairs = [&](const auto& from_map, const auto& to_map, bool sends_first) {
-    static const std::vector<CollectiveUse> kNone;
-    for (const auto& [pair, list] : from_map) {
-      auto it = to_map.find(pair);
-      const auto& other = it == to_map.end() ? kNone : it->second;
-      const auto& s = sends_first ? list : other;
-      const auto& v = sends_first ? other : list;
-      const std::string a = std::to_string(pair.first), b = std::to_string(pair.second);
-      if (s.size() != v.size()) {
-        std::vector<std::uint64_t> s_nodes, v_nodes;
-        for (const auto& u : s) s_nodes.push_back(u.node);
-        for (const auto& u : v) v_nodes.push_back(u.node);
-        throw TraceError(
-            input.ranks[static_cast<std::size_t>(s.size() > v.size() ? pair.first : pair.second)]
-                .source,
-            "",
-            "unmatched send/receive: rank " + a + " sends " + std::to_string(s.size()) +
-                " messages to rank " + b +
-                (s.empty() ? "" : " (nodes " + node_list(s_nodes) + ")") + " but rank " + b +
-                " receives " + std::to_string(v.size()) + " from rank " + a +
-                (v.empty() ? "" : " (nodes " + node_list(v_nodes) + ")"));
-      }
-      for (std::size_t k = 0; k < s.size(); ++k) {
-        if (s[k].bytes != v[k].bytes) {
-          throw TraceError(input.ranks[static_cast<std::size_t>(pair.second)].source,
-                           "node " + std::to_string(v[k].node),
-                           "the " + ordinal(k) + " message from rank " + a + " to rank " + b +
-                               " is sent with " + to_string(s[k].bytes) + " (node " +
-                               std::to_string(s[k].node) + ") but received with " +
-                               to_string(v[k].bytes));
-        }
-      }
-    }
+}
+
+// The first mismatch of the built Program (strategies::first_mismatch: the Program's matching
+// rule), in the trace's words: files, node ids, kinds and sizes.
+void check_matching(const TraceInput& input, const st::Program& program,
+                    const st::Matching& matching, const std::vector<std::uint64_t>& node_of) {
+  const auto mismatch = st::first_mismatch(program, matching);
+  if (!mismatch) return;
+  const st::Mismatch& x = *mismatch;
+  auto source = [&](std::int32_t r) -> const std::string& {
+    return input.ranks[static_cast<std::size_t>(r)].source;
   };
-  check_pairs(sends, recvs, true);
-  check_pairs(recvs, sends, false);
+  auto node = [&](st::OpId id) { return "node " + std::to_string(node_of[id]); };
+  const std::string a = std::to_string(x.rank_a), b = std::to_string(x.rank_b);
+  switch (x.kind) {
+    case st::Mismatch::Kind::collective_count:
+    case st::Mismatch::Kind::collective_differs: {
+      const auto& group = input.groups[matching.group_of(x.rendezvous)];
+      const std::string name = "group '" + group.name + "' (ranks " + rank_list(group.ranks) + ")";
+      if (x.kind == st::Mismatch::Kind::collective_differs) {
+        const auto& ca = std::get<st::Collective>(program.op(x.op_a).work);
+        const auto& cb = std::get<st::Collective>(program.op(x.op_b).work);
+        const bool dtype = ca.kind == cb.kind && ca.bytes == cb.bytes;
+        throw TraceError(source(x.rank_b), node(x.op_b),
+                         "the " + ordinal(x.k) + " collective on " + name + " is " +
+                             describe_use(program, node_of, x.op_a, dtype) + " on rank " + a +
+                             " but " + describe_use(program, node_of, x.op_b, dtype) + " on rank " +
+                             b);
+      }
+      const bool a_more = x.count_a > x.count_b;
+      const st::OpId unmatched = a_more ? x.op_a : x.op_b;
+      throw TraceError(source(a_more ? x.rank_a : x.rank_b), node(unmatched),
+                       "unmatched collective on " + name + ": rank " + a + " issues " +
+                           std::to_string(x.count_a) + " collectives on it, rank " + b +
+                           " issues " + std::to_string(x.count_b) + "; the " + ordinal(x.k) +
+                           " on rank " + (a_more ? a : b) + ", " +
+                           describe_use(program, node_of, unmatched) + ", has no partner on rank " +
+                           (a_more ? b : a));
+    }
+    case st::Mismatch::Kind::message_size:
+      throw TraceError(source(x.rank_b), node(x.op_b),
+                       "the " + ordinal(x.k) + " message from rank " + a + " to rank " + b +
+                           " is sent with " +
+                           to_string(std::get<st::Send>(program.op(x.op_a).work).bytes) + " (" +
+                           node(x.op_a) + ") but received with " +
+                           to_string(std::get<st::Recv>(program.op(x.op_b).work).bytes));
+    case st::Mismatch::Kind::message_count: {
+      const auto& channel = matching.channel_of(x.rendezvous);
+      std::vector<std::uint64_t> s_nodes, v_nodes;
+      for (std::uint32_t k = 0; k < std::max(channel.sends, channel.recvs); ++k) {
+        for (st::OpId id : matching.ops_of(channel.first + k)) {
+          (std::holds_alternative<st::Send>(program.op(id).work) ? s_nodes : v_nodes)
+              .push_back(node_of[id]);
+        }
+      }
+      throw TraceError(source(x.count_a > x.count_b ? x.rank_a : x.rank_b), "",
+                       "unmatched send/receive: rank " + a + " sends " + std::to_string(x.count_a) +
+                           " messages to rank " + b +
+                           (s_nodes.empty() ? "" : " (nodes " + node_list(s_nodes) + ")") +
+                           " but rank " + b + " receives " + std::to_string(x.count_b) +
+                           " from rank " + a +
+                           (v_nodes.empty() ? "" : " (nodes " + node_list(v_nodes) + ")"));
+    }
+  }
 }
 
 }  // namespace
@@ -319,12 +305,14 @@ st::Program build_program(const TraceInput& input) {
       }
     }
   }
-  check_matching(input, ordered);
+  check_ranges(input, ordered);
 
   st::Program program(world);
   program.reserve(total_ops, total_deps, total_effects);
   for (const auto& g : input.groups) program.add_group(g.ranks, g.name);
   std::vector<st::OpId> ids;
+  std::vector<std::uint64_t> node_of;  // per op: the trace's node id
+  node_of.reserve(total_ops);
   for (int r = 0; r < world; ++r) {
     const TraceRank& rank = input.ranks[static_cast<std::size_t>(r)];
     const OrderedRank& o = ordered[static_cast<std::size_t>(r)];
@@ -354,11 +342,14 @@ st::Program build_program(const TraceInput& input) {
       info.layer_end = op.layer_end;
       info.label = op.label;
       ids[k] = program.add(work, info, deps, op.effects);
+      node_of.push_back(op.id);
     }
   }
   program.finish();
+  const st::Matching matching(program, /*index_ops=*/false);
+  check_matching(input, program, matching, node_of);
   try {
-    st::validate(program);
+    st::validate(program, matching);
   } catch (const st::ProgramError& e) {
     throw TraceError(first_source, "", std::string("the imported program is invalid: ") + e.what());
   }
