@@ -10,8 +10,6 @@ namespace stratasim::strategies {
 
 namespace {
 
-constexpr std::uint32_t kNone = Matching::kNone;
-
 // A communication op between the two passes: its provisional owner (a group, or an entry of
 // the per-rank channel lists), tagged with its kind in the top two bits.
 constexpr std::uint32_t kTagShift = 30;

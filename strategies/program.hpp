@@ -10,6 +10,7 @@
 //   rank issues on a group matches the k-th of every other member;
 // - the k-th Send from rank a to rank b matches the k-th Recv at b from a; both start when
 //   both are reached (a rendezvous, as NCCL send/recv);
+//   (both rules are implemented once, in strategies/matching.hpp, which every consumer uses);
 // - memory effects change a rank's allocation of a category on a tier when the op starts or
 //   ends; `initial_memory` is what each rank holds before its first op.
 #pragma once

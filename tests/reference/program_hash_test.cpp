@@ -24,10 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "study/partition.hpp"
-#include "study/study.hpp"
 #include "strategies/experiment.hpp"
 #include "strategies/lowering.hpp"
+#include "study/partition.hpp"
+#include "study/study.hpp"
 #include "test_paths.hpp"
 
 namespace stratasim::testing {

@@ -10,10 +10,10 @@
 #include <thread>
 
 #include "search/sweep.hpp"
-#include "study/partition.hpp"
-#include "study/study.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/lowering.hpp"
+#include "study/partition.hpp"
+#include "study/study.hpp"
 #include "temp_dir.hpp"
 #include "traces/context.hpp"
 #include "traces/report.hpp"
@@ -265,8 +265,8 @@ TEST_CASE("mirroring tensor-parallel ranks gives the same iteration time and mem
     sim::SimOptions options;
     options.overheads = {e.memory.fragmentation, e.memory.reserved};
     auto run = [&](bool mirror_tp) {
-      const auto program = study::lower(
-          e, {.mirror_data_parallel = true, .mirror_tensor_parallel = mirror_tp});
+      const auto program =
+          study::lower(e, {.mirror_data_parallel = true, .mirror_tensor_parallel = mirror_tp});
       strategies::validate(program);
       return std::make_pair(
           program.op_count(),

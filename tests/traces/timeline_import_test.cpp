@@ -9,11 +9,11 @@
 #include <nlohmann/json.hpp>
 
 #include "experiment_helpers.hpp"
-#include "study/partition.hpp"
-#include "study/study.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/experiment.hpp"
 #include "strategies/retarget.hpp"
+#include "study/partition.hpp"
+#include "study/study.hpp"
 #include "traces/context.hpp"
 #include "traces/export.hpp"
 #include "traces/helpers.hpp"
