@@ -133,63 +133,21 @@ int jobs_of(int jobs) {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-std::vector<int> ints(const std::string& text, const char* flag) {
+// A parse of the search library; its std::invalid_argument (naming the flag) is bad input.
+template <class Parse>
+auto parsed(Parse&& parse) {
   try {
-    return search::parse_int_list(text, flag);
+    return parse();
   } catch (const std::invalid_argument& e) {
     throw BadInput(e.what());
   }
-}
-
-std::vector<std::string> names(const std::string& text, const char* flag,
-                               const std::vector<std::string>& allowed) {
-  try {
-    return search::parse_name_list(text, flag, allowed);
-  } catch (const std::invalid_argument& e) {
-    throw BadInput(e.what());
-  }
-}
-
-void check_positive(const std::vector<int>& values, const char* flag) {
-  for (int v : values) {
-    if (v < 1)
-      throw BadInput(std::string(flag) + " expects positive integers, got " + std::to_string(v));
-  }
-}
-
-const std::vector<std::string> kRecompute = {"none", "selective", "full", "stage_aware"};
-
-std::vector<std::string> schedule_names() {
-  std::vector<std::string> out;
-  for (auto kind : strategies::kAllSchedules) out.emplace_back(strategies::name_of(kind));
-  return out;
 }
 
 search::Grid grid_of(const SweepArgs& a) {
-  search::Grid g;
-  g.tp = ints(a.tp, "--tp");
-  check_positive(g.tp, "--tp");
-  g.pp = ints(a.pp, "--pp");
-  check_positive(g.pp, "--pp");
-  if (!a.dp.empty()) {
-    g.dp = ints(a.dp, "--dp");
-    check_positive(g.dp, "--dp");
-  }
-  g.zero = ints(a.zero, "--zero");
-  for (int z : g.zero) {
-    if (z > 3) throw BadInput("--zero expects ZeRO stages 0 to 3, got " + std::to_string(z));
-  }
-  g.recompute = names(a.recompute, "--recompute", kRecompute);
-  g.micro_batch = ints(a.micro_batch, "--micro-batch");
-  check_positive(g.micro_batch, "--micro-batch");
-  if (!a.schedule.empty()) g.schedule = names(a.schedule, "--schedule", schedule_names());
-  if (!a.sequence_parallel.empty()) {
-    g.sequence_parallel = ints(a.sequence_parallel, "--sequence-parallel");
-    for (int v : g.sequence_parallel) {
-      if (v > 1) throw BadInput("--sequence-parallel expects 0 (off) and/or 1 (on)");
-    }
-  }
-  return g;
+  return parsed([&] {
+    return search::parse_grid(
+        {a.tp, a.pp, a.dp, a.zero, a.recompute, a.micro_batch, a.schedule, a.sequence_parallel});
+  });
 }
 
 std::string describe(const search::Combination& c, const std::string& dp) {
@@ -475,13 +433,10 @@ int search_command(const SweepArgs& args) {
   }
   search::SearchSpace space;
   space.gpus = args.gpus;
-  space.zero = ints(args.zero, "--zero");
-  for (int z : space.zero) {
-    if (z > 3) throw BadInput("--zero expects ZeRO stages 0 to 3, got " + std::to_string(z));
-  }
-  space.recompute = names(args.recompute, "--recompute", kRecompute);
-  space.micro_batch = ints(args.micro_batch, "--micro-batch");
-  check_positive(space.micro_batch, "--micro-batch");
+  space.zero = parsed([&] { return search::parse_zero_stages(args.zero); });
+  space.recompute = parsed([&] { return search::parse_recompute_modes(args.recompute); });
+  space.micro_batch =
+      parsed([&] { return search::parse_positive_list(args.micro_batch, "--micro-batch"); });
   space.fewer_gpus = *objective == search::Objective::cost;
   space.min_gpus = args.min_gpus;
   if (args.min_gpus > args.gpus) {

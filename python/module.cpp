@@ -194,8 +194,14 @@ std::vector<search::Result> evaluate(const search::Evaluator& evaluator,
 
 // The sweep's CSV text (header and rows, as `stratasim sweep --out` writes it).
 std::string sweep(const std::string& experiment, const std::vector<std::string>& sets,
-                  const search::Grid& grid, int jobs, bool exact) {
+                  const search::GridText& axes, int jobs, bool exact) {
   py::gil_scoped_release release;
+  search::Grid grid;
+  try {
+    grid = search::parse_grid(axes);
+  } catch (const std::invalid_argument& e) {
+    throw study::BadInput(e.what());
+  }
   const search::Evaluator evaluator(study::resolve_experiment(experiment), overrides_of(sets),
                                     {.exact = exact});
   const auto combos = search::enumerate(grid);
@@ -208,9 +214,9 @@ std::string sweep(const std::string& experiment, const std::vector<std::string>&
 
 // The search's CSV text (as `stratasim search --out` writes it: rank and pareto columns).
 std::string search_(const std::string& experiment, const std::vector<std::string>& sets, int gpus,
-                    const std::string& objective_name, const std::vector<int>& zero,
-                    const std::vector<std::string>& recompute, const std::vector<int>& micro_batch,
-                    int min_gpus, int jobs, bool exact) {
+                    const std::string& objective_name, const std::string& zero,
+                    const std::string& recompute, const std::string& micro_batch, int min_gpus,
+                    int jobs, bool exact) {
   py::gil_scoped_release release;
   const auto objective = search::objective_from_name(objective_name);
   if (!objective) {
@@ -219,9 +225,18 @@ std::string search_(const std::string& experiment, const std::vector<std::string
   }
   search::SearchSpace space;
   space.gpus = gpus;
-  space.zero = zero;
-  space.recompute = recompute;
-  space.micro_batch = micro_batch;
+  try {
+    space.zero = search::parse_zero_stages(zero);
+    space.recompute = search::parse_recompute_modes(recompute);
+    space.micro_batch = search::parse_positive_list(micro_batch, "--micro-batch");
+  } catch (const std::invalid_argument& e) {
+    throw study::BadInput(e.what());
+  }
+  if (gpus < 1) throw study::BadInput("--gpus expects a positive number of GPUs");
+  if (min_gpus > gpus) {
+    throw study::BadInput("--min-gpus " + std::to_string(min_gpus) + ": more than --gpus " +
+                          std::to_string(gpus));
+  }
   space.fewer_gpus = *objective == search::Objective::cost;
   space.min_gpus = min_gpus;
   const search::Evaluator evaluator(study::resolve_experiment(experiment), overrides_of(sets),
@@ -288,16 +303,16 @@ PYBIND11_MODULE(_core, m) {
         py::arg("profile"), py::arg("network"));
   m.def("memory", &memory, py::arg("experiment"), py::arg("exact"));
 
-  py::class_<search::Grid>(m, "Grid")
+  py::class_<search::GridText>(m, "GridText")
       .def(py::init<>())
-      .def_readwrite("tp", &search::Grid::tp)
-      .def_readwrite("pp", &search::Grid::pp)
-      .def_readwrite("dp", &search::Grid::dp)
-      .def_readwrite("zero", &search::Grid::zero)
-      .def_readwrite("micro_batch", &search::Grid::micro_batch)
-      .def_readwrite("recompute", &search::Grid::recompute)
-      .def_readwrite("schedule", &search::Grid::schedule)
-      .def_readwrite("sequence_parallel", &search::Grid::sequence_parallel);
+      .def_readwrite("tp", &search::GridText::tp)
+      .def_readwrite("pp", &search::GridText::pp)
+      .def_readwrite("dp", &search::GridText::dp)
+      .def_readwrite("zero", &search::GridText::zero)
+      .def_readwrite("recompute", &search::GridText::recompute)
+      .def_readwrite("micro_batch", &search::GridText::micro_batch)
+      .def_readwrite("schedule", &search::GridText::schedule)
+      .def_readwrite("sequence_parallel", &search::GridText::sequence_parallel);
   m.def("sweep", &sweep, py::arg("experiment"), py::arg("sets"), py::arg("grid"), py::arg("jobs"),
         py::arg("exact"));
   m.def("search", &search_, py::arg("experiment"), py::arg("sets"), py::arg("gpus"),

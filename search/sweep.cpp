@@ -632,4 +632,54 @@ void check_resumed_rows(const fs::path& csv, std::size_t rows,
   }
 }
 
+std::vector<int> parse_positive_list(std::string_view text, std::string_view flag) {
+  auto values = parse_int_list(text, flag);
+  for (int v : values) {
+    if (v < 1) {
+      throw std::invalid_argument(std::string(flag) + " expects positive integers, got " +
+                                  std::to_string(v));
+    }
+  }
+  return values;
+}
+
+std::vector<int> parse_zero_stages(std::string_view text, std::string_view flag) {
+  auto values = parse_int_list(text, flag);
+  for (int z : values) {
+    if (z < 0 || z > 3) {
+      throw std::invalid_argument(std::string(flag) + " expects ZeRO stages 0 to 3, got " +
+                                  std::to_string(z));
+    }
+  }
+  return values;
+}
+
+std::vector<std::string> parse_recompute_modes(std::string_view text, std::string_view flag) {
+  return parse_name_list(text, flag, {"none", "selective", "full", "stage_aware"});
+}
+
+Grid parse_grid(const GridText& t) {
+  Grid g;
+  g.tp = parse_positive_list(t.tp, "--tp");
+  g.pp = parse_positive_list(t.pp, "--pp");
+  if (!t.dp.empty()) g.dp = parse_positive_list(t.dp, "--dp");
+  g.zero = parse_zero_stages(t.zero);
+  g.recompute = parse_recompute_modes(t.recompute);
+  g.micro_batch = parse_positive_list(t.micro_batch, "--micro-batch");
+  if (!t.schedule.empty()) {
+    std::vector<std::string> names;
+    for (auto kind : strategies::kAllSchedules) names.emplace_back(strategies::name_of(kind));
+    g.schedule = parse_name_list(t.schedule, "--schedule", names);
+  }
+  if (!t.sequence_parallel.empty()) {
+    g.sequence_parallel = parse_int_list(t.sequence_parallel, "--sequence-parallel");
+    for (int v : g.sequence_parallel) {
+      if (v < 0 || v > 1) {
+        throw std::invalid_argument("--sequence-parallel expects 0 (off) and/or 1 (on)");
+      }
+    }
+  }
+  return g;
+}
+
 }  // namespace stratasim::search

@@ -175,6 +175,28 @@ SweepSummary summarize_sweep(const std::filesystem::path& csv);
 void check_resumed_rows(const std::filesystem::path& csv, std::size_t rows,
                         const std::vector<Combination>& combos, const Evaluator& evaluator);
 
+/// The grid as the CLI's flags write it ("1,2,4", "0..3", "none,full"), with the CLI's
+/// defaults; empty optional axes (dp, schedule, sequence_parallel) keep the experiment's.
+struct GridText {
+  std::string tp = "1,2,4,8";
+  std::string pp = "1,2,4,8,16";
+  std::string dp;
+  std::string zero = "0..3";
+  std::string recompute = "none,selective,full";
+  std::string micro_batch = "1,2,4";
+  std::string schedule;
+  std::string sequence_parallel;
+};
+/// Parses and checks a grid (degrees and micro batches positive, ZeRO stages 0 to 3, known
+/// recomputation modes and schedules, sequence parallelism 0 or 1); std::invalid_argument
+/// naming the flag (--tp, --zero, ...) otherwise. The sweep's and search's flags, and the
+/// Python module's arguments, are read by these.
+Grid parse_grid(const GridText& text);
+std::vector<int> parse_positive_list(std::string_view text, std::string_view flag);
+std::vector<int> parse_zero_stages(std::string_view text, std::string_view flag = "--zero");
+std::vector<std::string> parse_recompute_modes(std::string_view text,
+                                               std::string_view flag = "--recompute");
+
 /// Parses "1,2,4", "0..3" or "1,2,8..16" (ranges step by one) for flag `flag`; throws
 /// std::invalid_argument naming the flag and the item.
 std::vector<int> parse_int_list(std::string_view text, std::string_view flag);

@@ -152,30 +152,38 @@ def _experiment_name(experiment):
     return str(experiment)
 
 
-def _ints(values):
-    return [values] if isinstance(values, int) else list(values)
+def _text(values):
+    """A grid axis as the CLI writes it: "1,2,4", "0..3"; a list or a single value too."""
+    if values is None:
+        return None
+    if isinstance(values, (str, int)):
+        return str(values)
+    return ",".join(str(int(v)) if isinstance(v, bool) else str(v) for v in values)
 
 
-def sweep(experiment, tp=(1,), pp=(1,), zero=(0,), recompute=("none",), micro_batch=(1,),
-          dp=(), schedule=(), sequence_parallel=(), set=None, jobs=0, exact=False, frame=True):
-    """Every combination of the grid, simulated (`stratasim sweep`): the CSV's rows."""
-    grid = _core.Grid()
-    grid.tp, grid.pp, grid.zero = _ints(tp), _ints(pp), _ints(zero)
-    grid.micro_batch, grid.dp = _ints(micro_batch), _ints(dp)
-    grid.recompute = [recompute] if isinstance(recompute, str) else list(recompute)
-    grid.schedule = [schedule] if isinstance(schedule, str) else list(schedule)
-    grid.sequence_parallel = [int(v) for v in _ints(sequence_parallel)]
+def sweep(experiment, tp=None, pp=None, zero=None, recompute=None, micro_batch=None, dp=None,
+          schedule=None, sequence_parallel=None, set=None, jobs=0, exact=False, frame=True):
+    """Every combination of the grid, simulated (`stratasim sweep`): the CSV's rows. Axes take
+    lists or the CLI's text ("1,2,4", "0..3"); axes left out take the CLI's defaults (tp
+    1,2,4,8; pp 1,2,4,8,16; zero 0..3; recompute none,selective,full; micro batch 1,2,4; dp,
+    schedule and sequence parallelism the experiment's)."""
+    grid = _core.GridText()
+    for name, values in (("tp", tp), ("pp", pp), ("zero", zero), ("recompute", recompute),
+                         ("micro_batch", micro_batch), ("dp", dp), ("schedule", schedule),
+                         ("sequence_parallel", sequence_parallel)):
+        if values is not None:
+            setattr(grid, name, _text(values))
     text = _core.sweep(_experiment_name(experiment), _sets(set), grid, jobs, exact)
     return _rows(text, frame)
 
 
-def search(experiment, gpus, objective="throughput", zero=(0, 1, 2, 3),
-           recompute=("none", "selective", "full"), micro_batch=(1, 2, 4), min_gpus=0, set=None,
-           jobs=0, exact=False, frame=True):
+def search(experiment, gpus, objective="throughput", zero="0..3",
+           recompute="none,selective,full", micro_batch="1,2,4", min_gpus=0, set=None, jobs=0,
+           exact=False, frame=True):
     """The best strategies for a GPU budget (`stratasim search`): every combination with its
     rank by the objective (None where it does not fit) and whether it is on the Pareto
-    frontier of iteration time against peak memory."""
+    frontier of iteration time against peak memory. Defaults are the CLI's."""
     text = _core.search(_experiment_name(experiment), _sets(set), int(gpus), objective,
-                        _ints(zero), [recompute] if isinstance(recompute, str) else list(recompute),
-                        _ints(micro_batch), int(min_gpus), jobs, exact)
+                        _text(zero), _text(recompute), _text(micro_batch), int(min_gpus), jobs,
+                        exact)
     return _rows(text, frame)

@@ -157,6 +157,23 @@ class Errors(unittest.TestCase):
         with self.assertRaises(stratasim.BadInput):
             stratasim.search(SMALL, gpus=8, objective="speed")
 
+    def test_a_bad_grid_says_what_the_cli_says(self):
+        # The same rule reads the CLI's flags and the module's arguments: the message is the
+        # CLI's error line for the same values.
+        for kwargs, flags in (({"tp": (0, 2)}, ["--tp", "0,2"]),
+                              ({"zero": (0, 4)}, ["--zero", "0,4"]),
+                              ({"recompute": ("none", "most")}, ["--recompute", "none,most"]),
+                              ({"schedule": "1f1b,nope"}, ["--schedule", "1f1b,nope"])):
+            with self.subTest(flags=flags):
+                with tempfile.TemporaryDirectory() as tmp:
+                    cli = subprocess.run([CLI, "sweep", SMALL, *flags, "--out",
+                                          os.path.join(tmp, "x.csv")],
+                                         capture_output=True, text=True)
+                self.assertEqual(cli.returncode, 2)
+                with self.assertRaises(stratasim.BadInput) as caught:
+                    stratasim.sweep(SMALL, **kwargs)
+                self.assertEqual("error: " + str(caught.exception), cli.stderr.strip())
+
 
 class DictExperiment(unittest.TestCase):
     def shipped(self, name):
@@ -230,8 +247,9 @@ class Sweep(unittest.TestCase):
                 self.assertTrue(same_cell(text, row[key]), f"row {i} {key}: {text!r} != {row[key]!r}")
 
     def test_a_frame_has_the_same_rows(self):
-        rows = stratasim.sweep(SMALL, tp=(1, 2), frame=False)
-        frame = stratasim.sweep(SMALL, tp=(1, 2))
+        axes = dict(tp=(1, 2), pp=1, zero=0, recompute="none", micro_batch=1)
+        rows = stratasim.sweep(SMALL, frame=False, **axes)
+        frame = stratasim.sweep(SMALL, **axes)
         if not hasattr(frame, "to_dict"):
             self.skipTest("pandas is not installed")
         self.assertEqual(list(frame.columns), list(rows[0]))
