@@ -48,8 +48,33 @@ def _sets(set):
     return list(set)
 
 
-def load(experiment, set=None):
-    """An Experiment from a file, a catalog name or a dict, with `--set`-style overrides."""
+# The CLI's experiment flags as keyword arguments: (flag, key of the experiment document).
+_FLAGS = {"tp": "parallelism.tp", "pp": "parallelism.pp", "dp": "parallelism.dp",
+          "micro_batch": "parallelism.micro_batch", "global_batch": "training.global_batch",
+          "seq_len": "training.seq_len", "schedule": "parallelism.schedule",
+          "zero": "parallelism.zero", "recompute": "parallelism.recompute"}
+
+
+def _flag_sets(flags):
+    """The keyword flags as `--set` overrides. As on the command line, a tp or pp without dp
+    derives dp from the cluster again."""
+    unknown = sorted(k for k in flags if k not in _FLAGS)
+    if unknown:
+        raise TypeError("unknown experiment flag(s): " + ", ".join(unknown) +
+                        " (known: " + ", ".join(_FLAGS) + ")")
+    out = [f"{_FLAGS[k]}={v if isinstance(v, str) else json.dumps(v)}"
+           for k, v in flags.items() if v is not None]
+    if (flags.get("tp") is not None or flags.get("pp") is not None) and flags.get("dp") is None:
+        out.append("parallelism.dp=null")
+    return out
+
+
+def load(experiment, set=None, **flags):
+    """An Experiment from a file, a catalog name or a dict, with `--set`-style overrides and the
+    CLI's experiment flags as keywords (tp=4, pp=2, micro_batch=2, zero=1, ...): flags first,
+    then `set`, as the command line applies them."""
+    if flags:
+        set = _flag_sets(flags) + _sets(set)
     if isinstance(experiment, Experiment):
         if set:
             raise BadInput("set: an Experiment is already loaded; pass its file or dict instead")
@@ -112,10 +137,11 @@ class Result:
 
 
 def simulate(experiment, set=None, exact=False, trace_ranks="auto", profile=None,
-             network=None, check=True):
-    """Simulates one training iteration (`stratasim simulate`). With check, a simulation that
-    does not complete raises SimulationFailed; otherwise the Result says so (completed)."""
-    native = _core.simulate(load(experiment, set), exact, str(trace_ranks),
+             network=None, check=True, **flags):
+    """Simulates one training iteration (`stratasim simulate`); `flags` are load()'s. With
+    check, a simulation that does not complete raises SimulationFailed; otherwise the Result
+    says so (completed)."""
+    native = _core.simulate(load(experiment, set, **flags), exact, str(trace_ranks),
                             "" if profile is None else str(profile),
                             "" if network is None else str(network))
     if check and not native.completed():
@@ -123,9 +149,9 @@ def simulate(experiment, set=None, exact=False, trace_ranks="auto", profile=None
     return Result(native)
 
 
-def memory(experiment, set=None, exact=False):
-    """Peak memory per rank without timing (`stratasim memory`)."""
-    return Result(_core.memory(load(experiment, set), exact), timed=False)
+def memory(experiment, set=None, exact=False, **flags):
+    """Peak memory per rank without timing (`stratasim memory`); `flags` are load()'s."""
+    return Result(_core.memory(load(experiment, set, **flags), exact), timed=False)
 
 
 def _value(text):

@@ -175,6 +175,21 @@ class Errors(unittest.TestCase):
                 self.assertEqual("error: " + str(caught.exception), cli.stderr.strip())
 
 
+class Flags(unittest.TestCase):
+    def test_flags_derive_dp_as_the_cli_does(self):
+        # --tp 2 --pp 2 without --dp: dp is derived from the cluster again (8 / 4 = 2).
+        with tempfile.TemporaryDirectory() as tmp:
+            run_cli("simulate", SMALL, "--tp", "2", "--pp", "2", "--micro-batch", "2", "--quiet",
+                    "--out", tmp)
+            with open(os.path.join(tmp, "report.json")) as f:
+                expected = json.load(f)
+        r = stratasim.simulate(SMALL, tp=2, pp=2, micro_batch=2)
+        self.assertEqual(r.report, expected)
+        self.assertEqual(stratasim.load(SMALL, tp=2, pp=2).dp, 2)
+        with self.assertRaises(TypeError):
+            stratasim.simulate(SMALL, tensor_parallel=2)
+
+
 class DictExperiment(unittest.TestCase):
     def shipped(self, name):
         with open(os.path.join(SOURCE, "configs", "experiments", name + ".json")) as f:
