@@ -433,6 +433,192 @@ int list_command(const std::string& what) {
   return 0;
 }
 
+// Every command's arguments and its subcommand, filled by CLI11 as it parses.
+struct Commands {
+  SimulateArgs sim_args;
+  std::vector<int> schedule_micro_batches;
+  CollectiveArgs coll_args;
+  cli::RealRunArgs real_args;
+  cli::CalibrateArgs cal_args;
+  cli::SweepArgs sweep_args;
+  cli::ReplayArgs replay_args;
+  cli::ExportArgs export_args;
+  std::string list_what;
+  CLI::App *simulate = nullptr, *memory = nullptr, *partition = nullptr, *schedules = nullptr,
+           *collective = nullptr, *run = nullptr, *validate = nullptr, *calibrate = nullptr,
+           *sweep = nullptr, *search = nullptr, *replay = nullptr, *export_cmd = nullptr,
+           *list = nullptr;
+};
+
+// simulate, memory, partition and schedules: one experiment, simulated.
+void add_simulation_commands(CLI::App& app, Commands& c) {
+  c.simulate = app.add_subcommand("simulate", "Simulate one training iteration of an experiment");
+  cli::add_experiment_options(c.simulate, c.sim_args);
+  c.simulate->add_option(
+      "--out", c.sim_args.out,
+      "Write report.json, timeline.json (Chrome trace for Perfetto) and memory.csv here");
+  c.simulate->add_option("--trace-ranks", c.sim_args.trace_ranks,
+                         "Ranks in timeline.json and memory.csv: all, stages (rank 0 of each "
+                         "pipeline stage), or a list like 0,8,16; default all up to 256 ranks, "
+                         "else stages");
+  c.simulate->add_option("more", c.sim_args.more_experiments,
+                         "Further experiments to run at the same time on the cluster given by "
+                         "--cluster, sharing its network (each gets its own report)");
+  c.simulate->add_option("--cluster", c.sim_args.cluster,
+                         "With several experiments: the cluster they share (file or catalog name)");
+  c.simulate->add_option("--placement", c.sim_args.placement,
+                         "With several experiments: packed (one after the other), interleaved "
+                         "(nodes dealt round-robin) or device ranges per job like \"0-15;16-31\"");
+  c.simulate->add_flag(
+      "--stop-on-oom", c.sim_args.stop_on_oom,
+      "End the simulation at the first out-of-memory (default: finish and report)");
+  c.memory = app.add_subcommand(
+      "memory", "Peak memory per rank and its breakdown, without timing the iteration (fast)");
+  cli::add_experiment_options(c.memory, c.sim_args);
+
+  c.partition = app.add_subcommand(
+      "partition",
+      "The stage partition (even, explicit or BaPipe's balanced) with predicted stage "
+      "times and memory");
+  cli::add_experiment_options(c.partition, c.sim_args);
+  c.schedules = app.add_subcommand(
+      "schedules", "Simulate every applicable pipeline schedule and micro-batch size; best first");
+  cli::add_experiment_options(c.schedules, c.sim_args);
+  c.schedules
+      ->add_option("--micro-batches", c.schedule_micro_batches,
+                   "Micro-batch sizes to try (default 1 2 4 ... 64 that divide the batch)")
+      ->delimiter(',');
+  c.schedules->add_option("--out", c.sim_args.out, "Write schedules.csv here");
+}
+
+// collective: one collective alone on a cluster.
+void add_collective_command(CLI::App& app, Commands& c) {
+  c.collective = app.add_subcommand(
+      "collective",
+      "Time one collective alone on a cluster's network, size by size, with algbw and busbw as "
+      "nccl-tests reports them");
+  c.collective->add_option("cluster", c.coll_args.cluster, "Cluster JSON file, or a catalog name")
+      ->required();
+  c.collective->add_option("--op", c.coll_args.op,
+                           "all_reduce (default), reduce_scatter, all_gather, broadcast, reduce or "
+                           "all_to_all");
+  c.collective->add_option("--ranks", c.coll_args.ranks,
+                           "Devices in the group, e.g. 0-7 (default all)");
+  c.collective->add_option("--sizes", c.coll_args.sizes, "Sizes, e.g. 1M,64M,1G (default 1M to 4G)")
+      ->delimiter(',');
+  c.collective->add_option("--algorithm", c.coll_args.algorithm,
+                           "ring, tree, halving_doubling, direct, hierarchical or nvls (default: "
+                           "the cluster's rule)");
+  c.collective->add_option("--network", c.coll_args.network,
+                           "analytical or flow (default: the cluster's)");
+  c.collective->add_option("--out", c.coll_args.out, "Write collective.csv here");
+}
+
+// run, validate and calibrate: the real back end.
+void add_real_run_commands(CLI::App& app, Commands& c) {
+  // Real runs (exec/): the experiment's Program on GPUs (or CPU threads with --device host).
+  auto add_real_run_options = [&c](CLI::App* cmd) {
+    cmd->add_option("--device", c.real_args.device,
+                    "cuda (GPUs, the default) or host (CPU threads: small models, for testing)");
+    cmd->add_option("--warmup", c.real_args.warmup, "Warm-up iterations (default 1)");
+    cmd->add_option("--iterations", c.real_args.iterations,
+                    "Measured iterations; the median is reported (default 5)");
+    cmd->add_option("--watchdog", c.real_args.watchdog_s,
+                    "Seconds with no op finishing before a run is declared hung (default 60)");
+    cmd->add_flag("--verify", c.real_args.verify,
+                  "Host device: check every collective's sums and every transferred byte");
+    cmd->add_option("--capacity", c.real_args.capacity,
+                    "Device memory pool limit per rank, e.g. \"2 GiB\" (default: the GPU's "
+                    "memory; 4 GiB on the host device)");
+    cmd->add_option("--launch", c.real_args.launch,
+                    "auto (MPI under mpirun, else one process), single (one process drives every "
+                    "GPU) or mpi (one process per GPU)");
+    cmd->add_option("--out", c.real_args.out, "Write the outputs here");
+  };
+  c.run = app.add_subcommand(
+      "run", "Run the experiment's Program for real (CUDA + NCCL, or CPU threads) and report it");
+  cli::add_experiment_options(c.run, c.sim_args);
+  add_real_run_options(c.run);
+  c.validate = app.add_subcommand(
+      "validate",
+      "Simulate and run the same Program; the error per op class, stage, iteration and memory");
+  cli::add_experiment_options(c.validate, c.sim_args);
+  add_real_run_options(c.validate);
+  c.validate->add_option("--profile", c.real_args.profile,
+                         "A device profile (stratasim calibrate) for the prediction instead of the "
+                         "device's own");
+  c.calibrate = app.add_subcommand(
+      "calibrate", "Measure the present device(s) and write a device profile for the simulator");
+  c.calibrate->add_option("--out", c.cal_args.out, "The profile file to write")->required();
+  c.calibrate->add_option("--device", c.cal_args.device, "cuda (default) or host");
+  c.calibrate
+      ->add_option("--ranks", c.cal_args.ranks,
+                   "Devices for collective bandwidth (default 1: no collectives)")
+      ->check(CLI::PositiveNumber);
+  c.calibrate
+      ->add_option("--repetitions", c.cal_args.repetitions,
+                   "Timed repetitions per measurement (median)")
+      ->check(CLI::PositiveNumber);
+  c.calibrate->add_flag("--quick", c.cal_args.quick, "Fewer shapes and sizes");
+  c.calibrate->add_option("--name", c.cal_args.name,
+                          "Device name written in the profile (default: the GPU's name)");
+  c.calibrate->add_flag("--quiet", c.cal_args.quiet, "Print nothing on success");
+}
+
+// sweep, search, replay, export and list.
+void add_other_commands(CLI::App& app, Commands& c) {
+  c.sweep = app.add_subcommand(
+      "sweep",
+      "Simulate every combination of a grid of strategies (--tp 1,2,4,8 --pp 1,2,4 --zero 0..3 "
+      "...) in parallel, streaming a resumable CSV (docs/sweep.md)");
+  cli::add_sweep_options(c.sweep, c.sweep_args);
+  c.search = app.add_subcommand(
+      "search",
+      "The best feasible strategies for a GPU budget (--gpus N): memory pruning, top-k by an "
+      "objective and the Pareto frontier of time vs memory (docs/sweep.md)");
+  cli::add_search_options(c.search, c.sweep_args);
+
+  c.replay = app.add_subcommand(
+      "replay",
+      "Re-simulate a trace (Chakra, Kineto or stratasim's timeline.json) on other hardware, "
+      "with faster compute or at another data-parallel width");
+  cli::add_replay_options(c.replay, c.replay_args);
+
+  c.export_cmd = app.add_subcommand(
+      "export", "Write the program an experiment lowers to as a Chakra execution trace");
+  cli::add_export_options(c.export_cmd, c.export_args);
+
+  c.list = app.add_subcommand("list", "List the shipped devices, clusters, models or experiments");
+  c.list->add_option("what", c.list_what, "devices, clusters, models or experiments")
+      ->required()
+      ->check(CLI::IsMember({"devices", "clusters", "models", "experiments"}));
+}
+
+// Runs the parsed command; its exit code.
+int dispatch(Commands& c) {
+  if (c.simulate->parsed()) return simulate_command(c.sim_args);
+  if (c.memory->parsed()) return memory_command(c.sim_args);
+  if (c.partition->parsed()) return partition_command(c.sim_args);
+  if (c.schedules->parsed()) return schedules_command(c.sim_args, c.schedule_micro_batches);
+  if (c.list->parsed()) return list_command(c.list_what);
+  if (c.collective->parsed()) return collective_command(c.coll_args);
+  if (c.run->parsed() || c.validate->parsed()) {
+    c.real_args.quiet = c.sim_args.quiet;
+    c.real_args.out = c.real_args.out.empty() ? c.sim_args.out : c.real_args.out;
+    check_out_dir(c.real_args.out);
+    auto experiment = strategies::load_experiment(resolve_experiment(c.sim_args.experiment),
+                                                  overrides_of(c.sim_args));
+    return c.run->parsed() ? cli::run_command(experiment, c.real_args)
+                           : cli::validate_command(std::move(experiment), c.real_args);
+  }
+  if (c.calibrate->parsed()) return cli::calibrate_command(c.cal_args);
+  if (c.replay->parsed()) return cli::replay_command(c.replay_args);
+  if (c.export_cmd->parsed()) return cli::export_command(c.export_args);
+  if (c.sweep->parsed()) return cli::sweep_command(c.sweep_args);
+  if (c.search->parsed()) return cli::search_command(c.sweep_args);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -463,151 +649,11 @@ int main(int argc, char** argv) {
       "  stratasim search gpt3-175b-a100-1024 --gpus 1024 --objective cost\n"
       "  stratasim list models");
 
-  SimulateArgs sim_args;
-  // The options that describe the experiment, shared by simulate and memory.
-  auto add_experiment_options = [&sim_args](CLI::App* cmd) {
-    cli::add_experiment_options(cmd, sim_args);
-  };
-  auto* simulate =
-      app.add_subcommand("simulate", "Simulate one training iteration of an experiment");
-  add_experiment_options(simulate);
-  simulate->add_option(
-      "--out", sim_args.out,
-      "Write report.json, timeline.json (Chrome trace for Perfetto) and memory.csv here");
-  simulate->add_option("--trace-ranks", sim_args.trace_ranks,
-                       "Ranks in timeline.json and memory.csv: all, stages (rank 0 of each "
-                       "pipeline stage), or a list like 0,8,16; default all up to 256 ranks, "
-                       "else stages");
-  simulate->add_option("more", sim_args.more_experiments,
-                       "Further experiments to run at the same time on the cluster given by "
-                       "--cluster, sharing its network (each gets its own report)");
-  simulate->add_option("--cluster", sim_args.cluster,
-                       "With several experiments: the cluster they share (file or catalog name)");
-  simulate->add_option("--placement", sim_args.placement,
-                       "With several experiments: packed (one after the other), interleaved "
-                       "(nodes dealt round-robin) or device ranges per job like \"0-15;16-31\"");
-  simulate->add_flag("--stop-on-oom", sim_args.stop_on_oom,
-                     "End the simulation at the first out-of-memory (default: finish and report)");
-  auto* memory = app.add_subcommand(
-      "memory", "Peak memory per rank and its breakdown, without timing the iteration (fast)");
-  add_experiment_options(memory);
-
-  auto* partition = app.add_subcommand(
-      "partition",
-      "The stage partition (even, explicit or BaPipe's balanced) with predicted stage "
-      "times and memory");
-  add_experiment_options(partition);
-  auto* schedules = app.add_subcommand(
-      "schedules", "Simulate every applicable pipeline schedule and micro-batch size; best first");
-  add_experiment_options(schedules);
-  std::vector<int> schedule_micro_batches;
-  schedules
-      ->add_option("--micro-batches", schedule_micro_batches,
-                   "Micro-batch sizes to try (default 1 2 4 ... 64 that divide the batch)")
-      ->delimiter(',');
-  schedules->add_option("--out", sim_args.out, "Write schedules.csv here");
-
-  CollectiveArgs coll_args;
-  auto* collective = app.add_subcommand(
-      "collective",
-      "Time one collective alone on a cluster's network, size by size, with algbw and busbw as "
-      "nccl-tests reports them");
-  collective->add_option("cluster", coll_args.cluster, "Cluster JSON file, or a catalog name")
-      ->required();
-  collective->add_option("--op", coll_args.op,
-                         "all_reduce (default), reduce_scatter, all_gather, broadcast, reduce or "
-                         "all_to_all");
-  collective->add_option("--ranks", coll_args.ranks,
-                         "Devices in the group, e.g. 0-7 (default all)");
-  collective->add_option("--sizes", coll_args.sizes, "Sizes, e.g. 1M,64M,1G (default 1M to 4G)")
-      ->delimiter(',');
-  collective->add_option("--algorithm", coll_args.algorithm,
-                         "ring, tree, halving_doubling, direct, hierarchical or nvls (default: "
-                         "the cluster's rule)");
-  collective->add_option("--network", coll_args.network,
-                         "analytical or flow (default: the cluster's)");
-  collective->add_option("--out", coll_args.out, "Write collective.csv here");
-
-  // Real runs (exec/): the experiment's Program on GPUs (or CPU threads with --device host).
-  cli::RealRunArgs real_args;
-  auto add_real_run_options = [&](CLI::App* cmd) {
-    cmd->add_option("--device", real_args.device,
-                    "cuda (GPUs, the default) or host (CPU threads: small models, for testing)");
-    cmd->add_option("--warmup", real_args.warmup, "Warm-up iterations (default 1)");
-    cmd->add_option("--iterations", real_args.iterations,
-                    "Measured iterations; the median is reported (default 5)");
-    cmd->add_option("--watchdog", real_args.watchdog_s,
-                    "Seconds with no op finishing before a run is declared hung (default 60)");
-    cmd->add_flag("--verify", real_args.verify,
-                  "Host device: check every collective's sums and every transferred byte");
-    cmd->add_option("--capacity", real_args.capacity,
-                    "Device memory pool limit per rank, e.g. \"2 GiB\" (default: the GPU's "
-                    "memory; 4 GiB on the host device)");
-    cmd->add_option("--launch", real_args.launch,
-                    "auto (MPI under mpirun, else one process), single (one process drives every "
-                    "GPU) or mpi (one process per GPU)");
-    cmd->add_option("--out", real_args.out, "Write the outputs here");
-  };
-  auto* run = app.add_subcommand(
-      "run", "Run the experiment's Program for real (CUDA + NCCL, or CPU threads) and report it");
-  add_experiment_options(run);
-  add_real_run_options(run);
-  auto* validate = app.add_subcommand(
-      "validate",
-      "Simulate and run the same Program; the error per op class, stage, iteration and memory");
-  add_experiment_options(validate);
-  add_real_run_options(validate);
-  validate->add_option("--profile", real_args.profile,
-                       "A device profile (stratasim calibrate) for the prediction instead of the "
-                       "device's own");
-  cli::CalibrateArgs cal_args;
-  auto* calibrate = app.add_subcommand(
-      "calibrate", "Measure the present device(s) and write a device profile for the simulator");
-  calibrate->add_option("--out", cal_args.out, "The profile file to write")->required();
-  calibrate->add_option("--device", cal_args.device, "cuda (default) or host");
-  calibrate
-      ->add_option("--ranks", cal_args.ranks,
-                   "Devices for collective bandwidth (default 1: no collectives)")
-      ->check(CLI::PositiveNumber);
-  calibrate
-      ->add_option("--repetitions", cal_args.repetitions,
-                   "Timed repetitions per measurement (median)")
-      ->check(CLI::PositiveNumber);
-  calibrate->add_flag("--quick", cal_args.quick, "Fewer shapes and sizes");
-  calibrate->add_option("--name", cal_args.name,
-                        "Device name written in the profile (default: the GPU's name)");
-  calibrate->add_flag("--quiet", cal_args.quiet, "Print nothing on success");
-
-  cli::SweepArgs sweep_args;
-  auto* sweep = app.add_subcommand(
-      "sweep",
-      "Simulate every combination of a grid of strategies (--tp 1,2,4,8 --pp 1,2,4 --zero 0..3 "
-      "...) in parallel, streaming a resumable CSV (docs/sweep.md)");
-  cli::add_sweep_options(sweep, sweep_args);
-  auto* search = app.add_subcommand(
-      "search",
-      "The best feasible strategies for a GPU budget (--gpus N): memory pruning, top-k by an "
-      "objective and the Pareto frontier of time vs memory (docs/sweep.md)");
-  cli::add_search_options(search, sweep_args);
-
-  cli::ReplayArgs replay_args;
-  auto* replay = app.add_subcommand(
-      "replay",
-      "Re-simulate a trace (Chakra, Kineto or stratasim's timeline.json) on other hardware, "
-      "with faster compute or at another data-parallel width");
-  cli::add_replay_options(replay, replay_args);
-
-  cli::ExportArgs export_args;
-  auto* export_cmd = app.add_subcommand(
-      "export", "Write the program an experiment lowers to as a Chakra execution trace");
-  cli::add_export_options(export_cmd, export_args);
-
-  std::string list_what;
-  auto* list =
-      app.add_subcommand("list", "List the shipped devices, clusters, models or experiments");
-  list->add_option("what", list_what, "devices, clusters, models or experiments")
-      ->required()
-      ->check(CLI::IsMember({"devices", "clusters", "models", "experiments"}));
+  Commands c;
+  add_simulation_commands(app, c);
+  add_collective_command(app, c);
+  add_real_run_commands(app, c);
+  add_other_commands(app, c);
 
   try {
     app.parse(argc, argv);
@@ -616,26 +662,7 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : kExitBadInput;
   }
   try {
-    if (simulate->parsed()) return simulate_command(sim_args);
-    if (memory->parsed()) return memory_command(sim_args);
-    if (partition->parsed()) return partition_command(sim_args);
-    if (schedules->parsed()) return schedules_command(sim_args, schedule_micro_batches);
-    if (list->parsed()) return list_command(list_what);
-    if (collective->parsed()) return collective_command(coll_args);
-    if (run->parsed() || validate->parsed()) {
-      real_args.quiet = sim_args.quiet;
-      real_args.out = real_args.out.empty() ? sim_args.out : real_args.out;
-      check_out_dir(real_args.out);
-      auto experiment = strategies::load_experiment(resolve_experiment(sim_args.experiment),
-                                                    overrides_of(sim_args));
-      return run->parsed() ? cli::run_command(experiment, real_args)
-                           : cli::validate_command(std::move(experiment), real_args);
-    }
-    if (calibrate->parsed()) return cli::calibrate_command(cal_args);
-    if (replay->parsed()) return cli::replay_command(replay_args);
-    if (export_cmd->parsed()) return cli::export_command(export_args);
-    if (sweep->parsed()) return cli::sweep_command(sweep_args);
-    if (search->parsed()) return cli::search_command(sweep_args);
+    return dispatch(c);
   } catch (const config::ConfigError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitBadInput;
