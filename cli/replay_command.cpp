@@ -17,30 +17,30 @@ namespace stratasim::cli {
 namespace fs = std::filesystem;
 
 void add_replay_options(CLI::App* cmd, ReplayArgs& args) {
-  cmd->add_option("trace", args.trace,
+  cmd->add_option("trace", args.request.trace,
                   "The trace: a timeline.json or output folder (stratasim), a Chakra folder or "
                   "prefix, a Kineto JSON file or folder")
       ->required();
-  cmd->add_option("--format", args.format, "chakra, kineto or stratasim")
+  cmd->add_option("--format", args.request.format, "chakra, kineto or stratasim")
       ->required()
       ->check(CLI::IsMember({"chakra", "kineto", "stratasim"}));
-  cmd->add_option("--cluster", args.cluster,
+  cmd->add_option("--cluster", args.request.cluster,
                   "Cluster to replay on: file or catalog name (default: the trace's own)");
-  cmd->add_option("--scale-compute", args.scale_compute,
+  cmd->add_option("--scale-compute", args.request.scale_compute,
                   "Compute runs this many times faster (e.g. 2 halves every compute time)");
-  cmd->add_option("--ranks", args.ranks,
+  cmd->add_option("--ranks", args.request.ranks,
                   "Re-target to this many ranks by widening data parallelism (a multiple of "
                   "the trace's ranks)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--dp-groups", args.dp_groups,
+  cmd->add_option("--dp-groups", args.request.dp_groups,
                   "Regular expression naming the data-parallel groups (default: "
                   "\"^dp\\b|^data\\b|data[ _-]?parallel\", case-insensitive)");
-  cmd->add_option("--set", args.sets,
+  cmd->add_option("--set", args.request.sets,
                   "Override a cluster value: cluster.key=value (repeatable), e.g. "
                   "cluster.inter_node.bandwidth=\"400 Gb/s\"");
   cmd->add_option("--out", args.out, "Write report.json, timeline.json and memory.csv here");
   cmd->add_flag("--quiet", args.quiet, "Print nothing on success (notes still go to stderr)");
-  cmd->add_flag("--exact", args.exact,
+  cmd->add_flag("--exact", args.request.exact,
                 "With --ranks: simulate every new replica instead of mirroring them");
 }
 
@@ -48,16 +48,7 @@ int replay_command(const ReplayArgs& args) {
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
   check_out_dir(args.out);
-  study::ReplayRequest request;
-  request.trace = args.trace;
-  request.format = args.format;
-  request.cluster = args.cluster;
-  request.scale_compute = args.scale_compute;
-  request.ranks = args.ranks;
-  request.dp_groups = args.dp_groups;
-  request.sets = args.sets;
-  request.exact = args.exact;
-  const study::ReplayResult r = study::replay(request);
+  const study::ReplayResult r = study::replay(args.request);
   for (const auto& n : r.notes) std::cerr << "note: " << n << "\n";
   if (!args.quiet) {
     traces::print_summary(std::cout, r.report, r.context);

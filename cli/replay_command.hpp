@@ -9,19 +9,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include "study/replay.hpp"
+
 namespace stratasim::cli {
 
 struct ReplayArgs {
-  std::string trace;
-  std::string format;
-  std::string cluster;            // file or catalog name; empty: the one the trace names
-  double scale_compute = 1.0;     // compute runs this many times faster
-  std::optional<int> ranks;       // re-target the data-parallel width to this many ranks
-  std::string dp_groups;          // regex naming the data-parallel groups; empty: default
-  std::vector<std::string> sets;  // cluster.key=value
+  study::ReplayRequest request;  // what to replay, filled by the flags (study/replay.hpp)
   std::string out;
   bool quiet = false;
-  bool exact = false;  // simulate every replica instead of mirroring them
 };
 
 /// Adds the replay's positional argument and flags to `cmd`, writing into `args`.
