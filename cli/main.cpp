@@ -19,6 +19,7 @@
 #include "cli/common.hpp"
 #include "cli/exec_commands.hpp"
 #include "cli/export_command.hpp"
+#include "cli/fit_command.hpp"
 #include "cli/replay_command.hpp"
 #include "cli/sweep_commands.hpp"
 #include "hw_models/cluster.hpp"
@@ -443,11 +444,12 @@ struct Commands {
   cli::SweepArgs sweep_args;
   cli::ReplayArgs replay_args;
   cli::ExportArgs export_args;
+  cli::FitArgs fit_args;
   std::string list_what;
   CLI::App *simulate = nullptr, *memory = nullptr, *partition = nullptr, *schedules = nullptr,
            *collective = nullptr, *run = nullptr, *validate = nullptr, *calibrate = nullptr,
            *sweep = nullptr, *search = nullptr, *replay = nullptr, *export_cmd = nullptr,
-           *list = nullptr;
+           *list = nullptr, *fit = nullptr;
 };
 
 // simulate, memory, partition and schedules: one experiment, simulated.
@@ -563,6 +565,10 @@ void add_real_run_commands(CLI::App& app, Commands& c) {
   c.calibrate->add_option("--name", c.cal_args.name,
                           "Device name written in the profile (default: the GPU's name)");
   c.calibrate->add_flag("--quiet", c.cal_args.quiet, "Print nothing on success");
+  c.fit = app.add_subcommand("fit",
+                             "Fit calibrated kernel models (GEMM, attention) of devices to published "
+                             "kernel measurements (docs/gemm-efficiency.md)");
+  cli::add_fit_options(c.fit, c.fit_args);
 }
 
 // sweep, search, replay, export and list.
@@ -612,6 +618,7 @@ int dispatch(Commands& c) {
                            : cli::validate_command(std::move(experiment), c.real_args);
   }
   if (c.calibrate->parsed()) return cli::calibrate_command(c.cal_args);
+  if (c.fit->parsed()) return cli::fit_command(c.fit_args);
   if (c.replay->parsed()) return cli::replay_command(c.replay_args);
   if (c.export_cmd->parsed()) return cli::export_command(c.export_args);
   if (c.sweep->parsed()) return cli::sweep_command(c.sweep_args);

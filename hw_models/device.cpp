@@ -284,6 +284,18 @@ DeviceSpec read_device(const config::Document& doc, const std::string& path) {
         static_cast<int>(r.integer_in_or("compute_units", 1, 1 << 20, d.compute_units));
   }
   d.source = r.string_or("source", "");
+  if (r.has("published_names")) {
+    const nlohmann::json* names = doc.find(r.path_of("published_names"));
+    if (names == nullptr || !names->is_array()) {
+      r.fail("published_names", "expected a list of names (strings)");
+    }
+    for (const auto& n : *names) {
+      if (!n.is_string() || n.get<std::string>().empty()) {
+        r.fail("published_names", "expected a list of non-empty names (strings)");
+      }
+      d.published_names.push_back(n.get<std::string>());
+    }
+  }
   d.kernel_launch_overhead = r.time_or("kernel_launch_overhead", d.kernel_launch_overhead);
   if (r.has("efficiency")) {
     auto e = r.object("efficiency", "efficiency settings");
@@ -302,6 +314,31 @@ DeviceSpec read_device(const config::Document& doc, const std::string& path) {
     d.efficiency.attention = e.number_or("attention", d.efficiency.attention);
     d.efficiency.memory = e.number_or("memory", d.efficiency.memory);
     e.finish();
+  }
+  if (r.has("kernel_model")) {
+    if (d.is_fpga()) r.fail("kernel_model", "GPU-only (fitted GEMM and attention parameters)");
+    const std::string at = r.path_of("kernel_model");
+    const nlohmann::json* value = doc.find(at);
+    if (value != nullptr && value->is_string()) {
+      std::filesystem::path file = value->get<std::string>();
+      const std::filesystem::path base = doc.file_of(at);
+      if (file.is_relative() && !base.empty()) file = base.parent_path() / file;
+      file = file.lexically_normal();
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(file, ec)) {
+        r.fail("kernel_model", "names the file " + file.string() + ", which does not exist");
+      }
+      d.kernel_model = std::make_shared<const KernelModel>(load_kernel_model(file));
+    } else if (value != nullptr && value->is_object()) {
+      d.kernel_model = std::make_shared<const KernelModel>(read_kernel_model(doc, at));
+    } else if (value != nullptr && !value->is_null()) {
+      r.fail("kernel_model", "expected the path of a kernel model file or a kernel model object");
+    }
+    if (d.kernel_model && d.kernel_model->device != d.name) {
+      doc.fail(value->is_object() ? config::join_path(at, "device") : at,
+               "the kernel model was fitted for " + d.kernel_model->device +
+                   ", but this device is " + d.name);
+    }
   }
   if (r.has("profile")) {
     const std::string at = r.path_of("profile");

@@ -19,9 +19,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "hw_models/config_reader.hpp"
 #include "hw_models/dtype.hpp"
+#include "hw_models/kernel_model.hpp"
 #include "hw_models/profile.hpp"
 #include "hw_models/units.hpp"
 
@@ -33,6 +35,13 @@ struct DeviceEfficiency {
   double memory = 0.85;    // fraction of memory bandwidth a streaming kernel reaches (0, 1]
   int tile_m = 128;        // GEMM output tile the libraries use; sets tile/wave quantisation
   int tile_n = 128;
+  /// Set from the experiment's training framework (strategies::TrainingSpec), not from device
+  /// files: the share of the device's GEMM and fused-attention rates (calibrated or modelled)
+  /// that the framework's kernels reach inside a training step (0, 1], and how many times the
+  /// bytes of memory-bound kernels it moves (>= 1: unfused eager operations, extra casts and
+  /// copies). docs/frameworks.md says what each framework's values are fitted to.
+  double framework_compute = 1.0;
+  double framework_memory_traffic = 1.0;
 };
 
 /// A memory of an FPGA card: on-chip SRAM, in-package HBM or on-board DDR.
@@ -84,6 +93,11 @@ struct DeviceSpec {
   std::string name;
   std::string kind = "gpu";  // "gpu" or "fpga"
   std::string source;
+  /// Names under which published measurements of this device's compute appear (the "gpu" of
+  /// tests/reference/calibration.json's cases): what `stratasim calibrate --fit` fits it to and
+  /// `stratasim accuracy` maps cases by. A device with another device's compute die (H200's is
+  /// H100's) may list that device's names too.
+  std::vector<std::string> published_names;
   /// Dense peak rate per dtype (FLOP/s); absent when the device has no such unit. Derived
   /// from the DSP array for FPGAs.
   std::array<std::optional<FlopRate>, std::size(kAllDTypes)> peak_flops{};
@@ -96,6 +110,10 @@ struct DeviceSpec {
   std::optional<FpgaSpec> fpga;  // present exactly when kind == "fpga"
   /// Measured figures (hw_models/profile.hpp); shared, as device specs are copied freely.
   std::shared_ptr<const DeviceProfile> profile;
+  /// The calibrated kernel model (hw_models/kernel_model.hpp): fitted GEMM and attention
+  /// parameters that replace efficiency.gemm and efficiency.attention where it has them; a
+  /// measured profile's figures win over it. Shared, as device specs are copied freely.
+  std::shared_ptr<const KernelModel> kernel_model;
 
   bool is_fpga() const { return fpga.has_value(); }
   /// Peak for `t`, falling back as hardware does: tf32 -> fp32, bf16 <-> fp16, fp8 -> fp16.
@@ -113,7 +131,8 @@ DeviceSpec make_fpga_device(std::string name, FpgaSpec fpga);
 /// Reads a device from the object at `path` of `doc` (strict; validated). FPGA keys (the
 /// "fpga" object) are rejected on GPUs; GPU keys that an FPGA derives ("peak_flops", "memory")
 /// or lacks ("compute_units", "efficiency.gemm", tiles) are rejected on FPGAs. A "profile" is
-/// an object or the path of a profile file, relative to the file that names it.
+/// an object or the path of a profile file, relative to the file that names it; so is a
+/// "kernel_model" (GPUs only). Either must name this device.
 DeviceSpec read_device(const config::Document& doc, const std::string& path);
 
 /// Parses a clock frequency: "300 MHz", "1.2 GHz", "600e6 Hz". Throws UnitError.

@@ -135,7 +135,37 @@ double DeviceCostModel::quantisation(const Gemm& gemm) const {
 
 double DeviceCostModel::modelled_gemm_efficiency(const Gemm& gemm) const {
   if (device_.is_fpga()) return device_.fpga->dataflow_efficiency;
-  return device_.efficiency.gemm * quantisation(gemm);
+  const hw::GemmModel* model =
+      device_.kernel_model ? device_.kernel_model->gemm_for(gemm.dtype) : nullptr;
+  if (model == nullptr) return device_.efficiency.gemm * quantisation(gemm);
+  return model->peak_fraction * calibrated_shape_factor(gemm, *model);
+}
+
+double DeviceCostModel::calibrated_shape_factor(const Gemm& gemm,
+                                                const hw::GemmModel& model) const {
+  if (gemm.m <= 0 || gemm.n <= 0 || gemm.k <= 0 || gemm.batch <= 0) return 1.0;
+  const std::int64_t tile_m = std::max(1, device_.efficiency.tile_m);
+  const std::int64_t tile_n = std::max(1, device_.efficiency.tile_n);
+  const std::int64_t units = std::max(1, device_.compute_units);
+  const std::int64_t tiles_m = ceil_div(gemm.m, tile_m);
+  const std::int64_t tiles_n = ceil_div(gemm.n, tile_n);
+  const double tile_q =
+      (static_cast<double>(gemm.m) * static_cast<double>(gemm.n)) /
+      (static_cast<double>(tiles_m * tile_m) * static_cast<double>(tiles_n * tile_n));
+  const std::int64_t tiles = tiles_m * tiles_n * gemm.batch;
+  // Split-K: when the tiles leave compute units idle, k is split over s units (each doing k/s of
+  // the main loop, paying the tile's prologue and epilogue once); s is the best for this shape.
+  double best = 0;
+  const std::int64_t max_split = tiles >= units ? 1 : std::max<std::int64_t>(1, units / tiles);
+  for (std::int64_t s = 1; s <= max_split; ++s) {
+    const double work = static_cast<double>(tiles * s);
+    const double waves = std::ceil(work / static_cast<double>(units));
+    const double wave_q = 1 - model.wave_loss * (1 - work / (waves * static_cast<double>(units)));
+    const double k_s = static_cast<double>(gemm.k) / static_cast<double>(s);
+    const double k_q = k_s / (k_s + model.k_overhead);
+    best = std::max(best, wave_q * k_q);
+  }
+  return tile_q * best;
 }
 
 double DeviceCostModel::gemm_efficiency(const Gemm& gemm) const {
@@ -165,6 +195,20 @@ double DeviceCostModel::gemm_efficiency(const Gemm& gemm) const {
   return std::clamp(std::exp(sum / sum_w) * quantisation(gemm), 1e-9, 1.0);
 }
 
+double DeviceCostModel::attention_efficiency(const Attention& a) const {
+  const hw::AttentionModel* model =
+      device_.kernel_model && !device_.is_fpga() ? device_.kernel_model->attention_for(a.impl)
+                                                 : nullptr;
+  if (model == nullptr) return device_.efficiency.attention;
+  // Keys each query attends to: all of them, or (causal) on average seq_kv - seq_q / 2.
+  double keys = static_cast<double>(a.seq_kv);
+  if (a.causal) keys -= static_cast<double>(std::min(a.seq_q, a.seq_kv)) / 2;
+  // The fall-off is fitted against the sequence length of self-attention benchmarks, where a
+  // causal kernel's keys per query are s / 2: undo that halving to look up the same curve.
+  const double s = a.causal ? 2 * keys : keys;
+  return model->efficiency(a.backward, a.causal, static_cast<double>(a.head_dim), s);
+}
+
 Bandwidth DeviceCostModel::streaming_bandwidth() const {
   if (device_.profile && device_.profile->memory_bandwidth) {
     return *device_.profile->memory_bandwidth;
@@ -185,7 +229,8 @@ Time DeviceCostModel::gemm_work(const Gemm& w, const strategies::Kernel& kernel)
     if (const auto* row = profile->find_gemm(w.m, w.n, w.k, w.batch, w.dtype)) return row->time;
   }
   const Flops flops = strategies::matmul_flops(kernel);
-  const Time t_flop = compute_time(flops, device_.peak(w.dtype) * gemm_efficiency(w));
+  const Time t_flop = compute_time(
+      flops, device_.peak(w.dtype) * (gemm_efficiency(w) * device_.efficiency.framework_compute));
   const std::int64_t bytes = (w.m * w.k + w.k * w.n + w.m * w.n) * w.batch * size;
   Bandwidth bandwidth = streaming_bandwidth();
   if (device_.is_fpga()) {
@@ -195,7 +240,13 @@ Time DeviceCostModel::gemm_work(const Gemm& w, const strategies::Kernel& kernel)
       bandwidth = device_.fpga->on_chip.bandwidth * device_.efficiency.memory;
     }
   }
-  return std::max(t_flop, transfer_time(Bytes(bytes), bandwidth));
+  Time t = std::max(t_flop, transfer_time(Bytes(bytes), bandwidth));
+  // The calibrated model's per-kernel latency, where it (not a measured profile) sets the cost.
+  const hw::GemmModel* model =
+      device_.kernel_model && !device_.is_fpga() ? device_.kernel_model->gemm_for(w.dtype) : nullptr;
+  const bool measured = device_.profile && device_.profile->has_gemm(w.dtype);
+  if (model != nullptr && !measured) t += Time::from_seconds(model->latency);
+  return t;
 }
 
 DeviceCostModel::Cost DeviceCostModel::kernel_cost(const strategies::Kernel& kernel) const {
@@ -218,7 +269,8 @@ DeviceCostModel::Cost DeviceCostModel::kernel_cost(const strategies::Kernel& ker
             causal_share = (static_cast<double>(w.seq_kv) - q / 2) / static_cast<double>(w.seq_kv);
           }
           const Flops flops(strategies::matmul_flops(kernel).count() * causal_share);
-          FlopRate rate = device_.peak(w.dtype) * device_.efficiency.attention;
+          FlopRate rate = device_.peak(w.dtype) *
+                          (attention_efficiency(w) * device_.efficiency.framework_compute);
           if (device_.profile) {
             if (const auto& measured =
                     device_.profile->attention[static_cast<std::size_t>(w.dtype)]) {
@@ -239,7 +291,14 @@ DeviceCostModel::Cost DeviceCostModel::kernel_cost(const strategies::Kernel& ker
           if (device_.profile && device_.profile->elementwise_bandwidth) {
             bandwidth = *device_.profile->elementwise_bandwidth;
           }
-          return {launch, transfer_time(w.bytes_read + w.bytes_written, bandwidth), {}};
+          const double traffic = device_.efficiency.framework_memory_traffic;
+          const Bytes bytes = w.bytes_read + w.bytes_written;
+          return {launch,
+                  transfer_time(traffic == 1.0 ? bytes
+                                               : Bytes(static_cast<std::int64_t>(std::llround(
+                                                     static_cast<double>(bytes.count()) * traffic))),
+                                bandwidth),
+                  {}};
         } else if constexpr (std::is_same_v<W, OptimizerStep>) {
           if (w.on_host) return {{}, {}, host_optimizer_time(w)};
           const std::int64_t size = size_of(w.dtype);

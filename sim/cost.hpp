@@ -3,9 +3,13 @@
 //
 // GPUs (docs/gemm-efficiency.md): a GEMM takes the longer of its FLOP time, at
 //   efficiency = efficiency.gemm x tile quantisation x wave quantisation,
+// or, when the device has a calibrated kernel model (hw_models/kernel_model.hpp), at
+//   peak_fraction(dtype) x tile quantisation x max over split-K s of
+//     (wave quantisation of tiles x s) x k_s / (k_s + k_overhead),
 // and its memory time (A, B and C once over the achievable bandwidth); attention runs at
-// efficiency.attention of peak; memory-bound kernels take their bytes over the achievable
-// bandwidth.
+// efficiency.attention of peak, or at the calibrated model's rate for the kernel's
+// implementation, direction, head dimension, causality and sequence length; memory-bound
+// kernels take their bytes over the achievable bandwidth.
 //
 // FPGAs (docs/fpga.md): layer-pipelined dataflow designs (DNNBuilder, BaPipe's FPGA model) keep
 // a fraction of the DSP array busy, with no tile or wave quantisation:
@@ -79,8 +83,16 @@ class DeviceCostModel {
   /// GPUs: tile quantisation (useful / padded output tiles) x wave quantisation (tiles /
   /// (waves x compute_units)), in (0, 1]; FPGAs: 1.
   double quantisation(const strategies::Gemm& gemm) const;
+  /// The calibrated model's shape factor (hw_models/kernel_model.hpp): tile quantisation x the
+  /// best over split-K factors s of the wave factor(tiles x s) x k_s / (k_s + k_overhead).
+  double calibrated_shape_factor(const strategies::Gemm& gemm, const hw::GemmModel& model) const;
+  /// Fraction of peak a fused attention kernel reaches: the calibrated model's for its
+  /// implementation when the device has one, else efficiency.attention.
+  double attention_efficiency(const strategies::Attention& attention) const;
 
   const hw::DeviceSpec& device() const { return device_; }
+  /// The fixed per-kernel cost: the profile's measured launch overhead, else the device's.
+  Time launch_overhead() const;
   /// How many times longer on-device work takes (1 unless the cluster slows this rank down).
   double slowdown() const { return slowdown_; }
 
@@ -93,7 +105,6 @@ class DeviceCostModel {
   Cost kernel_cost(const strategies::Kernel& kernel) const;
   Time gemm_work(const strategies::Gemm& gemm, const strategies::Kernel& kernel) const;
   Bandwidth streaming_bandwidth() const;
-  Time launch_overhead() const;
   Time host_optimizer_time(const strategies::OptimizerStep& step) const;
   Time copy_time(const strategies::Copy& copy) const;
   const hw::HostSpec& host(const char* what) const;

@@ -237,8 +237,33 @@ TrainingSpec read_training(config::ObjectReader r, std::int64_t& accumulation) {
   t.dtype = *dtype_from_name(r.choice_or("dtype", {"bf16", "fp16", "fp32"}, "bf16"));
   r.choice_or("optimizer", {"adam"}, "adam");
   t.flash_attention = r.boolean_or("flash_attention", false);
+  t.compute_efficiency = r.number_or("compute_efficiency", 1.0);
+  if (!(t.compute_efficiency > 0 && t.compute_efficiency <= 1)) {
+    r.fail("compute_efficiency", "expected a share of the devices' compute rates in (0, 1]");
+  }
+  t.elementwise_traffic = r.number_or("elementwise_traffic", 1.0);
+  if (!(t.elementwise_traffic >= 1 && t.elementwise_traffic <= 100)) {
+    r.fail("elementwise_traffic", "expected a multiple of the memory-bound kernels' bytes in [1, 100]");
+  }
+  t.attention_kernel = *hw::attention_impl_from_name(
+      r.choice_or("attention_kernel",
+                  {"flash-attention-2", "flash-attention", "flash-attention-3", "cudnn"},
+                  "flash-attention-2"));
   r.finish();
   return t;
+}
+
+// The training framework's kernel efficiency, held by every device of the cluster (the cost
+// model reads it there).
+void apply_framework_efficiency(Experiment& e) {
+  auto apply = [&](hw::DeviceSpec& d) {
+    d.efficiency.framework_compute = e.training.compute_efficiency;
+    d.efficiency.framework_memory_traffic = e.training.elementwise_traffic;
+  };
+  apply(e.cluster.device);
+  for (auto& o : e.cluster.overrides) {
+    if (o.device) apply(*o.device);
+  }
 }
 
 std::string number(std::int64_t v) {
@@ -347,6 +372,7 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
   e.training = read_training(r.object("training", "the training settings"), accumulation);
   if (r.has("memory")) e.memory = read_memory(r.object("memory", "memory overheads"));
   r.finish();
+  apply_framework_efficiency(e);
 
   // Cross-checks, each reported at the key a user would change.
   auto& p = e.parallelism;

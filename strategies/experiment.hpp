@@ -129,6 +129,14 @@ struct TrainingSpec {
   DType dtype = DType::bf16;      // weights, activations and gradients (mixed precision)
   OptimizerChoice optimizer = OptimizerChoice::adam;
   bool flash_attention = false;  // fused attention: no s^2 score matrix stored
+  /// What the framework's kernels reach inside a training step (hw::DeviceEfficiency's
+  /// framework_compute and framework_memory_traffic, applied to every device of the cluster):
+  /// the share of the devices' GEMM and attention rates (0, 1], and the multiple of the
+  /// memory-bound kernels' bytes (>= 1). 1 unless the config or its framework sets them.
+  double compute_efficiency = 1.0;
+  double elementwise_traffic = 1.0;
+  /// Which fused kernel runs attention when flash_attention is on (its calibrated rate).
+  hw::AttentionImpl attention_kernel = hw::AttentionImpl::flash_attention_2;
 };
 
 struct Experiment {

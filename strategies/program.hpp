@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "hw_models/dtype.hpp"
+#include "hw_models/kernel_model.hpp"
 #include "hw_models/units.hpp"
 
 namespace stratasim::strategies {
@@ -69,6 +70,8 @@ struct Attention {
   bool causal = true;
   DType dtype = DType::bf16;
   bool backward = false;
+  /// Which fused kernel runs it (its calibrated rate differs: hw_models/kernel_model.hpp).
+  hw::AttentionImpl impl = hw::AttentionImpl::flash_attention_2;
 };
 
 /// Memory-bound work: norms, activations, dropout, residual adds, softmax.

@@ -16,6 +16,7 @@ struct Dims {
   bool sp;
   DType dtype;
   bool flash;
+  hw::AttentionImpl attention_kernel;
   bool causal;
   bool gated;
   // The tensor-parallel mesh and what one rank holds of an activation: its samples (bl) and
@@ -44,6 +45,7 @@ struct Dims {
         sp(set.sequence_parallel && set.tp > 1 && set.tp_mode == TpMode::one_d),
         dtype(set.dtype),
         flash(set.flash_attention),
+        attention_kernel(set.attention_kernel),
         causal(m.causal),
         gated(m.activation == Activation::swiglu),
         mesh(set.mesh()),
@@ -123,7 +125,8 @@ Kernel dropout_residual(const Dims& d, std::string name, bool backward) {
 
 // The fused (flash) attention kernel of one tensor-parallel rank.
 Kernel fused_attention(const Dims& d, bool backward) {
-  return Kernel{Attention{d.bl, d.heads_l, d.kv_l, d.s, d.s_kv, d.d, d.causal, d.dtype, backward},
+  return Kernel{Attention{d.bl, d.heads_l, d.kv_l, d.s, d.s_kv, d.d, d.causal, d.dtype, backward,
+                          d.attention_kernel},
                 backward ? "attention.bwd" : "attention"};
 }
 

@@ -34,6 +34,7 @@ struct LayerSetting {
   std::int64_t context_len = 0;
   DType dtype = DType::bf16;
   bool flash_attention = false;
+  hw::AttentionImpl attention_kernel = hw::AttentionImpl::flash_attention_2;  // when flash
   /// Keep every compute op within one layer (ZeRO-3 gathers each layer's parameters before
   /// its first op); otherwise neighbouring compute segments merge across layers.
   bool split_layers = false;

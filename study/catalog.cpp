@@ -47,6 +47,19 @@ fs::path resolve_model(const std::string& given) {
   return resolve(given, {"models", "models/hf"});
 }
 
+fs::path default_calibration_file() {
+  return (config_dir() / ".." / "tests" / "reference" / "calibration.json").lexically_normal();
+}
+
+fs::path resolve_device(const std::string& given) {
+  return resolve(given, {"hardware/devices"});
+}
+
+hw::DeviceSpec load_device(const std::string& given) {
+  auto doc = config::Document::load(resolve_device(given));
+  return hw::read_device(doc, "");
+}
+
 strategies::Override parse_set(std::string_view text, std::string origin) {
   const auto eq = text.find('=');
   if (eq == std::string_view::npos || eq == 0) {

@@ -25,6 +25,14 @@ std::filesystem::path resolve_experiment(const std::string& given);
 std::filesystem::path resolve_cluster(const std::string& given);
 /// A model given by path, or by name from configs/models or configs/models/hf.
 std::filesystem::path resolve_model(const std::string& given);
+/// The published calibration set shipped with the sources (tests/reference/calibration.json, a
+/// copy of ../shared/reference/calibration.json): beside config_dir().
+std::filesystem::path default_calibration_file();
+/// A device given by path, or by name from configs/hardware/devices.
+std::filesystem::path resolve_device(const std::string& given);
+/// A device file, or a name from configs/hardware/devices, read and validated (hw::read_device).
+/// Throws config::ConfigError naming the file and JSON path.
+hw::DeviceSpec load_device(const std::string& given);
 
 /// "dotted.key=value" as an override of the experiment document: the value parses as JSON
 /// when it can (4, true, [1,2]) and as a string otherwise ("400 Gb/s"). `origin` is how errors

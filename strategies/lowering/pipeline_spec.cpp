@@ -30,6 +30,7 @@ LayerSetting layer_setting(const Experiment& e) {
   s.seq_len = e.training.seq_len;
   s.dtype = e.training.dtype;
   s.flash_attention = e.training.flash_attention;
+  s.attention_kernel = e.training.attention_kernel;
   s.split_layers = e.parallelism.zero == 3;  // ZeRO-3 gathers each layer before its first op
   return s;
 }

@@ -75,6 +75,11 @@ void hash_kernel(Hasher& h, const Kernel& k) {
           h.i64(w.causal);
           h.i64(static_cast<std::int64_t>(w.dtype));
           h.i64(w.backward);
+          // Added after the hashes were first recorded: hashed only when not the default, so
+          // that programs with FlashAttention-2 keep their hashes.
+          if (w.impl != hw::AttentionImpl::flash_attention_2) {
+            h.i64(100 + static_cast<std::int64_t>(w.impl));
+          }
         } else if constexpr (std::is_same_v<T, Elementwise>) {
           h.i64(w.elements);
           h.i64(w.bytes_read.count());

@@ -1,0 +1,94 @@
+#include "cli/fit_command.hpp"
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+
+#include "hw_models/files.hpp"
+#include "study/calibration_set.hpp"
+#include "study/catalog.hpp"
+#include "study/errors.hpp"
+#include "study/fit.hpp"
+
+namespace stratasim::cli {
+
+namespace fs = std::filesystem;
+
+void add_fit_options(CLI::App* cmd, FitArgs& args) {
+  cmd->add_option("--calibration", args.calibration,
+                  "Calibration file (default: tests/reference/calibration.json)");
+  cmd->add_option("--device", args.devices,
+                  "Device to fit (file or name from configs/hardware/devices); repeat for several, "
+                  "fitted together (kernel-class parameters are shared)")
+      ->required();
+  cmd->add_option("--out-dir", args.out_dir,
+                  "Folder to write <device>.kernel-model.json into")
+      ->required();
+  cmd->add_option("--residuals", args.residuals,
+                  "Also write every case's measured and fitted time to this CSV file");
+  cmd->add_flag("--quiet", args.quiet, "Print nothing on success");
+}
+
+int fit_command(const FitArgs& args) {
+  const std::string file =
+      args.calibration.empty() ? study::default_calibration_file().string() : args.calibration;
+  const fs::path out(args.out_dir);
+  std::error_code ec;
+  if (!fs::is_directory(out, ec)) {
+    throw study::BadInput("--out-dir " + args.out_dir + ": not a directory");
+  }
+  std::vector<hw::DeviceSpec> devices;
+  std::vector<fs::path> files;
+  for (const auto& d : args.devices) {
+    files.push_back(study::resolve_device(d));
+    devices.push_back(study::load_device(d));
+  }
+  const auto doc = study::load_calibration(file);
+  const auto cases = study::kernel_cases(doc, file);
+  const auto result = study::fit_kernel_models(
+      devices, cases, "stratasim fit --calibration tests/reference/calibration.json (" +
+                          std::to_string(cases.size()) + " kernel cases); scripts/fit-profiles");
+  if (!args.residuals.empty()) {
+    files::write_atomically(args.residuals, [&](std::ostream& csv) {
+      csv << "device,case,series,measured_s,fitted_s,error_pct\n";
+      for (const auto& r : result.residuals) {
+        char line[512];
+        std::snprintf(line, sizeof line, "%s,%s,%s,%.6e,%.6e,%.2f\n", r.device.c_str(),
+                      r.case_id.c_str(), r.series.c_str(), r.measured_seconds, r.predicted_seconds,
+                      100 * r.error());
+        csv << line;
+      }
+    });
+  }
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    const fs::path target = out / (files[i].stem().string() + ".kernel-model.json");
+    hw::write_kernel_model(result.models[i], target);
+    if (args.quiet) continue;
+    std::cout << devices[i].name << " -> " << target.string() << "\n";
+    const auto& m = result.models[i];
+    for (DType t : kAllDTypes) {
+      if (const auto& g = m.gemm[static_cast<std::size_t>(t)]) {
+        std::printf("  gemm %-5s peak_fraction %.3f  k_overhead %.0f\n",
+                    std::string(name_of(t)).c_str(), g->peak_fraction, g->k_overhead);
+      }
+    }
+    for (hw::AttentionImpl a : hw::kAllAttentionImpls) {
+      if (const auto& at = m.attention[static_cast<std::size_t>(a)]) {
+        std::printf(
+            "  %-18s forward %.3f backward %.3f seq_half %.0f causal_seq_half %.0f "
+            "head_dim_64 %.3f head_dim_256 %.3f\n",
+            std::string(hw::name_of(a)).c_str(), at->forward, at->backward, at->seq_half,
+            at->causal_seq_half, at->head_dim_64, at->head_dim_256);
+      }
+    }
+    for (const auto& [block, stats] : m.fit.items()) {
+      std::printf("  fit %-28s %3d cases  mean |error| %5.1f%%  max %5.1f%%\n", block.c_str(),
+                  stats.at("cases").get<int>(), 100 * stats.at("mean_abs_error").get<double>(),
+                  100 * stats.at("max_abs_error").get<double>());
+    }
+  }
+  return 0;
+}
+
+}  // namespace stratasim::cli

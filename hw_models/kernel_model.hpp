@@ -1,0 +1,111 @@
+// A calibrated kernel model of one device: the few parameters of the shape-aware GEMM and
+// fused-attention cost formulas (sim/cost.hpp), fitted to published kernel measurements
+// (tests/reference/calibration.json) by `stratasim calibrate --fit` (study/fit.hpp;
+// scripts/fit-profiles re-runs it for the shipped devices). docs/gemm-efficiency.md says what each
+// parameter means physically and how it is fitted.
+//
+// GEMM, per dtype (fp16 and bf16 share one tensor-core datapath: a dtype without parameters uses
+// the other's):
+//   efficiency(m, n, k) = peak_fraction x tile quantisation x wave factor x k_s / (k_s + k_overhead)
+//   time = max(FLOPs / (peak x efficiency), bytes / achievable bandwidth) + latency
+// - peak_fraction: the share of the datasheet peak the main loop of a large, well-shaped GEMM
+//   sustains (clocks under load, issue and memory stalls);
+// - k_overhead: the prologue and epilogue of an output tile (filling the pipeline, writing C)
+//   expressed as elements of k of main loop: a GEMM with k = k_overhead spends half its time
+//   outside the main loop;
+// - wave factor = 1 - wave_loss x (1 - tiles / (waves x units)): how much of the last wave's idle
+//   units is lost; 1 for kernels that run tiles in waves, 0 for persistent (stream-K) kernels
+//   that balance the remainder over all units (CUTLASS 3 / cuBLAS on Hopper);
+// - latency: what a kernel takes beyond its work (grid ramp-up, the first loads' DRAM latency,
+//   the tail), which dominates small, memory-bound GEMMs; launch overhead is apart;
+// - when the output tiles do not fill the compute units, the library splits k over s units
+//   (split-K, s chosen to minimise time, k_s = k / s), as cuBLAS's heuristics do.
+//
+// Fused attention, per implementation (FlashAttention 1, 2, 3, cuDNN) and dtype-independent
+// (16-bit inputs):
+//   rate = peak(dtype) x fraction(direction) x head_dim_factor(d) x s / (s + s_half)
+// - forward / backward: the share of peak at long sequences with head dimension 128, backward
+//   FLOPs counted as the cost model counts them (2x the forward, while FlashAttention's backward
+//   runs 5 matmuls, 2.5x: the fraction absorbs it);
+// - seq_half / causal_seq_half: the sequence length (keys per query) at which per-block overheads
+//   halve the rate, without and with a causal mask (the diagonal blocks of a causal kernel are
+//   partly wasted);
+// - head_dim: factors at head dimensions 64 and 256 relative to 128, interpolated in ln d
+//   (clamped outside).
+#pragma once
+
+#include <array>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hw_models/config_reader.hpp"
+#include "hw_models/dtype.hpp"
+
+namespace stratasim::hw {
+
+/// Fused attention implementations the calibrated model distinguishes.
+enum class AttentionImpl : std::uint8_t {
+  flash_attention,    // FlashAttention (v1, 2022)
+  flash_attention_2,  // FlashAttention-2 (2023): the default
+  flash_attention_3,  // FlashAttention-3 (2024, Hopper)
+  cudnn,              // cuDNN's fused attention (Transformer Engine's default on Hopper)
+};
+inline constexpr AttentionImpl kAllAttentionImpls[] = {
+    AttentionImpl::flash_attention, AttentionImpl::flash_attention_2,
+    AttentionImpl::flash_attention_3, AttentionImpl::cudnn};
+/// "flash-attention", "flash-attention-2", "flash-attention-3", "cudnn".
+std::string_view name_of(AttentionImpl impl);
+std::optional<AttentionImpl> attention_impl_from_name(std::string_view name);
+
+struct GemmModel {
+  double peak_fraction = 0.8;  // (0, 1]
+  double k_overhead = 0;       // elements of k, >= 0
+  double wave_loss = 1;        // share of the last wave's idle units that is lost, [0, 1]
+  double latency = 0;          // seconds a GEMM kernel takes beyond its work, >= 0
+  std::vector<std::string> cases;  // calibration cases it was fitted to (traceability)
+};
+
+struct AttentionModel {
+  double forward = 0.5;   // share of peak, long sequences, head dim 128; (0, 1]
+  double backward = 0.5;  // (0, 1]
+  double seq_half = 0;         // tokens, >= 0
+  double causal_seq_half = 0;  // tokens, >= 0
+  double head_dim_64 = 1;      // factor at head dim 64 (relative to 128), > 0
+  double head_dim_256 = 1;     // factor at head dim 256, > 0
+  std::vector<std::string> cases;
+
+  /// fraction(direction) x head_dim_factor(head_dim) x s / (s + s_half), s = keys per query.
+  double efficiency(bool backward, bool causal, double head_dim, double keys) const;
+};
+
+struct KernelModel {
+  static constexpr std::string_view kSchema = "stratasim-kernel-model";
+  static constexpr int kSchemaVersion = 1;
+
+  std::string device;  // DeviceSpec::name it was fitted for
+  std::string source;  // how: the fit command and the calibration file
+  std::array<std::optional<GemmModel>, std::size(kAllDTypes)> gemm{};
+  std::array<std::optional<AttentionModel>, std::size(kAllAttentionImpls)> attention{};
+  /// Free-form fit statistics per block, kept for the reader (not used by the cost model).
+  nlohmann::json fit = nlohmann::json::object();
+
+  /// The GEMM parameters for `dtype` (fp16 <-> bf16 fall back on each other), or nullptr.
+  const GemmModel* gemm_for(DType dtype) const;
+  const AttentionModel* attention_for(AttentionImpl impl) const;
+
+  /// Checks ranges; throws config::ValidationError ("gemm.bf16.peak_fraction").
+  void validate() const;
+};
+
+KernelModel read_kernel_model(const config::Document& doc, const std::string& path);
+KernelModel load_kernel_model(const std::filesystem::path& file);
+nlohmann::json to_json(const KernelModel& model);
+void write_kernel_model(const KernelModel& model, const std::filesystem::path& file);
+
+}  // namespace stratasim::hw

@@ -1,0 +1,370 @@
+#include "study/fit.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "sim/cost.hpp"
+
+namespace stratasim::study {
+
+namespace {
+
+/// GEMM cases (over at least 3 values of k) needed to fit a dtype's k_overhead, wave_loss and
+/// latency rather than keep their defaults.
+constexpr std::size_t kMinShapeCases = 8;
+/// k_overhead where the cases cannot tell: the prologue and epilogue of a 128 x 128 output tile
+/// taken as two 64-deep k stages of the main loop (one filling the pipeline, one draining it
+/// and writing C). A documented assumption, not a fit.
+constexpr double kDefaultKOverhead = 128;
+
+/// A fitted parameter: an unconstrained x mapped to its value (a fraction in (0, 1) through the
+/// logistic function, a positive number through exp) and applied to the models.
+struct Param {
+  std::string name;
+  bool fraction = false;
+  double initial = 0;  // the value to start from
+  std::function<void(std::vector<hw::KernelModel>&, double)> apply;
+
+  double value(double x) const { return fraction ? 1 / (1 + std::exp(-x)) : std::exp(x); }
+  double start() const { return fraction ? std::log(initial / (1 - initial)) : std::log(initial); }
+};
+
+struct Minimum {
+  std::vector<double> x;
+  double f = 0;
+  bool converged = false;
+};
+
+/// Nelder-Mead (reflection 1, expansion 2, contraction 1/2, shrink 1/2) from x0 with initial
+/// steps of `step`; converged when the simplex's values agree within `tol` (absolute) and its
+/// points within 1e-7.
+Minimum nelder_mead(const std::function<double(const std::vector<double>&)>& f,
+                    std::vector<double> x0, double step, int max_evaluations, double tol) {
+  const std::size_t n = x0.size();
+  std::vector<std::vector<double>> p(n + 1, x0);
+  for (std::size_t i = 0; i < n; ++i) p[i + 1][i] += step;
+  std::vector<double> v(n + 1);
+  int evaluations = 0;
+  auto eval = [&](const std::vector<double>& x) {
+    ++evaluations;
+    const double y = f(x);
+    return std::isfinite(y) ? y : 1e300;
+  };
+  for (std::size_t i = 0; i <= n; ++i) v[i] = eval(p[i]);
+  std::vector<std::size_t> order(n + 1);
+  while (true) {
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](auto a, auto b) { return v[a] < v[b]; });
+    const std::size_t best = order.front(), worst = order.back(), second = order[n - 1];
+    double spread = 0;
+    for (std::size_t i = 0; i <= n; ++i) {
+      for (std::size_t d = 0; d < n; ++d) spread = std::max(spread, std::abs(p[i][d] - p[best][d]));
+    }
+    if (std::abs(v[worst] - v[best]) <= tol && spread <= 1e-7) return {p[best], v[best], true};
+    if (evaluations >= max_evaluations) return {p[best], v[best], false};
+    std::vector<double> centroid(n, 0);
+    for (std::size_t i = 0; i <= n; ++i) {
+      if (i == worst) continue;
+      for (std::size_t d = 0; d < n; ++d) centroid[d] += p[i][d] / static_cast<double>(n);
+    }
+    auto along = [&](double t) {
+      std::vector<double> x(n);
+      for (std::size_t d = 0; d < n; ++d) x[d] = centroid[d] + t * (p[worst][d] - centroid[d]);
+      return x;
+    };
+    const auto reflected = along(-1);
+    const double fr = eval(reflected);
+    if (fr < v[best]) {
+      const auto expanded = along(-2);
+      const double fe = eval(expanded);
+      if (fe < fr) {
+        p[worst] = expanded;
+        v[worst] = fe;
+      } else {
+        p[worst] = reflected;
+        v[worst] = fr;
+      }
+    } else if (fr < v[second]) {
+      p[worst] = reflected;
+      v[worst] = fr;
+    } else {
+      const auto contracted = fr < v[worst] ? along(-0.5) : along(0.5);
+      const double fc = eval(contracted);
+      if (fc < std::min(fr, v[worst])) {
+        p[worst] = contracted;
+        v[worst] = fc;
+      } else {
+        for (std::size_t i = 0; i <= n; ++i) {
+          if (i == best) continue;
+          for (std::size_t d = 0; d < n; ++d) p[i][d] = p[best][d] + 0.5 * (p[i][d] - p[best][d]);
+          v[i] = eval(p[i]);
+        }
+      }
+    }
+  }
+}
+
+struct Block {
+  std::string name;  // "gemm", "attention flash-attention-2"
+  std::vector<Param> params;
+  std::vector<std::pair<std::size_t, const KernelCase*>> cases;  // (device index, case)
+};
+
+double squared_log_error(const std::vector<hw::DeviceSpec>& devices,
+                         const std::vector<hw::KernelModel>& models, const Block& block) {
+  double sum = 0;
+  std::map<std::size_t, hw::DeviceSpec> with_model;
+  for (const auto& [d, c] : block.cases) {
+    auto it = with_model.find(d);
+    if (it == with_model.end()) {
+      hw::DeviceSpec spec = devices[d];
+      spec.kernel_model = std::make_shared<const hw::KernelModel>(models[d]);
+      it = with_model.emplace(d, std::move(spec)).first;
+    }
+    const double e = std::log(predicted_seconds(it->second, *c) / c->measured_seconds);
+    sum += e * e;
+  }
+  return sum;
+}
+
+/// Fits `block`'s parameters, applying them to `models`.
+void fit_block(const std::vector<hw::DeviceSpec>& devices, std::vector<hw::KernelModel>& models,
+               const Block& block) {
+  if (block.params.empty() || block.cases.empty()) return;
+  auto objective = [&](const std::vector<double>& x) {
+    std::vector<hw::KernelModel> trial = models;
+    for (std::size_t i = 0; i < x.size(); ++i) block.params[i].apply(trial, block.params[i].value(x[i]));
+    return squared_log_error(devices, trial, block);
+  };
+  std::vector<double> x(block.params.size());
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = block.params[i].start();
+  Minimum m{x, objective(x), false};
+  // Restart from the best point until a restart no longer improves it.
+  for (int restart = 0; restart < 8; ++restart) {
+    const Minimum next = nelder_mead(objective, m.x, 0.3, 20000, 1e-12);
+    const bool improved = next.f < m.f - 1e-10;
+    m = next.f <= m.f ? next : m;
+    m.converged = next.converged;
+    if (!improved && next.converged) break;
+  }
+  if (!m.converged) {
+    throw BadInput("the fit of " + block.name + " did not converge (" +
+                   std::to_string(block.params.size()) + " parameters, " +
+                   std::to_string(block.cases.size()) + " cases, last rms error of ln(time) " +
+                   std::to_string(std::sqrt(m.f / static_cast<double>(block.cases.size()))) + ")");
+  }
+  for (std::size_t i = 0; i < m.x.size(); ++i) block.params[i].apply(models, block.params[i].value(m.x[i]));
+}
+
+bool forward_only(const KernelCase& c) {
+  return std::none_of(c.kernels.begin(), c.kernels.end(), [](const strategies::Kernel& k) {
+    return std::get<strategies::Attention>(k.work).backward;
+  });
+}
+
+bool has_backward(const KernelCase& c) { return !forward_only(c); }
+
+hw::AttentionImpl impl_of(const KernelCase& c) {
+  return std::get<strategies::Attention>(c.kernels.front().work).impl;
+}
+
+DType dtype_of(const KernelCase& c) { return std::get<strategies::Gemm>(c.kernels.front().work).dtype; }
+
+}  // namespace
+
+double predicted_seconds(const hw::DeviceSpec& device, const KernelCase& c) {
+  const sim::DeviceCostModel cost(device);
+  Time total;
+  for (const auto& k : c.kernels) total += cost.kernel_time(k) - cost.launch_overhead();
+  return total.seconds();
+}
+
+FitResult fit_kernel_models(const std::vector<hw::DeviceSpec>& devices,
+                            const std::vector<KernelCase>& cases, const std::string& source) {
+  FitResult result;
+  std::vector<std::vector<KernelCase>> per_device;
+  for (const auto& d : devices) {
+    if (d.is_fpga()) throw BadInput(d.name + ": kernel models are fitted for GPUs only");
+    per_device.push_back(cases_for(cases, d));
+    if (per_device.back().empty()) {
+      std::string names;
+      for (const auto& n : d.published_names) names += (names.empty() ? "" : ", ") + n;
+      throw BadInput(d.name + ": no calibration case was measured on it (its published_names: " +
+                     (names.empty() ? "none" : names) + ")");
+    }
+    hw::KernelModel m;
+    m.device = d.name;
+    m.source = source;
+    result.models.push_back(std::move(m));
+  }
+  // The devices as fitted: without a kernel model or a profile of their own.
+  std::vector<hw::DeviceSpec> bare = devices;
+  for (auto& d : bare) {
+    d.kernel_model.reset();
+    d.profile.reset();
+  }
+
+  // GEMMs, one block per dtype: peak_fraction per device; k_overhead, wave_loss and latency
+  // shared by the devices (the dtype's kernel class), fitted only when the dtype's cases vary
+  // the shape enough to tell them apart (kMinShapeCases cases over at least 3 values of k),
+  // else kept at their documented defaults (GemmModel's; k_overhead kDefaultKOverhead).
+  for (DType t : kAllDTypes) {
+    Block gemm{"gemm " + std::string(name_of(t)), {}, {}};
+    std::set<std::int64_t> ks;
+    for (std::size_t d = 0; d < devices.size(); ++d) {
+      bool here = false;
+      for (const auto& c : per_device[d]) {
+        if (c.attention || dtype_of(c) != t) continue;
+        here = true;
+        gemm.cases.emplace_back(d, &c);
+        ks.insert(std::get<strategies::Gemm>(c.kernels.front().work).k);
+      }
+      if (!here) continue;
+      auto& g = result.models[d].gemm[static_cast<std::size_t>(t)];
+      g = hw::GemmModel{};
+      g->k_overhead = kDefaultKOverhead;
+      g->latency = 0;
+      for (const auto& c : per_device[d]) {
+        if (!c.attention && dtype_of(c) == t) g->cases.push_back(c.id);
+      }
+      gemm.params.push_back({devices[d].name + " peak_fraction", true, 0.8,
+                             [d, t](std::vector<hw::KernelModel>& ms, double v) {
+                               ms[d].gemm[static_cast<std::size_t>(t)]->peak_fraction = v;
+                             }});
+    }
+    if (gemm.cases.empty()) continue;
+    if (gemm.cases.size() >= kMinShapeCases && ks.size() >= 3) {
+      auto shared = [t](auto member) {
+        return [t, member](std::vector<hw::KernelModel>& ms, double v) {
+          for (auto& m : ms) {
+            if (auto& g = m.gemm[static_cast<std::size_t>(t)]) (*g).*member = v;
+          }
+        };
+      };
+      gemm.params.push_back({"k_overhead", false, 128, shared(&hw::GemmModel::k_overhead)});
+      gemm.params.push_back({"wave_loss", true, 0.5, shared(&hw::GemmModel::wave_loss)});
+      gemm.params.push_back({"latency", false, 2e-6, shared(&hw::GemmModel::latency)});
+    }
+    fit_block(bare, result.models, gemm);
+  }
+
+  // Attention, FlashAttention-2 first: the others may borrow its backward/forward ratio.
+  double fa2_ratio = 1;
+  for (hw::AttentionImpl impl :
+       {hw::AttentionImpl::flash_attention_2, hw::AttentionImpl::flash_attention,
+        hw::AttentionImpl::flash_attention_3, hw::AttentionImpl::cudnn}) {
+    const std::size_t i = static_cast<std::size_t>(impl);
+    Block block{"attention " + std::string(hw::name_of(impl)), {}, {}};
+    bool any_forward_only = false, any_backward = false, any_causal = false, any_plain = false;
+    bool any_64 = false, any_256 = false;
+    for (std::size_t d = 0; d < devices.size(); ++d) {
+      bool here = false;
+      for (const auto& c : per_device[d]) {
+        if (!c.attention || impl_of(c) != impl) continue;
+        here = true;
+        block.cases.emplace_back(d, &c);
+        any_forward_only |= forward_only(c);
+        any_backward |= has_backward(c);
+        const auto& a = std::get<strategies::Attention>(c.kernels.front().work);
+        (a.causal ? any_causal : any_plain) = true;
+        any_64 |= a.head_dim <= 64;
+        any_256 |= a.head_dim >= 256;
+      }
+      if (!here) continue;
+      auto& model = result.models[d].attention[i];
+      model = hw::AttentionModel{};
+      for (const auto& c : per_device[d]) {
+        if (c.attention && impl_of(c) == impl) model->cases.push_back(c.id);
+      }
+      block.params.push_back({devices[d].name + " forward", true, 0.5,
+                              [d, i](std::vector<hw::KernelModel>& ms, double v) {
+                                auto& a = *ms[d].attention[i];
+                                const double ratio = a.forward > 0 ? a.backward / a.forward : 1;
+                                a.forward = v;
+                                a.backward = std::min(1.0, v * ratio);
+                              }});
+    }
+    if (block.cases.empty()) continue;
+    const bool ratio_free = any_forward_only && any_backward;
+    const double fixed_ratio = impl == hw::AttentionImpl::flash_attention_2 ? 1 : fa2_ratio;
+    for (auto& m : result.models) {
+      if (auto& a = m.attention[i]) a->backward = std::min(1.0, a->forward * fixed_ratio);
+    }
+    auto each = [i](std::vector<hw::KernelModel>& ms, auto&& set) {
+      for (auto& m : ms) {
+        if (m.attention[i]) set(*m.attention[i]);
+      }
+    };
+    // The ratio is applied after the forward fractions (params are applied in order).
+    if (ratio_free) {
+      block.params.push_back({"backward/forward", false, 0.8,
+                              [each](std::vector<hw::KernelModel>& ms, double v) {
+                                each(ms, [v](hw::AttentionModel& a) {
+                                  a.backward = std::min(1.0, a.forward * v);
+                                });
+                              }});
+    }
+    if (any_plain) {
+      block.params.push_back({"seq_half", false, 300, [each](std::vector<hw::KernelModel>& ms, double v) {
+                                each(ms, [v](hw::AttentionModel& a) { a.seq_half = v; });
+                              }});
+    }
+    if (any_causal) {
+      block.params.push_back({"causal_seq_half", false, 600,
+                              [each](std::vector<hw::KernelModel>& ms, double v) {
+                                each(ms, [v](hw::AttentionModel& a) { a.causal_seq_half = v; });
+                              }});
+    }
+    if (any_64) {
+      block.params.push_back({"head_dim_64", false, 0.9,
+                              [each](std::vector<hw::KernelModel>& ms, double v) {
+                                each(ms, [v](hw::AttentionModel& a) { a.head_dim_64 = v; });
+                              }});
+    }
+    if (any_256) {
+      block.params.push_back({"head_dim_256", false, 1.0,
+                              [each](std::vector<hw::KernelModel>& ms, double v) {
+                                each(ms, [v](hw::AttentionModel& a) { a.head_dim_256 = v; });
+                              }});
+    }
+    fit_block(bare, result.models, block);
+    if (impl == hw::AttentionImpl::flash_attention_2) {
+      for (const auto& m : result.models) {
+        if (const auto& a = m.attention[i]) {
+          fa2_ratio = a->backward / a->forward;
+          break;
+        }
+      }
+    }
+  }
+
+  // Residuals and per-block statistics, under the fitted models.
+  for (std::size_t d = 0; d < devices.size(); ++d) {
+    hw::DeviceSpec spec = bare[d];
+    spec.kernel_model = std::make_shared<const hw::KernelModel>(result.models[d]);
+    std::map<std::string, std::vector<double>> errors;
+    for (const auto& c : per_device[d]) {
+      FitResidual r{devices[d].name, c.id, c.series, c.measured_seconds, predicted_seconds(spec, c)};
+      errors[c.attention ? "attention " + std::string(hw::name_of(impl_of(c)))
+                         : "gemm " + std::string(name_of(dtype_of(c)))]
+          .push_back(std::abs(r.error()));
+      result.residuals.push_back(std::move(r));
+    }
+    nlohmann::json fit = nlohmann::json::object();
+    for (const auto& [name, e] : errors) {
+      const double mean = std::accumulate(e.begin(), e.end(), 0.0) / static_cast<double>(e.size());
+      fit[name] = {{"cases", e.size()},
+                   {"mean_abs_error", std::round(mean * 1e4) / 1e4},
+                   {"max_abs_error", std::round(*std::max_element(e.begin(), e.end()) * 1e4) / 1e4}};
+    }
+    result.models[d].fit = fit;
+    result.models[d].validate();
+  }
+  return result;
+}
+
+}  // namespace stratasim::study

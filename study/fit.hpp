@@ -1,0 +1,55 @@
+// Fitting calibrated kernel models (hw_models/kernel_model.hpp) to published kernel measurements
+// (study/calibration_set.hpp): what `stratasim calibrate --fit` runs and scripts/fit-profiles
+// re-runs for the shipped devices. docs/gemm-efficiency.md explains the parameters.
+//
+// Which parameter is a property of what (no parameter belongs to one case, one model or one run):
+// - GEMM k_overhead: of the kernel class (tiled tensor-core GEMMs), shared by every device and
+//   dtype fitted together;
+// - GEMM peak_fraction: of a device and dtype;
+// - attention forward fraction: of a device and an implementation;
+// - attention backward/forward ratio, seq_half, causal_seq_half and the head-dim factors: of an
+//   implementation (the kernel class), shared by the devices. An implementation whose cases
+//   cannot separate forward from backward (only forward + backward sweeps) takes
+//   FlashAttention-2's ratio; one with no cases at some head dimension keeps the factor 1.
+// Objective: the sum over cases of ln(predicted / measured)^2, predicted = the summed work time
+// of the case's kernels under DeviceCostModel (launch overhead excluded, as the sources time
+// kernels back to back). Minimised by Nelder-Mead over unconstrained transforms of the
+// parameters (logit of fractions, ln of positive numbers), restarted until it stops improving.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hw_models/device.hpp"
+#include "hw_models/kernel_model.hpp"
+#include "study/calibration_set.hpp"
+#include "study/errors.hpp"
+
+namespace stratasim::study {
+
+/// One case's prediction under the fitted models.
+struct FitResidual {
+  std::string device;  // DeviceSpec::name
+  std::string case_id;
+  std::string series;
+  double measured_seconds = 0;
+  double predicted_seconds = 0;
+  double error() const { return predicted_seconds / measured_seconds - 1; }
+};
+
+struct FitResult {
+  std::vector<hw::KernelModel> models;  // one per device, in the order given
+  std::vector<FitResidual> residuals;
+};
+
+/// Fits one kernel model per device to the cases measured on it (cases_for). `source` goes into
+/// each model's "source". Throws BadInput when a device has no cases, or when a fit does not
+/// converge (the message says which block and its last error).
+FitResult fit_kernel_models(const std::vector<hw::DeviceSpec>& devices,
+                            const std::vector<KernelCase>& cases, const std::string& source);
+
+/// The predicted duration of a case on `device` (its kernel model, profile and efficiency as
+/// they are): the work time of its kernels, launch overhead excluded.
+double predicted_seconds(const hw::DeviceSpec& device, const KernelCase& c);
+
+}  // namespace stratasim::study
