@@ -147,9 +147,11 @@ class CaseReader {
     return v->get<std::int64_t>();
   }
   std::int64_t required_count(const std::string& key) const {
-    auto v = count(key);
-    if (!v || *v <= 0) fail(key, "expected a positive integer");
-    return *v;
+    const json* v = find(key);
+    if (v == nullptr || !v->is_number_integer() || v->get<std::int64_t>() <= 0) {
+      fail(key, "expected a positive integer");
+    }
+    return v->get<std::int64_t>();
   }
   // A positive number, or nullopt when missing or null.
   std::optional<double> number(const std::string& key) const {
