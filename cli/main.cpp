@@ -16,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/accuracy_command.hpp"
 #include "cli/common.hpp"
 #include "cli/exec_commands.hpp"
 #include "cli/export_command.hpp"
@@ -445,11 +446,12 @@ struct Commands {
   cli::ReplayArgs replay_args;
   cli::ExportArgs export_args;
   cli::FitArgs fit_args;
+  cli::AccuracyArgs accuracy_args;
   std::string list_what;
   CLI::App *simulate = nullptr, *memory = nullptr, *partition = nullptr, *schedules = nullptr,
            *collective = nullptr, *run = nullptr, *validate = nullptr, *calibrate = nullptr,
            *sweep = nullptr, *search = nullptr, *replay = nullptr, *export_cmd = nullptr,
-           *list = nullptr, *fit = nullptr;
+           *accuracy = nullptr, *list = nullptr, *fit = nullptr;
 };
 
 // simulate, memory, partition and schedules: one experiment, simulated.
@@ -594,6 +596,12 @@ void add_other_commands(CLI::App& app, Commands& c) {
       "export", "Write the program an experiment lowers to as a Chakra execution trace");
   cli::add_export_options(c.export_cmd, c.export_args);
 
+  c.accuracy = app.add_subcommand(
+      "accuracy",
+      "Predicted vs published for every case of the calibration set the project can express "
+      "(end to end; GEMM and FlashAttention with --kernels), with the errors (docs/accuracy.md)");
+  cli::add_accuracy_options(c.accuracy, c.accuracy_args);
+
   c.list = app.add_subcommand("list", "List the shipped devices, clusters, models or experiments");
   c.list->add_option("what", c.list_what, "devices, clusters, models or experiments")
       ->required()
@@ -623,6 +631,7 @@ int dispatch(Commands& c) {
   if (c.export_cmd->parsed()) return cli::export_command(c.export_args);
   if (c.sweep->parsed()) return cli::sweep_command(c.sweep_args);
   if (c.search->parsed()) return cli::search_command(c.sweep_args);
+  if (c.accuracy->parsed()) return cli::accuracy_command(c.accuracy_args);
   return 0;
 }
 
@@ -654,6 +663,7 @@ int main(int argc, char** argv) {
       "  stratasim calibrate --device cuda --out configs/hardware/profiles/h100.json\n"
       "  stratasim sweep gpt3-175b-a100-1024 --tp 1,2,4,8 --pp 1,2,4,8,16 --zero 0..3 --out s.csv\n"
       "  stratasim search gpt3-175b-a100-1024 --gpus 1024 --objective cost\n"
+      "  stratasim accuracy --kernels\n"
       "  stratasim list models");
 
   Commands c;

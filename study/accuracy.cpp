@@ -1,0 +1,775 @@
+#include "study/accuracy.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "hw_models/cluster.hpp"
+#include "hw_models/config_reader.hpp"
+#include "sim/cost.hpp"
+#include "strategies/program.hpp"
+#include "study/catalog.hpp"
+#include "study/study.hpp"
+
+namespace stratasim::study {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// ---- Where the mapping's choices live (docs/accuracy.md lists them).
+
+// Whether the experiment documents carry the source's training framework as
+// training.framework. Off until the loader accepts the key; the framework of each source is
+// framework_of()'s.
+constexpr bool kSetTrainingFramework = false;
+
+// The framework each end-to-end source trained with (the sources' notes): PyTorch FSDP
+// (Composer, torchtitan), plain DDP with ZeRO-1 (the flash-attention GPT runs, PyTorch
+// Lightning), Megatron-Core (NeMo, Megatron-LM, Megatron-Bridge, the DGX Cloud recipes).
+std::string framework_of(const std::string& source) {
+  if (source == "llm-foundry-benchmarks" || source.starts_with("torchtitan")) return "fsdp";
+  if (source == "flash-attn-training-gpt3") return "generic";
+  return "megatron";
+}
+
+// End to end: the GPU as a case names it -> the one-node catalog cluster simulated.
+struct ClusterOf {
+  std::string_view gpu;
+  std::string_view cluster;
+};
+constexpr ClusterOf kClusters[] = {
+    {"A100-40GB", "dgx-a100-40gb-1"},
+    {"A100-80GB", "dgx-a100-1"},
+    {"A100-SXM4-80GB (400W)", "dgx-a100-1"},
+    {"H100-SXM-80GB", "dgx-h100-1"},
+    {"H100", "dgx-h100-1"},  // Megatron-Bridge's tables: system DGX-H100, the SXM5 80 GB part
+};
+constexpr int kGpusPerNode = 8;  // every cluster above is one 8-GPU node
+
+// Kernel level: the GPU as a case names it -> the catalog device costed, and a note when one
+// device stands in for another.
+struct DeviceOf {
+  std::string_view gpu;
+  std::string_view device;
+  std::string_view note;
+};
+constexpr DeviceOf kDevices[] = {
+    {"NVIDIA A100 SXM", "a100-sxm4-80gb", ""},
+    {"A100 80GB SXM4", "a100-sxm4-80gb", ""},
+    {"NVIDIA H100 SXM", "h100-sxm5-80gb", ""},
+    {"H100 80GB SXM5", "h100-sxm5-80gb", ""},
+    {"H800 SXM5", "h100-sxm5-80gb",
+     "H800 costed as H100 SXM5: same SMs, clocks and peak FLOP/s (only NVLink is reduced)"},
+    {"NVIDIA H200 SXM", "h200-sxm-141gb", ""},
+};
+
+// Model names of the calibration set -> catalog models (configs/models), for cases that name a
+// model without giving its shape. Keys are lower case without spaces, '-', '_' or '.'.
+const std::map<std::string, std::string>& catalog_models() {
+  static const std::map<std::string, std::string> models = {
+      {"llama27b", "llama2-7b"},   {"llama213b", "llama2-13b"}, {"llama270b", "llama2-70b"},
+      {"llama38b", "llama3-8b"},   {"llama318b", "llama3-8b"},  {"llama370b", "llama3-70b"},
+      {"llama3170b", "llama3-70b"}};
+  return models;
+}
+
+// Model-name fragments (lower case) of mixture-of-experts models, for cases that do not print
+// an expert-parallel degree.
+constexpr std::string_view kMoeNames[] = {"a3b",     "a22b",     "grok",
+                                          "mixtral", "deepseek", "nemotron_3"};
+
+// The FlashAttention kernels whose points are compared; the others are listed with a reason.
+constexpr std::string_view kFlashKernels[] = {"FlashAttention-2", "FlashAttention-3"};
+
+// ---- Reading the calibration file: every field the mapping needs, checked, with errors naming
+// the file and the JSON path.
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string squeezed(std::string_view s) {
+  std::string out;
+  for (char c : lower(s)) {
+    if (c != ' ' && c != '-' && c != '_' && c != '.') out.push_back(c);
+  }
+  return out;
+}
+
+class CaseReader {
+ public:
+  CaseReader(const config::Document& doc, std::string path) : doc_(doc), path_(std::move(path)) {
+    const json* node = doc.find(path_);
+    if (node == nullptr || !node->is_object()) doc.fail(path_, "expected a case object");
+    id_ = required_string("id");
+  }
+  const std::string& id() const { return id_; }
+  const std::string& path() const { return path_; }
+
+  const json* find(const std::string& key) const { return doc_.find(path_ + "." + key); }
+  [[noreturn]] void fail(const std::string& key, const std::string& expected) const {
+    doc_.fail(path_ + "." + key, expected + " (case " + id_ + ")");
+  }
+  bool present(const std::string& key) const {
+    const json* v = find(key);
+    return v != nullptr && !v->is_null();
+  }
+
+  std::string required_string(const std::string& key) const {
+    const json* v = doc_.find(path_ + "." + key);
+    if (v == nullptr || !v->is_string() || v->get<std::string>().empty()) {
+      doc_.fail(path_ + "." + key,
+                "expected a non-empty string" + (id_.empty() ? "" : " (case " + id_ + ")"));
+    }
+    return v->get<std::string>();
+  }
+  std::optional<std::string> string(const std::string& key) const {
+    if (!present(key)) return std::nullopt;
+    const json* v = find(key);
+    if (!v->is_string()) fail(key, "expected a string or null");
+    return v->get<std::string>();
+  }
+  // A positive integer, or nullopt when missing or null.
+  std::optional<std::int64_t> count(const std::string& key) const {
+    if (!present(key)) return std::nullopt;
+    const json* v = find(key);
+    if (!v->is_number_integer() || v->get<std::int64_t>() < 0) {
+      fail(key, "expected a non-negative integer or null");
+    }
+    return v->get<std::int64_t>();
+  }
+  std::int64_t required_count(const std::string& key) const {
+    const json* v = find(key);
+    if (v == nullptr || !v->is_number_integer() || v->get<std::int64_t>() <= 0) {
+      fail(key, "expected a positive integer");
+    }
+    return v->get<std::int64_t>();
+  }
+  // A positive number, or nullopt when missing or null.
+  std::optional<double> number(const std::string& key) const {
+    if (!present(key)) return std::nullopt;
+    const json* v = find(key);
+    if (!v->is_number() || !(v->get<double>() > 0)) fail(key, "expected a positive number or null");
+    return v->get<double>();
+  }
+  std::optional<bool> boolean(const std::string& key) const {
+    if (!present(key)) return std::nullopt;
+    const json* v = find(key);
+    if (!v->is_boolean()) fail(key, "expected true, false or null");
+    return v->get<bool>();
+  }
+
+ private:
+  const config::Document& doc_;
+  std::string path_;
+  std::string id_;
+};
+
+std::string join(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : "; ") + p;
+  return out;
+}
+
+std::string gib(Bytes b) {
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(1);
+  out << static_cast<double>(b.count()) / (1LL << 30) << " GiB";
+  return out.str();
+}
+
+// ---- End to end.
+
+// "0.5M" tokens (the flash-attention README's global batch): M = 2^20, as its configs'
+// global_batch_size x 2048 tokens gives (256 -> 0.5M, 512 -> 1M).
+std::optional<double> printed_tokens(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  const char suffix = text.back();
+  const double scale = suffix == 'M' ? 1048576.0 : suffix == 'K' || suffix == 'k' ? 1024.0 : 0.0;
+  if (scale == 0.0) return std::nullopt;
+  try {
+    std::size_t used = 0;
+    const double v = std::stod(text.substr(0, text.size() - 1), &used);
+    if (used + 1 != text.size() || !(v > 0)) return std::nullopt;
+    return v * scale;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+// The parameter count a model name ends with ("GPT3-760M" -> 7.6e8, "GPT3-2.7B" -> 2.7e9).
+std::optional<double> size_in_name(const std::string& name) {
+  const auto dash = name.find_last_of('-');
+  if (dash == std::string::npos || name.size() < dash + 3) return std::nullopt;
+  const std::string tail = name.substr(dash + 1);
+  const char suffix = static_cast<char>(std::toupper(static_cast<unsigned char>(tail.back())));
+  const double scale = suffix == 'M' ? 1e6 : suffix == 'B' ? 1e9 : 0.0;
+  if (scale == 0.0) return std::nullopt;
+  try {
+    std::size_t used = 0;
+    const double v = std::stod(tail.substr(0, tail.size() - 1), &used);
+    if (used + 1 != tail.size()) return std::nullopt;
+    return v * scale;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+struct E2eMapping {
+  std::vector<std::string> reasons;  // empty: expressible
+  json experiment;
+  std::string cluster;
+  std::string quantity;  // "tokens/s per GPU" or "step time (s)"
+  double published = 0;
+};
+
+// The model object of an MPT run (llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml): no
+// biases, LayerNorm, GELU, tied embeddings, ffn = expansion_ratio x d_model; ALiBi has no
+// position table, so rotary (which adds no parameters) stands in for it.
+json mpt_model(const CaseReader& c, const std::string& name, std::int64_t seq_len) {
+  const std::int64_t d = c.required_count("config.d_model");
+  return {{"type", "transformer"},
+          {"name", name},
+          {"source", "calibration case " + c.id() +
+                         ": MPT (llm-foundry), no biases, LayerNorm, GELU, tied embeddings, ALiBi "
+                         "costed as rotary (no position table)"},
+          {"layers", c.required_count("config.n_layers")},
+          {"hidden", d},
+          {"heads", c.required_count("config.n_heads")},
+          {"kv_heads", c.required_count("config.n_heads")},
+          {"ffn_hidden", c.required_count("config.expansion_ratio") * d},
+          {"vocab", c.required_count("config.vocab_size")},
+          {"activation", "gelu"},
+          {"tied_embeddings", true},
+          {"position_embedding", "rotary"},
+          {"max_seq_len", seq_len},
+          {"norm", "layernorm"},
+          {"bias", false},
+          {"causal", true}};
+}
+
+// The GPT-3 shapes of the flash-attention training runs (training/configs/experiment/pile,
+// the HF GPT-2 model): learned positions, biases, LayerNorm, GELU, tied embeddings, ffn 4h,
+// GPT-2's 50257 tokens padded to a multiple of 8 (pad_vocab_size_multiple: 8).
+json gpt2_model(const CaseReader& c, const std::string& name, std::int64_t seq_len) {
+  const std::int64_t h = c.required_count("config.hidden_size");
+  return {{"type", "transformer"},
+          {"name", name},
+          {"source", "calibration case " + c.id() +
+                         ": GPT-3 shape on the GPT-2 model of flash-attention's training/ "
+                         "(learned positions, biases, vocab 50257 padded to 50264)"},
+          {"layers", c.required_count("config.num_layers")},
+          {"hidden", h},
+          {"heads", c.required_count("config.num_heads")},
+          {"kv_heads", c.required_count("config.num_heads")},
+          {"ffn_hidden", 4 * h},
+          {"vocab", 50264},
+          {"activation", "gelu"},
+          {"tied_embeddings", true},
+          {"position_embedding", "learned"},
+          {"max_seq_len", seq_len},
+          {"norm", "layernorm"},
+          {"bias", true},
+          {"causal", true}};
+}
+
+E2eMapping map_e2e(const CaseReader& c, const std::string& source) {
+  E2eMapping m;
+  auto& why = m.reasons;
+  // The device and the GPU count.
+  const std::string gpu = c.required_string("hardware.gpu");
+  const auto* cluster = std::find_if(std::begin(kClusters), std::end(kClusters),
+                                     [&](const ClusterOf& k) { return k.gpu == gpu; });
+  if (lower(gpu).find("inferred") != std::string::npos) {
+    why.push_back("device not printed (\"" + gpu + "\")");
+  } else if (cluster == std::end(kClusters)) {
+    why.push_back("device " + gpu + " not modelled");
+  } else {
+    m.cluster = std::string(cluster->cluster);
+  }
+  const std::int64_t gpus = c.required_count("hardware.gpu_count");
+  if (gpus != kGpusPerNode) {
+    why.push_back(std::to_string(gpus) + " GPUs (the mapping covers one node of " +
+                  std::to_string(kGpusPerNode) + ")");
+  }
+  // Precision.
+  const auto precision = c.string("config.precision");
+  if (!precision) {
+    why.push_back("precision not printed");
+  } else if (const std::string p = lower(*precision);
+             p.find("fp8") != std::string::npos || p.find("float8") != std::string::npos) {
+    why.push_back("fp8");
+  } else if (p != "bf16" && p != "amp_bf16") {
+    why.push_back("precision " + *precision + " not modelled");
+  }
+  // What the simulator has no model of.
+  const std::string model = c.string("config.model").value_or("");
+  const std::int64_t ep = c.count("config.ep").value_or(1);
+  if (ep > 1) {
+    why.push_back("MoE (expert parallelism " + std::to_string(ep) + ")");
+  } else if (std::any_of(std::begin(kMoeNames), std::end(kMoeNames), [&](std::string_view n) {
+               return lower(model).find(n) != std::string::npos;
+             })) {
+    why.push_back("MoE");
+  }
+  const std::int64_t cp = c.count("config.cp").value_or(1);
+  if (cp > 1) why.push_back("context parallelism (cp " + std::to_string(cp) + ")");
+  if (lower(c.string("config.task").value_or("")).find("lora") != std::string::npos) {
+    why.push_back("LoRA");
+  }
+  // The shapes.
+  const auto seq_len = c.count("config.seq_len");
+  if (!seq_len) why.push_back("sequence length not printed");
+  const std::int64_t seq = seq_len.value_or(1);
+  json model_doc;
+  if (c.present("config.d_model")) {
+    model_doc = mpt_model(c, model, seq);
+  } else if (source == "flash-attn-training-gpt3" && c.present("config.hidden_size")) {
+    model_doc = gpt2_model(c, model, seq);
+  } else if (auto it = catalog_models().find(squeezed(model)); it != catalog_models().end()) {
+    model_doc = it->second;
+  } else {
+    why.push_back("model " + (model.empty() ? std::string("(unnamed)") : model) +
+                  ": no shape given and none in the catalog");
+  }
+  auto micro = c.count("config.micro_batch_size");
+  if (!micro) micro = c.count("config.local_batch_size");
+  if (!micro) why.push_back("micro batch not printed");
+  std::optional<std::int64_t> global = c.count("config.global_batch_size");
+  if (!global) {
+    if (const auto printed = c.string("config.global_batch_printed")) {
+      const auto tokens = printed_tokens(*printed);
+      if (!tokens) c.fail("config.global_batch_printed", "expected tokens such as \"0.5M\"");
+      global = std::llround(*tokens / static_cast<double>(seq));
+    }
+  }
+  if (!global) why.push_back("global batch not printed");
+  // The published quantity: tokens/s per GPU when given, else the step time.
+  if (const auto t = c.number("measured.tokens_per_s_per_gpu")) {
+    m.quantity = "tokens/s per GPU";
+    m.published = *t;
+  } else if (const auto d = c.number("derived.tokens_per_s_per_gpu")) {
+    m.quantity = "tokens/s per GPU";
+    m.published = *d;
+  } else if (const auto s = c.number("measured.step_time_s")) {
+    m.quantity = "step time (s)";
+    m.published = *s;
+  } else {
+    why.push_back("no tokens/s per GPU or step time published");
+  }
+  // The parallel strategy.
+  const std::int64_t tp = c.count("config.tp").value_or(1);
+  const std::int64_t pp = c.count("config.pp").value_or(1);
+  if (tp < 1 || pp < 1 || gpus % (tp * pp * cp) != 0) {
+    why.push_back("tp x pp x cp does not divide the GPUs");
+  }
+  const std::string framework = framework_of(source);
+  int zero = 0;
+  if (const auto sharding = c.string("config.fsdp_sharding")) {
+    if (*sharding == "FULL_SHARD") {
+      zero = 3;
+    } else if (*sharding == "SHARD_GRAD_OP") {
+      zero = 2;
+    } else if (*sharding != "NO_SHARD") {
+      why.push_back("FSDP sharding " + *sharding + " not mapped");
+    }
+  } else if (c.count("config.fsdp").value_or(0) > 1) {
+    zero = 3;  // FSDP (torchtitan, Megatron FSDP) over the data-parallel ranks
+  } else if (source == "flash-attn-training-gpt3") {
+    // "760M+ use DDP with ZeRO-1" (the source's notes).
+    const auto size = size_in_name(model);
+    if (!size) c.fail("config.model", "expected a name ending in the size, such as GPT3-760M");
+    zero = *size >= 760e6 ? 1 : 0;
+  } else if (framework == "megatron") {
+    zero = 1;  // Megatron-Core's distributed optimizer, NeMo's default
+  }
+  std::string recompute = "none";
+  if (const json* ac = c.find("config.activation_checkpointing"); ac && !ac->is_null()) {
+    if (ac->is_boolean()) {
+      recompute = ac->get<bool>() ? "full" : "none";
+    } else if (ac->is_string() && (*ac == "full" || *ac == "selective" || *ac == "none")) {
+      recompute = ac->get<std::string>();
+    } else {
+      c.fail("config.activation_checkpointing", "expected true, false, \"full\" or \"selective\"");
+    }
+  }
+  if (c.boolean("config.activation_cpu_offload").value_or(false)) {
+    why.push_back("activation CPU offload");
+  }
+  const bool flash = lower(c.string("config.attn_impl").value_or("flash")) == "flash";
+  if (!why.empty()) return m;
+
+  json parallelism = {{"tp", tp},
+                      {"pp", pp},
+                      {"dp", gpus / (tp * pp)},
+                      {"micro_batch", *micro},
+                      {"zero", zero},
+                      {"recompute", recompute}};
+  if (const std::int64_t vp = c.count("config.vp").value_or(1); vp > 1 && pp > 1) {
+    parallelism["schedule"] = "interleaved";
+    parallelism["virtual_stages"] = vp;
+  }
+  json training = {
+      {"global_batch", *global}, {"seq_len", seq}, {"dtype", "bf16"}, {"flash_attention", flash}};
+  if (kSetTrainingFramework) training["framework"] = framework;
+  m.experiment = {{"name", c.id()},
+                  {"description", "calibration case " + c.id() + " (" + source + ")"},
+                  {"model", model_doc},
+                  {"cluster", m.cluster},
+                  {"parallelism", parallelism},
+                  {"training", training}};
+  return m;
+}
+
+void compare_e2e(const CaseReader& c, const std::string& source, AccuracyReport& out) {
+  E2eMapping m = map_e2e(c, source);
+  const std::string gpu = c.required_string("hardware.gpu");
+  if (!m.reasons.empty()) {
+    out.unexpressed.push_back({AccuracyLevel::e2e, c.id(), source, join(m.reasons)});
+    return;
+  }
+  strategies::Experiment experiment;
+  try {
+    experiment = from_json(std::move(m.experiment), {}, "calibration case " + c.id());
+  } catch (const config::ConfigError& e) {
+    out.unexpressed.push_back({AccuracyLevel::e2e, c.id(), source,
+                               std::string("the experiment loader rejects it: ") + e.what()});
+    return;
+  }
+  Options options;
+  options.record_memory = false;  // peaks and verdicts are kept without the samples
+  options.mirror_tensor_parallel = true;
+  const Result r = simulate(std::move(experiment), options);
+  if (!r.finished()) {
+    out.unexpressed.push_back({AccuracyLevel::e2e, c.id(), source,
+                               "the simulation did not complete: " + r.timeline.problem});
+    return;
+  }
+  AccuracyRow row;
+  row.level = AccuracyLevel::e2e;
+  row.id = c.id();
+  row.source = source;
+  row.series = source;
+  row.device = gpu;
+  row.mapped_to = m.cluster;
+  row.quantity = m.quantity;
+  row.published = m.published;
+  row.predicted = m.quantity == "step time (s)"
+                      ? r.report.iteration_time_s
+                      : r.report.tokens_per_s / r.experiment.cluster.world_size();
+  row.error = (row.predicted - row.published) / row.published;
+  if (!r.report.fits) {
+    row.note = "predicted out of memory: peak " + gib(r.report.peak_memory) + " of " +
+               gib(r.context.device_capacity);
+  }
+  out.rows.push_back(std::move(row));
+}
+
+// ---- Kernel level.
+
+class Devices {
+ public:
+  const hw::DeviceSpec& get(std::string_view name) {
+    auto it = devices_.find(std::string(name));
+    if (it == devices_.end()) {
+      const fs::path file = config_dir() / "hardware" / "devices" / (std::string(name) + ".json");
+      it = devices_.emplace(std::string(name), hw::load_device(file)).first;
+    }
+    return it->second;
+  }
+
+ private:
+  std::map<std::string, hw::DeviceSpec> devices_;
+};
+
+const DeviceOf* device_of(const std::string& gpu) {
+  const auto* d = std::find_if(std::begin(kDevices), std::end(kDevices),
+                               [&](const DeviceOf& k) { return k.gpu == gpu; });
+  return d == std::end(kDevices) ? nullptr : d;
+}
+
+std::optional<DType> kernel_dtype(const std::string& text) {
+  const std::string t = lower(text);
+  if (t.find("fp8") != std::string::npos) return DType::fp8;
+  if (t == "bf16") return DType::bf16;
+  if (t == "fp16") return DType::fp16;
+  return std::nullopt;
+}
+
+// "MxNxK" as printed (the source's notes: treat the order as printed).
+strategies::Gemm printed_shape(const CaseReader& c, const std::string& key) {
+  const std::string text = *c.string(key);
+  std::vector<std::int64_t> dims;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, 'x')) {
+    try {
+      std::size_t used = 0;
+      const long long v = std::stoll(part, &used);
+      if (used != part.size() || v <= 0)
+        c.fail(key, "expected a shape MxNxK such as 1024x2048x4096");
+      dims.push_back(v);
+    } catch (const std::logic_error&) {
+      c.fail(key, "expected a shape MxNxK such as 1024x2048x4096");
+    }
+  }
+  if (dims.size() != 3) c.fail(key, "expected a shape MxNxK such as 1024x2048x4096");
+  return strategies::Gemm{dims[0], dims[1], dims[2], 1, DType::bf16};
+}
+
+void compare_gemm(const CaseReader& c, const std::string& source, Devices& devices,
+                  AccuracyReport& out) {
+  const std::string gpu = c.required_string("hardware.gpu");
+  std::vector<std::string> why;
+  const DeviceOf* device = device_of(gpu);
+  if (device == nullptr) why.push_back("device " + gpu + " not modelled");
+  const std::string dtype_text = c.required_string("config.dtype");
+  const auto dtype = kernel_dtype(dtype_text);
+  if (!dtype) why.push_back("dtype " + dtype_text + " not modelled");
+  strategies::Gemm gemm;
+  if (c.present("config.best_shape_printed")) {
+    gemm = printed_shape(c, "config.best_shape_printed");
+  } else if (c.present("config.groups")) {  // grouped: groups GEMMs of m_per_group rows
+    gemm = {c.required_count("config.m_per_group"), c.required_count("config.n"),
+            c.required_count("config.k"), c.required_count("config.groups"), DType::bf16};
+  } else {
+    gemm = {c.required_count("config.m"), c.required_count("config.n"),
+            c.required_count("config.k"), 1, DType::bf16};
+  }
+  auto published = c.number("measured.mamf_tflops");
+  if (!published) published = c.number("measured.tflops");
+  if (!published) why.push_back("no TFLOP/s published");
+  if (!why.empty()) {
+    out.unexpressed.push_back({AccuracyLevel::gemm, c.id(), source, join(why)});
+    return;
+  }
+  gemm.dtype = *dtype;
+  const sim::DeviceCostModel model(devices.get(device->device));
+  const strategies::Kernel kernel{gemm, "gemm"};
+  const double flops = strategies::matmul_flops(kernel).count();
+  AccuracyRow row;
+  row.level = AccuracyLevel::gemm;
+  row.id = c.id();
+  row.source = source;
+  row.series = source;
+  row.device = gpu;
+  row.mapped_to = std::string(device->device);
+  row.quantity = "TFLOP/s";
+  row.published = *published;
+  row.predicted = flops / model.kernel_time(kernel).seconds() / 1e12;
+  row.error = (row.predicted - row.published) / row.published;
+  row.note = std::string(device->note);
+  out.rows.push_back(std::move(row));
+}
+
+void compare_attention(const CaseReader& c, const std::string& source, Devices& devices,
+                       AccuracyReport& out) {
+  const std::string gpu = c.required_string("hardware.gpu");
+  const std::string kernel_name = c.required_string("config.kernel");
+  std::vector<std::string> why;
+  if (std::find(std::begin(kFlashKernels), std::end(kFlashKernels), kernel_name) ==
+      std::end(kFlashKernels)) {
+    const std::string k = lower(kernel_name);
+    if (k == "pytorch" || k == "standard attention") {
+      why.push_back(kernel_name + ": unfused attention (the simulator costs fused attention)");
+    } else if (kernel_name == "FlashAttention") {
+      why.push_back("FlashAttention v1 (the simulator costs the current FlashAttention kernels)");
+    } else {
+      why.push_back(kernel_name + ": not modelled apart from FlashAttention");
+    }
+  }
+  const DeviceOf* device = device_of(gpu);
+  if (device == nullptr) why.push_back("device " + gpu + " not modelled");
+  const std::string dtype_text = c.required_string("config.dtype");
+  const auto dtype = kernel_dtype(dtype_text);
+  if (!dtype) why.push_back("dtype " + dtype_text + " not modelled");
+  const std::string pass = c.required_string("config.pass_");
+  if (pass != "fwd" && pass != "bwd" && pass != "fwd+bwd") {
+    c.fail("config.pass_", "expected \"fwd\", \"bwd\" or \"fwd+bwd\"");
+  }
+  const auto causal = c.boolean("config.causal");
+  if (!causal) c.fail("config.causal", "expected true or false");
+  const std::int64_t head_dim = c.required_count("config.headdim");
+  if (!why.empty()) {
+    out.unexpressed.push_back({AccuracyLevel::attention, c.id(), source, join(why)});
+    return;
+  }
+  const json* sweep = c.find("measured.sweep");
+  if (sweep == nullptr || !sweep->is_array()) c.fail("measured.sweep", "expected a list of points");
+  const sim::DeviceCostModel model(devices.get(device->device));
+  const std::string series = kernel_name + " on " + devices.get(device->device).name + ", " + pass +
+                             ", " + (*causal ? "causal" : "non-causal") + ", head dim " +
+                             std::to_string(head_dim);
+  for (std::size_t i = 0; i < sweep->size(); ++i) {
+    const std::string point = "measured.sweep." + std::to_string(i);
+    const std::int64_t seqlen = c.required_count(point + ".seqlen");
+    const std::int64_t batch = c.required_count(point + ".batch");
+    const std::int64_t heads = c.required_count(point + ".nheads");
+    const std::string id = c.id() + "/s" + std::to_string(seqlen);
+    const auto published = c.number(point + ".tflops");
+    if (!published) {
+      out.unexpressed.push_back({AccuracyLevel::attention, id, source,
+                                 "published value not legible (null in the calibration set)"});
+      continue;
+    }
+    strategies::Attention a{batch, heads, heads, seqlen, seqlen, head_dim, *causal, *dtype, false};
+    Time time;
+    if (pass != "bwd") time += model.kernel_time({a, "attention.fwd"});
+    if (pass != "fwd") {
+      a.backward = true;
+      time += model.kernel_time({a, "attention.bwd"});
+    }
+    AccuracyRow row;
+    row.level = AccuracyLevel::attention;
+    row.id = id;
+    row.source = source;
+    row.series = series;
+    row.device = gpu;
+    row.mapped_to = std::string(device->device);
+    row.quantity = "TFLOP/s";
+    row.published = *published;
+    row.predicted = attention_benchmark_flops(batch, seqlen, heads, head_dim, *causal, pass) /
+                    time.seconds() / 1e12;
+    row.error = (row.predicted - row.published) / row.published;
+    row.note = std::string(device->note);
+    out.rows.push_back(std::move(row));
+  }
+}
+
+}  // namespace
+
+std::string_view name_of(AccuracyLevel level) {
+  switch (level) {
+    case AccuracyLevel::e2e:
+      return "e2e";
+    case AccuracyLevel::gemm:
+      return "gemm";
+    case AccuracyLevel::attention:
+      return "attention";
+  }
+  return "?";
+}
+
+fs::path default_calibration() {
+  return (config_dir() / ".." / "tests" / "reference" / "calibration.json").lexically_normal();
+}
+
+double attention_benchmark_flops(std::int64_t batch, std::int64_t seqlen, std::int64_t heads,
+                                 std::int64_t head_dim, bool causal, std::string_view pass) {
+  double forward = 4.0 * static_cast<double>(batch) * static_cast<double>(seqlen) *
+                   static_cast<double>(seqlen) * static_cast<double>(heads) *
+                   static_cast<double>(head_dim);
+  if (causal) forward /= 2;
+  if (pass == "bwd") return 2.5 * forward;
+  if (pass == "fwd+bwd") return 3.5 * forward;
+  return forward;
+}
+
+AccuracyReport accuracy(const fs::path& calibration, const AccuracyOptions& options) {
+  const config::Document doc = config::Document::load(calibration);
+  const json* cases = doc.find("cases");
+  if (cases == nullptr || !cases->is_array()) doc.fail("cases", "expected a list of cases");
+  AccuracyReport out;
+  out.calibration = calibration;
+  out.cases = static_cast<int>(cases->size());
+  Devices devices;
+  std::map<std::string, int> others;
+  for (std::size_t i = 0; i < cases->size(); ++i) {
+    const CaseReader c(doc, "cases." + std::to_string(i));
+    const std::string category = c.required_string("category");
+    const std::string source = c.required_string("source.ref");
+    if (category == "e2e_training") {
+      if (options.e2e) compare_e2e(c, source, out);
+    } else if (category == "gemm") {
+      if (options.kernels) compare_gemm(c, source, devices, out);
+    } else if (category == "attention_kernel") {
+      if (options.kernels) compare_attention(c, source, devices, out);
+    } else {
+      ++others[category];
+    }
+  }
+  out.other_categories.assign(others.begin(), others.end());
+  return out;
+}
+
+std::vector<ErrorSummary> summaries(const AccuracyReport& report, AccuracyLevel level) {
+  std::vector<ErrorSummary> out{{.group = "all"}};
+  auto add = [](ErrorSummary& s, double error) {
+    const double e = std::abs(error);
+    s.mean_abs_error = (s.mean_abs_error * s.rows + e) / (s.rows + 1);
+    s.max_abs_error = std::max(s.max_abs_error, e);
+    s.within_5 += e <= 0.05 ? 1 : 0;
+    s.within_10 += e <= 0.10 ? 1 : 0;
+    ++s.rows;
+  };
+  for (const auto& row : report.rows) {
+    if (row.level != level) continue;
+    add(out.front(), row.error);
+    auto it = std::find_if(out.begin() + 1, out.end(),
+                           [&](const ErrorSummary& s) { return s.group == row.series; });
+    if (it == out.end()) {
+      out.push_back({.group = row.series});
+      it = out.end() - 1;
+    }
+    add(*it, row.error);
+  }
+  return out;
+}
+
+json to_json(const AccuracyReport& report) {
+  json rows = json::array();
+  for (const auto& r : report.rows) {
+    rows.push_back({{"level", name_of(r.level)},
+                    {"id", r.id},
+                    {"source", r.source},
+                    {"series", r.series},
+                    {"device", r.device},
+                    {"mapped_to", r.mapped_to},
+                    {"quantity", r.quantity},
+                    {"published", r.published},
+                    {"predicted", r.predicted},
+                    {"error", r.error},
+                    {"note", r.note}});
+  }
+  json unexpressed = json::array();
+  for (const auto& u : report.unexpressed) {
+    unexpressed.push_back(
+        {{"level", name_of(u.level)}, {"id", u.id}, {"source", u.source}, {"reason", u.reason}});
+  }
+  json summary = json::object();
+  for (AccuracyLevel level : {AccuracyLevel::e2e, AccuracyLevel::gemm, AccuracyLevel::attention}) {
+    json groups = json::array();
+    for (const auto& s : summaries(report, level)) {
+      groups.push_back({{"group", s.group},
+                        {"rows", s.rows},
+                        {"mean_abs_error", s.mean_abs_error},
+                        {"max_abs_error", s.max_abs_error},
+                        {"within_5", s.within_5},
+                        {"within_10", s.within_10}});
+    }
+    summary[std::string(name_of(level))] = groups;
+  }
+  json others = json::object();
+  for (const auto& [category, n] : report.other_categories) others[category] = n;
+  return {{"calibration", report.calibration.string()},
+          {"cases", report.cases},
+          {"bounds",
+           {{"e2e_mean_abs_error", kE2eMeanErrorBound},
+            {"e2e_max_abs_error", kE2eMaxErrorBound},
+            {"kernel_max_abs_error", kKernelMaxError}}},
+          {"rows", rows},
+          {"unexpressed", unexpressed},
+          {"other_categories", others},
+          {"summary", summary}};
+}
+
+}  // namespace stratasim::study

@@ -1,0 +1,283 @@
+// The accuracy harness itself (study/accuracy.hpp), on a tiny calibration file written here:
+// the mapping of an MPT case against the same experiment written by hand, the GEMM and
+// attention FLOP counts of the sources, the error formula, the summaries, the reasons of a case
+// that cannot be expressed, and the errors of a malformed file. Independent of how well the
+// cost model predicts (that is the gate's business: tests/accuracy/).
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "hw_models/cluster.hpp"
+#include "hw_models/config_reader.hpp"
+#include "sim/cost.hpp"
+#include "study/accuracy.hpp"
+#include "study/catalog.hpp"
+#include "study/study.hpp"
+#include "temp_dir.hpp"
+#include "test_paths.hpp"
+
+using namespace stratasim;
+using nlohmann::json;
+
+namespace {
+
+// An llm-foundry-style MPT-125M run on one DGX H100 (FSDP FULL_SHARD, activation
+// checkpointing), with a made-up published 1,000 tokens/s per GPU.
+json mpt_case() {
+  return {{"id", "mpt-125m-h100"},
+          {"category", "e2e_training"},
+          {"source", {{"ref", "llm-foundry-benchmarks"}}},
+          {"hardware", {{"gpu", "H100-SXM-80GB"}, {"gpu_count", 8}}},
+          {"config",
+           {{"model", "MPT-125m"},
+            {"d_model", 768},
+            {"n_heads", 12},
+            {"n_layers", 12},
+            {"expansion_ratio", 4},
+            {"vocab_size", 50368},
+            {"attn_impl", "flash"},
+            {"seq_len", 2048},
+            {"micro_batch_size", 8},
+            {"global_batch_size", 128},
+            {"precision", "amp_bf16"},
+            {"fsdp_sharding", "FULL_SHARD"},
+            {"activation_checkpointing", true},
+            {"tp", 1},
+            {"pp", 1},
+            {"dp", 8}}},
+          {"measured", {{"tokens_per_s_per_gpu", 1000}}}};
+}
+
+// A GEMM of 1536 x 1408 x 4096 in bf16 on an H100 SXM, published at a made-up 500 TFLOP/s.
+json gemm_case() {
+  return {{"id", "gemm-h100"},
+          {"category", "gemm"},
+          {"source", {{"ref", "ml-engineering-mamf"}}},
+          {"hardware", {{"gpu", "NVIDIA H100 SXM"}, {"gpu_count", 1}}},
+          {"config", {{"dtype", "bf16"}, {"best_shape_printed", "1536x1408x4096"}}},
+          {"measured", {{"mamf_tflops", 500}}}};
+}
+
+// FlashAttention-2 forward + backward, causal, head dim 128 on an H100: one point published at
+// a made-up 200 TFLOP/s, one not legible (null).
+json attention_case() {
+  return {{"id", "fa2-h100"},
+          {"category", "attention_kernel"},
+          {"source", {{"ref", "flash-attn-benchmark-images"}}},
+          {"hardware", {{"gpu", "H100 80GB SXM5"}, {"gpu_count", 1}}},
+          {"config",
+           {{"kernel", "FlashAttention-2"},
+            {"pass_", "fwd+bwd"},
+            {"dtype", "fp16"},
+            {"causal", true},
+            {"headdim", 128}}},
+          {"measured",
+           {{"sweep",
+             {{{"seqlen", 1024}, {"batch", 2}, {"nheads", 16}, {"tflops", 200}},
+              {{"seqlen", 2048}, {"batch", 1}, {"nheads", 16}, {"tflops", nullptr}}}}}}};
+}
+
+// A Megatron-Bridge-style MoE run in MXFP8 on B200s: nothing of it is modelled.
+json b200_case() {
+  return {{"id", "qwen3-b200"},
+          {"category", "e2e_training"},
+          {"source", {{"ref", "megatron-bridge-perf-archive"}}},
+          {"hardware", {{"gpu", "B200"}, {"gpu_count", 8}}},
+          {"config",
+           {{"model", "Qwen3_30B_a3B"},
+            {"precision", "MXFP8"},
+            {"global_batch_size", 512},
+            {"micro_batch_size", 4},
+            {"seq_len", 4096},
+            {"tp", 1},
+            {"pp", 1},
+            {"cp", 1},
+            {"ep", 8}}},
+          {"measured", {{"tokens_per_s_per_gpu", 100}}}};
+}
+
+std::filesystem::path write(const testing::TempDir& tmp, const json& cases) {
+  const auto file = tmp.path() / "calibration.json";
+  std::ofstream(file) << json{{"schema_version", 1}, {"cases", cases}}.dump(1);
+  return file;
+}
+
+const study::AccuracyRow& row(const study::AccuracyReport& report, const std::string& id) {
+  for (const auto& r : report.rows) {
+    if (r.id == id) return r;
+  }
+  FAIL("no row " << id);
+  throw std::logic_error("unreachable");
+}
+
+hw::DeviceSpec h100() {
+  return hw::load_device(testing::configs_dir() / "hardware/devices/h100-sxm5-80gb.json");
+}
+
+}  // namespace
+
+TEST_CASE("accuracy: an MPT case is simulated as the experiment written by hand") {
+  const testing::TempDir tmp("accuracy");
+  const auto report = study::accuracy(write(tmp, json::array({mpt_case()})));
+  REQUIRE(report.rows.size() == 1);
+  CHECK(report.unexpressed.empty());
+  // The same run written as an experiment by hand, as docs/accuracy.md maps MPT: no biases,
+  // LayerNorm, GELU, tied embeddings, ffn 4 x 768, rotary for ALiBi; FULL_SHARD = ZeRO-3 over
+  // the 8 GPUs; activation checkpointing = full recomputation.
+  const json experiment = {
+      {"name", "by-hand"},
+      {"model",
+       {{"type", "transformer"},
+        {"name", "MPT-125m"},
+        {"layers", 12},
+        {"hidden", 768},
+        {"heads", 12},
+        {"kv_heads", 12},
+        {"ffn_hidden", 3072},
+        {"vocab", 50368},
+        {"activation", "gelu"},
+        {"tied_embeddings", true},
+        {"position_embedding", "rotary"},
+        {"max_seq_len", 2048},
+        {"norm", "layernorm"},
+        {"bias", false},
+        {"causal", true}}},
+      {"cluster", (testing::configs_dir() / "hardware/clusters/dgx-h100-1.json").string()},
+      {"parallelism",
+       {{"tp", 1}, {"pp", 1}, {"dp", 8}, {"micro_batch", 8}, {"zero", 3}, {"recompute", "full"}}},
+      {"training",
+       {{"global_batch", 128}, {"seq_len", 2048}, {"dtype", "bf16"}, {"flash_attention", true}}}};
+  const auto expected = study::simulate(study::from_json(experiment));
+  const double predicted = expected.report.tokens_per_s / 8;
+  const auto& r = row(report, "mpt-125m-h100");
+  CHECK(r.level == study::AccuracyLevel::e2e);
+  CHECK(r.mapped_to == "dgx-h100-1");
+  CHECK(r.quantity == "tokens/s per GPU");
+  CHECK(r.published == 1000);
+  CHECK(r.predicted == doctest::Approx(predicted).epsilon(1e-12));
+  CHECK(r.error == doctest::Approx((predicted - 1000) / 1000).epsilon(1e-12));
+  // One row: the summary's mean and max are its |error|.
+  const auto s = study::summaries(report, study::AccuracyLevel::e2e);
+  REQUIRE(s.size() == 2);
+  CHECK(s[0].group == "all");
+  CHECK(s[1].group == "llm-foundry-benchmarks");
+  CHECK(s[0].mean_abs_error == doctest::Approx(std::abs(r.error)));
+  CHECK(s[0].max_abs_error == doctest::Approx(std::abs(r.error)));
+}
+
+TEST_CASE("accuracy: a GEMM case's TFLOP/s are 2 m n k over the device model's time") {
+  const testing::TempDir tmp("accuracy");
+  const auto report =
+      study::accuracy(write(tmp, json::array({gemm_case()})), {.e2e = true, .kernels = true});
+  REQUIRE(report.rows.size() == 1);
+  const sim::DeviceCostModel model(h100());
+  const strategies::Gemm gemm{1536, 1408, 4096, 1, DType::bf16};
+  const double seconds = model.kernel_time({gemm, "gemm"}).seconds();
+  const double flops = 17'716'740'096.0;  // 2 x 1536 x 1408 x 4096
+  const double predicted = flops / seconds / 1e12;
+  const auto& r = row(report, "gemm-h100");
+  CHECK(r.level == study::AccuracyLevel::gemm);
+  CHECK(r.mapped_to == "h100-sxm5-80gb");
+  CHECK(r.predicted == doctest::Approx(predicted).epsilon(1e-12));
+  CHECK(r.error == doctest::Approx((predicted - 500) / 500).epsilon(1e-12));
+  // Without --kernels the GEMM case is not read at all.
+  CHECK(study::accuracy(write(tmp, json::array({gemm_case()}))).rows.empty());
+}
+
+TEST_CASE("accuracy: attention points count FLOPs as FlashAttention's benchmarks do") {
+  // 4 x batch 2 x 1024^2 x 16 heads x 128 = 17,179,869,184 forward FLOPs; causal halves them.
+  CHECK(study::attention_benchmark_flops(2, 1024, 16, 128, false, "fwd") == 17'179'869'184.0);
+  CHECK(study::attention_benchmark_flops(2, 1024, 16, 128, true, "fwd") == 8'589'934'592.0);
+  CHECK(study::attention_benchmark_flops(2, 1024, 16, 128, true, "bwd") == 21'474'836'480.0);
+  CHECK(study::attention_benchmark_flops(2, 1024, 16, 128, true, "fwd+bwd") == 30'064'771'072.0);
+
+  const testing::TempDir tmp("accuracy");
+  const auto report =
+      study::accuracy(write(tmp, json::array({attention_case()})), {.e2e = true, .kernels = true});
+  REQUIRE(report.rows.size() == 1);
+  const sim::DeviceCostModel model(h100());
+  strategies::Attention a{2, 16, 16, 1024, 1024, 128, true, DType::fp16, false};
+  Time time = model.kernel_time({a, "fwd"});
+  a.backward = true;
+  time += model.kernel_time({a, "bwd"});
+  const double predicted = 30'064'771'072.0 / time.seconds() / 1e12;
+  const auto& r = row(report, "fa2-h100/s1024");
+  CHECK(r.series == "FlashAttention-2 on H100-SXM5-80GB, fwd+bwd, causal, head dim 128");
+  CHECK(r.predicted == doctest::Approx(predicted).epsilon(1e-12));
+  CHECK(r.error == doctest::Approx((predicted - 200) / 200).epsilon(1e-12));
+  // The illegible point is listed, not compared.
+  REQUIRE(report.unexpressed.size() == 1);
+  CHECK(report.unexpressed[0].id == "fa2-h100/s2048");
+  CHECK(report.unexpressed[0].reason.find("not legible") != std::string::npos);
+}
+
+TEST_CASE("accuracy: a case the project cannot express is listed with every reason") {
+  const testing::TempDir tmp("accuracy");
+  const auto report = study::accuracy(write(tmp, json::array({b200_case(), mpt_case()})));
+  CHECK(report.rows.size() == 1);
+  REQUIRE(report.unexpressed.size() == 1);
+  const auto& u = report.unexpressed[0];
+  CHECK(u.id == "qwen3-b200");
+  CHECK(u.source == "megatron-bridge-perf-archive");
+  for (const char* reason : {"device B200 not modelled", "fp8", "MoE (expert parallelism 8)"}) {
+    CAPTURE(reason);
+    CHECK(u.reason.find(reason) != std::string::npos);
+  }
+  // The JSON the notebook reads lists it too.
+  const json j = study::to_json(report);
+  CHECK(j["unexpressed"][0]["id"] == "qwen3-b200");
+  CHECK(j["rows"][0]["id"] == "mpt-125m-h100");
+  CHECK(j["summary"]["e2e"][0]["rows"] == 1);
+}
+
+TEST_CASE("accuracy: summaries per group, by hand") {
+  study::AccuracyReport report;
+  auto add = [&](const std::string& series, double error) {
+    study::AccuracyRow r;
+    r.series = series;
+    r.published = 100;
+    r.predicted = 100 * (1 + error);
+    r.error = error;
+    report.rows.push_back(r);
+  };
+  add("a", 0.04);
+  add("b", -0.08);
+  add("a", 0.2);
+  const auto s = study::summaries(report, study::AccuracyLevel::e2e);
+  REQUIRE(s.size() == 3);
+  // all: mean (0.04 + 0.08 + 0.2) / 3, max 0.2; within 5%: 0.04; within 10%: 0.04 and 0.08.
+  CHECK(s[0].rows == 3);
+  CHECK(s[0].mean_abs_error == doctest::Approx(0.32 / 3));
+  CHECK(s[0].max_abs_error == doctest::Approx(0.2));
+  CHECK(s[0].within_5 == 1);
+  CHECK(s[0].within_10 == 2);
+  CHECK(s[1].group == "a");
+  CHECK(s[1].mean_abs_error == doctest::Approx(0.12));
+  CHECK(s[2].group == "b");
+  CHECK(s[2].max_abs_error == doctest::Approx(0.08));
+  CHECK(study::summaries(report, study::AccuracyLevel::gemm)[0].rows == 0);
+}
+
+TEST_CASE("accuracy: a malformed calibration file names the file and the JSON path") {
+  const testing::TempDir tmp("accuracy");
+  json bad = gemm_case();
+  bad["config"]["best_shape_printed"] = "1536x1408";
+  const auto file = write(tmp, json::array({mpt_case(), bad}));
+  try {
+    study::accuracy(file, {.e2e = true, .kernels = true});
+    FAIL("expected a ConfigError");
+  } catch (const config::ConfigError& e) {
+    CHECK(e.source() == file.string());
+    CHECK(e.path() == "cases.1.config.best_shape_printed");
+    CHECK(e.message().find("MxNxK") != std::string::npos);
+  }
+  json no_gpu = mpt_case();
+  no_gpu["hardware"].erase("gpu");
+  CHECK_THROWS_WITH_AS(study::accuracy(write(tmp, json::array({no_gpu}))),
+                       doctest::Contains("cases.0.hardware.gpu"), config::ConfigError);
+  std::ofstream(tmp.path() / "no-cases.json") << R"({"schema_version": 1})";
+  CHECK_THROWS_WITH_AS(study::accuracy(tmp.path() / "no-cases.json"), doctest::Contains("cases"),
+                       config::ConfigError);
+}
