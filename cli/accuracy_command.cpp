@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "study/accuracy.hpp"
+#include "study/catalog.hpp"
 #include "traces/context.hpp"
 
 namespace stratasim::cli {
@@ -160,7 +161,7 @@ void add_accuracy_options(CLI::App* cmd, AccuracyArgs& args) {
 
 int accuracy_command(const AccuracyArgs& args) {
   const std::filesystem::path file = args.calibration.empty()
-                                         ? study::default_calibration()
+                                         ? study::default_calibration_file()
                                          : std::filesystem::path(args.calibration);
   const study::AccuracyReport report =
       study::accuracy(file, {.e2e = true, .kernels = args.kernels});

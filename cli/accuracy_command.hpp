@@ -10,7 +10,7 @@
 namespace stratasim::cli {
 
 struct AccuracyArgs {
-  std::string calibration;  // empty: study::default_calibration()
+  std::string calibration;  // empty: study::default_calibration_file()
   std::string format = "table";
   bool kernels = false;
 };

@@ -21,21 +21,49 @@ void add_fit_options(CLI::App* cmd, FitArgs& args) {
   cmd->add_option("--device", args.devices,
                   "Device to fit (file or name from configs/hardware/devices); repeat for several, "
                   "fitted together (kernel-class parameters are shared)")
-      ->required();
+      ;
   cmd->add_option("--out-dir", args.out_dir,
-                  "Folder to write <device>.kernel-model.json into")
-      ->required();
+                  "Folder to write <device>.kernel-model.json into");
+  cmd->add_option("--frameworks", args.frameworks,
+                  "After the kernel models, fit each training framework's compute efficiency and "
+                  "elementwise traffic to the calibration file's end-to-end runs (with the "
+                  "devices' shipped kernel models) and write them to this JSON file");
   cmd->add_option("--residuals", args.residuals,
                   "Also write every case's measured and fitted time to this CSV file");
   cmd->add_flag("--quiet", args.quiet, "Print nothing on success");
 }
 
+namespace {
+
+int fit_frameworks(const std::string& file, const FitArgs& args) {
+  const auto fits = study::fit_frameworks(file);
+  files::write_atomically(args.frameworks, study::to_json(fits).dump(2) + "\n");
+  if (!args.quiet) {
+    for (const auto& f : fits) {
+      std::printf("framework %-8s compute_efficiency %.3f  elementwise_traffic %.2f  (%zu runs: "
+                  "mean |error| %.1f%%, max %.1f%%)\n",
+                  f.framework.c_str(), f.compute_efficiency, f.elementwise_traffic, f.cases.size(),
+                  100 * f.mean_abs_error, 100 * f.max_abs_error);
+    }
+    std::cout << "wrote " << args.frameworks << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
 int fit_command(const FitArgs& args) {
   const std::string file =
       args.calibration.empty() ? study::default_calibration_file().string() : args.calibration;
+  if (args.devices.empty() && args.frameworks.empty()) {
+    throw study::BadInput("fit needs --device (kernel models) or --frameworks FILE");
+  }
+  if (!args.devices.empty() && args.out_dir.empty()) {
+    throw study::BadInput("fit --device needs --out-dir");
+  }
   const fs::path out(args.out_dir);
   std::error_code ec;
-  if (!fs::is_directory(out, ec)) {
+  if (!args.devices.empty() && !fs::is_directory(out, ec)) {
     throw study::BadInput("--out-dir " + args.out_dir + ": not a directory");
   }
   std::vector<hw::DeviceSpec> devices;
@@ -44,6 +72,7 @@ int fit_command(const FitArgs& args) {
     files.push_back(study::resolve_device(d));
     devices.push_back(study::load_device(d));
   }
+  if (args.devices.empty()) return fit_frameworks(file, args);
   const auto doc = study::load_calibration(file);
   const auto cases = study::kernel_cases(doc, file);
   const auto result = study::fit_kernel_models(
@@ -88,7 +117,7 @@ int fit_command(const FitArgs& args) {
                   100 * stats.at("max_abs_error").get<double>());
     }
   }
-  return 0;
+  return args.frameworks.empty() ? 0 : fit_frameworks(file, args);
 }
 
 }  // namespace stratasim::cli

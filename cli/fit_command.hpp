@@ -14,6 +14,7 @@ struct FitArgs {
   std::string calibration;           // default: study::default_calibration_file()
   std::vector<std::string> devices;  // device files or catalog names
   std::string out_dir;               // writes <device file stem>.kernel-model.json here
+  std::string frameworks;            // also fit the frameworks; write them to this JSON file
   std::string residuals;             // optional CSV: every case's measured and fitted time
   bool quiet = false;
 };

@@ -12,7 +12,9 @@
 #include "hw_models/config_reader.hpp"
 #include "sim/cost.hpp"
 #include "strategies/program.hpp"
+#include "study/calibration_set.hpp"
 #include "study/catalog.hpp"
+#include "study/fit.hpp"
 #include "study/study.hpp"
 
 namespace stratasim::study {
@@ -38,6 +40,18 @@ std::string framework_of(const std::string& source) {
   return "megatron";
 }
 
+// The fused attention kernel of each end-to-end source's software stack, where the source's time
+// fixes it: the flash-attention GPT-3 runs are of the FlashAttention (v1) repository of January
+// 2023 (the source's notes); llm-foundry's benchmark tables were produced with its `gpu` extra,
+// which installed flash-attn 1.0.x (FlashAttention-2 came later, as a separate extra). Others
+// keep the default (FlashAttention-2).
+std::optional<std::string> attention_kernel_of(const std::string& source) {
+  if (source == "flash-attn-training-gpt3" || source == "llm-foundry-benchmarks") {
+    return "flash-attention";
+  }
+  return std::nullopt;
+}
+
 // End to end: the GPU as a case names it -> the one-node catalog cluster simulated.
 struct ClusterOf {
   std::string_view gpu;
@@ -52,22 +66,11 @@ constexpr ClusterOf kClusters[] = {
 };
 constexpr int kGpusPerNode = 8;  // every cluster above is one 8-GPU node
 
-// Kernel level: the GPU as a case names it -> the catalog device costed, and a note when one
-// device stands in for another.
-struct DeviceOf {
-  std::string_view gpu;
-  std::string_view device;
-  std::string_view note;
-};
-constexpr DeviceOf kDevices[] = {
-    {"NVIDIA A100 SXM", "a100-sxm4-80gb", ""},
-    {"A100 80GB SXM4", "a100-sxm4-80gb", ""},
-    {"NVIDIA H100 SXM", "h100-sxm5-80gb", ""},
-    {"H100 80GB SXM5", "h100-sxm5-80gb", ""},
-    {"H800 SXM5", "h100-sxm5-80gb",
-     "H800 costed as H100 SXM5: same SMs, clocks and peak FLOP/s (only NVLink is reduced)"},
-    {"NVIDIA H200 SXM", "h200-sxm-141gb", ""},
-};
+// Kernel level: the catalog devices kernel cases are costed on, in the order they are tried
+// (a case goes to the first whose published_names list its GPU: H100 measurements to the H100,
+// though the H200 lists them too).
+constexpr std::string_view kKernelDevices[] = {"a100-sxm4-80gb", "h100-sxm5-80gb",
+                                                "h200-sxm-141gb"};
 
 // Model names of the calibration set -> catalog models (configs/models), for cases that name a
 // model without giving its shape. Keys are lower case without spaces, '-', '_' or '.'.
@@ -83,9 +86,6 @@ const std::map<std::string, std::string>& catalog_models() {
 // an expert-parallel degree.
 constexpr std::string_view kMoeNames[] = {"a3b",     "a22b",     "grok",
                                           "mixtral", "deepseek", "nemotron_3"};
-
-// The FlashAttention kernels whose points are compared; the others are listed with a reason.
-constexpr std::string_view kFlashKernels[] = {"FlashAttention-2", "FlashAttention-3"};
 
 // ---- Reading the calibration file: every field the mapping needs, checked, with errors naming
 // the file and the JSON path.
@@ -421,6 +421,9 @@ E2eMapping map_e2e(const CaseReader& c, const std::string& source) {
   json training = {
       {"global_batch", *global}, {"seq_len", seq}, {"dtype", "bf16"}, {"flash_attention", flash}};
   if (kSetTrainingFramework) training["framework"] = framework;
+  if (const auto kernel = attention_kernel_of(source); kernel && flash) {
+    training["attention_kernel"] = *kernel;
+  }
   m.experiment = {{"name", c.id()},
                   {"description", "calibration case " + c.id() + " (" + source + ")"},
                   {"model", model_doc},
@@ -430,8 +433,15 @@ E2eMapping map_e2e(const CaseReader& c, const std::string& source) {
   return m;
 }
 
-void compare_e2e(const CaseReader& c, const std::string& source, AccuracyReport& out) {
+void compare_e2e(const CaseReader& c, const std::string& source, const std::map<std::string, json>& training_by_framework,
+                 AccuracyReport& out) {
   E2eMapping m = map_e2e(c, source);
+  const std::string framework = framework_of(source);
+  if (m.reasons.empty()) {
+    if (auto it = training_by_framework.find(framework); it != training_by_framework.end()) {
+      m.experiment["training"].update(it->second);
+    }
+  }
   const std::string gpu = c.required_string("hardware.gpu");
   if (!m.reasons.empty()) {
     out.unexpressed.push_back({AccuracyLevel::e2e, c.id(), source, join(m.reasons)});
@@ -458,6 +468,7 @@ void compare_e2e(const CaseReader& c, const std::string& source, AccuracyReport&
   row.level = AccuracyLevel::e2e;
   row.id = c.id();
   row.source = source;
+  row.framework = framework;
   row.series = source;
   row.device = gpu;
   row.mapped_to = m.cluster;
@@ -491,156 +502,52 @@ class Devices {
   std::map<std::string, hw::DeviceSpec> devices_;
 };
 
-const DeviceOf* device_of(const std::string& gpu) {
-  const auto* d = std::find_if(std::begin(kDevices), std::end(kDevices),
-                               [&](const DeviceOf& k) { return k.gpu == gpu; });
-  return d == std::end(kDevices) ? nullptr : d;
-}
-
-std::optional<DType> kernel_dtype(const std::string& text) {
-  const std::string t = lower(text);
-  if (t.find("fp8") != std::string::npos) return DType::fp8;
-  if (t == "bf16") return DType::bf16;
-  if (t == "fp16") return DType::fp16;
-  return std::nullopt;
-}
-
-// "MxNxK" as printed (the source's notes: treat the order as printed).
-strategies::Gemm printed_shape(const CaseReader& c, const std::string& key) {
-  const std::string text = *c.string(key);
-  std::vector<std::int64_t> dims;
-  std::stringstream in(text);
-  std::string part;
-  while (std::getline(in, part, 'x')) {
-    try {
-      std::size_t used = 0;
-      const long long v = std::stoll(part, &used);
-      if (used != part.size() || v <= 0)
-        c.fail(key, "expected a shape MxNxK such as 1024x2048x4096");
-      dims.push_back(v);
-    } catch (const std::logic_error&) {
-      c.fail(key, "expected a shape MxNxK such as 1024x2048x4096");
+// Kernel level: the cases of study/calibration_set.hpp (one reader of the kernel cases for the
+// fit and for this table), each costed on the first device of kKernelDevices whose
+// published_names list the case's GPU.
+void compare_kernels(const fs::path& calibration, Devices& devices,
+                     AccuracyReport& out) {
+  std::vector<std::string> skipped;
+  const auto cases = kernel_cases(load_calibration(calibration.string()), calibration.string(),
+                                  &skipped);
+  for (const auto& s : skipped) {
+    const auto colon = s.find(": ");
+    const std::string id = s.substr(0, colon);
+    const bool attention = id.find('@') != std::string::npos || s.find("kernel ") != std::string::npos;
+    out.unexpressed.push_back({attention ? AccuracyLevel::attention : AccuracyLevel::gemm, id, "",
+                               colon == std::string::npos ? s : s.substr(colon + 2)});
+  }
+  for (const auto& c : cases) {
+    const hw::DeviceSpec* device = nullptr;
+    std::string_view device_file;
+    for (std::string_view name : kKernelDevices) {
+      const hw::DeviceSpec& d = devices.get(name);
+      if (std::find(d.published_names.begin(), d.published_names.end(), c.gpu) !=
+          d.published_names.end()) {
+        device = &d;
+        device_file = name;
+        break;
+      }
     }
-  }
-  if (dims.size() != 3) c.fail(key, "expected a shape MxNxK such as 1024x2048x4096");
-  return strategies::Gemm{dims[0], dims[1], dims[2], 1, DType::bf16};
-}
-
-void compare_gemm(const CaseReader& c, const std::string& source, Devices& devices,
-                  AccuracyReport& out) {
-  const std::string gpu = c.required_string("hardware.gpu");
-  std::vector<std::string> why;
-  const DeviceOf* device = device_of(gpu);
-  if (device == nullptr) why.push_back("device " + gpu + " not modelled");
-  const std::string dtype_text = c.required_string("config.dtype");
-  const auto dtype = kernel_dtype(dtype_text);
-  if (!dtype) why.push_back("dtype " + dtype_text + " not modelled");
-  strategies::Gemm gemm;
-  if (c.present("config.best_shape_printed")) {
-    gemm = printed_shape(c, "config.best_shape_printed");
-  } else if (c.present("config.groups")) {  // grouped: groups GEMMs of m_per_group rows
-    gemm = {c.required_count("config.m_per_group"), c.required_count("config.n"),
-            c.required_count("config.k"), c.required_count("config.groups"), DType::bf16};
-  } else {
-    gemm = {c.required_count("config.m"), c.required_count("config.n"),
-            c.required_count("config.k"), 1, DType::bf16};
-  }
-  auto published = c.number("measured.mamf_tflops");
-  if (!published) published = c.number("measured.tflops");
-  if (!published) why.push_back("no TFLOP/s published");
-  if (!why.empty()) {
-    out.unexpressed.push_back({AccuracyLevel::gemm, c.id(), source, join(why)});
-    return;
-  }
-  gemm.dtype = *dtype;
-  const sim::DeviceCostModel model(devices.get(device->device));
-  const strategies::Kernel kernel{gemm, "gemm"};
-  const double flops = strategies::matmul_flops(kernel).count();
-  AccuracyRow row;
-  row.level = AccuracyLevel::gemm;
-  row.id = c.id();
-  row.source = source;
-  row.series = source;
-  row.device = gpu;
-  row.mapped_to = std::string(device->device);
-  row.quantity = "TFLOP/s";
-  row.published = *published;
-  row.predicted = flops / model.kernel_time(kernel).seconds() / 1e12;
-  row.error = (row.predicted - row.published) / row.published;
-  row.note = std::string(device->note);
-  out.rows.push_back(std::move(row));
-}
-
-void compare_attention(const CaseReader& c, const std::string& source, Devices& devices,
-                       AccuracyReport& out) {
-  const std::string gpu = c.required_string("hardware.gpu");
-  const std::string kernel_name = c.required_string("config.kernel");
-  std::vector<std::string> why;
-  if (std::find(std::begin(kFlashKernels), std::end(kFlashKernels), kernel_name) ==
-      std::end(kFlashKernels)) {
-    const std::string k = lower(kernel_name);
-    if (k == "pytorch" || k == "standard attention") {
-      why.push_back(kernel_name + ": unfused attention (the simulator costs fused attention)");
-    } else if (kernel_name == "FlashAttention") {
-      why.push_back("FlashAttention v1 (the simulator costs the current FlashAttention kernels)");
-    } else {
-      why.push_back(kernel_name + ": not modelled apart from FlashAttention");
-    }
-  }
-  const DeviceOf* device = device_of(gpu);
-  if (device == nullptr) why.push_back("device " + gpu + " not modelled");
-  const std::string dtype_text = c.required_string("config.dtype");
-  const auto dtype = kernel_dtype(dtype_text);
-  if (!dtype) why.push_back("dtype " + dtype_text + " not modelled");
-  const std::string pass = c.required_string("config.pass_");
-  if (pass != "fwd" && pass != "bwd" && pass != "fwd+bwd") {
-    c.fail("config.pass_", "expected \"fwd\", \"bwd\" or \"fwd+bwd\"");
-  }
-  const auto causal = c.boolean("config.causal");
-  if (!causal) c.fail("config.causal", "expected true or false");
-  const std::int64_t head_dim = c.required_count("config.headdim");
-  if (!why.empty()) {
-    out.unexpressed.push_back({AccuracyLevel::attention, c.id(), source, join(why)});
-    return;
-  }
-  const json* sweep = c.find("measured.sweep");
-  if (sweep == nullptr || !sweep->is_array()) c.fail("measured.sweep", "expected a list of points");
-  const sim::DeviceCostModel model(devices.get(device->device));
-  const std::string series = kernel_name + " on " + devices.get(device->device).name + ", " + pass +
-                             ", " + (*causal ? "causal" : "non-causal") + ", head dim " +
-                             std::to_string(head_dim);
-  for (std::size_t i = 0; i < sweep->size(); ++i) {
-    const std::string point = "measured.sweep." + std::to_string(i);
-    const std::int64_t seqlen = c.required_count(point + ".seqlen");
-    const std::int64_t batch = c.required_count(point + ".batch");
-    const std::int64_t heads = c.required_count(point + ".nheads");
-    const std::string id = c.id() + "/s" + std::to_string(seqlen);
-    const auto published = c.number(point + ".tflops");
-    if (!published) {
-      out.unexpressed.push_back({AccuracyLevel::attention, id, source,
-                                 "published value not legible (null in the calibration set)"});
+    const AccuracyLevel level = c.attention ? AccuracyLevel::attention : AccuracyLevel::gemm;
+    if (device == nullptr) {
+      out.unexpressed.push_back({level, c.id, c.source, "device " + c.gpu + " not modelled"});
       continue;
     }
-    strategies::Attention a{batch, heads, heads, seqlen, seqlen, head_dim, *causal, *dtype, false};
-    Time time;
-    if (pass != "bwd") time += model.kernel_time({a, "attention.fwd"});
-    if (pass != "fwd") {
-      a.backward = true;
-      time += model.kernel_time({a, "attention.bwd"});
-    }
     AccuracyRow row;
-    row.level = AccuracyLevel::attention;
-    row.id = id;
-    row.source = source;
-    row.series = series;
-    row.device = gpu;
-    row.mapped_to = std::string(device->device);
+    row.level = level;
+    row.id = c.id;
+    row.source = c.source;
+    row.series = c.attention ? c.series + " on " + device->name : c.source;
+    row.device = c.gpu;
+    row.mapped_to = std::string(device_file);
     row.quantity = "TFLOP/s";
-    row.published = *published;
-    row.predicted = attention_benchmark_flops(batch, seqlen, heads, head_dim, *causal, pass) /
-                    time.seconds() / 1e12;
+    row.published = c.published_tflops;
+    row.predicted = c.flops / predicted_seconds(*device, c) / 1e12;
     row.error = (row.predicted - row.published) / row.published;
-    row.note = std::string(device->note);
+    if (c.gpu == "H800 SXM5") {
+      row.note = "H800 costed as H100 SXM5: same SMs, clocks and peak FLOP/s (only NVLink is reduced)";
+    }
     out.rows.push_back(std::move(row));
   }
 }
@@ -659,22 +566,8 @@ std::string_view name_of(AccuracyLevel level) {
   return "?";
 }
 
-fs::path default_calibration() {
-  return (config_dir() / ".." / "tests" / "reference" / "calibration.json").lexically_normal();
-}
-
-double attention_benchmark_flops(std::int64_t batch, std::int64_t seqlen, std::int64_t heads,
-                                 std::int64_t head_dim, bool causal, std::string_view pass) {
-  double forward = 4.0 * static_cast<double>(batch) * static_cast<double>(seqlen) *
-                   static_cast<double>(seqlen) * static_cast<double>(heads) *
-                   static_cast<double>(head_dim);
-  if (causal) forward /= 2;
-  if (pass == "bwd") return 2.5 * forward;
-  if (pass == "fwd+bwd") return 3.5 * forward;
-  return forward;
-}
-
-AccuracyReport accuracy(const fs::path& calibration, const AccuracyOptions& options) {
+AccuracyReport accuracy(const fs::path& calibration, const AccuracyOptions& options,
+                        const std::map<std::string, json>& training_by_framework) {
   const config::Document doc = config::Document::load(calibration);
   const json* cases = doc.find("cases");
   if (cases == nullptr || !cases->is_array()) doc.fail("cases", "expected a list of cases");
@@ -688,15 +581,14 @@ AccuracyReport accuracy(const fs::path& calibration, const AccuracyOptions& opti
     const std::string category = c.required_string("category");
     const std::string source = c.required_string("source.ref");
     if (category == "e2e_training") {
-      if (options.e2e) compare_e2e(c, source, out);
-    } else if (category == "gemm") {
-      if (options.kernels) compare_gemm(c, source, devices, out);
-    } else if (category == "attention_kernel") {
-      if (options.kernels) compare_attention(c, source, devices, out);
+      if (options.e2e) compare_e2e(c, source, training_by_framework, out);
+    } else if (category == "gemm" || category == "attention_kernel") {
+      continue;  // compare_kernels, below
     } else {
       ++others[category];
     }
   }
+  if (options.kernels) compare_kernels(calibration, devices, out);
   out.other_categories.assign(others.begin(), others.end());
   return out;
 }

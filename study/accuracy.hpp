@@ -9,16 +9,17 @@
 //   (measured or derived by the collector), else the step time in seconds. Cases it cannot
 //   express (a device not modelled, fp8, MoE, context parallelism, LoRA, a precision not
 //   printed, ...) are listed with every reason that applies, decided by explicit rules.
-// - Kernel level (with AccuracyOptions::kernels): each "gemm" case as one strategies::Gemm of
-//   its shape and dtype, and each point of the FlashAttention-2/-3 series of "attention_kernel"
-//   as a strategies::Attention (forward, backward, or both: the two times added), costed by
-//   sim::DeviceCostModel on the catalog device the case's GPU maps to. Published TFLOP/s count
-//   FLOPs as the source does (GEMM: 2 m n k per group; attention: attention_benchmark_flops).
+// - Kernel level (with AccuracyOptions::kernels): the kernel cases of study/calibration_set.hpp
+//   (GEMMs at their shapes and dtypes, every point of the fused-attention series:
+//   FlashAttention 1, 2, 3 and cuDNN), costed by study::predicted_seconds (work time, launch
+//   excluded) on the first shipped GPU whose published_names list the case's GPU. Published
+//   TFLOP/s count FLOPs as the source does (KernelCase::flops).
 //
 // Error: signed, (predicted - published) / published; summaries use |error|.
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,7 @@ struct AccuracyRow {
   AccuracyLevel level = AccuracyLevel::e2e;
   std::string id;      // the case id; an attention point: "<case id>/s<seqlen>"
   std::string source;  // the case's source.ref
+  std::string framework;  // end to end: the training framework the source used ("fsdp", ...)
   /// What rows are grouped and plotted by: the source (end to end, GEMM) or the attention
   /// series ("FlashAttention-2 on A100-SXM4-80GB, fwd+bwd, causal, head dim 64").
   std::string series;
@@ -88,26 +90,20 @@ struct ErrorSummary {
   int within_10 = 0;  // rows with |error| <= 10%
 };
 
-/// The shipped calibration set: tests/reference/calibration.json next to config_dir() (the
-/// source tree's, or STRATASIM_CONFIG_DIR's parent).
-std::filesystem::path default_calibration();
 
 /// Reads `calibration` and compares what `options` asks for. Throws config::ConfigError naming
 /// the file and the JSON path of anything malformed (a missing or mistyped field the mapping
 /// needs, a shape that does not parse).
+/// `training_by_framework`: training settings set on the end-to-end experiments of a framework
+/// ("fsdp", "generic", "megatron": AccuracyRow::framework) before they are loaded, e.g.
+/// {"fsdp": {"compute_efficiency": 0.9}}; what the framework fit (study/fit.hpp) varies.
 AccuracyReport accuracy(const std::filesystem::path& calibration,
-                        const AccuracyOptions& options = {});
+                        const AccuracyOptions& options = {},
+                        const std::map<std::string, nlohmann::json>& training_by_framework = {});
 
 /// The rows of `level`: "all" first, then one summary per group (the source for end to end and
 /// GEMM, the series for attention), in order of first appearance.
 std::vector<ErrorSummary> summaries(const AccuracyReport& report, AccuracyLevel level);
-
-/// FLOPs of one attention benchmark point as FlashAttention's benchmarks count them
-/// (benchmarks/benchmark_flash_attention.py; the calibration source's notes): forward
-/// 4 * batch * seqlen^2 * heads * head_dim, halved when causal; backward 2.5 times the forward,
-/// forward + backward 3.5 times. `pass` is "fwd", "bwd" or "fwd+bwd".
-double attention_benchmark_flops(std::int64_t batch, std::int64_t seqlen, std::int64_t heads,
-                                 std::int64_t head_dim, bool causal, std::string_view pass);
 
 /// The report as JSON: {"calibration", "cases", "bounds", "rows", "unexpressed",
 /// "other_categories", "summary": {"e2e": [...], "gemm": [...], "attention": [...]}}; field

@@ -101,7 +101,7 @@ void gemm_case(const nlohmann::json& c, const std::string& id, const std::string
   const char* rate_key = measured.contains("mamf_tflops") ? "mamf_tflops" : "tflops";
   const auto& rate = member(measured, rate_key, file, path + ".measured");
   if (rate.is_null()) {
-    if (skipped) skipped->push_back(id + ": no measurement printed");
+    if (skipped) skipped->push_back(id + ": published value not legible (null in the calibration set)");
     return;
   }
   const double tflops = number(measured, rate_key, file, path + ".measured");
@@ -143,7 +143,7 @@ void attention_case(const nlohmann::json& c, const std::string& id, const std::s
     const std::int64_t h = dimension(p, "nheads", file, at);
     const std::string point = id + "@" + std::to_string(s);
     if (member(p, "tflops", file, at).is_null()) {
-      if (skipped) skipped->push_back(point + ": no measurement printed");
+      if (skipped) skipped->push_back(point + ": published value not legible (null in the calibration set)");
       continue;
     }
     const double tflops = number(p, "tflops", file, at);

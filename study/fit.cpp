@@ -6,8 +6,10 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include "sim/cost.hpp"
+#include "study/accuracy.hpp"
 
 namespace stratasim::study {
 
@@ -365,6 +367,70 @@ FitResult fit_kernel_models(const std::vector<hw::DeviceSpec>& devices,
     result.models[d].validate();
   }
   return result;
+}
+
+std::vector<FrameworkFit> fit_frameworks(const std::filesystem::path& calibration) {
+  std::map<std::string, std::vector<std::string>> rows_of;
+  for (const auto& r : accuracy(calibration).rows) rows_of[r.framework].push_back(r.id);
+  std::vector<FrameworkFit> out;
+  for (const auto& [framework, ids] : rows_of) {
+    if (static_cast<int>(ids.size()) < kMinFrameworkRows) continue;
+    auto values = [](const std::vector<double>& x) {
+      return std::pair{1 / (1 + std::exp(-x[0])), 1 + std::exp(x[1])};
+    };
+    auto run = [&](const std::vector<double>& x) {
+      const auto [compute, traffic] = values(x);
+      std::map<std::string, nlohmann::json> training;
+      training[framework] = {{"compute_efficiency", compute}, {"elementwise_traffic", traffic}};
+      std::vector<double> errors;
+      for (const auto& r : accuracy(calibration, {}, training).rows) {
+        if (r.framework == framework) errors.push_back(r.predicted / r.published);
+      }
+      return errors;
+    };
+    auto objective = [&](const std::vector<double>& x) {
+      double sum = 0;
+      for (double ratio : run(x)) sum += std::log(ratio) * std::log(ratio);
+      return sum;
+    };
+    // Start from no correction: compute 0.9 (logit 2.2), traffic 2 (ln 1 = 0).
+    Minimum m = nelder_mead(objective, {2.2, 0.0}, 0.5, 400, 1e-8);
+    for (int restart = 0; restart < 3 && !m.converged; ++restart) {
+      m = nelder_mead(objective, m.x, 0.2, 400, 1e-8);
+    }
+    if (!m.converged) {
+      throw BadInput("the fit of framework " + framework + " did not converge (" +
+                     std::to_string(ids.size()) + " runs)");
+    }
+    FrameworkFit f;
+    f.framework = framework;
+    std::tie(f.compute_efficiency, f.elementwise_traffic) = values(m.x);
+    f.cases = ids;
+    for (double ratio : run(m.x)) {
+      f.mean_abs_error += std::abs(ratio - 1) / static_cast<double>(ids.size());
+      f.max_abs_error = std::max(f.max_abs_error, std::abs(ratio - 1));
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+nlohmann::json to_json(const std::vector<FrameworkFit>& fits) {
+  nlohmann::json frameworks = nlohmann::json::object();
+  auto round4 = [](double v) { return std::round(v * 1e4) / 1e4; };
+  for (const auto& f : fits) {
+    frameworks[f.framework] = {{"compute_efficiency", round4(f.compute_efficiency)},
+                               {"elementwise_traffic", round4(f.elementwise_traffic)},
+                               {"runs", f.cases.size()},
+                               {"mean_abs_error", round4(f.mean_abs_error)},
+                               {"max_abs_error", round4(f.max_abs_error)},
+                               {"cases", f.cases}};
+  }
+  return {{"source",
+           "stratasim fit --frameworks (scripts/fit-profiles): the end-to-end runs of "
+           "tests/reference/calibration.json, with the kernel models of "
+           "configs/hardware/profiles"},
+          {"frameworks", frameworks}};
 }
 
 }  // namespace stratasim::study

@@ -17,6 +17,7 @@
 // parameters (logit of fractions, ln of positive numbers), restarted until it stops improving.
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,31 @@ struct FitResult {
 /// converge (the message says which block and its last error).
 FitResult fit_kernel_models(const std::vector<hw::DeviceSpec>& devices,
                             const std::vector<KernelCase>& cases, const std::string& source);
+
+/// A training framework's kernel efficiency (strategies::TrainingSpec::compute_efficiency and
+/// elementwise_traffic), fitted to the end-to-end runs of the calibration set that used it
+/// (study::accuracy's rows of that framework): the share of the devices' calibrated GEMM and
+/// attention rates its kernels reach inside a training step, and the multiple of the modelled
+/// memory-bound bytes its (unfused) operations move. Both are shared by every device and run
+/// of the framework; the kernel models stay as fitted. Objective: the sum over the rows of
+/// ln(predicted / published)^2, by Nelder-Mead over logit(compute_efficiency) and
+/// ln(elementwise_traffic - 1).
+struct FrameworkFit {
+  std::string framework;
+  double compute_efficiency = 1;
+  double elementwise_traffic = 1;
+  std::vector<std::string> cases;  // the rows it was fitted to
+  double mean_abs_error = 0;       // over them, after the fit
+  double max_abs_error = 0;
+};
+
+/// Fits every framework with at least kMinFrameworkRows expressible end-to-end rows in
+/// `calibration`. Throws BadInput when a fit does not converge.
+std::vector<FrameworkFit> fit_frameworks(const std::filesystem::path& calibration);
+inline constexpr int kMinFrameworkRows = 5;
+
+/// The fits as JSON (configs/frameworks.json): {"source", "frameworks": {name: {...}}}.
+nlohmann::json to_json(const std::vector<FrameworkFit>& fits);
 
 /// The predicted duration of a case on `device` (its kernel model, profile and efficiency as
 /// they are): the work time of its kernels, launch overhead excluded.
