@@ -20,10 +20,8 @@ void add_fit_options(CLI::App* cmd, FitArgs& args) {
                   "Calibration file (default: tests/reference/calibration.json)");
   cmd->add_option("--device", args.devices,
                   "Device to fit (file or name from configs/hardware/devices); repeat for several, "
-                  "fitted together (kernel-class parameters are shared)")
-      ;
-  cmd->add_option("--out-dir", args.out_dir,
-                  "Folder to write <device>.kernel-model.json into");
+                  "fitted together (kernel-class parameters are shared)");
+  cmd->add_option("--out-dir", args.out_dir, "Folder to write <device>.kernel-model.json into");
   cmd->add_option("--frameworks", args.frameworks,
                   "After the kernel models, fit each training framework's compute efficiency and "
                   "elementwise traffic to the calibration file's end-to-end runs (with the "
@@ -40,10 +38,11 @@ int fit_frameworks(const std::string& file, const FitArgs& args) {
   files::write_atomically(args.frameworks, study::to_json(fits).dump(2) + "\n");
   if (!args.quiet) {
     for (const auto& f : fits) {
-      std::printf("framework %-8s compute_efficiency %.3f  elementwise_traffic %.2f  (%zu runs: "
-                  "mean |error| %.1f%%, max %.1f%%)\n",
-                  f.framework.c_str(), f.compute_efficiency, f.elementwise_traffic, f.cases.size(),
-                  100 * f.mean_abs_error, 100 * f.max_abs_error);
+      std::printf(
+          "framework %-8s compute_efficiency %.3f  elementwise_traffic %.2f  (%zu runs: "
+          "mean |error| %.1f%%, max %.1f%%)\n",
+          f.framework.c_str(), f.compute_efficiency, f.elementwise_traffic, f.cases.size(),
+          100 * f.mean_abs_error, 100 * f.max_abs_error);
     }
     std::cout << "wrote " << args.frameworks << "\n";
   }
@@ -76,8 +75,9 @@ int fit_command(const FitArgs& args) {
   const auto doc = study::load_calibration(file);
   const auto cases = study::kernel_cases(doc, file);
   const auto result = study::fit_kernel_models(
-      devices, cases, "stratasim fit --calibration tests/reference/calibration.json (" +
-                          std::to_string(cases.size()) + " kernel cases); scripts/fit-profiles");
+      devices, cases,
+      "stratasim fit --calibration tests/reference/calibration.json (" +
+          std::to_string(cases.size()) + " kernel cases); scripts/fit-profiles");
   if (!args.residuals.empty()) {
     files::write_atomically(args.residuals, [&](std::ostream& csv) {
       csv << "device,case,series,measured_s,fitted_s,error_pct\n";

@@ -30,8 +30,8 @@ std::vector<std::string> read_cases(const config::Document& doc, config::ObjectR
 
 void check_fraction(double v, const std::string& path) {
   if (!(v > 0 && v <= 1)) {
-    throw config::ValidationError(path, "expected a fraction of peak in (0, 1], got " +
-                                            std::to_string(v));
+    throw config::ValidationError(
+        path, "expected a fraction of peak in (0, 1], got " + std::to_string(v));
   }
 }
 
@@ -102,8 +102,8 @@ void KernelModel::validate() const {
     check_fraction(g->peak_fraction, at + ".peak_fraction");
     check_non_negative(g->k_overhead, at + ".k_overhead");
     if (!(g->wave_loss >= 0 && g->wave_loss <= 1)) {
-      throw config::ValidationError(at + ".wave_loss", "expected a share in [0, 1], got " +
-                                                           std::to_string(g->wave_loss));
+      throw config::ValidationError(
+          at + ".wave_loss", "expected a share in [0, 1], got " + std::to_string(g->wave_loss));
     }
     check_non_negative(g->latency, at + ".latency");
   }
@@ -124,8 +124,8 @@ KernelModel read_kernel_model(const config::Document& doc, const std::string& pa
   config::ObjectReader r(doc, path, "a kernel model");
   const std::string schema = r.string("schema");
   if (schema != KernelModel::kSchema) {
-    r.fail("schema", "expected \"" + std::string(KernelModel::kSchema) + "\", got \"" + schema +
-                         "\"");
+    r.fail("schema",
+           "expected \"" + std::string(KernelModel::kSchema) + "\", got \"" + schema + "\"");
   }
   const std::int64_t version = r.integer("schema_version");
   if (version < 1 || version > KernelModel::kSchemaVersion) {

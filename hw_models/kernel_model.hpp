@@ -6,8 +6,8 @@
 //
 // GEMM, per dtype (fp16 and bf16 share one tensor-core datapath: a dtype without parameters uses
 // the other's):
-//   efficiency(m, n, k) = peak_fraction x tile quantisation x wave factor x k_s / (k_s + k_overhead)
-//   time = max(FLOPs / (peak x efficiency), bytes / achievable bandwidth) + latency
+//   efficiency(m, n, k) = peak_fraction x tile quantisation x wave factor x k_s / (k_s +
+//   k_overhead) time = max(FLOPs / (peak x efficiency), bytes / achievable bandwidth) + latency
 // - peak_fraction: the share of the datasheet peak the main loop of a large, well-shaped GEMM
 //   sustains (clocks under load, issue and memory stalls);
 // - k_overhead: the prologue and epilogue of an output tile (filling the pipeline, writing C)
@@ -64,16 +64,16 @@ std::string_view name_of(AttentionImpl impl);
 std::optional<AttentionImpl> attention_impl_from_name(std::string_view name);
 
 struct GemmModel {
-  double peak_fraction = 0.8;  // (0, 1]
-  double k_overhead = 0;       // elements of k, >= 0
-  double wave_loss = 1;        // share of the last wave's idle units that is lost, [0, 1]
-  double latency = 0;          // seconds a GEMM kernel takes beyond its work, >= 0
+  double peak_fraction = 0.8;      // (0, 1]
+  double k_overhead = 0;           // elements of k, >= 0
+  double wave_loss = 1;            // share of the last wave's idle units that is lost, [0, 1]
+  double latency = 0;              // seconds a GEMM kernel takes beyond its work, >= 0
   std::vector<std::string> cases;  // calibration cases it was fitted to (traceability)
 };
 
 struct AttentionModel {
-  double forward = 0.5;   // share of peak, long sequences, head dim 128; (0, 1]
-  double backward = 0.5;  // (0, 1]
+  double forward = 0.5;        // share of peak, long sequences, head dim 128; (0, 1]
+  double backward = 0.5;       // (0, 1]
   double seq_half = 0;         // tokens, >= 0
   double causal_seq_half = 0;  // tokens, >= 0
   double head_dim_64 = 1;      // factor at head dim 64 (relative to 128), > 0

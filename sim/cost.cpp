@@ -196,9 +196,9 @@ double DeviceCostModel::gemm_efficiency(const Gemm& gemm) const {
 }
 
 double DeviceCostModel::attention_efficiency(const Attention& a) const {
-  const hw::AttentionModel* model =
-      device_.kernel_model && !device_.is_fpga() ? device_.kernel_model->attention_for(a.impl)
-                                                 : nullptr;
+  const hw::AttentionModel* model = device_.kernel_model && !device_.is_fpga()
+                                        ? device_.kernel_model->attention_for(a.impl)
+                                        : nullptr;
   if (model == nullptr) return device_.efficiency.attention;
   // Keys each query attends to: all of them, or (causal) on average seq_kv - seq_q / 2.
   double keys = static_cast<double>(a.seq_kv);
@@ -242,8 +242,9 @@ Time DeviceCostModel::gemm_work(const Gemm& w, const strategies::Kernel& kernel)
   }
   Time t = std::max(t_flop, transfer_time(Bytes(bytes), bandwidth));
   // The calibrated model's per-kernel latency, where it (not a measured profile) sets the cost.
-  const hw::GemmModel* model =
-      device_.kernel_model && !device_.is_fpga() ? device_.kernel_model->gemm_for(w.dtype) : nullptr;
+  const hw::GemmModel* model = device_.kernel_model && !device_.is_fpga()
+                                   ? device_.kernel_model->gemm_for(w.dtype)
+                                   : nullptr;
   const bool measured = device_.profile && device_.profile->has_gemm(w.dtype);
   if (model != nullptr && !measured) t += Time::from_seconds(model->latency);
   return t;
@@ -293,12 +294,13 @@ DeviceCostModel::Cost DeviceCostModel::kernel_cost(const strategies::Kernel& ker
           }
           const double traffic = device_.efficiency.framework_memory_traffic;
           const Bytes bytes = w.bytes_read + w.bytes_written;
-          return {launch,
-                  transfer_time(traffic == 1.0 ? bytes
-                                               : Bytes(static_cast<std::int64_t>(std::llround(
-                                                     static_cast<double>(bytes.count()) * traffic))),
-                                bandwidth),
-                  {}};
+          return {
+              launch,
+              transfer_time(traffic == 1.0 ? bytes
+                                           : Bytes(static_cast<std::int64_t>(std::llround(
+                                                 static_cast<double>(bytes.count()) * traffic))),
+                            bandwidth),
+              {}};
         } else if constexpr (std::is_same_v<W, OptimizerStep>) {
           if (w.on_host) return {{}, {}, host_optimizer_time(w)};
           const std::int64_t size = size_of(w.dtype);

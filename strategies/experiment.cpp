@@ -243,12 +243,12 @@ TrainingSpec read_training(config::ObjectReader r, std::int64_t& accumulation) {
   }
   t.elementwise_traffic = r.number_or("elementwise_traffic", 1.0);
   if (!(t.elementwise_traffic >= 1 && t.elementwise_traffic <= 100)) {
-    r.fail("elementwise_traffic", "expected a multiple of the memory-bound kernels' bytes in [1, 100]");
+    r.fail("elementwise_traffic",
+           "expected a multiple of the memory-bound kernels' bytes in [1, 100]");
   }
-  t.attention_kernel = *hw::attention_impl_from_name(
-      r.choice_or("attention_kernel",
-                  {"flash-attention-2", "flash-attention", "flash-attention-3", "cudnn"},
-                  "flash-attention-2"));
+  t.attention_kernel = *hw::attention_impl_from_name(r.choice_or(
+      "attention_kernel", {"flash-attention-2", "flash-attention", "flash-attention-3", "cudnn"},
+      "flash-attention-2"));
   r.finish();
   return t;
 }

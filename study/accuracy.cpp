@@ -70,7 +70,7 @@ constexpr int kGpusPerNode = 8;  // every cluster above is one 8-GPU node
 // (a case goes to the first whose published_names list its GPU: H100 measurements to the H100,
 // though the H200 lists them too).
 constexpr std::string_view kKernelDevices[] = {"a100-sxm4-80gb", "h100-sxm5-80gb",
-                                                "h200-sxm-141gb"};
+                                               "h200-sxm-141gb"};
 
 // Model names of the calibration set -> catalog models (configs/models), for cases that name a
 // model without giving its shape. Keys are lower case without spaces, '-', '_' or '.'.
@@ -433,8 +433,8 @@ E2eMapping map_e2e(const CaseReader& c, const std::string& source) {
   return m;
 }
 
-void compare_e2e(const CaseReader& c, const std::string& source, const std::map<std::string, json>& training_by_framework,
-                 AccuracyReport& out) {
+void compare_e2e(const CaseReader& c, const std::string& source,
+                 const std::map<std::string, json>& training_by_framework, AccuracyReport& out) {
   E2eMapping m = map_e2e(c, source);
   const std::string framework = framework_of(source);
   if (m.reasons.empty()) {
@@ -505,15 +505,15 @@ class Devices {
 // Kernel level: the cases of study/calibration_set.hpp (one reader of the kernel cases for the
 // fit and for this table), each costed on the first device of kKernelDevices whose
 // published_names list the case's GPU.
-void compare_kernels(const fs::path& calibration, Devices& devices,
-                     AccuracyReport& out) {
+void compare_kernels(const fs::path& calibration, Devices& devices, AccuracyReport& out) {
   std::vector<std::string> skipped;
-  const auto cases = kernel_cases(load_calibration(calibration.string()), calibration.string(),
-                                  &skipped);
+  const auto cases =
+      kernel_cases(load_calibration(calibration.string()), calibration.string(), &skipped);
   for (const auto& s : skipped) {
     const auto colon = s.find(": ");
     const std::string id = s.substr(0, colon);
-    const bool attention = id.find('@') != std::string::npos || s.find("kernel ") != std::string::npos;
+    const bool attention =
+        id.find('@') != std::string::npos || s.find("kernel ") != std::string::npos;
     out.unexpressed.push_back({attention ? AccuracyLevel::attention : AccuracyLevel::gemm, id, "",
                                colon == std::string::npos ? s : s.substr(colon + 2)});
   }
@@ -546,7 +546,8 @@ void compare_kernels(const fs::path& calibration, Devices& devices,
     row.predicted = c.flops / predicted_seconds(*device, c) / 1e12;
     row.error = (row.predicted - row.published) / row.published;
     if (c.gpu == "H800 SXM5") {
-      row.note = "H800 costed as H100 SXM5: same SMs, clocks and peak FLOP/s (only NVLink is reduced)";
+      row.note =
+          "H800 costed as H100 SXM5: same SMs, clocks and peak FLOP/s (only NVLink is reduced)";
     }
     out.rows.push_back(std::move(row));
   }

@@ -41,8 +41,8 @@ std::string_view name_of(AccuracyLevel level);  // "e2e", "gemm", "attention"
 /// One compared row: a case (end to end, GEMM) or one point of an attention series.
 struct AccuracyRow {
   AccuracyLevel level = AccuracyLevel::e2e;
-  std::string id;      // the case id; an attention point: "<case id>/s<seqlen>"
-  std::string source;  // the case's source.ref
+  std::string id;         // the case id; an attention point: "<case id>/s<seqlen>"
+  std::string source;     // the case's source.ref
   std::string framework;  // end to end: the training framework the source used ("fsdp", ...)
   /// What rows are grouped and plotted by: the source (end to end, GEMM) or the attention
   /// series ("FlashAttention-2 on A100-SXM4-80GB, fwd+bwd, causal, head dim 64").
@@ -89,7 +89,6 @@ struct ErrorSummary {
   int within_5 = 0;   // rows with |error| <= 5%
   int within_10 = 0;  // rows with |error| <= 10%
 };
-
 
 /// Reads `calibration` and compares what `options` asks for. Throws config::ConfigError naming
 /// the file and the JSON path of anything malformed (a missing or mistyped field the mapping

@@ -101,7 +101,8 @@ void gemm_case(const nlohmann::json& c, const std::string& id, const std::string
   const char* rate_key = measured.contains("mamf_tflops") ? "mamf_tflops" : "tflops";
   const auto& rate = member(measured, rate_key, file, path + ".measured");
   if (rate.is_null()) {
-    if (skipped) skipped->push_back(id + ": published value not legible (null in the calibration set)");
+    if (skipped)
+      skipped->push_back(id + ": published value not legible (null in the calibration set)");
     return;
   }
   const double tflops = number(measured, rate_key, file, path + ".measured");
@@ -143,7 +144,8 @@ void attention_case(const nlohmann::json& c, const std::string& id, const std::s
     const std::int64_t h = dimension(p, "nheads", file, at);
     const std::string point = id + "@" + std::to_string(s);
     if (member(p, "tflops", file, at).is_null()) {
-      if (skipped) skipped->push_back(point + ": published value not legible (null in the calibration set)");
+      if (skipped)
+        skipped->push_back(point + ": published value not legible (null in the calibration set)");
       continue;
     }
     const double tflops = number(p, "tflops", file, at);
@@ -161,9 +163,8 @@ void attention_case(const nlohmann::json& c, const std::string& id, const std::s
     k.measured_seconds = k.flops / (tflops * 1e12);
     for (bool backward : {false, true}) {
       if ((backward && pass == "fwd") || (!backward && pass == "bwd")) continue;
-      k.kernels.push_back(
-          Kernel{Attention{b, h, h, s, s, d, causal, DType::fp16, backward, *impl},
-                 backward ? "attention.bwd" : "attention"});
+      k.kernels.push_back(Kernel{Attention{b, h, h, s, s, d, causal, DType::fp16, backward, *impl},
+                                 backward ? "attention.bwd" : "attention"});
     }
     out.push_back(std::move(k));
   }

@@ -32,7 +32,8 @@ struct KernelCase {
   std::string id;      // the case's id (attention: "<case id>@<seqlen>")
   std::string source;  // its source's id ("ml-engineering-mamf", ...)
   std::string gpu;     // hardware.gpu as printed
-  std::string series;  // what it belongs to for plots: "gemm bf16", "flash-attention-2 fwd causal hd128"
+  std::string
+      series;  // what it belongs to for plots: "gemm bf16", "flash-attention-2 fwd causal hd128"
   bool attention = false;
   std::vector<strategies::Kernel> kernels;  // run back to back
   double measured_seconds = 0;              // their measured duration

@@ -139,7 +139,8 @@ void fit_block(const std::vector<hw::DeviceSpec>& devices, std::vector<hw::Kerne
   if (block.params.empty() || block.cases.empty()) return;
   auto objective = [&](const std::vector<double>& x) {
     std::vector<hw::KernelModel> trial = models;
-    for (std::size_t i = 0; i < x.size(); ++i) block.params[i].apply(trial, block.params[i].value(x[i]));
+    for (std::size_t i = 0; i < x.size(); ++i)
+      block.params[i].apply(trial, block.params[i].value(x[i]));
     return squared_log_error(devices, trial, block);
   };
   std::vector<double> x(block.params.size());
@@ -159,7 +160,8 @@ void fit_block(const std::vector<hw::DeviceSpec>& devices, std::vector<hw::Kerne
                    std::to_string(block.cases.size()) + " cases, last rms error of ln(time) " +
                    std::to_string(std::sqrt(m.f / static_cast<double>(block.cases.size()))) + ")");
   }
-  for (std::size_t i = 0; i < m.x.size(); ++i) block.params[i].apply(models, block.params[i].value(m.x[i]));
+  for (std::size_t i = 0; i < m.x.size(); ++i)
+    block.params[i].apply(models, block.params[i].value(m.x[i]));
 }
 
 bool forward_only(const KernelCase& c) {
@@ -168,13 +170,17 @@ bool forward_only(const KernelCase& c) {
   });
 }
 
-bool has_backward(const KernelCase& c) { return !forward_only(c); }
+bool has_backward(const KernelCase& c) {
+  return !forward_only(c);
+}
 
 hw::AttentionImpl impl_of(const KernelCase& c) {
   return std::get<strategies::Attention>(c.kernels.front().work).impl;
 }
 
-DType dtype_of(const KernelCase& c) { return std::get<strategies::Gemm>(c.kernels.front().work).dtype; }
+DType dtype_of(const KernelCase& c) {
+  return std::get<strategies::Gemm>(c.kernels.front().work).dtype;
+}
 
 }  // namespace
 
@@ -303,35 +309,34 @@ FitResult fit_kernel_models(const std::vector<hw::DeviceSpec>& devices,
     };
     // The ratio is applied after the forward fractions (params are applied in order).
     if (ratio_free) {
-      block.params.push_back({"backward/forward", false, 0.8,
-                              [each](std::vector<hw::KernelModel>& ms, double v) {
-                                each(ms, [v](hw::AttentionModel& a) {
-                                  a.backward = std::min(1.0, a.forward * v);
-                                });
-                              }});
+      block.params.push_back(
+          {"backward/forward", false, 0.8, [each](std::vector<hw::KernelModel>& ms, double v) {
+             each(ms, [v](hw::AttentionModel& a) { a.backward = std::min(1.0, a.forward * v); });
+           }});
     }
     if (any_plain) {
-      block.params.push_back({"seq_half", false, 300, [each](std::vector<hw::KernelModel>& ms, double v) {
-                                each(ms, [v](hw::AttentionModel& a) { a.seq_half = v; });
-                              }});
+      block.params.push_back(
+          {"seq_half", false, 300, [each](std::vector<hw::KernelModel>& ms, double v) {
+             each(ms, [v](hw::AttentionModel& a) { a.seq_half = v; });
+           }});
     }
     if (any_causal) {
-      block.params.push_back({"causal_seq_half", false, 600,
-                              [each](std::vector<hw::KernelModel>& ms, double v) {
-                                each(ms, [v](hw::AttentionModel& a) { a.causal_seq_half = v; });
-                              }});
+      block.params.push_back(
+          {"causal_seq_half", false, 600, [each](std::vector<hw::KernelModel>& ms, double v) {
+             each(ms, [v](hw::AttentionModel& a) { a.causal_seq_half = v; });
+           }});
     }
     if (any_64) {
-      block.params.push_back({"head_dim_64", false, 0.9,
-                              [each](std::vector<hw::KernelModel>& ms, double v) {
-                                each(ms, [v](hw::AttentionModel& a) { a.head_dim_64 = v; });
-                              }});
+      block.params.push_back(
+          {"head_dim_64", false, 0.9, [each](std::vector<hw::KernelModel>& ms, double v) {
+             each(ms, [v](hw::AttentionModel& a) { a.head_dim_64 = v; });
+           }});
     }
     if (any_256) {
-      block.params.push_back({"head_dim_256", false, 1.0,
-                              [each](std::vector<hw::KernelModel>& ms, double v) {
-                                each(ms, [v](hw::AttentionModel& a) { a.head_dim_256 = v; });
-                              }});
+      block.params.push_back(
+          {"head_dim_256", false, 1.0, [each](std::vector<hw::KernelModel>& ms, double v) {
+             each(ms, [v](hw::AttentionModel& a) { a.head_dim_256 = v; });
+           }});
     }
     fit_block(bare, result.models, block);
     if (impl == hw::AttentionImpl::flash_attention_2) {
@@ -350,7 +355,8 @@ FitResult fit_kernel_models(const std::vector<hw::DeviceSpec>& devices,
     spec.kernel_model = std::make_shared<const hw::KernelModel>(result.models[d]);
     std::map<std::string, std::vector<double>> errors;
     for (const auto& c : per_device[d]) {
-      FitResidual r{devices[d].name, c.id, c.series, c.measured_seconds, predicted_seconds(spec, c)};
+      FitResidual r{devices[d].name, c.id, c.series, c.measured_seconds,
+                    predicted_seconds(spec, c)};
       errors[c.attention ? "attention " + std::string(hw::name_of(impl_of(c)))
                          : "gemm " + std::string(name_of(dtype_of(c)))]
           .push_back(std::abs(r.error()));
@@ -359,9 +365,10 @@ FitResult fit_kernel_models(const std::vector<hw::DeviceSpec>& devices,
     nlohmann::json fit = nlohmann::json::object();
     for (const auto& [name, e] : errors) {
       const double mean = std::accumulate(e.begin(), e.end(), 0.0) / static_cast<double>(e.size());
-      fit[name] = {{"cases", e.size()},
-                   {"mean_abs_error", std::round(mean * 1e4) / 1e4},
-                   {"max_abs_error", std::round(*std::max_element(e.begin(), e.end()) * 1e4) / 1e4}};
+      fit[name] = {
+          {"cases", e.size()},
+          {"mean_abs_error", std::round(mean * 1e4) / 1e4},
+          {"max_abs_error", std::round(*std::max_element(e.begin(), e.end()) * 1e4) / 1e4}};
     }
     result.models[d].fit = fit;
     result.models[d].validate();

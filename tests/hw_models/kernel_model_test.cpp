@@ -1,0 +1,134 @@
+// Calibrated kernel models (hw_models/kernel_model.hpp): reading, the errors of bad files (a
+// negative or out-of-range parameter, another device's model), the round trip through to_json,
+// and the attention efficiency formula by hand.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "hw_models/cluster.hpp"
+#include "hw_models/device.hpp"
+#include "hw_models/helpers.hpp"
+#include "hw_models/kernel_model.hpp"
+#include "temp_dir.hpp"
+
+using namespace stratasim;
+
+namespace {
+
+using testing::error_of;
+
+nlohmann::json model_json() {
+  return nlohmann::json::parse(R"({
+    "schema": "stratasim-kernel-model", "schema_version": 1, "device": "test-gpu",
+    "source": "test",
+    "gemm": {"bf16": {"peak_fraction": 0.9, "k_overhead": 128, "wave_loss": 0.5,
+                      "latency": "2 us", "cases": ["a", "b"]}},
+    "attention": {"flash-attention-2": {"forward": 0.6, "backward": 0.4, "seq_half": 100,
+                                        "causal_seq_half": 400, "head_dim_64": 0.8,
+                                        "head_dim_256": 1.1}}
+  })");
+}
+
+hw::KernelModel read(const nlohmann::json& j) {
+  const auto doc = config::Document::from_json(j, "model.json");
+  return hw::read_kernel_model(doc, "");
+}
+
+}  // namespace
+
+TEST_CASE("kernel model: reads every parameter, latency as a time") {
+  const auto m = read(model_json());
+  CHECK(m.device == "test-gpu");
+  const auto* g = m.gemm_for(DType::bf16);
+  REQUIRE(g != nullptr);
+  CHECK(g->peak_fraction == 0.9);
+  CHECK(g->k_overhead == 128);
+  CHECK(g->wave_loss == 0.5);
+  CHECK(g->latency == doctest::Approx(2e-6));
+  CHECK(g->cases == std::vector<std::string>{"a", "b"});
+  // fp16 shares bf16's tensor-core datapath; fp8 has no parameters.
+  CHECK(m.gemm_for(DType::fp16) == g);
+  CHECK(m.gemm_for(DType::fp8) == nullptr);
+  CHECK(m.attention_for(hw::AttentionImpl::flash_attention_2) != nullptr);
+  CHECK(m.attention_for(hw::AttentionImpl::flash_attention_3) == nullptr);
+}
+
+TEST_CASE("kernel model: attention efficiency by hand") {
+  const auto m = read(model_json());
+  const auto& a = *m.attention_for(hw::AttentionImpl::flash_attention_2);
+  // Forward, head dim 128 (factor 1), non-causal, s = 900: 0.6 x 900 / (900 + 100) = 0.54.
+  CHECK(a.efficiency(false, false, 128, 900) == doctest::Approx(0.54));
+  // Backward, causal, head dim 64: 0.4 x 0.8 x 1200 / (1200 + 400) = 0.24.
+  CHECK(a.efficiency(true, true, 64, 1200) == doctest::Approx(0.24));
+  // Head dim 256: 1.1; halfway in ln d between 128 and 256 (d = 181.02): sqrt(1.1).
+  CHECK(a.efficiency(false, false, 256, 1e12) == doctest::Approx(0.66));
+  CHECK(a.efficiency(false, false, 128 * std::sqrt(2.0), 1e12) ==
+        doctest::Approx(0.6 * std::sqrt(1.1)));
+  // Clamped outside 64..256: head dim 32 uses the factor of 64.
+  CHECK(a.efficiency(false, false, 32, 1e12) == doctest::Approx(0.48));
+}
+
+TEST_CASE("kernel model: bad parameters name their JSON path") {
+  auto j = model_json();
+  j["gemm"]["bf16"]["peak_fraction"] = -0.2;
+  auto e = error_of([&] { read(j); });
+  CHECK(std::string(e.what()).find("gemm.bf16.peak_fraction") != std::string::npos);
+  CHECK(std::string(e.what()).find("(0, 1]") != std::string::npos);
+
+  j = model_json();
+  j["attention"]["flash-attention-2"]["seq_half"] = -5;
+  e = error_of([&] { read(j); });
+  CHECK(std::string(e.what()).find("attention.flash-attention-2.seq_half") != std::string::npos);
+
+  j = model_json();
+  j["gemm"]["bf16"]["wave_loss"] = 1.5;
+  e = error_of([&] { read(j); });
+  CHECK(std::string(e.what()).find("wave_loss") != std::string::npos);
+
+  j = model_json();
+  j["gemm"]["bf16"]["peak_fractoin"] = 0.5;  // unknown key: a suggestion
+  e = error_of([&] { read(j); });
+  CHECK(std::string(e.what()).find("peak_fraction") != std::string::npos);
+
+  j = model_json();
+  j.erase("device");
+  e = error_of([&] { read(j); });
+  CHECK(std::string(e.what()).find("device") != std::string::npos);
+
+  j = model_json();
+  j["schema_version"] = 2;
+  e = error_of([&] { read(j); });
+  CHECK(std::string(e.what()).find("schema_version") != std::string::npos);
+}
+
+TEST_CASE("kernel model: to_json reads back exactly") {
+  const auto m = read(model_json());
+  const auto back = read(hw::to_json(m));
+  CHECK(back.gemm_for(DType::bf16)->peak_fraction == 0.9);
+  CHECK(back.gemm_for(DType::bf16)->latency == doctest::Approx(2e-6));
+  CHECK(back.attention_for(hw::AttentionImpl::flash_attention_2)->head_dim_256 == 1.1);
+  CHECK(hw::to_json(back) == hw::to_json(m));
+}
+
+TEST_CASE("kernel model: a device names it; another device's model is an error") {
+  const testing::TempDir tmp("kernel-model");
+  { std::ofstream(tmp.path() / "m.json") << model_json().dump(); }
+  auto device = nlohmann::json::parse(R"({
+    "name": "test-gpu", "kind": "gpu", "peak_flops": {"bf16": "100 TFLOP/s"},
+    "memory": {"capacity": "16 GiB", "bandwidth": "1 TB/s"},
+    "kernel_model": "m.json", "published_names": ["Test GPU"]
+  })");
+  { std::ofstream(tmp.path() / "d.json") << device.dump(); }
+  const auto d = hw::load_device(tmp.path() / "d.json");
+  REQUIRE(d.kernel_model != nullptr);
+  CHECK(d.published_names == std::vector<std::string>{"Test GPU"});
+  device["name"] = "other-gpu";
+  { std::ofstream(tmp.path() / "d.json") << device.dump(); }
+  const auto e = error_of([&] { hw::load_device(tmp.path() / "d.json"); });
+  CHECK(std::string(e.what()).find("fitted for test-gpu") != std::string::npos);
+  device["kernel_model"] = "missing.json";
+  { std::ofstream(tmp.path() / "d.json") << device.dump(); }
+  const auto e2 = error_of([&] { hw::load_device(tmp.path() / "d.json"); });
+  CHECK(std::string(e2.what()).find("does not exist") != std::string::npos);
+}
