@@ -192,9 +192,9 @@ Result Evaluator::evaluate(const Combination& c) const {
       const auto spec = strategies::pipeline_spec(e, layers);
       std::int64_t parameters = 0;
       for (const auto& plan : spec.stages) parameters = std::max(parameters, plan.parameters);
-      const auto states = strategies::device_model_states(spec.zero, e.training.dtype, parameters,
-                                                          e.parallelism.dp);
-      const std::int64_t need = states.total().count() + e.memory.reserved.count();
+      const auto states = strategies::device_model_states(spec.zero, spec.state_format(),
+                                                          parameters, e.parallelism.dp);
+      const std::int64_t need = states.total().count() + strategies::held_back_estimate(e).count();
       if (capacity > 0 && need > capacity) {
         r.status = Status::oom;
         r.reason =

@@ -6,6 +6,8 @@
 #include <string>
 #include <type_traits>
 
+#include "strategies/optimizer.hpp"
+
 namespace stratasim::sim {
 
 namespace {
@@ -16,7 +18,6 @@ using strategies::Elementwise;
 using strategies::Gemm;
 using strategies::Measured;
 using strategies::MemoryTier;
-using strategies::OptimizerKind;
 using strategies::OptimizerStep;
 
 /// Measured GEMM shapes an unmeasured shape's efficiency is interpolated from.
@@ -72,12 +73,10 @@ const hw::NvmeSpec& DeviceCostModel::nvme(const char* what) const {
 Time DeviceCostModel::host_optimizer_time(const OptimizerStep& step) const {
   const hw::HostSpec& h = host("a host optimizer step");
   const double share = 1.0 / devices_per_node_;
-  const std::int64_t size = size_of(step.dtype);
-  // Adam reads the fp32 master weights, momentum, variance and gradient (16 bytes) and writes
-  // the states (12) and the weights in the training dtype; SGD reads master and gradient (8)
-  // and writes the master and the weights.
-  const std::int64_t per_param = step.kind == OptimizerKind::adam ? 16 + 12 + size : 8 + 4 + size;
-  const Time t_memory = transfer_time(Bytes(step.params * per_param), h.memory_bandwidth * share);
+  // The bytes of strategies/optimizer.hpp's table (Adam: 16 read, 12 + e written); the host's
+  // measured rate is Adam's and is taken for every optimizer (they are memory bound there).
+  const Time t_memory =
+      transfer_time(strategies::optimizer_update_bytes(step).total(), h.memory_bandwidth * share);
   const double rate = static_cast<double>(h.cores) * share * h.adam_params_per_second_per_core;
   const Time t_compute = Time::from_seconds(static_cast<double>(step.params) / rate);
   return std::max(t_memory, t_compute);
@@ -303,17 +302,8 @@ DeviceCostModel::Cost DeviceCostModel::kernel_cost(const strategies::Kernel& ker
               {}};
         } else if constexpr (std::is_same_v<W, OptimizerStep>) {
           if (w.on_host) return {{}, {}, host_optimizer_time(w)};
-          const std::int64_t size = size_of(w.dtype);
-          std::int64_t per_param = 0;
-          if (w.kind == OptimizerKind::adam) {
-            // Read fp32 master, m, v (12) and the gradient; write master, m, v (12) and the
-            // weight copy in `dtype`.
-            per_param = 12 + size + 12 + size;
-          } else {
-            // Read fp32 master and the gradient; write the master and the weight copy.
-            per_param = 4 + size + 4 + size;
-          }
-          return {launch, transfer_time(Bytes(w.params * per_param), memory), {}};
+          // One memory-bound pass: the bytes of strategies/optimizer.hpp's table.
+          return {launch, transfer_time(strategies::optimizer_update_bytes(w).total(), memory), {}};
         } else if constexpr (std::is_same_v<W, Copy>) {
           if (w.from != MemoryTier::device || w.to != MemoryTier::device) {
             return {{}, {}, copy_time(w)};

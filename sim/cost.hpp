@@ -9,7 +9,8 @@
 // and its memory time (A, B and C once over the achievable bandwidth); attention runs at
 // efficiency.attention of peak, or at the calibrated model's rate for the kernel's
 // implementation, direction, head dimension, causality and sequence length; memory-bound
-// kernels take their bytes over the achievable bandwidth.
+// kernels take their bytes over the achievable bandwidth (an optimizer step: the update bytes
+// of strategies/optimizer.hpp).
 //
 // FPGAs (docs/fpga.md): layer-pipelined dataflow designs (DNNBuilder, BaPipe's FPGA model) keep
 // a fraction of the DSP array busy, with no tile or wave quantisation:
@@ -37,10 +38,12 @@
 // cores and NVMe bandwidth are shared evenly by the node's devices, whose processes run their
 // offloaded work at the same time.
 // - a host optimizer step (ZeRO-Offload's CPU Adam) takes
-//   max(params * bytes per param / (host memory bandwidth / devices per node),
+//   max(update bytes / (host memory bandwidth / devices per node),
 //       params / (cores / devices per node * adam_params_per_second_per_core)),
-//   Adam moving 12 + 4 bytes read (fp32 master, momentum, variance; fp32 gradient) and 12 + e
-//   written (the states and the weights in the training dtype, e bytes);
+//   the update bytes those of strategies/optimizer.hpp (optimizer_update_bytes; Adam moves
+//   12 + 4 bytes read: fp32 master, momentum, variance, fp32 gradient, and 12 + e written: the
+//   states and the weights in the training dtype, e bytes); every optimizer is taken at Adam's
+//   measured rate per core;
 // - device <-> host copies: pcie latency + bytes / pcie bandwidth (the device's own link; the
 //   profile's measured bandwidth for that direction when it has one);
 // - host <-> NVMe: bytes / (NVMe bandwidth / devices per node);

@@ -1,5 +1,11 @@
 #include "sim/memory.hpp"
 
+#include <algorithm>
+#include <set>
+#include <variant>
+
+#include "strategies/framework.hpp"
+
 namespace stratasim::sim {
 
 using strategies::kMemoryCategoryCount;
@@ -46,9 +52,35 @@ MemoryTracker::TierState& MemoryTracker::state(std::int32_t rank, int tier) {
   return tiers_[static_cast<std::size_t>(rank) * kMemoryTierCount + static_cast<std::size_t>(tier)];
 }
 
+int communicators_of(const strategies::Program& program, int rank) {
+  int count = 0;
+  for (const auto& g : program.groups()) {
+    if (g.ranks.size() > 1 && std::find(g.ranks.begin(), g.ranks.end(), rank) != g.ranks.end())
+      ++count;
+  }
+  std::set<std::int32_t> peers;
+  for (const auto& op : program.ops_of(rank)) {
+    if (const auto* s = std::get_if<strategies::Send>(&op.work)) peers.insert(s->peer);
+    if (const auto* r = std::get_if<strategies::Recv>(&op.work)) peers.insert(r->peer);
+  }
+  return count + static_cast<int>(peers.size());
+}
+
+Bytes held_back(const MemoryOverheads& overheads, const strategies::Program& program, int rank) {
+  if (overheads.reserved) return *overheads.reserved;
+  if (overheads.cuda_context.count() == 0 && overheads.nccl_buffers.count() == 0) return Bytes(0);
+  return strategies::held_back_memory(overheads.cuda_context, overheads.nccl_buffers,
+                                      communicators_of(program, rank));
+}
+
 void MemoryTracker::start() {
   const int world = program_.world_size();
   tiers_.assign(static_cast<std::size_t>(world) * kMemoryTierCount, TierState{});
+  held_back_.assign(static_cast<std::size_t>(world), Bytes(0));
+  for (int r = 0; r < world; ++r) {
+    if (program_.issues_ops(r))
+      held_back_[static_cast<std::size_t>(r)] = held_back(overheads_, program_, r);
+  }
   timeline_.ranks.assign(static_cast<std::size_t>(world), traces::RankMemory{});
   for (int r = 0; r < world; ++r) {
     const OpId first = program_.first_op(r);
@@ -60,8 +92,9 @@ void MemoryTracker::start() {
               : capacity_[static_cast<std::size_t>(t)];
       tiers[static_cast<std::size_t>(t)].op = first;
     }
-    unsigned touched =
-        overheads_.reserved.count() > 0 ? 1u << static_cast<unsigned>(MemoryTier::device) : 0u;
+    unsigned touched = held_back_[static_cast<std::size_t>(r)].count() > 0
+                           ? 1u << static_cast<unsigned>(MemoryTier::device)
+                           : 0u;
     for (const auto& m : program_.initial_memory(r)) {
       const auto tier = static_cast<int>(m.tier);
       const auto category = static_cast<std::size_t>(m.category);
@@ -102,7 +135,7 @@ void MemoryTracker::changed(std::int32_t rank, int tier, OpId op, Time now) {
   // The device holds the allocations times the allocator's slack, plus what is reserved.
   std::int64_t overhead = 0;
   if (tier == static_cast<int>(MemoryTier::device)) {
-    overhead = overheads_.reserved.count() +
+    overhead = held_back_[static_cast<std::size_t>(rank)].count() +
                static_cast<std::int64_t>((overheads_.fragmentation - 1.0) *
                                          static_cast<double>(std::max<std::int64_t>(ts.total, 0)));
   }
@@ -118,7 +151,7 @@ void MemoryTracker::changed(std::int32_t rank, int tier, OpId op, Time now) {
     peak.op = op;
     for (std::size_t c = 0; c < ts.by_category.size(); ++c)
       peak.breakdown[c] = Bytes(ts.by_category[c]);
-    peak.breakdown[static_cast<std::size_t>(MemoryCategory::workspace)] += Bytes(overhead);
+    peak.breakdown[static_cast<std::size_t>(MemoryCategory::other)] += Bytes(overhead);
   }
   if (!ts.exceeded && peak.capacity.count() > 0 && total > peak.capacity) {
     ts.exceeded = true;

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "hw_models/cluster.hpp"
@@ -13,14 +14,26 @@
 
 namespace stratasim::sim {
 
-/// What the framework adds on each device beyond the tensors the program allocates.
+/// What the framework adds on each device beyond the tensors the program allocates, all of it
+/// reported as the category `other` (strategies/framework.hpp gives the figures and sources).
+/// Default-constructed: nothing (study::memory_overheads gives an experiment's figures).
 struct MemoryOverheads {
   /// The caching allocator's slack: the device holds `fragmentation` times what is allocated
-  /// (>= 1). The excess is reported under `workspace`.
+  /// (>= 1).
   double fragmentation = 1.0;
-  /// Held from the start: CUDA context, framework, communication buffers (under `workspace`).
-  Bytes reserved;
+  /// Held from the start: when set, this; else cuda_context + nccl_buffers x the rank's
+  /// communicators (the Program's groups of more than one member holding the rank, plus one
+  /// per peer it sends to or receives from), strategies::held_back_memory.
+  std::optional<Bytes> reserved;
+  Bytes cuda_context;
+  Bytes nccl_buffers;  // per communicator
 };
+
+/// Communicators of `rank` in `program`: its groups of more than one member and its distinct
+/// point-to-point peers.
+int communicators_of(const strategies::Program& program, int rank);
+/// What `overheads` holds back on `rank` of `program` from the start.
+Bytes held_back(const MemoryOverheads& overheads, const strategies::Program& program, int rank);
 
 class MemoryTracker {
  public:
@@ -61,6 +74,7 @@ class MemoryTracker {
   std::array<Bytes, strategies::kMemoryTierCount> capacity_{};
   std::vector<Bytes> device_capacity_;  // per rank, where devices differ (else empty)
   std::vector<TierState> tiers_;        // rank * tiers + tier
+  std::vector<Bytes> held_back_;        // per rank
   bool out_of_memory_ = false;
 };
 

@@ -221,7 +221,12 @@ MemorySettings read_memory(config::ObjectReader r) {
   if (!(m.fragmentation >= 1.0 && m.fragmentation <= 10.0)) {
     r.fail("fragmentation", "expected a factor from 1 to 10");
   }
-  m.reserved = r.bytes_or("reserved", Bytes(0));
+  if (r.has("reserved")) m.reserved = r.bytes("reserved");
+  m.cuda_context = r.bytes_or("cuda_context", kDefaultCudaContext);
+  m.nccl_buffers = r.bytes_or("nccl_buffers", kDefaultNcclBuffers);
+  for (const char* key : {"reserved", "cuda_context", "nccl_buffers"}) {
+    if (r.has(key) && r.bytes(key).count() < 0) r.fail(key, "must not be negative");
+  }
   r.finish();
   return m;
 }
@@ -235,16 +240,35 @@ TrainingSpec read_training(config::ObjectReader r, std::int64_t& accumulation) {
                                     : r.integer_in("global_batch", 1, std::int64_t{1} << 40);
   t.seq_len = static_cast<int>(r.integer_in("seq_len", 1, 1 << 24));
   t.dtype = *dtype_from_name(r.choice_or("dtype", {"bf16", "fp16", "fp32"}, "bf16"));
-  r.choice_or("optimizer", {"adam"}, "adam");
+  t.optimizer = *optimizer_from_name(r.choice_or("optimizer",
+                                                 {"adam", "adamw", "sgd", "sgd_momentum", "rmsprop",
+                                                  "adagrad", "adafactor", "lion", "adam8bit"},
+                                                 "adam"));
   t.flash_attention = r.boolean_or("flash_attention", false);
-  t.compute_efficiency = r.number_or("compute_efficiency", 1.0);
-  if (!(t.compute_efficiency > 0 && t.compute_efficiency <= 1)) {
-    r.fail("compute_efficiency", "expected a share of the devices' compute rates in (0, 1]");
+  t.framework = *framework_from_name(
+      r.choice_or("framework", {"generic", "megatron", "deepspeed", "fsdp"}, "generic"));
+  if (r.has("grad_accumulation_dtype")) {
+    const DType g = *dtype_from_name(r.choice("grad_accumulation_dtype", {"fp32", "bf16", "fp16"}));
+    if (g != DType::fp32 && g != t.dtype) {
+      r.fail("grad_accumulation_dtype", "expected \"fp32\" or the training dtype (\"" +
+                                            std::string(name_of(t.dtype)) + "\"), got \"" +
+                                            std::string(name_of(g)) + "\"");
+    }
+    t.grad_accumulation_dtype = g;
   }
-  t.elementwise_traffic = r.number_or("elementwise_traffic", 1.0);
-  if (!(t.elementwise_traffic >= 1 && t.elementwise_traffic <= 100)) {
-    r.fail("elementwise_traffic",
-           "expected a multiple of the memory-bound kernels' bytes in [1, 100]");
+  if (r.has("distributed_optimizer")) t.distributed_optimizer = r.boolean("distributed_optimizer");
+  if (r.has("compute_efficiency")) {
+    t.compute_efficiency = r.number("compute_efficiency");
+    if (!(*t.compute_efficiency > 0 && *t.compute_efficiency <= 1)) {
+      r.fail("compute_efficiency", "expected a share of the devices' compute rates in (0, 1]");
+    }
+  }
+  if (r.has("elementwise_traffic")) {
+    t.elementwise_traffic = r.number("elementwise_traffic");
+    if (!(*t.elementwise_traffic >= 1 && *t.elementwise_traffic <= 100)) {
+      r.fail("elementwise_traffic",
+             "expected a multiple of the memory-bound kernels' bytes in [1, 100]");
+    }
   }
   t.attention_kernel = *hw::attention_impl_from_name(r.choice_or(
       "attention_kernel", {"flash-attention-2", "flash-attention", "flash-attention-3", "cudnn"},
@@ -253,12 +277,17 @@ TrainingSpec read_training(config::ObjectReader r, std::int64_t& accumulation) {
   return t;
 }
 
-// The training framework's kernel efficiency, held by every device of the cluster (the cost
-// model reads it there).
+// The training framework's kernel efficiency, held by every GPU of the cluster (the cost model
+// reads it there): the experiment's, else its framework's fitted value.
 void apply_framework_efficiency(Experiment& e) {
+  const FrameworkDefaults defaults =
+      framework_defaults(e.training.framework, e.training.dtype, e.parallelism.zero);
+  const double compute = e.training.compute_efficiency.value_or(defaults.compute_efficiency);
+  const double traffic = e.training.elementwise_traffic.value_or(defaults.elementwise_traffic);
   auto apply = [&](hw::DeviceSpec& d) {
-    d.efficiency.framework_compute = e.training.compute_efficiency;
-    d.efficiency.framework_memory_traffic = e.training.elementwise_traffic;
+    if (d.is_fpga()) return;  // a dataflow design runs no framework's kernels
+    d.efficiency.framework_compute = compute;
+    d.efficiency.framework_memory_traffic = traffic;
   };
   apply(e.cluster.device);
   for (auto& o : e.cluster.overrides) {
@@ -376,6 +405,17 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
 
   // Cross-checks, each reported at the key a user would change.
   auto& p = e.parallelism;
+  const FrameworkDefaults framework =
+      framework_defaults(e.training.framework, e.training.dtype, p.zero);
+  if (framework.zero_stage && doc.find("parallelism.zero") == nullptr) {
+    p.zero = *framework.zero_stage;  // FSDP's FULL_SHARD
+  }
+  if (e.training.distributed_optimizer.value_or(false) && p.zero >= 2) {
+    doc.fail("training.distributed_optimizer",
+             "Megatron's distributed optimizer shards the optimizer states (ZeRO stage 1); "
+             "parallelism.zero " +
+                 std::to_string(p.zero) + " shards more: use one of them");
+  }
   const auto& m = e.model;
   if (p.tp_mode != TpMode::one_d) check_tp_mode(doc, e);
   if (e.layer_table) {
@@ -574,6 +614,34 @@ Experiment load_experiment(const std::filesystem::path& file,
                            const std::vector<Override>& overrides) {
   auto doc = config::Document::load(file);
   return read_experiment(doc, overrides);
+}
+
+ModelStateFormat model_state_format(const Experiment& e) {
+  const FrameworkDefaults d =
+      framework_defaults(e.training.framework, e.training.dtype, e.parallelism.zero);
+  ModelStateFormat f;
+  f.dtype = e.training.dtype;
+  f.grad_dtype = e.training.grad_accumulation_dtype.value_or(d.grad_dtype);
+  f.optimizer = e.training.optimizer;
+  f.fp32_grad_copy = d.fp32_grad_copy;
+  return f;
+}
+
+bool distributed_optimizer(const Experiment& e) {
+  return e.training.distributed_optimizer.value_or(
+      framework_defaults(e.training.framework, e.training.dtype, e.parallelism.zero)
+          .distributed_optimizer);
+}
+
+int effective_zero_stage(const Experiment& e) {
+  return e.parallelism.zero == 0 && distributed_optimizer(e) ? 1 : e.parallelism.zero;
+}
+
+Bytes held_back_estimate(const Experiment& e) {
+  if (e.memory.reserved) return *e.memory.reserved;
+  const auto& p = e.parallelism;
+  const int communicators = (p.tp > 1 ? 1 : 0) + (p.dp > 1 ? 1 : 0) + (p.pp > 1 ? 2 : 0);
+  return held_back_memory(e.memory.cuda_context, e.memory.nccl_buffers, communicators);
 }
 
 }  // namespace stratasim::strategies

@@ -12,9 +12,11 @@
 
 #include "hw_models/cluster.hpp"
 #include "hw_models/config_reader.hpp"
+#include "strategies/framework.hpp"
 #include "strategies/grad_compression.hpp"
 #include "strategies/layer_table.hpp"
 #include "strategies/model.hpp"
+#include "strategies/optimizer.hpp"
 #include "strategies/tp_modes.hpp"
 
 namespace stratasim::strategies {
@@ -113,28 +115,41 @@ struct ParallelismSpec {
   OffloadSpec offload;
 };
 
-/// Allocator and framework overheads on each device: allocations grow by `fragmentation`
-/// (>= 1, the caching allocator's slack) and `reserved` is held from the start (CUDA context,
-/// framework, NCCL buffers).
+/// Allocator and framework overheads on each device (strategies/framework.hpp: the figures and
+/// their sources): allocations grow by `fragmentation` (>= 1, the caching allocator's slack),
+/// and cuda_context + nccl_buffers x the rank's communicators are held back from the start,
+/// unless `reserved` is given, which replaces that figure. All of it is reported as `other`.
 struct MemorySettings {
   double fragmentation = 1.0;
-  Bytes reserved;
+  std::optional<Bytes> reserved;
+  Bytes cuda_context = kDefaultCudaContext;
+  Bytes nccl_buffers = kDefaultNcclBuffers;  // per communicator
 };
 
-enum class OptimizerChoice { adam };
+/// The optimizers of strategies/optimizer.hpp (training.optimizer).
+using OptimizerChoice = OptimizerKind;
 
 struct TrainingSpec {
   std::int64_t global_batch = 0;  // samples per iteration
   int seq_len = 0;                // tokens per sample
-  DType dtype = DType::bf16;      // weights, activations and gradients (mixed precision)
+  DType dtype = DType::bf16;      // weights and activations (mixed precision below 4 bytes)
   OptimizerChoice optimizer = OptimizerChoice::adam;
   bool flash_attention = false;  // fused attention: no s^2 score matrix stored
+  /// The framework whose defaults fill what is not given (strategies/framework.hpp).
+  Framework framework = Framework::generic;
+  /// Gradient buffers' dtype (accumulation over microbatches and the data-parallel
+  /// reduction); unset: the framework's default.
+  std::optional<DType> grad_accumulation_dtype;
+  /// Megatron-LM's distributed optimizer (ZeRO stage 1: optimizer states and fp32 master
+  /// weights sharded over the data-parallel group); unset: the framework's default (off).
+  std::optional<bool> distributed_optimizer;
   /// What the framework's kernels reach inside a training step (hw::DeviceEfficiency's
   /// framework_compute and framework_memory_traffic, applied to every device of the cluster):
   /// the share of the devices' GEMM and attention rates (0, 1], and the multiple of the
-  /// memory-bound kernels' bytes (>= 1). 1 unless the config or its framework sets them.
-  double compute_efficiency = 1.0;
-  double elementwise_traffic = 1.0;
+  /// memory-bound kernels' bytes (>= 1). Unset: the framework's fitted value
+  /// (framework_defaults, configs/frameworks.json).
+  std::optional<double> compute_efficiency;
+  std::optional<double> elementwise_traffic;
   /// Which fused kernel runs attention when flash_attention is on (its calibrated rate).
   hw::AttentionImpl attention_kernel = hw::AttentionImpl::flash_attention_2;
 };
@@ -161,6 +176,19 @@ struct Experiment {
   }
   std::int64_t tokens_per_iteration() const { return training.global_batch * training.seq_len; }
 };
+
+/// How the experiment's ranks keep their model states: the training dtype, the gradient
+/// buffers' dtype and the optimizer, the framework's defaults filling what is not set.
+ModelStateFormat model_state_format(const Experiment& e);
+/// Whether Megatron's distributed optimizer is on (set, or the framework's default).
+bool distributed_optimizer(const Experiment& e);
+/// The ZeRO stage the lowering uses: parallelism.zero, or 1 with the distributed optimizer.
+int effective_zero_stage(const Experiment& e);
+/// Device memory held back on a rank of the experiment (memory.reserved, else the modelled
+/// figure of strategies/framework.hpp with the rank's communicators estimated from the layout:
+/// one each for tp > 1 and dp > 1, two pipeline peers with pp > 1). The simulation counts the
+/// Program's communicators instead (sim/memory.hpp).
+Bytes held_back_estimate(const Experiment& e);
 
 /// A `--set path=value` (or a flag such as --tp) applied to the experiment document before it
 /// is read; paths may reach into the model and cluster files ("cluster.inter_node.bandwidth").

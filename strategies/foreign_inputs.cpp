@@ -172,6 +172,7 @@ class DeepSpeedReader {
                 "nebula",
                 "graph_harvesting",
                 "monitor_config"});
+    set("training.framework", "deepspeed", "a DeepSpeed config");
     read_batch(root);
     read_precision(root);
     std::optional<int> stage;
@@ -505,12 +506,32 @@ class DeepSpeedReader {
     if (it == o->end() || it->is_null()) return;
     if (!it->is_string()) fail("optimizer.type", "expected an optimizer name, got " + shown(*it));
     const std::string type = lower(it->get<std::string>());
-    if (type != "adam" && type != "adamw" && type != "fusedadam" && type != "cpuadam" &&
-        type != "deepspeedcpuadam") {
+    // DeepSpeed's names (docs: config-json "optimizer"; torch optimizers need
+    // zero_allow_untested_optimizer) to strategies/optimizer.hpp's.
+    std::string kind;
+    if (type == "adam" || type == "fusedadam" || type == "cpuadam" || type == "deepspeedcpuadam") {
+      kind = "adam";
+      // DeepSpeed's Adam takes "adam_w_mode" (default true): AdamW; the states are the same.
+    } else if (type == "adamw") {
+      kind = "adamw";
+    } else if (type == "sgd") {
+      bool momentum = false;  // torch.optim.SGD's default momentum is 0
+      if (const json* params = object(*o, "params", "optimizer")) {
+        const auto m = params->find("momentum");
+        momentum = m != params->end() && m->is_number() && m->get<double>() > 0;
+      }
+      kind = momentum ? "sgd_momentum" : "sgd";
+    } else if (type == "rmsprop" || type == "adagrad" || type == "lion" || type == "adafactor") {
+      kind = type;
+    } else if (type == "adam8bit" || type == "adamw8bit") {
+      kind = "adam8bit";
+    } else {
       note("optimizer.type " + shown(*it) +
-           " is not modelled: simulated with Adam's states and step (the only optimizer "
-           "modelled)");
+           " is not modelled: simulated with Adam's states and step (training.optimizer lists "
+           "the optimizers modelled)");
+      kind = "adam";
     }
+    set("training.optimizer", kind, "optimizer.type");
   }
 
   std::string source_;
@@ -569,7 +590,8 @@ const std::vector<std::string> kMegatronFlags = {"--sequence-parallel",
                                                  "--distribute-saved-activations",
                                                  "--use-flash-attn",
                                                  "--use-distributed-optimizer",
-                                                 "--overlap-grad-reduce"};
+                                                 "--overlap-grad-reduce",
+                                                 "--accumulate-allreduce-grads-in-fp32"};
 // Common arguments that do not change what is simulated (hyper-parameters, data, logging,
 // checkpoints, fusions): accepted silently, whatever values follow them.
 const std::vector<std::string> kMegatronIgnored = {"--lr",
@@ -643,7 +665,6 @@ const std::vector<std::string> kMegatronIgnored = {"--lr",
                                                    "--log-num-zeros-in-grad",
                                                    "--use-mcore-models",
                                                    "--no-async-tensor-model-parallel-allreduce",
-                                                   "--accumulate-allreduce-grads-in-fp32",
                                                    "--no-gradient-accumulation-fusion",
                                                    "--apply-layernorm-1p",
                                                    "--attention-softmax-in-fp32",
@@ -839,12 +860,20 @@ class MegatronReader {
     if (flag("--bf16")) set("training.dtype", "bf16", "--bf16");
     if (flag("--fp16")) set("training.dtype", "fp16", "--fp16");
     if (flag("--use-flash-attn")) set("training.flash_attention", true, "--use-flash-attn");
+    // Megatron-LM's defaults around the layers (strategies/framework.hpp): fp32 main grads
+    // with bf16, the distributed optimizer when asked for.
+    set("training.framework", "megatron", "Megatron-LM arguments");
     if (flag("--use-distributed-optimizer")) {
-      set("parallelism.zero", 1, "--use-distributed-optimizer");  // optimizer states sharded
+      set("training.distributed_optimizer", true, "--use-distributed-optimizer");
+    }
+    if (flag("--accumulate-allreduce-grads-in-fp32")) {
+      set("training.grad_accumulation_dtype", "fp32", "--accumulate-allreduce-grads-in-fp32");
     }
     if (flag("--overlap-grad-reduce")) set("parallelism.dp_overlap", true, "--overlap-grad-reduce");
-    if (has("--optimizer") && choice("--optimizer", {"adam", "sgd"}) == "sgd") {
-      note("--optimizer sgd is not modelled: simulated with Adam's states and step");
+    if (has("--optimizer")) {
+      // Megatron's sgd is torch.optim.SGD with momentum --sgd-momentum (default 0.9).
+      const bool sgd = choice("--optimizer", {"adam", "sgd"}) == "sgd";
+      set("training.optimizer", sgd ? "sgd_momentum" : "adam", "--optimizer");
     }
     map_recompute();
     map_model();

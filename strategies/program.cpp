@@ -69,6 +69,8 @@ std::string_view name_of(MemoryCategory c) {
       return "workspace";
     case MemoryCategory::comm_buffers:
       return "comm_buffers";
+    case MemoryCategory::other:
+      return "other";
   }
   return "?";
 }

@@ -51,9 +51,12 @@ enum class MemoryCategory : std::uint8_t {
   optimizer_states,
   activations,
   workspace,
-  comm_buffers
+  comm_buffers,
+  /// Held back from the tensors: CUDA context, NCCL buffers, the allocator's slack
+  /// (sim/memory.hpp MemoryOverheads; never allocated by ops).
+  other
 };
-inline constexpr int kMemoryCategoryCount = 6;
+inline constexpr int kMemoryCategoryCount = 7;
 std::string_view name_of(MemoryCategory c);
 
 // ---- Kernels: pieces of work with real meaning that the simulator costs and the executor runs.
@@ -81,14 +84,31 @@ struct Elementwise {
   Bytes bytes_written;
 };
 
-enum class OptimizerKind : std::uint8_t { adam, sgd };
+/// The optimizers (strategies/optimizer.hpp has what each keeps and moves: one table).
+enum class OptimizerKind : std::uint8_t {
+  adam,
+  sgd,
+  adamw,
+  sgd_momentum,
+  rmsprop,
+  adagrad,
+  adafactor,
+  lion,
+  adam8bit
+};
+inline constexpr int kOptimizerKindCount = 9;
+std::string_view name_of(OptimizerKind k);
 
-/// One optimizer update of `params` parameters stored in mixed precision (`dtype` weights).
+/// One optimizer update of `params` parameters whose weights the layers use in `dtype` (with a
+/// dtype under 4 bytes, mixed precision: fp32 master weights). Gradients are read in `dtype`,
+/// or in fp32 with `fp32_grads` (fp32 gradient buffers) or `on_host` (ZeRO-Offload keeps fp32
+/// gradients on the host). strategies/optimizer.hpp: optimizer_update_bytes().
 struct OptimizerStep {
   std::int64_t params = 0;
   OptimizerKind kind = OptimizerKind::adam;
   DType dtype = DType::bf16;
   bool on_host = false;
+  bool fp32_grads = false;
 };
 
 /// A copy between memory tiers (or within one).

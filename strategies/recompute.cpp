@@ -7,11 +7,12 @@
 
 namespace stratasim::strategies {
 
-ModelStateBytes unsharded_model_states(DType dtype) {
-  const StateBytes b = state_bytes_per_parameter(dtype);
-  const std::int64_t per_parameter = b.parameters + b.gradients + b.optimizer;
-  return
-      [per_parameter](int, std::int64_t parameters) { return Bytes(parameters * per_parameter); };
+ModelStateBytes unsharded_model_states(const ModelStateFormat& format) {
+  const StateBytes b = state_bytes_per_parameter(format);
+  return [b, format](int, std::int64_t parameters) {
+    return Bytes(parameters * (b.parameters + b.gradients)) +
+           optimizer_state_bytes(format, parameters);
+  };
 }
 
 int microbatches_in_flight(ScheduleKind schedule, int stages, int stage, int microbatches) {
@@ -65,14 +66,14 @@ Bytes peak_of(const Experiment& e, int stage, const StageActivations& a,
       static_cast<double>(std::max(in_flight, 1)) * static_cast<double>(a.stored.count()) +
       static_cast<double>(a.transient.count());
   const double allocated = static_cast<double>(states(stage, a.parameters).count()) + activations;
-  return e.memory.reserved + Bytes(std::llround(e.memory.fragmentation * allocated));
+  return held_back_estimate(e) + Bytes(std::llround(e.memory.fragmentation * allocated));
 }
 
 }  // namespace
 
 Bytes estimated_stage_peak(const Experiment& e, int stage, const StageRecompute& r,
                            const ModelStateBytes& states) {
-  const ModelStateBytes s = states ? states : unsharded_model_states(e.training.dtype);
+  const ModelStateBytes s = states ? states : unsharded_model_states(model_state_format(e));
   return peak_of(e, stage, stage_activations(e, stage, r), s);
 }
 
@@ -99,7 +100,7 @@ std::vector<StageRecompute> recompute_plan(const Experiment& e, const ModelState
         }
         break;
       case RecomputeKind::stage_aware: {
-        const ModelStateBytes s = states ? states : unsharded_model_states(e.training.dtype);
+        const ModelStateBytes s = states ? states : unsharded_model_states(model_state_format(e));
         const Bytes capacity = e.cluster.device.memory_capacity;
         r.recomputed_layers = layers;  // when nothing fits
         for (int k = 0; k <= layers; ++k) {

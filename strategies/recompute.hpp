@@ -22,8 +22,9 @@ namespace stratasim::strategies {
 using ModelStateBytes = std::function<Bytes(int stage, std::int64_t parameters)>;
 
 /// Nothing sharded or offloaded: parameters * (parameters + gradients + optimizer states) bytes
-/// of state_bytes_per_parameter (2 + 2 + 12 with mixed-precision Adam).
-ModelStateBytes unsharded_model_states(DType dtype);
+/// of state_bytes_per_parameter and optimizer_state_bytes (strategies/optimizer.hpp: 2 + 2 + 12
+/// with mixed-precision Adam).
+ModelStateBytes unsharded_model_states(const ModelStateFormat& format);
 
 /// Microbatches whose stored activations stage `stage` of `stages` holds at once: GPipe runs
 /// every forward before any backward (all m); 1F1B runs p - stage forwards before the first
@@ -31,7 +32,7 @@ ModelStateBytes unsharded_model_states(DType dtype);
 int microbatches_in_flight(ScheduleKind schedule, int stages, int stage, int microbatches);
 
 /// Estimated peak device memory of a rank of stage `stage` with recomputation `recompute`:
-///   reserved + fragmentation * (model states + in_flight * stored + transient)
+///   held_back_estimate(e) + fragmentation * (model states + in_flight * stored + transient)
 /// (the allocator's slack applies to everything allocated, as the simulator accounts it) where
 /// `stored` is what one microbatch's forward leaves allocated (activations of the layers not
 /// recomputed, checkpoints of the recomputed ones, embedding and head extras) and `transient` the

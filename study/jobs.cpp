@@ -277,9 +277,12 @@ JobsResult simulate_jobs(const hw::ClusterSpec& cluster, std::vector<strategies:
       }
     }
     if (jobs[j].memory.fragmentation != jobs[0].memory.fragmentation ||
-        jobs[j].memory.reserved != jobs[0].memory.reserved) {
+        jobs[j].memory.reserved != jobs[0].memory.reserved ||
+        jobs[j].memory.cuda_context != jobs[0].memory.cuda_context ||
+        jobs[j].memory.nccl_buffers != jobs[0].memory.nccl_buffers) {
       throw BadInput("jobs " + out.names[0] + " and " + out.names[j] +
-                     " set different memory overheads (memory.fragmentation, memory.reserved); "
+                     " set different memory overheads (memory.fragmentation, memory.reserved, "
+                     "memory.cuda_context, memory.nccl_buffers); "
                      "jobs simulated together share them");
     }
   }

@@ -64,8 +64,9 @@ PartitionProblem partition_problem(const Experiment& e) {
     tp_shape[static_cast<std::size_t>(a)] = shape_of(ranks, e.cluster);
   }
   const ZeroSettings zero = zero_settings(e);
+  const ModelStateFormat format = model_state_format(e);
   auto state = [&](std::int64_t parameters) {
-    return device_model_states(zero, e.training.dtype, parameters, par.dp).total();
+    return device_model_states(zero, format, parameters, par.dp).total();
   };
 
   PartitionProblem problem;
@@ -121,9 +122,9 @@ PartitionProblem partition_problem(const Experiment& e) {
   for (int part = 0; part < parts; ++part) {
     const int device = part_device(par.schedule, part, p);
     const Bytes capacity = e.cluster.device_of(layout.rank(0, 0, device)).memory_capacity;
-    const double usable =
-        (static_cast<double>(capacity.count()) - static_cast<double>(e.memory.reserved.count())) /
-        e.memory.fragmentation;
+    const double usable = (static_cast<double>(capacity.count()) -
+                           static_cast<double>(held_back_estimate(e).count())) /
+                          e.memory.fragmentation;
     problem.in_flight.push_back(microbatches_in_flight(par.schedule, p, device, m));
     problem.capacity.push_back(Bytes(static_cast<std::int64_t>(
         std::max(0.0, usable) / parts_on_device[static_cast<std::size_t>(device)])));

@@ -66,6 +66,11 @@ ValidationRun validate(st::Experiment experiment, const RealRunOptions& options,
   // The prediction: the same Program, every rank simulated.
   sim::SimOptions sim_options;
   sim_options.overheads = memory_overheads(experiment);
+  // The measured peak is the caching allocator's (no CUDA context, no NCCL buffers): the
+  // prediction it is compared with leaves the modelled held-back memory out (a memory.reserved
+  // the user gives is kept).
+  sim_options.overheads.cuda_context = Bytes(0);
+  sim_options.overheads.nccl_buffers = Bytes(0);
   v.predicted = sim::simulate(program, experiment.cluster, sim_options);
   if (!v.predicted.completed) {
     throw RunFailed("the simulation did not complete: " + v.predicted.problem);

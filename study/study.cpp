@@ -125,7 +125,8 @@ traces::Timeline simulate_program(const st::Program& program, const hw::ClusterS
 }
 
 sim::MemoryOverheads memory_overheads(const st::Experiment& experiment) {
-  return sim::MemoryOverheads{experiment.memory.fragmentation, experiment.memory.reserved};
+  const st::MemorySettings& m = experiment.memory;
+  return sim::MemoryOverheads{m.fragmentation, m.reserved, m.cuda_context, m.nccl_buffers};
 }
 
 namespace {

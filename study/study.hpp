@@ -97,7 +97,8 @@ traces::Timeline simulate_program(const strategies::Program& program,
                                   const hw::ClusterSpec& cluster, const sim::SimOptions& options,
                                   std::vector<traces::LinkLoad>* links = nullptr);
 
-/// The allocator and framework overheads the experiment sets (fragmentation, reserved memory).
+/// The allocator and framework overheads of the experiment (memory.fragmentation; memory.reserved,
+/// else the CUDA context and NCCL buffers held back: strategies/framework.hpp).
 sim::MemoryOverheads memory_overheads(const strategies::Experiment& experiment);
 
 /// Lowers, simulates and reports one iteration of `experiment`.

@@ -17,6 +17,7 @@
 
 #include "et_def.pb.h"
 #include "hw_models/files.hpp"
+#include "strategies/optimizer.hpp"
 #include "traces/trace_builder.hpp"
 
 namespace stratasim::traces {
@@ -63,10 +64,6 @@ std::string enum_names() {
     text += (i == 0 ? "\"" : ", \"") + std::string(st::name_of(static_cast<E>(i))) + "\"";
   }
   return text;
-}
-
-std::string_view optimizer_name(st::OptimizerKind k) {
-  return k == st::OptimizerKind::adam ? "adam" : "sgd";
 }
 
 // ---- Reading JSON values of our attributes, with the path of what is wrong.
@@ -161,8 +158,8 @@ json kernel_to_json(const st::Kernel& k) {
           return json::array(
               {"elementwise", k.name, w.elements, w.bytes_read.count(), w.bytes_written.count()});
         } else if constexpr (std::is_same_v<W, st::OptimizerStep>) {
-          return json::array(
-              {"optimizer", k.name, w.params, optimizer_name(w.kind), name_of(w.dtype), w.on_host});
+          return json::array({"optimizer", k.name, w.params, st::name_of(w.kind), name_of(w.dtype),
+                              w.on_host, w.fp32_grads});
         } else if constexpr (std::is_same_v<W, st::Copy>) {
           return json::array(
               {"copy", k.name, w.bytes.count(), st::name_of(w.from), st::name_of(w.to)});
@@ -202,12 +199,11 @@ st::Kernel kernel_from_json(const AttrReader& in, const json& v, const std::stri
     in.array(v, p, 5, 5);
     k.work = st::Elementwise{dim(2), bytes(3), bytes(4)};
   } else if (kind == "optimizer") {
-    in.array(v, p, 6, 6);
-    const std::string& o = in.string(v[3], p + "[3]");
-    if (o != "adam" && o != "sgd") in.fail(p + "[3]", "\"adam\" or \"sgd\"");
-    k.work =
-        st::OptimizerStep{dim(2), o == "adam" ? st::OptimizerKind::adam : st::OptimizerKind::sgd,
-                          in.dtype(v[4], p + "[4]"), in.boolean(v[5], p + "[5]")};
+    in.array(v, p, 6, 7);
+    const auto o = st::optimizer_from_name(in.string(v[3], p + "[3]"));
+    if (!o) in.fail(p + "[3]", "an optimizer of strategies/optimizer.hpp (\"adam\", \"sgd\", ...)");
+    k.work = st::OptimizerStep{dim(2), *o, in.dtype(v[4], p + "[4]"), in.boolean(v[5], p + "[5]"),
+                               v.size() > 6 && in.boolean(v[6], p + "[6]")};
   } else if (kind == "copy") {
     in.array(v, p, 5, 5);
     k.work = st::Copy{bytes(2), in.named<st::MemoryTier, st::kMemoryTierCount>(v[3], p + "[3]"),

@@ -25,6 +25,21 @@ std::string billions(std::int64_t params) {
   return s.str();
 }
 
+namespace {
+
+// ", adam", then the framework and the gradient buffers' dtype where they are not the defaults.
+std::string training_extras(const strategies::Experiment& e) {
+  const strategies::ModelStateFormat f = strategies::model_state_format(e);
+  std::string text = ", " + std::string(strategies::name_of(f.optimizer));
+  if (e.training.framework != strategies::Framework::generic) {
+    text += ", " + std::string(strategies::name_of(e.training.framework));
+  }
+  if (f.grad_dtype != f.dtype) text += ", " + std::string(name_of(f.grad_dtype)) + " gradients";
+  return text;
+}
+
+}  // namespace
+
 ReportContext report_context(const strategies::Experiment& experiment) {
   const auto& cluster = experiment.cluster;
   const auto layout = strategies::layout_of(experiment);
@@ -97,11 +112,15 @@ ReportContext report_context(const strategies::Experiment& experiment) {
                           (p.sequence_parallel ? ", sequence parallel" : "")},
       {"training", "global batch " + with_commas(experiment.training.global_batch) + " x " +
                        with_commas(experiment.training.seq_len) + " tokens, " +
-                       std::string(name_of(experiment.training.dtype)) + ", adam" +
+                       std::string(name_of(experiment.training.dtype)) +
+                       training_extras(experiment) +
                        (experiment.training.flash_attention ? ", flash attention" : "")},
   };
-  std::string memory_line = "ZeRO " + std::to_string(p.zero) + ", recompute " +
-                            std::string(strategies::name_of(p.recompute));
+  std::string memory_line =
+      "ZeRO " + std::to_string(strategies::effective_zero_stage(experiment)) +
+      (p.zero == 0 && strategies::distributed_optimizer(experiment) ? " (distributed optimizer)"
+                                                                    : "") +
+      ", recompute " + std::string(strategies::name_of(p.recompute));
   if (p.recompute == strategies::RecomputeKind::full) {
     memory_line +=
         std::string(p.recompute_method == strategies::RecomputeMethod::block ? " (block, "

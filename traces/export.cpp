@@ -275,9 +275,8 @@ nlohmann::json kernel_json(const strategies::Kernel& k) {
           j["elementwise"] =
               json::array({w.elements, w.bytes_read.count(), w.bytes_written.count()});
         } else if constexpr (std::is_same_v<W, strategies::OptimizerStep>) {
-          j["optimizer"] =
-              json::array({w.params, w.kind == strategies::OptimizerKind::adam ? "adam" : "sgd",
-                           name_of(w.dtype), w.on_host});
+          j["optimizer"] = json::array(
+              {w.params, strategies::name_of(w.kind), name_of(w.dtype), w.on_host, w.fp32_grads});
         } else if constexpr (std::is_same_v<W, strategies::Copy>) {
           j["copy"] = json::array(
               {w.bytes.count(), strategies::name_of(w.from), strategies::name_of(w.to)});

@@ -626,7 +626,7 @@ void print_memory_table(std::ostream& out, const Report& report, const ReportCon
   if (!stages.empty()) {
     std::vector<std::vector<std::string>> table;
     table.push_back({"stage", "ranks", "peak / capacity", "params", "grads", "optimizer",
-                     "activations", "other", "status"});
+                     "activations", "buffers", "other", "status"});
     for (const auto& [stage, row] : stages) {
       if (row.worst == nullptr) continue;
       const MemoryBreakdown& b = row.worst->breakdown;
@@ -647,7 +647,7 @@ void print_memory_table(std::ostream& out, const Report& report, const ReportCon
                        to_string(category(b, MemoryCategory::activations)),
                        to_string(category(b, MemoryCategory::workspace) +
                                  category(b, MemoryCategory::comm_buffers)),
-                       status});
+                       to_string(category(b, MemoryCategory::other)), status});
     }
     std::vector<std::size_t> widths(table[0].size(), 0);
     for (const auto& cells : table) {

@@ -21,6 +21,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "strategies/optimizer.hpp"
+
 namespace stratasim::traces {
 
 namespace {
@@ -164,13 +166,22 @@ st::Kernel parse_kernel(const Reader& rd, const json& k, const std::string& wher
   } else if (const json* c = field("elementwise", 3)) {
     kernel.work = st::Elementwise{count(*c, "elementwise", 0), Bytes(count(*c, "elementwise", 1)),
                                   Bytes(count(*c, "elementwise", 2))};
-  } else if (const json* o = field("optimizer", 4)) {
-    const std::string& kind = rd.string((*o)[1], at("optimizer", 1));
-    if (kind != "adam" && kind != "sgd") rd.fail(at("optimizer", 1), "expected adam or sgd");
-    kernel.work = st::OptimizerStep{
-        count(*o, "optimizer", 0),
-        kind == "adam" ? st::OptimizerKind::adam : st::OptimizerKind::sgd,
-        rd.dtype((*o)[2], at("optimizer", 2)), rd.boolean((*o)[3], at("optimizer", 3))};
+  } else if (const json* o =
+                 field("optimizer", k.contains("optimizer") && k["optimizer"].is_array() &&
+                                            k["optimizer"].size() == 5
+                                        ? 5
+                                        : 4)) {
+    // [params, kind, dtype, on_host] and, since fp32 gradient buffers, fp32_grads.
+    const auto kind = st::optimizer_from_name(rd.string((*o)[1], at("optimizer", 1)));
+    if (!kind) {
+      rd.fail(at("optimizer", 1),
+              "expected an optimizer (adam, adamw, sgd, sgd_momentum, "
+              "rmsprop, adagrad, adafactor, lion, adam8bit)");
+    }
+    kernel.work =
+        st::OptimizerStep{count(*o, "optimizer", 0), *kind, rd.dtype((*o)[2], at("optimizer", 2)),
+                          rd.boolean((*o)[3], at("optimizer", 3)),
+                          o->size() == 5 && rd.boolean((*o)[4], at("optimizer", 4))};
   } else if (const json* p = field("copy", 3)) {
     kernel.work = st::Copy{
         Bytes(count(*p, "copy", 0)),

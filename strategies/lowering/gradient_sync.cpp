@@ -10,7 +10,7 @@ namespace stratasim::strategies {
 
 DataParallelAllReduce::DataParallelAllReduce(Assembly& assembly) : assembly_(assembly) {
   for (const StageTemplate& st : assembly.templates) {
-    buckets_.push_back(bucket_units(st.plan.grad_units, assembly.element_size,
+    buckets_.push_back(bucket_units(st.plan.grad_units, assembly.grad_element_size,
                                     assembly.spec.dp_bucket_size.count()));
   }
 }
@@ -20,7 +20,8 @@ void DataParallelAllReduce::gradients_complete(RankEmitter& rank, std::size_t sl
   // (DDP / Megatron overlap_grad_reduce).
   const int chunk = rank.held[slot];
   const UnitBuckets& buckets = buckets_[assembly_.index_of(chunk, 0)];
-  const DType dtype = assembly_.spec.dtype;
+  // The gradient buffers are what is reduced (Megatron all-reduces its fp32 main grads).
+  const DType dtype = assembly_.grad_dtype;
   for (std::size_t i = 0; i < buckets.buckets.size(); ++i) {
     const UnitBucket& b = buckets.buckets[i];
     const std::string label = "dp grad all-reduce bucket " + std::to_string(i) +
@@ -31,7 +32,7 @@ void DataParallelAllReduce::gradients_complete(RankEmitter& rank, std::size_t sl
                                   : rank.last_backward[slot]};
     rank.last_dp_comm = rank.program.add(
         Collective{CollectiveKind::all_reduce, dtype, assembly_.groups.dp(rank.rank),
-                   Bytes(b.parameters * assembly_.element_size)},
+                   Bytes(b.parameters * assembly_.grad_element_size)},
         info, dep);
   }
 }
@@ -43,7 +44,7 @@ ZeroGradientSync::ZeroGradientSync(Assembly& assembly)
   const ZeroSettings& zero = assembly.spec.zero;
   const bool offload = zero.offload_optimizer;
   per_microbatch_ = zero.stage >= 2 && (assembly.spec.layout.dp > 1 || offload);
-  const std::int64_t grad_bytes = state_bytes_per_parameter(assembly.spec.dtype).gradients;
+  const std::int64_t grad_bytes = assembly.grad_element_size;
   Program& program = assembly.program;
   for (std::size_t s = 0; s < buckets_.size(); ++s) {
     const StageTemplate& st = assembly.templates[s];
@@ -91,7 +92,7 @@ OpCount ZeroGradientSync::count_chunk(int chunk) const {
 void ZeroGradientSync::emit_bucket(RankEmitter& rank, const Bucket& b, OpId dep, int microbatch,
                                    bool transient) {
   const bool offload = assembly_.spec.zero.offload_optimizer;
-  const Bytes bytes(b.units.parameters * assembly_.element_size);
+  const Bytes bytes(b.units.parameters * assembly_.grad_element_size);
   const MemoryEffect release{-bytes, MemoryCategory::comm_buffers, MemoryTier::device, true};
   OpId last = dep;
   if (assembly_.spec.layout.dp > 1) {
@@ -99,7 +100,7 @@ void ZeroGradientSync::emit_bucket(RankEmitter& rank, const Bucket& b, OpId dep,
     info.label_id = b.reduce_label;
     const std::array<OpId, 1> dep1 = {last};
     const bool frees = transient && !offload;
-    last = rank.program.add(Collective{CollectiveKind::reduce_scatter, assembly_.spec.dtype,
+    last = rank.program.add(Collective{CollectiveKind::reduce_scatter, assembly_.grad_dtype,
                                        assembly_.groups.dp(rank.rank), bytes},
                             info, dep1, std::span<const MemoryEffect>(&release, frees ? 1 : 0));
     rank.last_dp_comm = last;
@@ -135,7 +136,7 @@ void ZeroGradientSync::before_segment(RankEmitter&, const PassState& ps, Segment
     const auto b = static_cast<std::size_t>(buckets.of_unit[static_cast<std::size_t>(u)]);
     const Bucket& bucket = buckets.reduce[b];
     if (bucket.units.first_unit != u) continue;
-    seg.effects.push_back({Bytes(bucket.units.parameters * assembly_.element_size),
+    seg.effects.push_back({Bytes(bucket.units.parameters * assembly_.grad_element_size),
                            MemoryCategory::comm_buffers, MemoryTier::device, true});
     allocated_[b] = 1;
   }

@@ -19,9 +19,12 @@ std::vector<OpId> step_deps(const RankEmitter& rank, std::size_t slot, bool afte
 
 DeviceOptimizerStep::DeviceOptimizerStep(Assembly& assembly)
     : label_(assembly.program.intern_label("optimizer step")) {
+  const ModelStateFormat format = assembly.spec.state_format();
   for (const StageTemplate& st : assembly.templates) {
-    kernels_.push_back(assembly.program.add_kernels({Kernel{
-        OptimizerStep{st.shard, OptimizerKind::adam, assembly.spec.dtype, false}, "adam"}}));
+    kernels_.push_back(assembly.program.add_kernels(
+        {Kernel{OptimizerStep{st.shard, format.optimizer, format.dtype, false,
+                              size_of(format.grad_dtype) == 4 || format.fp32_grad_copy},
+                std::string(name_of(format.optimizer))}}));
   }
 }
 
@@ -35,13 +38,14 @@ std::optional<OpId> DeviceOptimizerStep::optimizer_step(RankEmitter& rank, std::
 OptimizerOffload::OptimizerOffload(Assembly& assembly)
     : assembly_(assembly), label_(assembly.program.intern_label("optimizer step (host)")) {
   const bool nvme = assembly.spec.zero.nvme;
-  const StateBytes state = state_bytes_per_parameter(assembly.spec.dtype);
+  const ModelStateFormat format = assembly.spec.state_format();
   for (const StageTemplate& st : assembly.templates) {
     Kernels k;
-    k.step = assembly.program.add_kernels({Kernel{
-        OptimizerStep{st.shard, OptimizerKind::adam, assembly.spec.dtype, true}, "cpu adam"}});
+    k.step = assembly.program.add_kernels(
+        {Kernel{OptimizerStep{st.shard, format.optimizer, format.dtype, true},
+                "cpu " + std::string(name_of(format.optimizer))}});
     if (nvme) {
-      const std::int64_t bytes = st.shard * state.optimizer;
+      const std::int64_t bytes = optimizer_state_bytes(format, st.shard).count();
       k.states_in =
           assembly.copy_kernels(bytes, MemoryTier::nvme, MemoryTier::host, "optimizer states in");
       k.states_out =
@@ -58,13 +62,12 @@ OptimizerOffload::OptimizerOffload(Assembly& assembly)
 void OptimizerOffload::chunk_held(RankEmitter& rank, int chunk) {
   // fp32 gradients on the host, where the reduced buckets accumulate for the step.
   const std::int64_t shard = rank.chunk_template(chunk).shard;
-  const StateBytes state = state_bytes_per_parameter(assembly_.spec.dtype);
   rank.program.add_initial_memory(rank.rank,
                                   {MemoryCategory::gradients, MemoryTier::host, Bytes(shard * 4)});
   rank.program.add_initial_memory(rank.rank,
                                   {MemoryCategory::optimizer_states,
                                    assembly_.spec.zero.nvme ? MemoryTier::nvme : MemoryTier::host,
-                                   Bytes(shard * state.optimizer)});
+                                   optimizer_state_bytes(assembly_.spec.state_format(), shard)});
 }
 
 std::optional<OpId> OptimizerOffload::optimizer_step(RankEmitter& rank, std::size_t slot) {

@@ -35,18 +35,21 @@ LayerSetting layer_setting(const Experiment& e) {
   return s;
 }
 
-StateBytes state_bytes_per_parameter(DType dtype) {
-  if (dtype == DType::fp32) return {4, 4, 8};
-  return {size_of(dtype), size_of(dtype), 12};
-}
-
 ZeroSettings zero_settings(const Experiment& e) {
   const ParallelismSpec& p = e.parallelism;
   ZeroSettings z;
-  z.stage = p.zero;
+  z.stage = effective_zero_stage(e);
   z.prefetch_layers = p.zero_prefetch_layers;
   z.reduce_bucket_size = p.reduce_bucket_size;
   z.allgather_bucket_size = p.allgather_bucket_size;
+  if (p.zero == 0 && z.stage == 1) {
+    // Megatron's distributed optimizer: its DDP buckets, one bucket without overlap.
+    const std::int64_t bucket =
+        p.dp_overlap ? std::max<std::int64_t>(40'000'000, std::int64_t{1'000'000} * p.dp)
+                     : std::int64_t{1} << 50;
+    z.reduce_bucket_size = bucket;
+    z.allgather_bucket_size = bucket;
+  }
   z.offload_optimizer = p.offload.optimizer;
   z.offload_params = p.offload.params;
   z.nvme = p.offload.nvme;
@@ -54,17 +57,17 @@ ZeroSettings zero_settings(const Experiment& e) {
   return z;
 }
 
-DeviceModelStates device_model_states(const ZeroSettings& zero, DType dtype,
+DeviceModelStates device_model_states(const ZeroSettings& zero, const ModelStateFormat& format,
                                       std::int64_t parameters, int dp) {
-  const StateBytes state = state_bytes_per_parameter(dtype);
+  const StateBytes state = state_bytes_per_parameter(format);
   const std::int64_t shard = zero.stage == 0 || dp <= 1 ? parameters : (parameters + dp - 1) / dp;
   const bool params_off = zero.stage == 3 && zero.offload_params;
   const std::int64_t params = zero.stage == 3 ? shard : parameters;
   std::int64_t grads = zero.stage <= 1 ? parameters : shard;
   if (zero.offload_optimizer && zero.stage >= 2) grads = 0;  // only transient buckets
-  return DeviceModelStates{Bytes(params_off ? 0 : params * state.parameters),
-                           Bytes(grads * state.gradients),
-                           Bytes(zero.offload_optimizer ? 0 : shard * state.optimizer)};
+  return DeviceModelStates{
+      Bytes(params_off ? 0 : params * state.parameters), Bytes(grads * state.gradients),
+      zero.offload_optimizer ? Bytes(0) : optimizer_state_bytes(format, shard)};
 }
 
 int part_device(ScheduleKind kind, int part, int stages) {
@@ -117,6 +120,10 @@ PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_p
   spec.schedule_options = schedule_options(e);
   spec.microbatches = static_cast<int>(e.microbatches());
   spec.dtype = e.training.dtype;
+  const ModelStateFormat format = model_state_format(e);
+  spec.grad_dtype = format.grad_dtype;
+  spec.optimizer = format.optimizer;
+  spec.fp32_grad_copy = format.fp32_grad_copy;
   spec.dp_bucket_size = e.parallelism.dp_bucket_size;
   spec.dp_overlap = e.parallelism.dp_overlap;
   spec.grad_compression = e.parallelism.grad_compression;
@@ -154,10 +161,10 @@ PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_p
   }
   const LayerSetting setting = layer_setting(e);
   // Stage-aware recomputation fits what is left beside the model state ZeRO keeps.
-  const std::vector<StageRecompute> recompute =
-      recompute_plan(e, [&spec, &e](int, std::int64_t parameters) {
-        return device_model_states(spec.zero, e.training.dtype, parameters, spec.layout.dp).total();
-      });
+  const std::vector<StageRecompute> recompute = recompute_plan(e, [&spec](int,
+                                                                          std::int64_t parameters) {
+    return device_model_states(spec.zero, spec.state_format(), parameters, spec.layout.dp).total();
+  });
   const int sub_batches = e.parallelism.tp_overlap;
   const int slices = kind == ScheduleKind::terapipe ? spec.schedule_options.sequence_slices : 1;
   int begin = 0;

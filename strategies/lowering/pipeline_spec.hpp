@@ -10,12 +10,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "strategies/experiment.hpp"
 #include "strategies/grad_compression.hpp"
+#include "strategies/optimizer.hpp"
 #include "strategies/program.hpp"
 #include "strategies/schedule.hpp"
 #include "strategies/transformer.hpp"
@@ -45,21 +47,16 @@ std::pair<int, int> stage_layers(int layers, int stages, int stage);
 /// The per-rank setting the experiment's layers are lowered with.
 LayerSetting layer_setting(const Experiment& experiment);
 
-/// Bytes per parameter of model state with mixed-precision Adam (ZeRO's 2 + 2 + K with K = 12:
-/// weights and gradients in the training dtype, fp32 master weights, momentum and variance);
-/// with fp32 training 4 + 4 + 8.
-struct StateBytes {
-  std::int64_t parameters, gradients, optimizer;
-};
-StateBytes state_bytes_per_parameter(DType dtype);
-
 /// ZeRO (DeepSpeed) and offload settings of the pipeline assembly.
 ///
-/// Model states per rank with Psi its parameters, e the dtype size, K = 12 (fp32 master,
-/// momentum, variance) and S = ceil(Psi / dp) the shard: stage 0 holds e Psi + e Psi + K Psi;
-/// stage 1 shards the optimizer states (K S); stage 2 the gradients too (e S, plus transient
-/// reduce buckets as comm_buffers); stage 3 the parameters too (e S, plus the layers gathered
-/// for use).
+/// Model states per rank with Psi its parameters, e the dtype size, g the gradient buffers'
+/// (ModelStateFormat::grad_dtype), K Psi the optimizer's part (optimizer_state_bytes,
+/// strategies/optimizer.hpp: 12 Psi for mixed-precision Adam) and S = ceil(Psi / dp) the shard:
+/// stage 0 holds e Psi + g Psi + K Psi; stage 1 shards the optimizer's part (K S); stage 2 the
+/// gradients too (g S, plus transient reduce buckets as comm_buffers); stage 3 the parameters
+/// too (e S, plus the layers gathered for use). Megatron's distributed optimizer is stage 1
+/// (zero_settings): with fp32 gradient buffers 2 + 4 + 12/d bytes per parameter, Megatron's
+/// 6 + 12/d.
 ///
 /// Gradients: stage 0 all-reduces buckets of PipelineSpec::dp_bucket_size bytes once the last
 /// microbatch's backward has produced them; stage 1 reduce-scatters buckets of
@@ -90,19 +87,23 @@ struct ZeroSettings {
   bool offload_activations = false;  // recomputation checkpoints wait on the host
 };
 
-/// The ZeRO and offload settings of an experiment's parallelism.
+/// The ZeRO and offload settings of an experiment's parallelism. Megatron's distributed
+/// optimizer (distributed_optimizer(e), with parallelism.zero 0) is stage 1 with Megatron's
+/// buckets: gradients reduce-scattered and parameters all-gathered in buckets of
+/// max(40,000,000, 1,000,000 x dp) elements with overlap (Megatron-core's
+/// DistributedDataParallel default bucket_size), one bucket without (dp_overlap false).
 ZeroSettings zero_settings(const Experiment& experiment);
 
 /// Model state a rank keeps on the device for its `parameters` (its stage's share per
 /// tensor-parallel rank) under ZeRO and offload — what assemble_pipeline allocates before the
-/// first op: parameters eΨ (ZeRO-3: eΨ/dp, none when offloaded), gradients eΨ (ZeRO-2/3:
-/// eΨ/dp, none with optimizer offload), optimizer states 12Ψ (ZeRO-1+: 12Ψ/dp, none when
+/// first op: parameters eΨ (ZeRO-3: eΨ/dp, none when offloaded), gradients gΨ (ZeRO-2/3:
+/// gΨ/dp, none with optimizer offload), optimizer states KΨ (ZeRO-1+: K ceil(Ψ/dp), none when
 /// offloaded).
 struct DeviceModelStates {
   Bytes parameters, gradients, optimizer;
   Bytes total() const { return parameters + gradients + optimizer; }
 };
-DeviceModelStates device_model_states(const ZeroSettings& zero, DType dtype,
+DeviceModelStates device_model_states(const ZeroSettings& zero, const ModelStateFormat& format,
                                       std::int64_t parameters, int dp);
 
 /// Everything the pipeline assembly needs: per-stage plans as data, the rank layout and the
@@ -114,6 +115,14 @@ struct PipelineSpec {
   ScheduleOptions schedule_options;
   int microbatches = 1;
   DType dtype = DType::bf16;
+  /// Gradient buffers' dtype, what they are accumulated and reduced in (unset: `dtype`), and
+  /// the optimizer (strategies/optimizer.hpp).
+  std::optional<DType> grad_dtype;
+  OptimizerKind optimizer = OptimizerKind::adam;
+  bool fp32_grad_copy = false;  // ModelStateFormat::fp32_grad_copy
+  ModelStateFormat state_format() const {
+    return {dtype, grad_dtype.value_or(dtype), optimizer, fp32_grad_copy};
+  }
   /// One plan per model part (schedule_parts(): the pipeline stages, or more with interleaved and
   /// zb-v chunks); with TeraPipe one per part and slice, at part * slices + slice. Schedules
   /// with split backward split the plans themselves (split_backward()).

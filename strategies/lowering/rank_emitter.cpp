@@ -101,8 +101,9 @@ std::uint64_t RankEmitter::pass_key(PassKind kind, int unit, int chunk) const {
 void RankEmitter::hold_chunk(int chunk) {
   const StageTemplate& st = chunk_template(chunk);
   const Schedule& schedule = assembly.schedule;
-  const DeviceModelStates on_device = device_model_states(
-      assembly.spec.zero, assembly.spec.dtype, st.plan.parameters, assembly.spec.layout.dp);
+  const DeviceModelStates on_device =
+      device_model_states(assembly.spec.zero, assembly.spec.state_format(), st.plan.parameters,
+                          assembly.spec.layout.dp);
   program.add_initial_memory(
       rank, {MemoryCategory::parameters, MemoryTier::device, on_device.parameters});
   program.add_initial_memory(rank,

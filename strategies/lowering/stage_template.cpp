@@ -116,7 +116,9 @@ Assembly::Assembly(const PipelineSpec& pipeline)
       groups(program, pipeline, schedule),
       templates(pipeline.stages.size()),
       slices(schedule.slices),
-      element_size(size_of(pipeline.dtype)) {
+      element_size(size_of(pipeline.dtype)),
+      grad_element_size(size_of(pipeline.grad_dtype.value_or(pipeline.dtype))),
+      grad_dtype(pipeline.grad_dtype.value_or(pipeline.dtype)) {
   program.set_overlapping_iterations(schedule.overlapping_iterations);
   for (const auto& passes : schedule.passes) {
     for (const Pass& x : passes) separate_recompute |= x.kind == PassKind::recompute;

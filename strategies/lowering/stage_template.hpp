@@ -101,7 +101,11 @@ struct Assembly {
   const Communicators groups;
   std::vector<StageTemplate> templates;
   const int slices;                 // Schedule::slices
-  const std::int64_t element_size;  // bytes of one parameter or gradient element (spec.dtype)
+  const std::int64_t element_size;  // bytes of one parameter element (spec.dtype)
+  /// Bytes of one gradient-buffer element (spec.grad_dtype, else spec.dtype): what gradients
+  /// are accumulated and reduced in.
+  const std::int64_t grad_element_size;
+  const DType grad_dtype;
   bool separate_recompute = false;  // recompute passes of their own (Merak)
 
   /// The template chunk `chunk` runs for `unit` (its part's plan, for the unit's slice).

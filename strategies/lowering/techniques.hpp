@@ -10,8 +10,12 @@
 //   OptimizerOffload       spec.zero.offload_optimizer; otherwise DeviceOptimizerStep
 //
 // Every hook says below what it issues at which moment. Bytes are per rank; "e" is the size of
-// the training dtype; a shard is ceil(parameters / dp) (Assembly::shard_of). The ZeRO and
-// offload semantics are those of ZeroSettings (strategies/lowering/pipeline_spec.hpp).
+// the training dtype, "g" the size of the gradient buffers' dtype (PipelineSpec::grad_dtype,
+// Assembly::grad_element_size: fp32 with Megatron's bf16 main grads), in which gradients are
+// reduced; a shard is ceil(parameters / dp) (Assembly::shard_of). The ZeRO and offload
+// semantics are those of ZeroSettings (strategies/lowering/pipeline_spec.hpp); Megatron's
+// distributed optimizer is ZeroGradientSync's stage 1 (zero_settings). What the optimizer keeps
+// and moves is strategies/optimizer.hpp's table.
 #pragma once
 
 #include <cstddef>
@@ -128,8 +132,8 @@ class CompressedGradients : public TechniqueHook {
   std::vector<std::vector<OpId>> head_;  // per chunk held and bucket: its head's last op
 };
 
-/// ZeRO stage 0: the gradients all-reduced over the dp group in buckets of dp_bucket_size bytes
-/// (DDP / Megatron overlap_grad_reduce).
+/// ZeRO stage 0: the gradient buffers (g bytes per parameter, in their dtype) all-reduced over
+/// the dp group in buckets of dp_bucket_size bytes (DDP / Megatron overlap_grad_reduce).
 /// gradients_complete: per bucket an all-reduce (dp-comm, "dp grad all-reduce bucket <i>[ chunk
 ///   <c>]") after the op completing its last unit in the chunk's last gradient pass
 ///   (dp_overlap), or after that pass.
@@ -143,19 +147,20 @@ class DataParallelAllReduce : public TechniqueHook {
   std::vector<UnitBuckets> buckets_;  // per template
 };
 
-/// ZeRO stages 1 to 3: gradients reduce-scattered in buckets of reduce_bucket_size elements
-/// ("grad reduce-scatter bucket <i>", dp-comm, with dp > 1), each bucket's shard copied to the
+/// ZeRO stages 1 to 3: gradients (g bytes each, in the buffers' dtype) reduce-scattered in
+/// buckets of reduce_bucket_size elements ("grad reduce-scatter bucket <i>", dp-comm, with
+/// dp > 1), each bucket's shard copied to the
 /// host with optimizer offload ("grad to host bucket <i>", copy stream).
 /// Stages 2 and 3 (with dp > 1 or optimizer offload), every gradient pass:
 ///   before_segment: a compute segment completing a bucket's first unit allocates the bucket
-///     (e * parameters, comm_buffers);
+///     (g * parameters, comm_buffers);
 ///   after_segment: with dp_overlap, one completing its last unit reduces it (and frees it);
 ///   pass_ends: buckets not reduced yet are reduced after the pass.
 /// Stage 1: gradients_complete reduces every bucket after the op completing its last unit in
 ///   the last gradient pass (dp_overlap) or after that pass.
 /// Stages 1 and 2: after_optimizer_step all-gathers the updated parameters in buckets of
-///   allgather_bucket_size elements ("param all-gather bucket <i>"), with optimizer offload
-///   each bucket's shard first copied to the device ("params to device bucket <i>").
+///   allgather_bucket_size elements ("param all-gather bucket <i>", e bytes each), with optimizer
+///   offload each bucket's shard first copied to the device ("params to device bucket <i>").
 class ZeroGradientSync : public TechniqueHook {
  public:
   explicit ZeroGradientSync(Assembly& assembly);
@@ -205,9 +210,10 @@ class EmbeddingSync : public TechniqueHook {
   std::uint32_t label_;
 };
 
-/// The optimizer step on the device: Adam over the chunk's shard ("adam" kernel, compute
-/// stream, Phase::optimizer, "optimizer step") after the last op on the dp-comm stream, or
-/// after the last gradient pass when there is none.
+/// The optimizer step on the device: spec.optimizer over the chunk's shard (a kernel named as
+/// the optimizer, "adam", "rmsprop", ...; fp32_grads with fp32 gradient buffers or the fp32
+/// gradient copy; compute stream, Phase::optimizer, "optimizer step") after the last op on the
+/// dp-comm stream, or after the last gradient pass when there is none.
 class DeviceOptimizerStep : public TechniqueHook {
  public:
   explicit DeviceOptimizerStep(Assembly& assembly);
@@ -220,8 +226,9 @@ class DeviceOptimizerStep : public TechniqueHook {
 
 /// ZeRO-Offload: the optimizer step on the host.
 /// chunk_held: fp32 gradients of the shard (4 bytes each) on the host, the optimizer states of
-///   the shard on the host (or NVMe).
-/// optimizer_step: "cpu adam" on the host stream ("optimizer step (host)") after the last ops of
+///   the shard (optimizer_state_bytes) on the host (or NVMe).
+/// optimizer_step: "cpu <optimizer>" ("cpu adam") on the host stream ("optimizer step (host)")
+/// after the last ops of
 ///   the dp-comm and copy streams; with nvme the states are read before it and written after
 ///   it ("optimizer states from nvme", "optimizer states to nvme").
 class OptimizerOffload : public TechniqueHook {

@@ -90,7 +90,7 @@ OpCount Zero3ParameterFetch::count_pass(const Pass& pass) const {
 void Zero3ParameterFetch::chunk_held(RankEmitter& rank, int chunk) {
   if (!assembly_.spec.zero.offload_params) return;
   const std::int64_t shard = rank.chunk_template(chunk).shard;
-  const StateBytes state = state_bytes_per_parameter(assembly_.spec.dtype);
+  const StateBytes state = state_bytes_per_parameter(assembly_.spec.state_format());
   rank.program.add_initial_memory(
       rank.rank, {MemoryCategory::parameters, offload_tier_, Bytes(shard * state.parameters)});
 }

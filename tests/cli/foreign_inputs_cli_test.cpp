@@ -86,7 +86,8 @@ TEST_CASE("--megatron-args gives the same simulation as the equivalent flags") {
                   "--lr 1e-4\"") ==
         report_of(dir, "flags",
                   "gpt3-1.7b-a100-8 --tp 2 --pp 2 --sequence-parallel --micro-batch 2 "
-                  "--global-batch 32 --recompute selective --zero 1"));
+                  "--global-batch 32 --recompute selective "
+                  "--set training.framework=megatron --set training.distributed_optimizer=true"));
 }
 
 TEST_CASE("--model with Llama-2-7B's config.json simulates as configs/models/llama2-7b.json") {

@@ -89,6 +89,8 @@ void hash_kernel(Hasher& h, const Kernel& k) {
           h.i64(static_cast<std::int64_t>(w.kind));
           h.i64(static_cast<std::int64_t>(w.dtype));
           h.i64(w.on_host);
+          // Hashed only when set, so that programs without fp32 gradients keep their hashes.
+          if (w.fp32_grads) h.i64(0x46503332);  // "FP32"
         } else if constexpr (std::is_same_v<T, Copy>) {
           h.i64(w.bytes.count());
           h.i64(static_cast<std::int64_t>(w.from));
@@ -273,6 +275,18 @@ std::vector<Case> cases() {
                                   {"parallelism.schedule", "interleaved"},
                                   {"parallelism.virtual_stages", 2}});
   add("tp overlap", {{"parallelism.tp_overlap", 2}, {"parallelism.micro_batch", 2}});
+  // What frameworks do around the layers (docs/frameworks.md).
+  add("framework megatron", {{"training.framework", "megatron"}});
+  add("megatron distributed optimizer",
+      {{"training.framework", "megatron"}, {"training.distributed_optimizer", true}});
+  add("megatron fp16", {{"training.framework", "megatron"}, {"training.dtype", "fp16"}});
+  add("fsdp", {{"training.framework", "fsdp"}});
+  for (const char* o : {"sgd", "rmsprop", "adafactor", "adam8bit"}) {
+    add(std::string("optimizer ") + o, {{"training.optimizer", o}});
+  }
+  add("optimizer offload lion", {{"parallelism.zero", 2},
+                                 {"parallelism.offload", nlohmann::json::array({"optimizer"})},
+                                 {"training.optimizer", "lion"}});
   // Tensor-parallel meshes need tp 4 (2D), 8 (2.5D with depth 2, 3D).
   all.push_back({"matrix/tp 2d",
                  base,

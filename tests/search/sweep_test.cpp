@@ -263,7 +263,7 @@ TEST_CASE("mirroring tensor-parallel ranks gives the same iteration time and mem
     CAPTURE(e.parallelism.pp);
     const auto context = traces::report_context(e);
     sim::SimOptions options;
-    options.overheads = {e.memory.fragmentation, e.memory.reserved};
+    options.overheads = study::memory_overheads(e);
     auto run = [&](bool mirror_tp) {
       const auto program =
           study::lower(e, {.mirror_data_parallel = true, .mirror_tensor_parallel = mirror_tp});

@@ -64,12 +64,40 @@ TEST_CASE("cost: memory-bound kernels") {
   // Adam with bf16 weights: 12 + 2 read, 12 + 2 written = 28 B/param: 28e6 B / 5e11 = 56 us.
   OptimizerStep adam{1'000'000, OptimizerKind::adam, DType::bf16, false};
   CHECK(cost.kernel_time(Kernel{adam, "adam"}) == Time::us(4) + Time::us(56));
-  // Adam with fp32 weights: 12 + 4 + 12 + 4 = 32 B/param: 64 us.
+  // Adam with fp32 weights (no master copy, no second weight copy): read weights, m, v and the
+  // gradient 4 + 8 + 4, write weights, m, v 4 + 8 = 28 B/param: 56 us.
   OptimizerStep adam32{1'000'000, OptimizerKind::adam, DType::fp32, false};
-  CHECK(cost.kernel_time(Kernel{adam32, "adam"}) == Time::us(4) + Time::us(64));
+  CHECK(cost.kernel_time(Kernel{adam32, "adam"}) == Time::us(4) + Time::us(56));
+  // Adam with bf16 weights and fp32 gradient buffers (Megatron's main grads): read 4 + 4 + 8,
+  // write 4 + 8 + 2 = 30 B/param: 60 us.
+  OptimizerStep adam_main_grads{1'000'000, OptimizerKind::adam, DType::bf16, false, true};
+  CHECK(cost.kernel_time(Kernel{adam_main_grads, "adam"}) == Time::us(4) + Time::us(60));
   // SGD, bf16: 4 + 4 + 2 + 2 = 12 B/param: 24 us.
   OptimizerStep sgd{1'000'000, OptimizerKind::sgd, DType::bf16, false};
   CHECK(cost.kernel_time(Kernel{sgd, "sgd"}) == Time::us(4) + Time::us(24));
+  // One state (momentum, RMSProp's square average, Adagrad's sum, Lion's momentum) read and
+  // written: 12 + 4 + 4 = 20 B/param: 40 us.
+  for (OptimizerKind k : {OptimizerKind::sgd_momentum, OptimizerKind::rmsprop,
+                          OptimizerKind::adagrad, OptimizerKind::lion}) {
+    CHECK(cost.kernel_time(Kernel{OptimizerStep{1'000'000, k, DType::bf16, false}, "step"}) ==
+          Time::us(4) + Time::us(40));
+  }
+  // 8-bit Adam on 1,024,000 parameters (500 blocks of 2048): 12 B/param of gradient, master
+  // and weights as SGD, plus m and v in 1 byte each with one fp32 absmax per block and state
+  // (2 x 1,024,000 + 500 x 4 x 2 = 2,052,000 B), read and written: 12,288,000 + 4,104,000 =
+  // 16,392,000 B at 5e11 B/s = 32.784 us.
+  OptimizerStep adam8{1'024'000, OptimizerKind::adam8bit, DType::bf16, false};
+  // (Rounded up to a whole picosecond: within 1 ps of the exact figure.)
+  const Time adam8_time = cost.kernel_time(Kernel{adam8, "adam8bit"});
+  CHECK(adam8_time >= Time::us(4) + Time::ns(32'784));
+  CHECK(adam8_time <= Time::us(4) + Time::ns(32'784) + Time::ps(1));
+  // Adafactor on 1,000,000 parameters: the gradient read twice (2 x 2) and the master (4),
+  // the master and weights written (4 + 2): 14 B/param, plus its factored second moment,
+  // 8 x sqrt(1e6) = 8,000 B read and written: 14,016,000 B = 28.032 us.
+  OptimizerStep adafactor{1'000'000, OptimizerKind::adafactor, DType::bf16, false};
+  const Time adafactor_time = cost.kernel_time(Kernel{adafactor, "adafactor"});
+  CHECK(adafactor_time >= Time::us(4) + Time::ns(28'032));
+  CHECK(adafactor_time <= Time::us(4) + Time::ns(28'032) + Time::ps(1));
   // Device-to-device copy reads and writes: 2e6 B / 5e11 = 4 us.
   Copy c{Bytes(1'000'000), MemoryTier::device, MemoryTier::device};
   CHECK(cost.kernel_time(Kernel{c, "copy"}) == Time::us(8));

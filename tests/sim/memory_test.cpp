@@ -34,17 +34,18 @@ hw::ClusterSpec one_device(Bytes capacity) {
 
 }  // namespace
 
-TEST_CASE("fragmentation and reserved memory add to every device's total, under workspace") {
+TEST_CASE("fragmentation and reserved memory add to every device's total, under other") {
   // Allocated peak 3 GiB; with fragmentation 1.25 and 1 GiB reserved the device holds
-  // 3 * 1.25 + 1 = 4.75 GiB, of which workspace = 0.75 + 1 = 1.75 GiB.
+  // 3 * 1.25 + 1 = 4.75 GiB, of which other = 0.75 + 1 = 1.75 GiB.
   auto program = two_ops();
   sim::SimOptions options;
-  options.overheads = {1.25, Bytes(1LL << 30)};
+  options.overheads = {1.25, Bytes(1LL << 30), Bytes(0), Bytes(0)};
   auto t = sim::simulate(program, one_device(Bytes(80LL << 30)), options);
   const auto& peak = t.ranks[0].tiers[0];
   CHECK(peak.peak.count() == (3LL << 30) * 5 / 4 + (1LL << 30));
-  CHECK(peak.breakdown[static_cast<std::size_t>(MemoryCategory::workspace)].count() ==
+  CHECK(peak.breakdown[static_cast<std::size_t>(MemoryCategory::other)].count() ==
         (3LL << 30) / 4 + (1LL << 30));
+  CHECK(peak.breakdown[static_cast<std::size_t>(MemoryCategory::workspace)].count() == 0);
   CHECK(peak.breakdown[static_cast<std::size_t>(MemoryCategory::activations)].count() == 1LL << 30);
 }
 

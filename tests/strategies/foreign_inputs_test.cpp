@@ -94,6 +94,10 @@ void check_same_experiment(const Experiment& a, const Experiment& b) {
   CHECK(a.training.seq_len == b.training.seq_len);
   CHECK(a.training.dtype == b.training.dtype);
   CHECK(a.training.flash_attention == b.training.flash_attention);
+  CHECK(a.training.framework == b.training.framework);
+  CHECK(a.training.optimizer == b.training.optimizer);
+  CHECK(a.training.grad_accumulation_dtype == b.training.grad_accumulation_dtype);
+  CHECK(a.training.distributed_optimizer == b.training.distributed_optimizer);
 
   const Program pa = lower(a, {.mirror_data_parallel = true});
   const Program pb = lower(b, {.mirror_data_parallel = true});
@@ -227,8 +231,11 @@ TEST_CASE("a DeepSpeed config gives the same experiment as the equivalent JSON")
                                    {"parallelism.reduce_bucket_size", 500000000},
                                    {"parallelism.allgather_bucket_size", 500000000},
                                    {"parallelism.dp_overlap", true},
+                                   {"training.framework", "deepspeed"},
+                                   {"training.optimizer", "adamw"},
                                }));
   CHECK(with_ds.parallelism.zero == 2);
+  CHECK(with_ds.training.framework == Framework::deepspeed);
   CHECK(with_ds.parallelism.offload.optimizer);
   check_same_experiment(with_json, with_ds);
 }
@@ -305,6 +312,19 @@ TEST_CASE("DeepSpeed configs: bad values and typos are errors, unknown keys note
       "ds.json");
   CHECK(contains(ok.notes, "unknown key 'my_custom_section' ignored"));
   CHECK(contains(ok.notes, "optimizer.type \"Lamb\" is not modelled"));
+  // DeepSpeed's optimizer names to strategies/optimizer.hpp's; torch's SGD momentum decides.
+  auto optimizer_of = [](const std::string& text) {
+    for (const auto& o : deepspeed_from_text(text, "ds.json").overrides) {
+      if (o.path == "training.optimizer") return o.value.get<std::string>();
+    }
+    return std::string("none");
+  };
+  CHECK(optimizer_of(R"({"optimizer": {"type": "AdamW"}})") == "adamw");
+  CHECK(optimizer_of(R"({"optimizer": {"type": "SGD"}})") == "sgd");
+  CHECK(optimizer_of(R"({"optimizer": {"type": "SGD", "params": {"momentum": 0.9}}})") ==
+        "sgd_momentum");
+  CHECK(optimizer_of(R"({"optimizer": {"type": "Lamb"}})") == "adam");
+  CHECK(optimizer_of(R"({"optimizer": {"type": "Adam"}})") == "adam");
   CHECK(contains(ok.notes, "whole layers are recomputed"));
   // cpu_checkpointing offloads the checkpoints of full recomputation.
   const auto e = load("gpt3-1.7b-a100-8", ok.overrides);
@@ -346,10 +366,31 @@ TEST_CASE("Megatron arguments give the same experiment as the equivalent JSON") 
                                                       {"parallelism.recompute", "full"},
                                                       {"parallelism.recompute_method", "block"},
                                                       {"parallelism.recompute_num_layers", 2},
-                                                      {"parallelism.zero", 1},
+                                                      {"training.framework", "megatron"},
+                                                      {"training.distributed_optimizer", true},
                                                   }));
-  CHECK(with_args.parallelism.dp == 2);  // 8 GPUs / (tp 2 x pp 2), as Megatron derives it
+  CHECK(with_args.parallelism.dp == 2);
+  CHECK(with_args.training.framework == Framework::megatron);
+  CHECK(with_args.training.distributed_optimizer == true);
+  CHECK(
+      effective_zero_stage(with_args) ==
+      1);  // the distributed optimizer is ZeRO-1  // 8 GPUs / (tp 2 x pp 2), as Megatron derives it
   check_same_experiment(with_json, with_args);
+}
+
+TEST_CASE("Megatron arguments set the framework, gradient buffers and optimizer") {
+  const auto e =
+      load("gpt3-1.7b-a100-8", megatron_from_args("--fp16 --accumulate-allreduce-grads-in-fp32 "
+                                                  "--optimizer sgd --global-batch-size 32")
+                                   .overrides);
+  CHECK(e.training.framework == Framework::megatron);
+  CHECK(e.training.grad_accumulation_dtype == DType::fp32);
+  // Megatron's sgd is torch.optim.SGD with --sgd-momentum (default 0.9).
+  CHECK(e.training.optimizer == OptimizerKind::sgd_momentum);
+  CHECK(model_state_format(e).grad_dtype == DType::fp32);
+  CHECK_FALSE(distributed_optimizer(e));
+  const auto adam = load("gpt3-1.7b-a100-8", megatron_from_args("--optimizer adam").overrides);
+  CHECK(adam.training.optimizer == OptimizerKind::adam);
 }
 
 TEST_CASE("Megatron model arguments override the model; interleaving from layers per stage") {

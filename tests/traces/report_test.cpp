@@ -314,7 +314,8 @@ TEST_CASE("report: to_json has exactly the documented keys") {
     CHECK(value.is_number_integer());
   }
   CHECK(breakdown_keys == std::set<std::string>{"parameters", "gradients", "optimizer_states",
-                                                "activations", "workspace", "comm_buffers"});
+                                                "activations", "workspace", "comm_buffers",
+                                                "other"});
 
   REQUIRE(j["out_of_memory"].size() == 1);
   const auto& o = j["out_of_memory"][0];
