@@ -745,6 +745,44 @@ std::int64_t layer_parameters_per_rank(const TransformerModel& m, const LayerSet
   return total;
 }
 
+namespace {
+
+// Megatron-LM's vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py)
+// over the rank's `logits` = tokens x V/t elements, computed in fp32 as Megatron does (the
+// logits are cast with .float() first): the cast (none when training in fp32), the max over
+// the vocabulary, the max subtracted, exp, the sum of exponentials, and the division that
+// leaves the fp32 softmax stored for backward (Korthikanti's 4sbv/t). The all-reduces between
+// them (t > 1) are the "loss tp all-reduce" after. Per logit: e + 20 bytes read, 16 written.
+void cross_entropy_forward(const Dims& d, std::int64_t logits, std::vector<Kernel>& k) {
+  const std::int64_t per_token = d.tokens * 4;  // one fp32 value per token
+  if (d.e != 4) k.push_back(elementwise("cross_entropy.cast", logits, logits * d.e, logits * 4));
+  k.push_back(elementwise("cross_entropy.max", logits, logits * 4, per_token));
+  k.push_back(elementwise("cross_entropy.sub_max", logits, logits * 4 + per_token, logits * 4));
+  k.push_back(elementwise("cross_entropy.exp", logits, logits * 4, logits * 4));
+  k.push_back(elementwise("cross_entropy.sum", logits, logits * 4, per_token));
+  k.push_back(elementwise("cross_entropy.softmax", logits, logits * 4 + per_token, logits * 4));
+}
+
+// Its backward: the stored softmax, one subtracted at each target, times the loss gradient
+// (in place, fp32), then cast to the training dtype for the logits GEMM's backward.
+void cross_entropy_backward(const Dims& d, std::int64_t logits, std::vector<Kernel>& k) {
+  k.push_back(elementwise("cross_entropy.bwd", logits, logits * 4 + d.tokens * 4, logits * 4));
+  if (d.e != 4) {
+    k.push_back(elementwise("cross_entropy.bwd.cast", logits, logits * 4, logits * d.e));
+  }
+}
+
+// The backward of an embedding table of `rows` rows looked up by the rank's tokens
+// (PyTorch's embedding_dense_backward): the dense [rows, h] gradient zero-filled, then each
+// token's output gradient (n elements, with its int64 id) added into its row (read and
+// written back).
+Kernel embedding_backward(const Dims& d, std::string name, std::int64_t rows) {
+  const std::int64_t n = d.tokens * d.h, table = rows * d.h;
+  return elementwise(std::move(name), table + n, 2 * n * d.e + d.tokens * 8, table * d.e + n * d.e);
+}
+
+}  // namespace
+
 StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetting& setting,
                                  int stage, int stages, int layer_begin, int layer_end,
                                  const StageRecompute& recompute) {
@@ -793,8 +831,10 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
   // ---- forward
   std::vector<Segment> fwd;
   if (first) {
+    // The rank's rows of the (vocab-parallel) table gathered by the int64 token ids; the
+    // learned positions' rows added.
     std::vector<Kernel> k = {
-        elementwise("embedding.lookup", n_hidden, n_hidden * d.e + d.tokens * 4, n_hidden * d.e)};
+        elementwise("embedding.lookup", n_hidden, n_hidden * d.e + d.tokens * 8, n_hidden * d.e)};
     if (model.position_embedding == PositionEmbedding::learned) {
       k.push_back(
           elementwise("embedding.position_add", n_hidden, 2 * n_hidden * d.e, n_hidden * d.e));
@@ -838,7 +878,7 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
       k.clear();
     }
     k.push_back(gemm("logits", d.tokens, d.vocab_local, d.h, d.dtype));
-    k.push_back(elementwise("cross_entropy", logits, logits * d.e, logits * 4));
+    cross_entropy_forward(d, logits, k);
     fwd.push_back(compute("head", std::move(k)));
     fwd.back().activation_delta = head_stored;
     if (d.t > 1) {  // vocab-parallel cross entropy: max, sum of exponentials, target logit
@@ -853,9 +893,10 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
   // ---- backward (reverse order)
   std::vector<Segment> bwd;
   if (last) {
-    std::vector<Kernel> k = {elementwise("cross_entropy.bwd", logits, logits * 4, logits * d.e),
-                             gemm("logits.dgrad", d.tokens, d.h, d.vocab_local, d.dtype),
-                             gemm("logits.wgrad", d.h, d.vocab_local, d.tokens, d.dtype)};
+    std::vector<Kernel> k;
+    cross_entropy_backward(d, logits, k);
+    k.push_back(gemm("logits.dgrad", d.tokens, d.h, d.vocab_local, d.dtype));
+    k.push_back(gemm("logits.wgrad", d.h, d.vocab_local, d.tokens, d.dtype));
     bwd.push_back(compute("head bwd", std::move(k)));
     bwd.back().activation_delta = -head_stored;
     if (d.t > 1) bwd.push_back(tp_reduce(d, "head bwd", -1));
@@ -895,7 +936,10 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
       bwd.push_back(tp_gather(d, "embedding bwd", -1));
       k.clear();
     }
-    k.push_back(elementwise("embedding.grad", n_hidden, 2 * n_hidden * d.e, n_hidden * d.e));
+    k.push_back(embedding_backward(d, "embedding.grad", d.vocab_local));
+    if (model.position_embedding == PositionEmbedding::learned) {
+      k.push_back(embedding_backward(d, "embedding.position_grad", model.max_seq_len));
+    }
     bwd.push_back(compute("embedding bwd", std::move(k)));
     bwd.back().activation_delta = -Bytes(d.hidden_dropout ? d.n_res : 0);  // the dropout mask
     bwd.back().grads_done.push_back(embedding_unit);

@@ -287,3 +287,54 @@ TEST_CASE("host overheads: one op per iteration and per pass on every rank's hos
   const auto unitless = experiment_error(file, {cli("training.microbatch_overhead", 5)});
   CHECK(std::string(unitless.what()).find("training.microbatch_overhead") != std::string::npos);
 }
+
+TEST_CASE("embedding and LM head: lookups, scatter-add gradients and an fp32 cross-entropy") {
+  // One stage (embedding and head), tp 2, b = 2, s = 128, bf16 (e = 2), h = 64, vocabulary
+  // 51200 (V/t = 25,600 rows per rank), 2048 learned positions. T = 256 tokens, n = T h =
+  // 16,384 elements, logits L = T V/t = 6,553,600 per rank.
+  const auto model = gpt(4, 64, 1);
+  const StagePlan plan = plan_transformer_stage(model, setting(2, false, 2, 128), 0, 1, 0, 1);
+  Bytes ce_read_fwd, ce_written_fwd, ce_read_bwd, ce_written_bwd;
+  const Kernel *lookup = nullptr, *logits = nullptr, *grad = nullptr, *position_grad = nullptr;
+  for (const auto* pass : {&plan.forward, &plan.backward}) {
+    for (const auto& seg : *pass) {
+      for (const auto& k : seg.kernels) {
+        if (k.name == "embedding.lookup") lookup = &k;
+        if (k.name == "logits") logits = &k;
+        if (k.name == "embedding.grad") grad = &k;
+        if (k.name == "embedding.position_grad") position_grad = &k;
+        if (!k.name.starts_with("cross_entropy")) continue;
+        const auto& w = std::get<Elementwise>(k.work);
+        (pass == &plan.forward ? ce_read_fwd : ce_read_bwd) += w.bytes_read;
+        (pass == &plan.forward ? ce_written_fwd : ce_written_bwd) += w.bytes_written;
+      }
+    }
+  }
+  REQUIRE(lookup != nullptr);
+  REQUIRE(logits != nullptr);
+  REQUIRE(grad != nullptr);
+  REQUIRE(position_grad != nullptr);
+  // Lookup: the rows n e = 32,768 bytes and the int64 ids 8 T = 2,048 read; n e written.
+  CHECK(std::get<Elementwise>(lookup->work).bytes_read.count() == 34'816);
+  CHECK(std::get<Elementwise>(lookup->work).bytes_written.count() == 32'768);
+  // The head GEMM: 2 T (V/t) h = 2 x 256 x 25,600 x 64 = 838,860,800 FLOPs.
+  CHECK(matmul_flops(*logits).count() == doctest::Approx(838'860'800.0));
+  // Megatron's fp32 cross-entropy: cast (e read, 4 written per logit), max (4 read), subtract
+  // (4 read, 4 written), exp (4, 4), sum (4 read), divide (4, 4): L (e + 20) = 144,179,200
+  // bytes read plus the per-token max and sum read back (2 x 4T = 2,048); 16 L = 104,857,600
+  // written plus the per-token max and sum (2,048).
+  CHECK(ce_read_fwd.count() == 144'181'248);
+  CHECK(ce_written_fwd.count() == 104'859'648);
+  // Backward: softmax times the loss gradient in place (4 L read plus 4 T, 4 L written), cast
+  // to bf16 (4 L read, 2 L written): 52,429,824 read, 39,321,600 written.
+  CHECK(ce_read_bwd.count() == 52'429'824);
+  CHECK(ce_written_bwd.count() == 39'321'600);
+  // Embedding backward (embedding_dense_backward): the [25,600, 64] gradient zero-filled
+  // (3,276,800 bytes) and each token's gradient row added into it (n e read from the output
+  // gradient, n e read and written in the table, 8 T of ids): 67,584 read, 3,309,568 written;
+  // the position table's [2048, 64]: 67,584 read, 262,144 + 32,768 = 294,912 written.
+  CHECK(std::get<Elementwise>(grad->work).bytes_read.count() == 67'584);
+  CHECK(std::get<Elementwise>(grad->work).bytes_written.count() == 3'309'568);
+  CHECK(std::get<Elementwise>(position_grad->work).bytes_read.count() == 67'584);
+  CHECK(std::get<Elementwise>(position_grad->work).bytes_written.count() == 294'912);
+}
