@@ -43,8 +43,7 @@ OpId reduce_scalar(RankEmitter& rank, std::uint32_t label, OpId after) {
 // ---- fp16 loss scaling
 
 LossScaleCheck::LossScaleCheck(Assembly& assembly)
-    : assembly_(assembly),
-      label_(assembly.program.intern_label("loss scale unscale and check")),
+    : label_(assembly.program.intern_label("loss scale unscale and check")),
       reduce_label_(assembly.program.intern_label("loss scale inf all-reduce")) {
   const std::int64_t g = gradient_bytes(assembly);
   for (std::int64_t n : step_gradients_per_device(assembly)) {
@@ -66,8 +65,7 @@ void LossScaleCheck::before_optimizer_steps(RankEmitter& rank) {
 // ---- gradient clipping
 
 GradientClipping::GradientClipping(Assembly& assembly)
-    : assembly_(assembly),
-      norm_label_(assembly.program.intern_label("grad norm")),
+    : norm_label_(assembly.program.intern_label("grad norm")),
       reduce_label_(assembly.program.intern_label("grad norm all-reduce")),
       scale_label_(assembly.program.intern_label("clip scale")) {
   const std::int64_t g = gradient_bytes(assembly);

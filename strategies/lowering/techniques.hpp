@@ -229,7 +229,6 @@ class LossScaleCheck : public TechniqueHook {
   void before_optimizer_steps(RankEmitter&) override;
 
  private:
-  Assembly& assembly_;
   std::vector<std::uint32_t> kernels_;  // per device
   std::uint32_t label_, reduce_label_;
 };
@@ -250,7 +249,6 @@ class GradientClipping : public TechniqueHook {
   void before_optimizer_steps(RankEmitter&) override;
 
  private:
-  Assembly& assembly_;
   std::vector<std::uint32_t> norm_, scale_;  // per device
   std::uint32_t norm_label_, reduce_label_, scale_label_;
 };

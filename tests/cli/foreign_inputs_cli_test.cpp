@@ -86,7 +86,9 @@ TEST_CASE("--megatron-args gives the same simulation as the equivalent flags") {
                   "--lr 1e-4\"") ==
         report_of(dir, "flags",
                   "gpt3-1.7b-a100-8 --tp 2 --pp 2 --sequence-parallel --micro-batch 2 "
-                  "--global-batch 32 --recompute selective --zero 1"));
+                  "--global-batch 32 --recompute selective --zero 1 "
+                  // Megatron-LM's default --clip-grad 1.0, which the arguments bring.
+                  "--set training.grad_clip=1"));
 }
 
 TEST_CASE("--model with Llama-2-7B's config.json simulates as configs/models/llama2-7b.json") {
