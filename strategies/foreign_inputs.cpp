@@ -128,10 +128,9 @@ class DeepSpeedReader {
     check_keys(root, "",
                {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                 "zero_optimization", "bf16", "bfloat16", "fp16", "amp", "activation_checkpointing",
-                "optimizer"},
+                "optimizer", "gradient_clipping"},
                {"steps_per_print",
                 "wall_clock_breakdown",
-                "gradient_clipping",
                 "scheduler",
                 "prescale_gradients",
                 "gradient_predivide_factor",
@@ -174,6 +173,7 @@ class DeepSpeedReader {
                 "monitor_config"});
     read_batch(root);
     read_precision(root);
+    read_clipping(root);
     std::optional<int> stage;
     if (const json* z = object(root, "zero_optimization")) stage = read_zero(*z);
     read_activation_checkpointing(root);
@@ -329,6 +329,29 @@ class DeepSpeedReader {
       set("training.dtype", "fp32", bf16 ? "bf16.enabled" : "fp16.enabled");
       note("neither bf16 nor fp16 is enabled: DeepSpeed trains in fp32 (training.dtype \"fp32\")");
     }
+  }
+
+  // gradient_clipping (the max norm; 0: none) and fp16.loss_scale (0: dynamic, as DeepSpeed's
+  // default; a value: that static scale).
+  void read_clipping(const json& root) {
+    auto it = root.find("gradient_clipping");
+    if (it != root.end() && !it->is_null() && !is_auto(*it)) {
+      if (!it->is_number() || !(it->get<double>() >= 0.0)) {
+        fail("gradient_clipping",
+             "expected a max gradient norm >= 0 (0: no clipping), got " + shown(*it));
+      }
+      set("training.grad_clip", it->get<double>(), "gradient_clipping");
+    }
+    const json* fp16 = object(root, "fp16");
+    if (fp16 == nullptr) return;
+    auto scale = fp16->find("loss_scale");
+    if (scale == fp16->end() || scale->is_null() || is_auto(*scale)) return;
+    if (!scale->is_number() || !(scale->get<double>() >= 0.0)) {
+      fail("fp16.loss_scale",
+           "expected 0 (dynamic loss scaling) or a positive static scale, got " + shown(*scale));
+    }
+    set("training.loss_scaling", scale->get<double>() == 0.0 ? "dynamic" : "static",
+        "fp16.loss_scale");
   }
 
   // Returns the stage when given.

@@ -219,8 +219,8 @@ TEST_CASE("a DeepSpeed config gives the same experiment as the equivalent JSON")
   CHECK(ds.notes.empty());
   const auto with_ds = load("llama2-7b-h100-8", ds.overrides);
   // configs/deepspeed/zero2-offload.json written as stratasim settings: train_batch_size 64,
-  // micro-batch 1 (x 32 accumulation steps x dp 2 = 64), bf16, ZeRO 2 with the optimizer on
-  // the CPU, buckets of 5e8 elements, overlapped communication.
+  // micro-batch 1 (x 32 accumulation steps x dp 2 = 64), bf16, clipping at 1.0, ZeRO 2 with the
+  // optimizer on the CPU, buckets of 5e8 elements, overlapped communication.
   const auto with_json =
       load("llama2-7b-h100-8", json_overrides({
                                    {"training.global_batch", 64},
@@ -231,6 +231,7 @@ TEST_CASE("a DeepSpeed config gives the same experiment as the equivalent JSON")
                                    {"parallelism.reduce_bucket_size", 500000000},
                                    {"parallelism.allgather_bucket_size", 500000000},
                                    {"parallelism.dp_overlap", true},
+                                   {"training.grad_clip", 1.0},  // gradient_clipping
                                }));
   CHECK(with_ds.parallelism.zero == 2);
   CHECK(with_ds.parallelism.offload.optimizer);
@@ -437,6 +438,18 @@ TEST_CASE("dropout, clipping and loss scaling from Megatron arguments and Huggin
   CHECK(error_of([] {
           megatron_from_args("--attention-dropout 1");
         }).find("at --attention-dropout: expected a dropout probability") != std::string::npos);
+
+  // DeepSpeed: gradient_clipping, and fp16.loss_scale (0: dynamic, a value: static).
+  const auto ds = load("gpt3-1.7b-a100-8", deepspeed_from_text(R"({"gradient_clipping": 0.8,
+                                               "fp16": {"enabled": true, "loss_scale": 1024}})",
+                                                               "ds.json")
+                                               .overrides);
+  CHECK(ds.training.grad_clip == 0.8);
+  CHECK(ds.training.loss_scaling == LossScaling::static_);
+  CHECK(error_of([] {
+          deepspeed_from_text(R"({"gradient_clipping": -1})", "ds.json");
+        }).find("ds.json: at gradient_clipping: expected a max gradient norm") !=
+        std::string::npos);
 
   // Hugging Face: GPT-2's resid_pdrop and attn_pdrop (0.1 in the released config.json), Llama
   // and Mistral's attention_dropout (0.0), BERT-style names, each family's default when absent.
