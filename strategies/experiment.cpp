@@ -1,12 +1,25 @@
 #include "strategies/experiment.hpp"
 
 #include <algorithm>
+#include <tuple>
 
 #include "strategies/foreign_inputs.hpp"
 #include "strategies/lowering/pipeline_spec.hpp"
 #include "strategies/schedule.hpp"
 
 namespace stratasim::strategies {
+
+std::string_view name_of(LossScaling s) {
+  switch (s) {
+    case LossScaling::none:
+      return "none";
+    case LossScaling::static_:
+      return "static";
+    case LossScaling::dynamic:
+      return "dynamic";
+  }
+  return "?";
+}
 
 std::string_view name_of(RecomputeKind r) {
   switch (r) {
@@ -273,6 +286,29 @@ TrainingSpec read_training(config::ObjectReader r, std::int64_t& accumulation) {
   t.attention_kernel = *hw::attention_impl_from_name(r.choice_or(
       "attention_kernel", {"flash-attention-2", "flash-attention", "flash-attention-3", "cudnn"},
       "flash-attention-2"));
+  for (auto [key, value] : {std::pair{"hidden_dropout", &t.hidden_dropout},
+                            std::pair{"attention_dropout", &t.attention_dropout}}) {
+    if (!r.has(key)) continue;
+    *value = r.number(key);
+    if (auto problem = dropout_problem(**value)) r.fail(key, *problem);
+  }
+  t.grad_clip = r.number_or("grad_clip", 0.0);
+  if (!(t.grad_clip >= 0.0 && t.grad_clip <= 1e12)) {
+    r.fail("grad_clip", "expected a max gradient norm > 0, or 0 for no clipping");
+  }
+  const std::string scaling = r.choice_or("loss_scaling", {"dynamic", "static", "none"},
+                                          t.dtype == DType::fp16 ? "dynamic" : "none");
+  t.loss_scaling = scaling == "dynamic"  ? LossScaling::dynamic
+                   : scaling == "static" ? LossScaling::static_
+                                         : LossScaling::none;
+  t.step_overhead = r.time_or("step_overhead", Time::zero());
+  if (t.step_overhead > Time::ms(1'000'000)) {
+    r.fail("step_overhead", "expected at most 1000 s of host time per iteration");
+  }
+  t.microbatch_overhead = r.time_or("microbatch_overhead", Time::zero());
+  if (t.microbatch_overhead > Time::ms(10'000)) {
+    r.fail("microbatch_overhead", "expected at most 10 s of host time per pass");
+  }
   r.finish();
   return t;
 }
@@ -401,6 +437,19 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
   e.training = read_training(r.object("training", "the training settings"), accumulation);
   if (r.has("memory")) e.memory = read_memory(r.object("memory", "memory overheads"));
   r.finish();
+  // training.hidden_dropout / attention_dropout replace the model's.
+  for (auto [given, model, key] :
+       {std::tuple{e.training.hidden_dropout, &e.model.hidden_dropout, "hidden_dropout"},
+        std::tuple{e.training.attention_dropout, &e.model.attention_dropout,
+                   "attention_dropout"}}) {
+    if (!given) continue;
+    if (e.layer_table) {
+      notes.push_back(e.file.string() + ": training." + std::string(key) +
+                      " has no effect on a layer-table model (its layers' times are given)");
+    } else {
+      *model = *given;
+    }
+  }
   apply_framework_efficiency(e);
 
   // Cross-checks, each reported at the key a user would change.

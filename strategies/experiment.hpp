@@ -129,6 +129,11 @@ struct MemorySettings {
 /// The optimizers of strategies/optimizer.hpp (training.optimizer).
 using OptimizerChoice = OptimizerKind;
 
+/// Loss scaling (mixed precision with fp16): a constant scale, a scale adapted when gradients
+/// overflow (Micikevicius et al., arXiv:1710.03740), or none.
+enum class LossScaling { none, static_, dynamic };
+std::string_view name_of(LossScaling s);
+
 struct TrainingSpec {
   std::int64_t global_batch = 0;  // samples per iteration
   int seq_len = 0;                // tokens per sample
@@ -152,6 +157,24 @@ struct TrainingSpec {
   std::optional<double> elementwise_traffic;
   /// Which fused kernel runs attention when flash_attention is on (its calibrated rate).
   hw::AttentionImpl attention_kernel = hw::AttentionImpl::flash_attention_2;
+
+  /// training.hidden_dropout / attention_dropout: when given, they replace the model's
+  /// (TransformerModel::hidden_dropout, attention_dropout) before lowering.
+  std::optional<double> hidden_dropout, attention_dropout;
+  /// Gradient clipping by global norm (training.grad_clip): the max norm, 0 = off (the
+  /// default; Megatron-LM's --clip-grad defaults to 1.0). strategies/lowering/techniques.hpp's
+  /// GradientClipping says what it runs.
+  double grad_clip = 0.0;
+  /// Loss scaling of fp16 training (training.loss_scaling): "dynamic" (the default with fp16)
+  /// or "static" check the unscaled gradients for inf/nan before the step; "none" (the default
+  /// otherwise) runs nothing. Both kinds cost the same (LossScaling in techniques.hpp).
+  LossScaling loss_scaling = LossScaling::none;
+  /// Host time the framework spends each iteration outside the kernels it launches: data
+  /// loading, the Python training loop, the optimizer's host-side launches (training.
+  /// step_overhead); and per forward or backward pass of a microbatch on each rank
+  /// (training.microbatch_overhead). Both run on each rank's host stream ahead of the work.
+  Time step_overhead;
+  Time microbatch_overhead;
 };
 
 struct Experiment {

@@ -128,10 +128,9 @@ class DeepSpeedReader {
     check_keys(root, "",
                {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                 "zero_optimization", "bf16", "bfloat16", "fp16", "amp", "activation_checkpointing",
-                "optimizer"},
+                "optimizer", "gradient_clipping"},
                {"steps_per_print",
                 "wall_clock_breakdown",
-                "gradient_clipping",
                 "scheduler",
                 "prescale_gradients",
                 "gradient_predivide_factor",
@@ -175,6 +174,7 @@ class DeepSpeedReader {
     set("training.framework", "deepspeed", "a DeepSpeed config");
     read_batch(root);
     read_precision(root);
+    read_clipping(root);
     std::optional<int> stage;
     if (const json* z = object(root, "zero_optimization")) stage = read_zero(*z);
     read_activation_checkpointing(root);
@@ -330,6 +330,29 @@ class DeepSpeedReader {
       set("training.dtype", "fp32", bf16 ? "bf16.enabled" : "fp16.enabled");
       note("neither bf16 nor fp16 is enabled: DeepSpeed trains in fp32 (training.dtype \"fp32\")");
     }
+  }
+
+  // gradient_clipping (the max norm; 0: none) and fp16.loss_scale (0: dynamic, as DeepSpeed's
+  // default; a value: that static scale).
+  void read_clipping(const json& root) {
+    auto it = root.find("gradient_clipping");
+    if (it != root.end() && !it->is_null() && !is_auto(*it)) {
+      if (!it->is_number() || !(it->get<double>() >= 0.0)) {
+        fail("gradient_clipping",
+             "expected a max gradient norm >= 0 (0: no clipping), got " + shown(*it));
+      }
+      set("training.grad_clip", it->get<double>(), "gradient_clipping");
+    }
+    const json* fp16 = object(root, "fp16");
+    if (fp16 == nullptr) return;
+    auto scale = fp16->find("loss_scale");
+    if (scale == fp16->end() || scale->is_null() || is_auto(*scale)) return;
+    if (!scale->is_number() || !(scale->get<double>() >= 0.0)) {
+      fail("fp16.loss_scale",
+           "expected 0 (dynamic loss scaling) or a positive static scale, got " + shown(*scale));
+    }
+    set("training.loss_scaling", scale->get<double>() == 0.0 ? "dynamic" : "static",
+        "fp16.loss_scale");
   }
 
   // Returns the stage when given.
@@ -575,7 +598,11 @@ const std::vector<std::string> kMegatronValued = {"--tensor-model-parallel-size"
                                                   "--recompute-granularity",
                                                   "--recompute-method",
                                                   "--recompute-num-layers",
-                                                  "--optimizer"};
+                                                  "--optimizer",
+                                                  "--hidden-dropout",
+                                                  "--attention-dropout",
+                                                  "--clip-grad",
+                                                  "--loss-scale"};
 const std::vector<std::string> kMegatronFlags = {"--sequence-parallel",
                                                  "--group-query-attention",
                                                  "--swiglu",
@@ -608,13 +635,10 @@ const std::vector<std::string> kMegatronIgnored = {"--lr",
                                                    "--weight-decay",
                                                    "--start-weight-decay",
                                                    "--end-weight-decay",
-                                                   "--clip-grad",
                                                    "--adam-beta1",
                                                    "--adam-beta2",
                                                    "--adam-eps",
                                                    "--init-method-std",
-                                                   "--attention-dropout",
-                                                   "--hidden-dropout",
                                                    "--data-path",
                                                    "--vocab-file",
                                                    "--merge-file",
@@ -635,7 +659,6 @@ const std::vector<std::string> kMegatronIgnored = {"--lr",
                                                    "--num-workers",
                                                    "--timing-log-level",
                                                    "--transformer-impl",
-                                                   "--loss-scale",
                                                    "--initial-loss-scale",
                                                    "--min-loss-scale",
                                                    "--loss-scale-window",
@@ -780,6 +803,18 @@ class MegatronReader {
     }
     return v;
   }
+  double number(const std::string& arg, double lo, double hi) const {
+    const std::string& text = values_.at(arg);
+    double v = 0;
+    const char* end = text.data() + text.size();
+    auto [ptr, ec] = std::from_chars(text.data(), end, v);
+    if (text.empty() || ec != std::errc() || ptr != end || !(v >= lo && v <= hi)) {
+      std::ostringstream range;
+      range << lo << " to " << hi;
+      fail(arg, "expected a number from " + range.str() + ", got " + quote_text(text));
+    }
+    return v;
+  }
   std::string choice(const std::string& arg, const std::vector<std::string>& options) const {
     const std::string& text = values_.at(arg);
     if (std::find(options.begin(), options.end(), text) != options.end()) return text;
@@ -875,8 +910,36 @@ class MegatronReader {
       const bool sgd = choice("--optimizer", {"adam", "sgd"}) == "sgd";
       set("training.optimizer", sgd ? "sgd_momentum" : "adam", "--optimizer");
     }
+    map_regularisation();
     map_recompute();
     map_model();
+  }
+
+  // Dropout and gradient clipping as the run has them: the argument, or Megatron-LM's default
+  // (0.1 for both dropouts, --clip-grad 1.0). --loss-scale fixes the fp16 loss scale (static);
+  // without it Megatron scales dynamically, training.loss_scaling's default with fp16.
+  void map_regularisation() {
+    for (const auto& [arg, path] :
+         {std::pair<std::string, std::string>{"--hidden-dropout", "training.hidden_dropout"},
+          {"--attention-dropout", "training.attention_dropout"}}) {
+      if (has(arg)) {
+        const double p = number(arg, 0.0, 1.0);
+        if (auto problem = dropout_problem(p)) fail(arg, *problem);
+        set(path, p, arg);
+      } else {
+        out_.overrides.push_back({path, 0.1, source_ + " (Megatron-LM's default " + arg + " 0.1)"});
+      }
+    }
+    if (has("--clip-grad")) {
+      set("training.grad_clip", number("--clip-grad", 0.0, 1e12), "--clip-grad");
+    } else {
+      out_.overrides.push_back(
+          {"training.grad_clip", 1.0, source_ + " (Megatron-LM's default --clip-grad 1.0)"});
+    }
+    if (has("--loss-scale")) {
+      number("--loss-scale", 0.0, 1e38);
+      set("training.loss_scaling", "static", "--loss-scale");
+    }
   }
 
   void map_recompute() {
@@ -1043,6 +1106,8 @@ const std::vector<std::string> kHfCommon = {"_name_or_path",
                                             "use_return_dict",
                                             "attention_dropout",
                                             "hidden_dropout",
+                                            "hidden_dropout_prob",
+                                            "attention_probs_dropout_prob",
                                             "rope_theta",
                                             "rope_scaling",
                                             "pretraining_tp",
@@ -1132,6 +1197,7 @@ class HfReader {
                "use_sliding_window"};
       read_llama(m, type);
     }
+    read_dropout(m, type);
     if (const auto* dtype = doc_.find(config::join_path(path_, "torch_dtype"));
         dtype != nullptr && dtype->is_string()) {
       note("torch_dtype " + shown(*dtype) +
@@ -1310,6 +1376,35 @@ class HfReader {
       note(
           "use_parallel_residual: attention and MLP read the same input; modelled one after "
           "the other (the same work and parameters)");
+    }
+  }
+
+  // Dropout probabilities under each family's names (and BERT's), with the family's defaults:
+  // GPT-2 0.1 (resid_pdrop, attn_pdrop), GPT-NeoX 0 (hidden_dropout, attention_dropout), Llama
+  // and Mistral 0 (attention_dropout; no hidden dropout).
+  void read_dropout(json& m, const std::string& type) {
+    const double fallback = type == "gpt2" ? 0.1 : 0.0;
+    const auto read = [&](const char* ours, std::initializer_list<const char*> keys) {
+      double p = fallback;
+      for (const char* key : keys) {
+        const auto* v = doc_.find(r_.path_of(key));
+        r_.has(key);
+        if (v == nullptr || v->is_null()) continue;
+        p = r_.number(key);
+        if (auto problem = dropout_problem(p)) r_.fail(key, *problem);
+        hf_key_[ours] = key;
+        break;
+      }
+      m[ours] = p;
+    };
+    read("hidden_dropout", {"resid_pdrop", "hidden_dropout", "hidden_dropout_prob"});
+    read("attention_dropout", {"attn_pdrop", "attention_dropout", "attention_probs_dropout_prob"});
+    if (type == "gpt2") {
+      const auto* v = doc_.find(r_.path_of("embd_pdrop"));
+      if (v != nullptr && v->is_number() && v->get<double>() != m["hidden_dropout"].get<double>()) {
+        note("embd_pdrop " + shown(*v) + " is modelled as resid_pdrop (" +
+             shown(m["hidden_dropout"]) + "): the embedding dropout runs with the hidden one");
+      }
     }
   }
 

@@ -1,5 +1,7 @@
 #include "strategies/model.hpp"
 
+#include <sstream>
+
 namespace stratasim::strategies {
 
 std::int64_t TransformerModel::layer_parameters() const {
@@ -45,6 +47,18 @@ void TransformerModel::validate() const {
   if (ffn_hidden < 1) throw ValidationError("ffn_hidden", "expected a positive size");
   if (vocab < 1) throw ValidationError("vocab", "expected a positive vocabulary size");
   if (max_seq_len < 1) throw ValidationError("max_seq_len", "expected a positive length");
+  if (auto problem = dropout_problem(hidden_dropout))
+    throw ValidationError("hidden_dropout", *problem);
+  if (auto problem = dropout_problem(attention_dropout)) {
+    throw ValidationError("attention_dropout", *problem);
+  }
+}
+
+std::optional<std::string> dropout_problem(double p) {
+  if (p >= 0.0 && p < 1.0) return std::nullopt;
+  std::ostringstream text;
+  text << "expected a dropout probability from 0 (no dropout) up to but excluding 1, got " << p;
+  return text.str();
 }
 
 TransformerModel read_model(const config::Document& doc, const std::string& path) {
@@ -74,6 +88,8 @@ TransformerModel read_model(const config::Document& doc, const std::string& path
                : Norm::rmsnorm;
   m.bias = r.boolean_or("bias", true);
   m.causal = r.boolean_or("causal", true);
+  m.hidden_dropout = r.number_or("hidden_dropout", m.hidden_dropout);
+  m.attention_dropout = r.number_or("attention_dropout", m.attention_dropout);
   r.finish();
   doc.validated(path, [&] { m.validate(); });
   return m;

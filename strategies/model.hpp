@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "hw_models/config_reader.hpp"
@@ -30,6 +31,15 @@ struct TransformerModel {
   Norm norm = Norm::layernorm;
   bool bias = true;    // linear layers carry biases
   bool causal = true;  // decoder (causal attention) or encoder
+  /// Dropout probabilities in [0, 1) (Megatron-LM's --hidden-dropout and --attention-dropout,
+  /// Hugging Face's resid_pdrop / hidden_dropout and attn_pdrop / attention_dropout).
+  /// `hidden_dropout` acts on the embedding output and on each block's output before its
+  /// residual add; `attention_dropout` on the softmax output. The lowering stores a dropout's
+  /// mask and runs its kernels only when its probability is above zero. Default 0.1 for both,
+  /// Megatron-LM's defaults, with which Korthikanti et al.'s activation formulas are written;
+  /// Llama and Mistral train without dropout (their shipped files say 0).
+  double hidden_dropout = 0.1;
+  double attention_dropout = 0.1;
 
   int head_dim() const { return hidden / heads; }
   /// Width of the K (and of the V) projection: kv_heads * head_dim.
@@ -44,6 +54,9 @@ struct TransformerModel {
   /// Checks shapes; throws config::ValidationError with the offending key's path.
   void validate() const;
 };
+
+/// What is wrong with `p` as a dropout probability (it must lie in [0, 1)), if anything.
+std::optional<std::string> dropout_problem(double p);
 
 /// Reads a model from the object at `path` of `doc` (strict; validated).
 TransformerModel read_model(const config::Document& doc, const std::string& path);

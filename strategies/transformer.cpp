@@ -19,6 +19,11 @@ struct Dims {
   hw::AttentionImpl attention_kernel;
   bool causal;
   bool gated;
+  // Dropout runs (masks stored, dropout kernels issued) only with a probability above zero:
+  // `hidden_dropout` on the embedding output and each block's output, `attention_dropout` on
+  // the softmax output, which the fused (flash) kernel applies itself, storing no mask.
+  bool hidden_dropout;
+  bool attention_dropout;
   // The tensor-parallel mesh and what one rank holds of an activation: its samples (bl) and
   // tokens (tl), its slice of the hidden dimension (hl), its attention heads, and the elements
   // of the residual stream it holds (1D: tokens_sp * h; 2D, 2.5D, 3D: tl * hl).
@@ -48,6 +53,8 @@ struct Dims {
         attention_kernel(set.attention_kernel),
         causal(m.causal),
         gated(m.activation == Activation::swiglu),
+        hidden_dropout(m.hidden_dropout > 0.0),
+        attention_dropout(m.attention_dropout > 0.0 && !set.flash_attention),
         mesh(set.mesh()),
         nd(mesh.mode != TpMode::one_d),
         q(mesh.q),
@@ -116,11 +123,25 @@ Kernel norm_kernel(const Dims& d, std::string name, bool backward) {
                   : elementwise(std::move(name), n, n * d.e, n * d.e);
 }
 
-Kernel dropout_residual(const Dims& d, std::string name, bool backward) {
-  std::int64_t n = d.n_res;
-  // forward: read the branch and the residual, write the sum and a 1-byte mask
-  return backward ? elementwise(std::move(name), n, n * d.e + n, 2 * n * d.e)
-                  : elementwise(std::move(name), n, 2 * n * d.e, n * d.e + n);
+// A block's output joining the residual stream: Megatron's fused bias-dropout-add with hidden
+// dropout (forward reads the branch and the residual, writes the sum and a 1-byte mask; backward
+// reads the gradient and the mask and writes the branch's and the residual's gradients), or a
+// plain residual add without it (forward reads both, writes the sum; backward: none, the sum's
+// gradient is both operands' gradient). Empty when there is nothing to run.
+std::vector<Kernel> dropout_residual(const Dims& d, const std::string& name, bool backward) {
+  const std::int64_t n = d.n_res;
+  if (!d.hidden_dropout) {
+    if (backward) return {};
+    return {elementwise(name.substr(0, name.find("dropout_residual")) + "residual", n, 2 * n * d.e,
+                        n * d.e)};
+  }
+  return {backward ? elementwise(name, n, n * d.e + n, 2 * n * d.e)
+                   : elementwise(name, n, 2 * n * d.e, n * d.e + n)};
+}
+
+void append(std::vector<Kernel>& to, std::vector<Kernel> kernels) {
+  to.insert(to.end(), std::make_move_iterator(kernels.begin()),
+            std::make_move_iterator(kernels.end()));
 }
 
 // The fused (flash) attention kernel of one tensor-parallel rank.
@@ -139,7 +160,9 @@ void attention_core_forward(const Dims& d, std::vector<Kernel>& k) {
   const std::int64_t scores = d.bl * heads_local * d.s * d.s_kv;
   k.push_back(gemm("attention.qk", d.s, d.s_kv, d.d, d.dtype, d.bl * heads_local));
   k.push_back(elementwise("attention.softmax", scores, scores * d.e, scores * d.e));
-  k.push_back(elementwise("attention.dropout", scores, scores * d.e, scores * d.e + scores));
+  if (d.attention_dropout) {
+    k.push_back(elementwise("attention.dropout", scores, scores * d.e, scores * d.e + scores));
+  }
   k.push_back(gemm("attention.pv", d.s, d.d, d.s_kv, d.dtype, d.bl * heads_local));
 }
 
@@ -153,7 +176,9 @@ void attention_core_backward(const Dims& d, std::vector<Kernel>& k) {
   const std::int64_t batch = d.bl * heads_local;
   k.push_back(gemm("attention.pv.dgrad", d.s, d.s_kv, d.d, d.dtype, batch));  // dP = dO V^T
   k.push_back(gemm("attention.pv.vgrad", d.s_kv, d.d, d.s, d.dtype, batch));  // dV = P^T dO
-  k.push_back(elementwise("attention.dropout.bwd", scores, scores * d.e + scores, scores * d.e));
+  if (d.attention_dropout) {
+    k.push_back(elementwise("attention.dropout.bwd", scores, scores * d.e + scores, scores * d.e));
+  }
   k.push_back(elementwise("attention.softmax.bwd", scores, 2 * scores * d.e, scores * d.e));
   k.push_back(gemm("attention.qk.qgrad", d.s, d.d, d.s_kv, d.dtype, batch));  // dQ = dS K
   k.push_back(gemm("attention.qk.kgrad", d.s_kv, d.d, d.s, d.dtype, batch));  // dK = dS^T Q
@@ -165,11 +190,18 @@ Bytes sum_bytes(const std::vector<ActivationItem>& items, std::size_t begin, std
   return total;
 }
 
-// Indices in layer_activations(): [0, attention_items()) belong to the attention block, of
-// which [kCoreBegin, kCoreEnd) are the attention core's (softmax output, dropout mask and
-// output). 3D adds the attention block's gathered weights as its 11th item.
-constexpr std::size_t kAttentionItems = 10;
-constexpr std::size_t kCoreBegin = 5, kCoreEnd = 8;
+// Indices in layer_activations(): [0, attention_end) belong to the attention block, of which
+// [core_begin, core_end) are the attention core's (softmax output, and with attention dropout
+// its mask and output). The attention block ends with the proj input, the attention dropout
+// mask (hidden dropout) and, with 3D, the block's gathered weights.
+struct ItemRanges {
+  std::size_t core_begin, core_end, attention_end;
+};
+ItemRanges item_ranges(const Dims& d) {
+  const std::size_t core_end = 6 + (d.attention_dropout ? 2 : 0);
+  return {5, core_end,
+          core_end + 1 + (d.hidden_dropout ? 1 : 0) + (d.mesh.mode == TpMode::three_d ? 1 : 0)};
+}
 
 void layer_forward(const Dims& d, int layer, Bytes attention_bytes, Bytes mlp_bytes,
                    std::vector<Segment>& out) {
@@ -190,8 +222,7 @@ void layer_forward(const Dims& d, int layer, Bytes attention_bytes, Bytes mlp_by
   if (d.t > 1) out.push_back(tp_reduce(d, L + " attention", layer));
 
   // MLP block.
-  std::vector<Kernel> mlp;
-  mlp.push_back(dropout_residual(d, "attention.dropout_residual", false));
+  std::vector<Kernel> mlp = dropout_residual(d, "attention.dropout_residual", false);
   mlp.push_back(norm_kernel(d, "ln2", false));
   if (d.sp) {
     out.push_back(compute(L + " ln2", std::move(mlp), layer));
@@ -207,7 +238,13 @@ void layer_forward(const Dims& d, int layer, Bytes attention_bytes, Bytes mlp_by
   out.back().activation_delta = mlp_bytes;
   if (d.t > 1) out.push_back(tp_reduce(d, L + " mlp", layer));
   out.push_back(
-      compute(L + " residual", {dropout_residual(d, "mlp.dropout_residual", false)}, layer));
+      compute(L + " residual", dropout_residual(d, "mlp.dropout_residual", false), layer));
+}
+
+// Appends a compute segment of `kernels` unless there are none.
+void push_compute(std::vector<Segment>& out, std::string label, std::vector<Kernel> kernels,
+                  int layer) {
+  if (!kernels.empty()) out.push_back(compute(std::move(label), std::move(kernels), layer));
 }
 
 // `recomputed_core` > 0: selective recomputation, the attention core's stored items (that many
@@ -216,10 +253,9 @@ void layer_backward(const Dims& d, int layer, int grad_unit, Bytes attention_byt
                     Bytes recomputed_core, std::vector<Segment>& out) {
   const std::string L = layer_name(layer);
   const std::int64_t up_local = d.up / d.t, ffn_local = d.ffn / d.t;
-  std::vector<Kernel> k;
-  k.push_back(dropout_residual(d, "mlp.dropout_residual.bwd", true));
+  std::vector<Kernel> k = dropout_residual(d, "mlp.dropout_residual.bwd", true);
   if (d.sp) {  // the reduce-scatter after fc2 becomes an all-gather of its gradient
-    out.push_back(compute(L + " residual bwd", std::move(k), layer));
+    push_compute(out, L + " residual bwd", std::move(k), layer);
     out.push_back(tp_gather(d, L + " mlp bwd", layer));
     k.clear();
   }
@@ -240,7 +276,7 @@ void layer_backward(const Dims& d, int layer, int grad_unit, Bytes attention_byt
 
   k.clear();
   k.push_back(norm_kernel(d, "ln2.bwd", true));
-  k.push_back(dropout_residual(d, "attention.dropout_residual.bwd", true));
+  append(k, dropout_residual(d, "attention.dropout_residual.bwd", true));
   if (d.sp) {
     out.push_back(compute(L + " ln2 bwd", std::move(k), layer));
     out.push_back(tp_gather(d, L + " attention bwd", layer));
@@ -425,7 +461,7 @@ void nd_layer_forward(const Dims& d, int layer, Bytes attention_bytes, Bytes mlp
   out.back().activation_delta = attention_bytes;
   nd_linear_forward(d, L, "proj", d.h, d.h, 1, layer, out);
   out.push_back(compute(L + " attention residual",
-                        {dropout_residual(d, "attention.dropout_residual", false)}, layer));
+                        dropout_residual(d, "attention.dropout_residual", false), layer));
   nd_norm(d, L + " ln2", "ln2", false, layer, out);
   nd_linear_forward(d, L, "fc1", d.h, d.up, 2, layer, out);
   const std::int64_t up_l = d.tl * (d.up / d.q), ffn_l = d.tl * (d.ffn / d.q);
@@ -435,14 +471,14 @@ void nd_layer_forward(const Dims& d, int layer, Bytes attention_bytes, Bytes mlp
   out.back().activation_delta = mlp_bytes;
   nd_linear_forward(d, L, "fc2", d.ffn, d.h, 3, layer, out);
   out.push_back(
-      compute(L + " residual", {dropout_residual(d, "mlp.dropout_residual", false)}, layer));
+      compute(L + " residual", dropout_residual(d, "mlp.dropout_residual", false), layer));
 }
 
 void nd_layer_backward(const Dims& d, int layer, int grad_unit, Bytes attention_bytes,
                        Bytes mlp_bytes, Bytes recomputed_core, std::vector<Segment>& out) {
   const std::string L = layer_name(layer);
-  out.push_back(
-      compute(L + " residual bwd", {dropout_residual(d, "mlp.dropout_residual.bwd", true)}, layer));
+  push_compute(out, L + " residual bwd", dropout_residual(d, "mlp.dropout_residual.bwd", true),
+               layer);
   nd_linear_backward(d, L, "fc2", d.ffn, d.h, 3, layer, out);
   const std::int64_t up_l = d.tl * (d.up / d.q), ffn_l = d.tl * (d.ffn / d.q);
   out.push_back(compute(
@@ -452,8 +488,8 @@ void nd_layer_backward(const Dims& d, int layer, int grad_unit, Bytes attention_
   nd_linear_backward(d, L, "fc1", d.h, d.up, 2, layer, out);
   add_to_last_compute(out, -mlp_bytes);
   nd_norm(d, L + " ln2 bwd", "ln2", true, layer, out);
-  out.push_back(compute(L + " attention residual bwd",
-                        {dropout_residual(d, "attention.dropout_residual.bwd", true)}, layer));
+  push_compute(out, L + " attention residual bwd",
+               dropout_residual(d, "attention.dropout_residual.bwd", true), layer);
   nd_linear_backward(d, L, "proj", d.h, d.h, 1, layer, out);
   std::vector<Kernel> k;
   if (recomputed_core.count() > 0) {  // Megatron's checkpointed core attention
@@ -573,10 +609,6 @@ std::vector<Segment> merge_compute(std::vector<Segment> segments, bool split_lay
 
 namespace {
 
-std::size_t attention_items(const Dims& d) {
-  return kAttentionItems + (d.mesh.mode == TpMode::three_d ? 1 : 0);
-}
-
 // 2D, 2.5D and 3D: every tensor is this rank's block ([tl, hl] for the residual stream, local
 // heads for attention); 3D keeps each Linear's gathered input [q tl, in/q] and gathered weight
 // [in/q, out/q] from forward for its backward, as Colossal-AI's linear_3d saves them.
@@ -595,11 +627,13 @@ std::vector<ActivationItem> nd_layer_activations(const Dims& d) {
       {"v", Bytes(tl * kv_width * e)},
       {d.flash ? "softmax statistics (fp32)" : "softmax output",
        Bytes(d.flash ? d.bl * d.heads_l * d.s * 4 : scores * e)},
-      {"softmax dropout mask", Bytes(d.flash ? 0 : scores)},
-      {"softmax dropout output", Bytes(d.flash ? 0 : scores * e)},
-      {three ? "proj input (gathered)" : "proj input", Bytes(g * tl * (d.h / q) * e)},
-      {"attention dropout mask", Bytes(rep)},
   };
+  if (d.attention_dropout) {
+    items.push_back({"softmax dropout mask", Bytes(scores)});
+    items.push_back({"softmax dropout output", Bytes(scores * e)});
+  }
+  items.push_back({three ? "proj input (gathered)" : "proj input", Bytes(g * tl * (d.h / q) * e)});
+  if (d.hidden_dropout) items.push_back({"attention dropout mask", Bytes(rep)});
   if (three) {
     items.push_back({"qkv and proj weights (gathered)",
                      Bytes(((d.h / q) * (qkv_out(d) / q) + (d.h / q) * (d.h / q)) * e)});
@@ -609,9 +643,9 @@ std::vector<ActivationItem> nd_layer_activations(const Dims& d) {
       {three ? "fc1 input (gathered)" : "fc1 input (ln2 output)", Bytes(g * rep * e)},
       {d.gated ? "swiglu input" : "gelu input", Bytes(tl * (d.up / q) * e)},
       {three ? "fc2 input (gathered)" : "fc2 input", Bytes(g * tl * (d.ffn / q) * e)},
-      {"mlp dropout mask", Bytes(rep)},
   };
   items.insert(items.end(), mlp.begin(), mlp.end());
+  if (d.hidden_dropout) items.push_back({"mlp dropout mask", Bytes(rep)});
   if (three) {
     items.push_back({"fc1 and fc2 weights (gathered)",
                      Bytes(((d.h / q) * (d.up / q) + (d.ffn / q) * (d.h / q)) * e)});
@@ -630,8 +664,9 @@ std::vector<ActivationItem> layer_activations(const TransformerModel& model,
   const std::int64_t rep = d.tokens_sp * d.h;
   const std::int64_t scores = d.b * (d.a / d.t) * d.s * d.s_kv;
   const std::int64_t kv_width = d.kv * d.d / d.t;
+  // Attention block (item_ranges() gives its bounds), then the MLP block; dropout masks and
+  // outputs only where that dropout runs (Dims::hidden_dropout, Dims::attention_dropout).
   std::vector<ActivationItem> items = {
-      // attention block (kAttentionItems entries)
       {"ln1 input", Bytes(rep * e)},
       {"qkv input (ln1 output)", Bytes(rep * e)},
       {"q", Bytes(d.tokens * d.h / d.t * e)},
@@ -639,17 +674,18 @@ std::vector<ActivationItem> layer_activations(const TransformerModel& model,
       {"v", Bytes(d.tokens * kv_width * e)},
       {d.flash ? "softmax statistics (fp32)" : "softmax output",
        Bytes(d.flash ? d.b * (d.a / d.t) * d.s * 4 : scores * e)},
-      {"softmax dropout mask", Bytes(d.flash ? 0 : scores)},
-      {"softmax dropout output", Bytes(d.flash ? 0 : scores * e)},
-      {"proj input", Bytes(d.tokens * d.h / d.t * e)},
-      {"attention dropout mask", Bytes(rep)},
-      // MLP block
-      {"ln2 input", Bytes(rep * e)},
-      {"fc1 input (ln2 output)", Bytes(rep * e)},
-      {d.gated ? "swiglu input" : "gelu input", Bytes(d.tokens * (d.up / d.t) * e)},
-      {"fc2 input", Bytes(d.tokens * (d.ffn / d.t) * e)},
-      {"mlp dropout mask", Bytes(rep)},
   };
+  if (d.attention_dropout) {
+    items.push_back({"softmax dropout mask", Bytes(scores)});
+    items.push_back({"softmax dropout output", Bytes(scores * e)});
+  }
+  items.push_back({"proj input", Bytes(d.tokens * d.h / d.t * e)});
+  if (d.hidden_dropout) items.push_back({"attention dropout mask", Bytes(rep)});
+  items.push_back({"ln2 input", Bytes(rep * e)});
+  items.push_back({"fc1 input (ln2 output)", Bytes(rep * e)});
+  items.push_back({d.gated ? "swiglu input" : "gelu input", Bytes(d.tokens * (d.up / d.t) * e)});
+  items.push_back({"fc2 input", Bytes(d.tokens * (d.ffn / d.t) * e)});
+  if (d.hidden_dropout) items.push_back({"mlp dropout mask", Bytes(rep)});
   return items;
 }
 
@@ -712,18 +748,58 @@ std::int64_t layer_parameters_per_rank(const TransformerModel& m, const LayerSet
   return total;
 }
 
+namespace {
+
+// Megatron-LM's vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py)
+// over the rank's `logits` = tokens x V/t elements, computed in fp32 as Megatron does (the
+// logits are cast with .float() first): the cast (none when training in fp32), the max over
+// the vocabulary, the max subtracted, exp, the sum of exponentials, and the division that
+// leaves the fp32 softmax stored for backward (Korthikanti's 4sbv/t). The all-reduces between
+// them (t > 1) are the "loss tp all-reduce" after. Per logit: e + 20 bytes read, 16 written.
+void cross_entropy_forward(const Dims& d, std::int64_t logits, std::vector<Kernel>& k) {
+  const std::int64_t per_token = d.tokens * 4;  // one fp32 value per token
+  if (d.e != 4) k.push_back(elementwise("cross_entropy.cast", logits, logits * d.e, logits * 4));
+  k.push_back(elementwise("cross_entropy.max", logits, logits * 4, per_token));
+  k.push_back(elementwise("cross_entropy.sub_max", logits, logits * 4 + per_token, logits * 4));
+  k.push_back(elementwise("cross_entropy.exp", logits, logits * 4, logits * 4));
+  k.push_back(elementwise("cross_entropy.sum", logits, logits * 4, per_token));
+  k.push_back(elementwise("cross_entropy.softmax", logits, logits * 4 + per_token, logits * 4));
+}
+
+// Its backward: the stored softmax, one subtracted at each target, times the loss gradient
+// (in place, fp32), then cast to the training dtype for the logits GEMM's backward.
+void cross_entropy_backward(const Dims& d, std::int64_t logits, std::vector<Kernel>& k) {
+  k.push_back(elementwise("cross_entropy.bwd", logits, logits * 4 + d.tokens * 4, logits * 4));
+  if (d.e != 4) {
+    k.push_back(elementwise("cross_entropy.bwd.cast", logits, logits * 4, logits * d.e));
+  }
+}
+
+// The backward of an embedding table of `rows` rows looked up by the rank's tokens
+// (PyTorch's embedding_dense_backward): the dense [rows, h] gradient zero-filled, then each
+// token's output gradient (n elements, with its int64 id) added into its row (read and
+// written back).
+Kernel embedding_backward(const Dims& d, std::string name, std::int64_t rows) {
+  const std::int64_t n = d.tokens * d.h, table = rows * d.h;
+  return elementwise(std::move(name), table + n, 2 * n * d.e + d.tokens * 8, table * d.e + n * d.e);
+}
+
+}  // namespace
+
 StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetting& setting,
                                  int stage, int stages, int layer_begin, int layer_end,
                                  const StageRecompute& recompute) {
   const Dims d(model, setting);
   const bool first = stage == 0, last = stage == stages - 1;
   const auto items = layer_activations(model, setting);
-  const Bytes attention_bytes = sum_bytes(items, 0, attention_items(d));
-  const Bytes mlp_bytes = sum_bytes(items, attention_items(d), items.size());
+  const ItemRanges ranges = item_ranges(d);
+  const Bytes attention_bytes = sum_bytes(items, 0, ranges.attention_end);
+  const Bytes mlp_bytes = sum_bytes(items, ranges.attention_end, items.size());
   // Selective recomputation: the attention core's items are not stored (none with flash
   // attention, whose core keeps only its softmax statistics: nothing to recompute).
-  const Bytes core_bytes =
-      recompute.selective && !d.flash ? sum_bytes(items, kCoreBegin, kCoreEnd) : Bytes();
+  const Bytes core_bytes = recompute.selective && !d.flash
+                               ? sum_bytes(items, ranges.core_begin, ranges.core_end)
+                               : Bytes();
   // Full recomputation: layers [layer_begin, recomputed_end) in groups of `group`.
   const int recomputed_end =
       layer_begin + std::clamp(recompute.recomputed_layers, 0, layer_end - layer_begin);
@@ -758,8 +834,10 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
   // ---- forward
   std::vector<Segment> fwd;
   if (first) {
+    // The rank's rows of the (vocab-parallel) table gathered by the int64 token ids; the
+    // learned positions' rows added.
     std::vector<Kernel> k = {
-        elementwise("embedding.lookup", n_hidden, n_hidden * d.e + d.tokens * 4, n_hidden * d.e)};
+        elementwise("embedding.lookup", n_hidden, n_hidden * d.e + d.tokens * 8, n_hidden * d.e)};
     if (model.position_embedding == PositionEmbedding::learned) {
       k.push_back(
           elementwise("embedding.position_add", n_hidden, 2 * n_hidden * d.e, n_hidden * d.e));
@@ -767,10 +845,13 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
     fwd.push_back(compute("embedding", std::move(k)));
     if (d.t > 1) fwd.push_back(tp_reduce(d, "embedding", -1));  // vocab-parallel embedding
     // The embedding's all-reduce leaves the whole [b s, h] on every rank; with 2D, 2.5D and 3D
-    // each keeps its block (n_res elements).
-    fwd.push_back(compute("embedding dropout", {elementwise("embedding.dropout", d.n_res,
-                                                            d.n_res * d.e, d.n_res * (d.e + 1))}));
-    fwd.back().activation_delta = Bytes(d.n_res);  // dropout mask
+    // each keeps its block (n_res elements). Megatron applies hidden dropout to it.
+    if (d.hidden_dropout) {
+      fwd.push_back(
+          compute("embedding dropout",
+                  {elementwise("embedding.dropout", d.n_res, d.n_res * d.e, d.n_res * (d.e + 1))}));
+      fwd.back().activation_delta = Bytes(d.n_res);  // dropout mask
+    }
   }
   for (int l = layer_begin; l < layer_end; ++l) {
     if (fully_recomputed(l)) {  // run it, keep only the group's input
@@ -800,7 +881,7 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
       k.clear();
     }
     k.push_back(gemm("logits", d.tokens, d.vocab_local, d.h, d.dtype));
-    k.push_back(elementwise("cross_entropy", logits, logits * d.e, logits * 4));
+    cross_entropy_forward(d, logits, k);
     fwd.push_back(compute("head", std::move(k)));
     fwd.back().activation_delta = head_stored;
     if (d.t > 1) {  // vocab-parallel cross entropy: max, sum of exponentials, target logit
@@ -815,9 +896,10 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
   // ---- backward (reverse order)
   std::vector<Segment> bwd;
   if (last) {
-    std::vector<Kernel> k = {elementwise("cross_entropy.bwd", logits, logits * 4, logits * d.e),
-                             gemm("logits.dgrad", d.tokens, d.h, d.vocab_local, d.dtype),
-                             gemm("logits.wgrad", d.h, d.vocab_local, d.tokens, d.dtype)};
+    std::vector<Kernel> k;
+    cross_entropy_backward(d, logits, k);
+    k.push_back(gemm("logits.dgrad", d.tokens, d.h, d.vocab_local, d.dtype));
+    k.push_back(gemm("logits.wgrad", d.h, d.vocab_local, d.tokens, d.dtype));
     bwd.push_back(compute("head bwd", std::move(k)));
     bwd.back().activation_delta = -head_stored;
     if (d.t > 1) bwd.push_back(tp_reduce(d, "head bwd", -1));
@@ -847,16 +929,22 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
     if (full && l == group_begin(l)) bwd.back().checkpoint_delta -= checkpoint;
   }
   if (first) {
-    std::vector<Kernel> k = {
-        elementwise("embedding.dropout.bwd", d.n_res, d.n_res * (d.e + 1), d.n_res * d.e)};
+    std::vector<Kernel> k;
+    if (d.hidden_dropout) {
+      k.push_back(
+          elementwise("embedding.dropout.bwd", d.n_res, d.n_res * (d.e + 1), d.n_res * d.e));
+    }
     if (d.sp || d.nd) {  // the vocab-parallel table's gradient needs the whole [b s, h]
-      bwd.push_back(compute("embedding dropout bwd", std::move(k)));
+      push_compute(bwd, "embedding dropout bwd", std::move(k), -1);
       bwd.push_back(tp_gather(d, "embedding bwd", -1));
       k.clear();
     }
-    k.push_back(elementwise("embedding.grad", n_hidden, 2 * n_hidden * d.e, n_hidden * d.e));
+    k.push_back(embedding_backward(d, "embedding.grad", d.vocab_local));
+    if (model.position_embedding == PositionEmbedding::learned) {
+      k.push_back(embedding_backward(d, "embedding.position_grad", model.max_seq_len));
+    }
     bwd.push_back(compute("embedding bwd", std::move(k)));
-    bwd.back().activation_delta = -Bytes(d.n_res);
+    bwd.back().activation_delta = -Bytes(d.hidden_dropout ? d.n_res : 0);  // the dropout mask
     bwd.back().grads_done.push_back(embedding_unit);
   }
   plan.backward = merge_compute(std::move(bwd), setting.split_layers);

@@ -98,7 +98,8 @@ struct Segment {
 ///   With flash attention the core stores no s^2 tensors to begin with (only fp32 softmax
 ///   statistics, which the fused backward needs): selective then recomputes nothing and stores
 ///   what the plan without recomputation stores, as Megatron does. Selective applies to the
-///   layers that are not fully recomputed.
+///   layers that are not fully recomputed. Without attention dropout the core stores (and
+///   recomputes) only its softmax output.
 struct StageRecompute {
   bool selective = false;
   int recomputed_layers = 0;  // the first layers of the stage, fully recomputed
@@ -139,8 +140,14 @@ struct StagePlan {
 };
 
 /// Activations one layer stores for backward, per rank and microbatch. Summed they follow
-/// Korthikanti et al.: sbh(34 + 5as/h) without parallelism, sbh(10 + 24/t + 5as/(ht)) with
-/// tensor parallelism, sbh(34/t + 5as/(ht)) with sequence parallelism (2-byte dtype). With
+/// Korthikanti et al. (arXiv:2205.05198, eq. 1-4), which assume dropout on: sbh(34 + 5as/h)
+/// without parallelism, sbh(10 + 24/t + 5as/(ht)) with tensor parallelism, sbh(34/t + 5as/(ht))
+/// with sequence parallelism (2-byte dtype). Dropout masks and outputs are items only where
+/// that dropout runs (TransformerModel::hidden_dropout, attention_dropout > 0): without hidden
+/// dropout the two 1-byte masks (attention and MLP, sbh each, /t with sequence parallelism) go;
+/// without attention dropout the softmax dropout mask (as^2b/t) and output (2as^2b/t) go, the
+/// softmax output staying (the attention over V and the softmax backward read it); with flash
+/// attention the fused kernel applies attention dropout and stores no mask. With
 /// tp_mode 2d and 2.5d every item is the rank's block (1/q^2, 1/(d q^2) of the whole); 3d keeps
 /// each Linear's gathered input and weight (docs/tensor-parallelism.md).
 std::vector<ActivationItem> layer_activations(const TransformerModel& model,

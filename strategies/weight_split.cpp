@@ -5,7 +5,8 @@
 namespace stratasim::strategies {
 
 bool is_weight_gradient(const Kernel& kernel) {
-  return kernel.name.ends_with(".wgrad") || kernel.name == "embedding.grad";
+  return kernel.name.ends_with(".wgrad") || kernel.name == "embedding.grad" ||
+         kernel.name == "embedding.position_grad";
 }
 
 Bytes weight_gradient_operand_bytes(const Kernel& kernel) {

@@ -8,7 +8,8 @@
 namespace stratasim::strategies {
 
 /// True for kernels that compute weight gradients: names ending in ".wgrad" (the transformer
-/// and layer-table lowerings name them so) and the embedding's gradient ("embedding.grad").
+/// and layer-table lowerings name them so) and the embedding tables' gradients
+/// ("embedding.grad", "embedding.position_grad").
 bool is_weight_gradient(const Kernel& kernel);
 
 /// Bytes a weight-gradient kernel reads that B would otherwise free: for a GEMM dW = X^T dY its

@@ -47,7 +47,9 @@ inline strategies::Experiment make_experiment(const strategies::TransformerModel
   return e;
 }
 
-/// A GPT of Megatron-LM's family: ffn 4h, vocabulary 51200, tied embeddings, GELU.
+/// A GPT of Megatron-LM's family: ffn 4h, vocabulary 51200, tied embeddings, GELU, and
+/// Megatron's dropout 0.1 on hidden states and attention probabilities, which Korthikanti et
+/// al.'s activation formulas (sbh(34 + 5as/h)) assume.
 inline strategies::TransformerModel gpt(int heads, int hidden, int layers) {
   strategies::TransformerModel m;
   m.name = "gpt";
@@ -58,6 +60,8 @@ inline strategies::TransformerModel gpt(int heads, int hidden, int layers) {
   m.ffn_hidden = 4 * hidden;
   m.vocab = 51200;
   m.tied_embeddings = true;
+  m.hidden_dropout = 0.1;
+  m.attention_dropout = 0.1;
   return m;
 }
 

@@ -27,6 +27,11 @@ std::vector<std::unique_ptr<TechniqueHook>> techniques(Assembly& a) {
   }
   if (zero.stage >= 1) hooks.push_back(std::make_unique<ZeroGradientSync>(a));
   if (a.groups.shared_embedding()) hooks.push_back(std::make_unique<EmbeddingSync>(a));
+  if (spec.loss_scaling != LossScaling::none) hooks.push_back(std::make_unique<LossScaleCheck>(a));
+  if (spec.grad_clip > 0.0) hooks.push_back(std::make_unique<GradientClipping>(a));
+  if (spec.step_overhead > Time::zero() || spec.microbatch_overhead > Time::zero()) {
+    hooks.push_back(std::make_unique<HostOverhead>(a));
+  }
   if (zero.offload_optimizer) {
     hooks.push_back(std::make_unique<OptimizerOffload>(a));
   } else {

@@ -1,5 +1,6 @@
 #include "strategies/lowering/communicators.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -62,6 +63,35 @@ Communicators::Communicators(Program& program, const PipelineSpec& spec, const S
   }
   // Made after all others so that 1D programs keep their groups.
   if (mesh_.mode != TpMode::one_d) make_mesh_groups(program, layout);
+  if (spec.grad_clip > 0.0 || spec.loss_scaling != LossScaling::none) {
+    make_grad_stats_groups(program, layout, spec.zero.stage >= 1);
+  }
+}
+
+void Communicators::make_grad_stats_groups(Program& program, const RankLayout& layout,
+                                           bool sharded) {
+  grad_stats_.assign(static_cast<std::size_t>(layout.world_size()), kNoGroup);
+  const int groups = sharded ? 1 : layout.dp;
+  for (int g = 0; g < groups; ++g) {
+    std::vector<std::int32_t> ranks;
+    for (int stage = 0; stage < layout.pp; ++stage) {
+      for (int d = sharded ? 0 : g; d < (sharded ? layout.dp : g + 1); ++d) {
+        for (int t = 0; t < layout.tp; ++t) ranks.push_back(layout.rank(t, d, stage));
+      }
+    }
+    if (ranks.size() < 2) continue;
+    std::sort(ranks.begin(), ranks.end());
+    const auto id =
+        program.add_group(ranks, sharded ? "grad stats" : "grad stats d" + std::to_string(g));
+    for (int r : ranks) grad_stats_[static_cast<std::size_t>(r)] = id;
+  }
+}
+
+std::optional<std::uint32_t> Communicators::grad_stats(int rank) const {
+  if (grad_stats_.empty()) return std::nullopt;
+  const std::uint32_t id = grad_stats_[static_cast<std::size_t>(rank)];
+  if (id == kNoGroup) return std::nullopt;
+  return id;
 }
 
 void Communicators::make_mesh_groups(Program& program, const RankLayout& layout) {

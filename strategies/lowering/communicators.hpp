@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "strategies/lowering/pipeline_spec.hpp"
@@ -37,15 +38,23 @@ class Communicators {
   int dp_size() const { return dp_size_; }
   /// Whether the tied embeddings' gradients are all-reduced between two devices.
   bool shared_embedding() const { return shared_embedding_; }
+  /// The group over which statistics of all gradients (the clipping norm, the loss scale's
+  /// inf/nan flag) are reduced, as Megatron-LM's optimizer does: the ranks holding distinct
+  /// gradients of one model replica (its tensor- and pipeline-parallel ranks: same dp index),
+  /// or every rank when ZeRO shards the gradients' optimizer (stage >= 1: each rank checks its
+  /// shard only). Made (after all other groups) when the spec clips or scales the loss;
+  /// nullopt for a group of one rank or when not made.
+  std::optional<std::uint32_t> grad_stats(int rank) const;
 
  private:
   void make_mesh_groups(Program& program, const RankLayout& layout);
+  void make_grad_stats_groups(Program& program, const RankLayout& layout, bool sharded);
 
   TpMesh mesh_;
   int tp_size_ = 1;
   int dp_size_ = 1;
   bool shared_embedding_ = false;
-  std::vector<std::uint32_t> tp_, dp_, embedding_;
+  std::vector<std::uint32_t> tp_, dp_, embedding_, grad_stats_;
   std::array<std::vector<std::uint32_t>, kTpAxisCount> axis_;
 };
 

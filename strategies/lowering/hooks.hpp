@@ -18,6 +18,9 @@
 //     pass_ends(pass, op)   after its last op (`op`), before the send of its output
 //   gradients_complete(s)   per chunk held (slot s), in the order their gradients complete:
 //                           gradient synchronisation
+//   before_optimizer_steps  once, every chunk's synchronisation issued: checks over all the
+//                           rank's gradients (loss-scale check, clipping norm); the steps wait
+//                           for RankEmitter::step_gate
 //   optimizer_step(s)       per chunk, same order: the one optimizer hook issues the step
 //   after_optimizer_step(s, step)   ops that follow the step (parameter gathers, copies back)
 //
@@ -78,6 +81,7 @@ class TechniqueHook {
   virtual void after_segment(RankEmitter&, const PassState&, const SegmentState&, OpId) {}
   virtual void pass_ends(RankEmitter&, const PassState&, OpId /*last*/) {}
   virtual void gradients_complete(RankEmitter&, std::size_t /*slot*/) {}
+  virtual void before_optimizer_steps(RankEmitter&) {}
   /// Issues the optimizer step of the chunk in `slot` and returns it; nullopt from every hook
   /// but the one optimizer hook.
   virtual std::optional<OpId> optimizer_step(RankEmitter&, std::size_t /*slot*/) {

@@ -12,6 +12,7 @@ std::vector<OpId> step_deps(const RankEmitter& rank, std::size_t slot, bool afte
   if (rank.last_dp_comm) deps.push_back(*rank.last_dp_comm);
   if (after_copies && rank.last_copy) deps.push_back(*rank.last_copy);
   if (deps.empty() && rank.last_backward[slot] != 0) deps.push_back(rank.last_backward[slot]);
+  if (rank.step_gate) deps.push_back(*rank.step_gate);
   return deps;
 }
 

@@ -130,6 +130,10 @@ PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_p
   spec.tp_mode = e.parallelism.tp_mode;
   spec.tp_depth = e.parallelism.tp_depth;
   spec.zero = zero_settings(e);
+  spec.grad_clip = e.training.grad_clip;
+  spec.loss_scaling = e.training.loss_scaling;
+  spec.step_overhead = e.training.step_overhead;
+  spec.microbatch_overhead = e.training.microbatch_overhead;
   const int p = spec.layout.pp;
   const ScheduleKind kind = spec.schedule;
   // Tied embeddings are synchronised between the devices of the first and the last part; ZB-V

@@ -160,6 +160,13 @@ struct PipelineSpec {
   /// the compression until the decompression ends; top-k's error-feedback residual is held as
   /// gradients from the start.
   GradCompression grad_compression;
+  /// Gradient clipping by global norm (max norm; 0 = off) and fp16 loss scaling before the
+  /// optimizer step (techniques.hpp: GradientClipping, LossScaleCheck); per-iteration and
+  /// per-pass host overheads (HostOverhead). From the experiment's training settings.
+  double grad_clip = 0.0;
+  LossScaling loss_scaling = LossScaling::none;
+  Time step_overhead;
+  Time microbatch_overhead;
 };
 
 /// What is wrong with one combination of techniques: `path` is the experiment's JSON path of the

@@ -70,10 +70,21 @@ void RankEmitter::emit(int r) {
   find_gradient_passes();
   last_dp_comm.reset();
   last_copy.reset();
+  step_gate.reset();
   pass_end_.clear();
   for (const auto& hook : hooks_) hook->rank_begins(*this);
   for (std::size_t p = 0; p < passes->size(); ++p) emit_pass(p);
   emit_chunk_ends();
+}
+
+std::vector<OpId> RankEmitter::gradients_synchronised() const {
+  std::vector<OpId> deps;
+  for (OpId op : last_backward) {
+    if (op != 0) deps.push_back(op);
+  }
+  if (last_dp_comm) deps.push_back(*last_dp_comm);
+  if (last_copy) deps.push_back(*last_copy);
+  return deps;
 }
 
 std::size_t RankEmitter::slot_of(int chunk) const {
@@ -284,6 +295,7 @@ void RankEmitter::emit_chunk_ends() {
   for (std::size_t slot : order) {
     for (const auto& hook : hooks_) hook->gradients_complete(*this, slot);
   }
+  for (const auto& hook : hooks_) hook->before_optimizer_steps(*this);
   for (std::size_t slot : order) {
     std::optional<OpId> step;
     for (const auto& hook : hooks_) {

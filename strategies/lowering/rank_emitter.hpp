@@ -41,6 +41,13 @@ class RankEmitter {
   /// The last op issued on the rank's dp-comm and copy streams (the optimizer step waits for
   /// them: both run in order).
   std::optional<OpId> last_dp_comm, last_copy;
+  /// The last op every optimizer step of the rank waits for besides the above (set by the
+  /// before_optimizer_steps hooks: the clipping scale, the loss-scale check).
+  std::optional<OpId> step_gate;
+
+  /// What a pass over all of the rank's synchronised gradients waits for: the last op of each
+  /// chunk's last gradient pass and the last ops of the dp-comm and copy streams.
+  std::vector<OpId> gradients_synchronised() const;
 
   std::size_t slot_of(int chunk) const;
   const StageTemplate& chunk_template(int chunk) const { return assembly.at(chunk, 0); }

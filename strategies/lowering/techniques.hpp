@@ -7,6 +7,9 @@
 //   DataParallelAllReduce  otherwise with ZeRO stage 0 and a dp group > 1
 //   ZeroGradientSync       spec.zero.stage >= 1
 //   EmbeddingSync          tied embeddings split over two devices (Communicators)
+//   LossScaleCheck         spec.loss_scaling is not none (fp16's dynamic or static scaling)
+//   GradientClipping       spec.grad_clip > 0
+//   HostOverhead           spec.step_overhead or spec.microbatch_overhead > 0
 //   OptimizerOffload       spec.zero.offload_optimizer; otherwise DeviceOptimizerStep
 //
 // Every hook says below what it issues at which moment. Bytes are per rank; "e" is the size of
@@ -208,6 +211,75 @@ class EmbeddingSync : public TechniqueHook {
  private:
   Assembly& assembly_;
   std::uint32_t label_;
+};
+
+/// What LossScaleCheck and GradientClipping read: the gradients the optimizer steps of a device
+/// read, per device: the sum over its chunks of StageTemplate::shard (all of a chunk's
+/// parameters without ZeRO, the rank's shard with it), in elements.
+std::vector<std::int64_t> step_gradients_per_device(const Assembly& assembly);
+
+/// fp16 loss scaling (PipelineSpec::loss_scaling dynamic or static), as Megatron-LM's
+/// MixedPrecisionOptimizer does before every step (both kinds run the same kernels; dynamic
+/// scaling only changes the scale on the host):
+/// before_optimizer_steps: "unscale and check" (compute stream, Phase::optimizer,
+///   torch._amp_foreach_non_finite_check_and_unscale_: one pass reading the rank's step
+///   gradients G, g bytes each, writing them unscaled and a 4-byte found-inf flag) after
+///   RankEmitter::gradients_synchronised(); then, on a grad-stats group of more than one rank
+///   (Communicators::grad_stats), an all-reduce of the fp32 flag ("loss scale inf all-reduce",
+///   dp-comm, 4 bytes). The last of them becomes the step gate: every step waits for it (the
+///   host reads the flag to skip the step on overflow).
+class LossScaleCheck : public TechniqueHook {
+ public:
+  explicit LossScaleCheck(Assembly& assembly);
+  void before_optimizer_steps(RankEmitter&) override;
+
+ private:
+  std::vector<std::uint32_t> kernels_;  // per device
+  std::uint32_t label_, reduce_label_;
+};
+
+/// Gradient clipping by global norm (PipelineSpec::grad_clip > 0), as Megatron-LM's
+/// clip_grad_norm_fp32 and torch.nn.utils.clip_grad_norm_ do:
+/// before_optimizer_steps: "grad norm" (compute stream, Phase::optimizer: multi_tensor_l2norm,
+///   reading the rank's step gradients G, g bytes each, writing an fp32 partial sum of squares)
+///   after the gradients are synchronised and after the step gate (the loss-scale check); an
+///   all-reduce of that fp32 scalar over the grad-stats group ("grad norm all-reduce", dp-comm,
+///   4 bytes; none for a group of one rank); then "clip scale" (compute stream: one elementwise
+///   pass multiplying the gradients by max_norm / norm, reading and writing G g bytes, as
+///   multi_tensor_scale does; Megatron skips it when the norm is below the max, torch always
+///   runs it: modelled always, not fused into the step). The scale becomes the step gate.
+class GradientClipping : public TechniqueHook {
+ public:
+  explicit GradientClipping(Assembly& assembly);
+  void before_optimizer_steps(RankEmitter&) override;
+
+ private:
+  std::vector<std::uint32_t> norm_, scale_;  // per device
+  std::uint32_t norm_label_, reduce_label_, scale_label_;
+};
+
+/// The framework's host time around the kernels (PipelineSpec::step_overhead,
+/// microbatch_overhead), as Measured work on the rank's host stream, which runs in order:
+/// rank_begins: "step overhead (host)" (Phase::other) when step_overhead > 0: data loading, the
+///   Python training loop, the optimizer's host-side launches of one iteration;
+/// pass_begins: for a forward or backward pass, "microbatch overhead (host)" when
+///   microbatch_overhead > 0 (the framework's per-pass host work: autograd, hooks, launches);
+/// before_segment: the first segment after one of these waits for it. The host runs ahead of
+///   the device: the overheads add to the iteration time where the device would otherwise
+///   wait on them (always for step_overhead, which precedes every op of the iteration).
+class HostOverhead : public TechniqueHook {
+ public:
+  explicit HostOverhead(Assembly& assembly);
+  OpCount count_pass(const Pass& pass) const override;
+  OpCount count_chunk(int chunk) const override;
+  void rank_begins(RankEmitter&) override;
+  void pass_begins(RankEmitter&, const PassState&) override;
+  void before_segment(RankEmitter&, const PassState&, SegmentState&) override;
+
+ private:
+  std::optional<std::uint32_t> step_, microbatch_;  // kernel lists
+  std::uint32_t step_label_ = 0, microbatch_label_ = 0;
+  std::optional<OpId> pending_;  // the host op the next segment waits for
 };
 
 /// The optimizer step on the device: spec.optimizer over the chunk's shard (a kernel named as

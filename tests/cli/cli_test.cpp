@@ -119,6 +119,37 @@ TEST_CASE("bad inputs: types and strategy checks") {
   check_bad_input("frobnicate", {"subcommand"});
 }
 
+TEST_CASE("bad inputs: dropout, clipping, loss scaling and host overheads") {
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("bad3");
+  const std::string f = (dir / "experiment.json").string();
+  auto with = [&](auto edit) { return "simulate " + small_experiment(dir, edit).string(); };
+  check_bad_input(with([](auto& e) { e["training"]["hidden_dropout"] = 1.0; }),
+                  {f, "training.hidden_dropout", "expected a dropout probability"});
+  check_bad_input(with([](auto& e) { e["training"]["attention_dropout"] = "some"; }),
+                  {f, "training.attention_dropout", "expected a number"});
+  check_bad_input(with([](auto& e) { e["training"]["grad_clip"] = -1; }),
+                  {f, "training.grad_clip", "expected a max gradient norm"});
+  check_bad_input(with([](auto& e) { e["training"]["loss_scaling"] = "dynamc"; }),
+                  {f, "training.loss_scaling", "did you mean \"dynamic\""});
+  check_bad_input(with([](auto& e) { e["training"]["step_overhead"] = 5; }),
+                  {f, "training.step_overhead"});
+  check_bad_input(with([](auto& e) { e["training"]["microbatch_overhead"] = "-2 ms"; }),
+                  {f, "training.microbatch_overhead"});
+  check_bad_input("simulate " + small_experiment(dir).string() + " --set model.hidden_dropout=-0.1",
+                  {"model.hidden_dropout", "expected a dropout probability"});
+  // Good values run.
+  const auto ok = run(with([](auto& e) {
+    e["training"]["grad_clip"] = 1.0;
+    e["training"]["dtype"] = "fp16";
+    e["training"]["hidden_dropout"] = 0.0;
+    e["training"]["step_overhead"] = "10 ms";
+    e["training"]["microbatch_overhead"] = "200 us";
+  }));
+  CAPTURE(ok.output);
+  CHECK(ok.status == 0);
+}
+
 TEST_CASE("nothing is written to --out when the input is bad") {
   const TempDir tmp("cli");
   auto dir = tmp.subdir("nothing");

@@ -67,7 +67,8 @@ TEST_CASE("--deepspeed gives the same simulation as the equivalent flags") {
   const std::string flags =
       "--global-batch 64 --micro-batch 1 --zero 2 --offload optimizer --set training.dtype=bf16 "
       "--set parallelism.reduce_bucket_size=500000000 "
-      "--set parallelism.allgather_bucket_size=500000000 --set parallelism.dp_overlap=true";
+      "--set parallelism.allgather_bucket_size=500000000 --set parallelism.dp_overlap=true "
+      "--set training.grad_clip=1";  // gradient_clipping 1.0
   CHECK(report_of(dir, "ds", "llama2-7b-h100-8 --deepspeed " + ds) ==
         report_of(dir, "flags", "llama2-7b-h100-8 " + flags));
   // Flags given with --deepspeed win over it.
@@ -87,7 +88,9 @@ TEST_CASE("--megatron-args gives the same simulation as the equivalent flags") {
         report_of(dir, "flags",
                   "gpt3-1.7b-a100-8 --tp 2 --pp 2 --sequence-parallel --micro-batch 2 "
                   "--global-batch 32 --recompute selective "
-                  "--set training.framework=megatron --set training.distributed_optimizer=true"));
+                  "--set training.framework=megatron --set training.distributed_optimizer=true "
+                  // Megatron-LM's default --clip-grad 1.0, which the arguments bring.
+                  "--set training.grad_clip=1"));
 }
 
 TEST_CASE("--model with Llama-2-7B's config.json simulates as configs/models/llama2-7b.json") {

@@ -314,6 +314,17 @@ std::vector<Case> cases() {
                   {"parallelism.pp", 1},
                   {"parallelism.dp", 1}},
                  0});
+  add("no dropout", {{"training.hidden_dropout", 0.0}, {"training.attention_dropout", 0.0}});
+  add("grad clip", {{"training.grad_clip", 1.0}});
+  add("grad clip zero 1", {{"training.grad_clip", 1.0}, {"parallelism.zero", 1}});
+  add("fp16 loss scaling", {{"training.dtype", "fp16"}});
+  add("fp16 loss scaling and clip offload",
+      {{"training.dtype", "fp16"},
+       {"training.grad_clip", 1.0},
+       {"parallelism.zero", 2},
+       {"parallelism.offload", nlohmann::json::array({"optimizer"})}});
+  add("host overheads",
+      {{"training.step_overhead", "20 ms"}, {"training.microbatch_overhead", "300 us"}});
   add("mirror dp", {}, 1);
   add("mirror dp and tp", {}, 2);
   add("mirror dp zero 3", {{"parallelism.zero", 3}}, 1);

@@ -62,6 +62,8 @@ void check_same_model(const TransformerModel& a, const TransformerModel& b) {
   CHECK(a.norm == b.norm);
   CHECK(a.bias == b.bias);
   CHECK(a.causal == b.causal);
+  CHECK(a.hidden_dropout == b.hidden_dropout);
+  CHECK(a.attention_dropout == b.attention_dropout);
 }
 
 // Every field of the experiment that lowering and simulation read, then the lowered programs
@@ -98,6 +100,8 @@ void check_same_experiment(const Experiment& a, const Experiment& b) {
   CHECK(a.training.optimizer == b.training.optimizer);
   CHECK(a.training.grad_accumulation_dtype == b.training.grad_accumulation_dtype);
   CHECK(a.training.distributed_optimizer == b.training.distributed_optimizer);
+  CHECK(a.training.grad_clip == b.training.grad_clip);
+  CHECK(a.training.loss_scaling == b.training.loss_scaling);
 
   const Program pa = lower(a, {.mirror_data_parallel = true});
   const Program pb = lower(b, {.mirror_data_parallel = true});
@@ -219,8 +223,8 @@ TEST_CASE("a DeepSpeed config gives the same experiment as the equivalent JSON")
   CHECK(ds.notes.empty());
   const auto with_ds = load("llama2-7b-h100-8", ds.overrides);
   // configs/deepspeed/zero2-offload.json written as stratasim settings: train_batch_size 64,
-  // micro-batch 1 (x 32 accumulation steps x dp 2 = 64), bf16, ZeRO 2 with the optimizer on
-  // the CPU, buckets of 5e8 elements, overlapped communication.
+  // micro-batch 1 (x 32 accumulation steps x dp 2 = 64), bf16, clipping at 1.0, ZeRO 2 with the
+  // optimizer on the CPU, buckets of 5e8 elements, overlapped communication.
   const auto with_json =
       load("llama2-7b-h100-8", json_overrides({
                                    {"training.global_batch", 64},
@@ -233,6 +237,7 @@ TEST_CASE("a DeepSpeed config gives the same experiment as the equivalent JSON")
                                    {"parallelism.dp_overlap", true},
                                    {"training.framework", "deepspeed"},
                                    {"training.optimizer", "adamw"},
+                                   {"training.grad_clip", 1.0},  // gradient_clipping
                                }));
   CHECK(with_ds.parallelism.zero == 2);
   CHECK(with_ds.training.framework == Framework::deepspeed);
@@ -368,6 +373,11 @@ TEST_CASE("Megatron arguments give the same experiment as the equivalent JSON") 
                                                       {"parallelism.recompute_num_layers", 2},
                                                       {"training.framework", "megatron"},
                                                       {"training.distributed_optimizer", true},
+                                                      // Megatron-LM's defaults (arguments.py):
+                                                      // --clip-grad 1.0, dropouts 0.1
+                                                      {"training.grad_clip", 1.0},
+                                                      {"training.hidden_dropout", 0.1},
+                                                      {"training.attention_dropout", 0.1},
                                                   }));
   CHECK(with_args.parallelism.dp == 2);
   CHECK(with_args.training.framework == Framework::megatron);
@@ -445,6 +455,72 @@ TEST_CASE("Megatron arguments: shell quoting, bad values and unsupported setting
     load("gpt3-1.7b-a100-8", megatron_from_args("--tensor-model-parallel-size 5").overrides);
   });
   CHECK(tp.find("--megatron-args (--tensor-model-parallel-size 5)") != std::string::npos);
+}
+
+TEST_CASE("dropout, clipping and loss scaling from Megatron arguments and Hugging Face configs") {
+  // Megatron-LM: the arguments, or its defaults (arguments.py: --hidden-dropout 0.1,
+  // --attention-dropout 0.1, --clip-grad 1.0); --loss-scale fixes the scale (static).
+  const auto given =
+      load("gpt3-1.7b-a100-8", megatron_from_args("--hidden-dropout 0 --attention-dropout 0.05 "
+                                                  "--clip-grad 0.5 --fp16 --loss-scale 4096")
+                                   .overrides);
+  CHECK(given.model.hidden_dropout == 0.0);
+  CHECK(given.model.attention_dropout == 0.05);
+  CHECK(given.training.grad_clip == 0.5);
+  CHECK(given.training.loss_scaling == LossScaling::static_);
+  const auto defaults = load("llama2-7b-h100-8", megatron_from_args("--fp16").overrides);
+  CHECK(defaults.model.hidden_dropout == 0.1);  // Megatron's default, not the model file's 0
+  CHECK(defaults.model.attention_dropout == 0.1);
+  CHECK(defaults.training.grad_clip == 1.0);
+  CHECK(defaults.training.loss_scaling == LossScaling::dynamic);
+  CHECK(error_of([] {
+          megatron_from_args("--hidden-dropout 1.5");
+        }).find("at --hidden-dropout: expected a number from 0 to 1") != std::string::npos);
+  CHECK(error_of([] {
+          megatron_from_args("--attention-dropout 1");
+        }).find("at --attention-dropout: expected a dropout probability") != std::string::npos);
+
+  // DeepSpeed: gradient_clipping, and fp16.loss_scale (0: dynamic, a value: static).
+  const auto ds = load("gpt3-1.7b-a100-8", deepspeed_from_text(R"({"gradient_clipping": 0.8,
+                                               "fp16": {"enabled": true, "loss_scale": 1024}})",
+                                                               "ds.json")
+                                               .overrides);
+  CHECK(ds.training.grad_clip == 0.8);
+  CHECK(ds.training.loss_scaling == LossScaling::static_);
+  CHECK(error_of([] {
+          deepspeed_from_text(R"({"gradient_clipping": -1})", "ds.json");
+        }).find("ds.json: at gradient_clipping: expected a max gradient norm") !=
+        std::string::npos);
+
+  // Hugging Face: GPT-2's resid_pdrop and attn_pdrop (0.1 in the released config.json), Llama
+  // and Mistral's attention_dropout (0.0), BERT-style names, each family's default when absent.
+  const auto gpt2 = hf("gpt2.json");
+  CHECK(gpt2.hidden_dropout == 0.1);
+  CHECK(gpt2.attention_dropout == 0.1);
+  const auto mistral = hf("mistral-7b.json");
+  CHECK(mistral.hidden_dropout == 0.0);
+  CHECK(mistral.attention_dropout == 0.0);
+  std::vector<std::string> notes;
+  const auto neox = hf_model_from_text(
+      R"({"model_type": "gpt_neox", "hidden_size": 1024, "intermediate_size": 4096,
+          "num_hidden_layers": 2, "num_attention_heads": 16, "vocab_size": 50432,
+          "hidden_dropout_prob": 0.2, "attention_dropout": 0.3})",
+      "config.json", notes);
+  CHECK(neox.hidden_dropout == 0.2);
+  CHECK(neox.attention_dropout == 0.3);
+  const auto gpt2_zero = hf_model_from_text(
+      R"({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 1000,
+          "resid_pdrop": 0.0, "attn_pdrop": 0.0, "embd_pdrop": 0.1})",
+      "config.json", notes);
+  CHECK(gpt2_zero.hidden_dropout == 0.0);
+  CHECK(contains(notes, "embd_pdrop 0.1 is modelled as resid_pdrop"));
+  const std::string bad = error_of([&] {
+    hf_model_from_text(R"({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4,
+                           "vocab_size": 1000, "attn_pdrop": 2})",
+                       "config.json", notes);
+  });
+  CHECK(bad.find("config.json: at model.attn_pdrop: expected a dropout probability") !=
+        std::string::npos);
 }
 
 }  // namespace
