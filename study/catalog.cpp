@@ -43,6 +43,10 @@ fs::path resolve_cluster(const std::string& given) {
   return resolve(given, {"hardware/clusters"});
 }
 
+fs::path resolve_device(const std::string& given) {
+  return resolve(given, {"hardware/devices"});
+}
+
 fs::path resolve_model(const std::string& given) {
   return resolve(given, {"models", "models/hf"});
 }

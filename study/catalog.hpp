@@ -23,6 +23,8 @@ std::filesystem::path config_dir();
 std::filesystem::path resolve_experiment(const std::string& given);
 /// A cluster given by path, or by name from configs/hardware/clusters.
 std::filesystem::path resolve_cluster(const std::string& given);
+/// A device given by path, or by name from configs/hardware/devices ("h100-sxm5-80gb").
+std::filesystem::path resolve_device(const std::string& given);
 /// A model given by path, or by name from configs/models or configs/models/hf.
 std::filesystem::path resolve_model(const std::string& given);
 
