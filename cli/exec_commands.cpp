@@ -189,7 +189,14 @@ int calibrate_from_trace_command(const CalibrateArgs& args) {
         "fits the profile from the trace for the --device config (its name is the profile's)");
   }
   if (!args.out.empty()) check_profile_out(args.out);
-  const hw::DeviceSpec device = hw::load_device(study::resolve_device(args.device));
+  const fs::path device_file = study::resolve_device(args.device);
+  std::error_code ec;
+  if (!fs::exists(device_file, ec)) {
+    throw ExecSetupError("--device " + args.device +
+                         ": neither a device config file nor a shipped device's name (stratasim "
+                         "list devices)");
+  }
+  const hw::DeviceSpec device = hw::load_device(device_file);
   traces::TraceCalibrationOptions options;
   options.date = exec::utc_date_today();
   const auto fit = traces::calibrate_from_kineto(args.from_trace, device, options);

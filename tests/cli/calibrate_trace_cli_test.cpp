@@ -75,7 +75,8 @@ TEST_CASE("cli calibrate --from-trace: bad traces and flags exit 2 saying what i
   check_bad_input("calibrate --from-trace " + good.string(), {"--from-trace needs --device"});
   check_bad_input("calibrate --from-trace " + good.string() + " --device h100-sxm5-80gb --ranks 2",
                   {"--ranks, --repetitions, --quick and --name are for measuring"});
-  check_bad_input("calibrate --from-trace " + good.string() + " --device no-such-gpu",
-                  {"no-such-gpu"});
+  check_bad_input(
+      "calibrate --from-trace " + good.string() + " --device no-such-gpu",
+      {"--device no-such-gpu: neither a device config file nor a shipped device's name"});
   check_bad_input("calibrate --device host", {"calibrate needs --out PROFILE.json"});
 }
