@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string_view>
 #include <unordered_map>
 
@@ -354,6 +355,7 @@ Fitted fit_gemm(GemmForm form, const Inputs& in) {
     }
   }
   if (g.m < 1 || g.n < 1 || g.k < 1 || g.batch < 1) return skip("an empty GEMM");
+  if (g.m > kMaxDim || g.n > kMaxDim || g.batch > kMaxDim) return skip("a dimension above 2^40");
   Fitted f;
   f.gemm = g;
   return f;
@@ -412,19 +414,21 @@ Fitted fit_memory(MemoryForm form, const Inputs& in) {
     if (in.is_tensor(i)) tensors.push_back(i);
   }
   if (tensors.empty()) return skip("no tensor inputs recorded");
+  // A tensor's bytes; nullopt when unreadable or beyond kMaxTraceBytes.
   auto bytes_of = [&](std::size_t i) -> std::optional<std::int64_t> {
     const auto s = in.shape(i);
     if (!s) return std::nullopt;
     const auto n = elements(*s);
-    if (!n) return std::nullopt;
+    if (!n || *n > kMaxTraceBytes / in.element(i)->bytes) return std::nullopt;
     return *n * in.element(i)->bytes;
   };
   std::int64_t read = 0, written = 0;
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const auto b = bytes_of(tensors[t]);
-    if (!b) return skip("tensor shapes not recorded");
+    if (!b) return skip("tensor shapes not recorded (or beyond 2^56 bytes)");
     if (t == 0 && form == MemoryForm::overwrite) continue;  // self is only written
     read += *b;
+    if (read > kMaxTraceBytes) return skip("more than 2^56 bytes");
   }
   const std::size_t first = tensors.front();
   switch (form) {
@@ -443,7 +447,7 @@ Fitted fit_memory(MemoryForm form, const Inputs& in) {
         element = std::max(element, in.element(i)->bytes);
       }
       const auto n = elements(shape);
-      if (!n) return skip("tensor shapes not recorded");
+      if (!n || *n > kMaxTraceBytes / element) return skip("more than 2^56 bytes");
       written = *n * element;
       break;
     }
@@ -463,6 +467,15 @@ std::string top_names(const std::map<std::string, std::int64_t>& counts, std::si
   }
   if (v.size() > k) out += ", ...";
   return out;
+}
+
+// The device's peak for `t`, or nullopt when it has none (an FPGA without that datapath).
+std::optional<FlopRate> peak_of(const hw::DeviceSpec& device, DType t) {
+  try {
+    return device.peak(t);
+  } catch (const std::invalid_argument&) {
+    return std::nullopt;
+  }
 }
 
 bool is_launch_call(std::string_view name) {
@@ -730,6 +743,11 @@ TraceCalibration calibrate_from_kineto_text(const std::string& name, const std::
       in.fail(apath + ".Input type", "expected one entry per entry of \"Input Dims\" (" +
                                          std::to_string(inputs.dims->size()) + ")");
     }
+    if (call.dur > kMaxMicros) {
+      ++result.skipped[std::string(what) + ": calls longer than " +
+                       std::to_string(static_cast<std::int64_t>(kMaxMicros)) + " us"];
+      continue;
+    }
     const Time t = duration_of(call.dur);
     if (t <= Time::zero()) {
       ++result.skipped[std::string(what) + ": kernels of zero duration"];
@@ -813,13 +831,12 @@ TraceCalibration calibrate_from_kineto_text(const std::string& name, const std::
     hw::GemmMeasurement g;
     g.m = key.m, g.n = key.n, g.k = key.k, g.batch = key.batch, g.dtype = key.dtype;
     g.time = hw::lower_median(times);
-    if (g.rate() > device.peak(g.dtype)) {
+    if (const auto peak = peak_of(device, g.dtype); peak && g.rate() > *peak) {
       result.notes.push_back(
           "GEMM " + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k) +
           (g.batch > 1 ? " x" + std::to_string(g.batch) : "") + " " +
           std::string(name_of(g.dtype)) + " runs at " + to_string(g.rate()) + ", above " +
-          device.name + "'s " + std::string(name_of(g.dtype)) + " peak " +
-          to_string(device.peak(g.dtype)) +
+          device.name + "'s " + std::string(name_of(g.dtype)) + " peak " + to_string(*peak) +
           (g.dtype == DType::fp32 ? " (TF32 was enabled, or the trace is of another device)"
                                   : " (is the trace of another device?)"));
     }
@@ -830,10 +847,10 @@ TraceCalibration calibrate_from_kineto_text(const std::string& name, const std::
     if (attention_seconds[d] <= 0) continue;
     const FlopRate rate(attention_flops[d] / attention_seconds[d]);
     p.attention[d] = rate;
-    if (rate > device.peak(t)) {
+    if (const auto peak = peak_of(device, t); peak && rate > *peak) {
       result.notes.push_back("attention " + std::string(name_of(t)) + " runs at " +
                              to_string(rate) + ", above " + device.name + "'s peak " +
-                             to_string(device.peak(t)));
+                             to_string(*peak));
     }
   }
   auto bandwidth = [&](double bytes, double seconds, const char* what,
