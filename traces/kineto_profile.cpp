@@ -52,6 +52,9 @@ std::optional<Element> tensor_element(std::string_view type) {
       {"double", {8, std::nullopt}},
       {"int", {4, std::nullopt}},
       {"long int", {8, std::nullopt}},
+      {"long unsigned int", {8, std::nullopt}},
+      {"unsigned int", {4, std::nullopt}},
+      {"short unsigned int", {2, std::nullopt}},
       {"short int", {2, std::nullopt}},
       {"signed char", {1, std::nullopt}},
       {"unsigned char", {1, std::nullopt}},
@@ -480,8 +483,9 @@ std::optional<FlopRate> peak_of(const hw::DeviceSpec& device, DType t) {
 
 bool is_launch_call(std::string_view name) {
   static const std::set<std::string, std::less<>> kNames = {
-      "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel",
-      "cuLaunchKernelEx"};
+      "cudaLaunchKernel",   "cudaLaunchKernelExC",  "cudaLaunchCooperativeKernel",
+      "cuLaunchKernel",     "cuLaunchKernelEx",     "hipLaunchKernel",
+      "hipExtLaunchKernel", "hipModuleLaunchKernel"};
   return kNames.count(name) > 0;
 }
 
@@ -564,7 +568,8 @@ TraceCalibration calibrate_from_kineto_text(const std::string& name, const std::
         op_by_external[*ext].push_back(ops.size());
       }
       ops.push_back(std::move(op));
-    } else if (cat == "cuda_runtime" || cat == "cuda_driver" || cat == "runtime") {
+    } else if (cat == "cuda_runtime" || cat == "cuda_driver" || cat == "runtime" ||
+               cat == "hip_runtime") {
       const double ts = in.number(e, "ts", path, -kMaxTimestamp, kMaxTimestamp);
       const double dur = in.number(e, "dur", path, 0, kMaxMicros);
       if (!is_launch_call(ev_name)) continue;

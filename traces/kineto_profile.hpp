@@ -10,8 +10,9 @@
 //
 // Linking. A kernel (cat "kernel") names the CPU operator that was innermost when it was
 // launched by its args "External id", as Kineto links them; a kernel without one is linked by
-// its "correlation" to the cuda_runtime (or cuda_driver) launch call, whose "External id" names
-// the operator. CPU operators nest by time on their thread. A kernel belongs to one *call*:
+// its "correlation" to the cuda_runtime (cuda_driver, hip_runtime) launch call, whose
+// "External id" names the operator. CPU operators nest by time on their thread. A kernel belongs
+// to one *call*:
 //  - the outermost GEMM or attention operator among its operator and the operators enclosing
 //    it (aten::linear > aten::matmul > aten::mm is one call of aten::linear, with its shapes;
 //    aten::_scaled_dot_product_flash_attention > aten::_flash_attention_forward one call of
@@ -53,9 +54,9 @@
 //    pageable copies are skipped (they are staged through a bounce buffer).
 //  - kernel_launch_overhead: the lower median of the launch calls' durations (cuda_runtime
 //    cudaLaunchKernel, cudaLaunchKernelExC, cudaLaunchCooperativeKernel; cuda_driver
-//    cuLaunchKernel, cuLaunchKernelEx): issuing kernels back to back, the host gives the GPU
-//    at most one kernel per launch call, which is what a kernel that does (almost) nothing
-//    costs, the quantity `stratasim calibrate` measures.
+//    cuLaunchKernel, cuLaunchKernelEx; ROCm's hip_runtime hipLaunchKernel, ...): issuing kernels
+//    back to back, the host gives the GPU at most one kernel per launch call, which is what a
+//    kernel that does (almost) nothing costs, the quantity `stratasim calibrate` measures.
 // NCCL kernels are not fitted: their durations include waiting for the other ranks.
 #pragma once
 
