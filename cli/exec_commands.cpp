@@ -10,12 +10,15 @@
 #include "exec/calibrate.hpp"
 #include "exec/devices.hpp"
 #include "exec/interpreter.hpp"
+#include "hw_models/cluster.hpp"
 #include "hw_models/config_reader.hpp"
 #include "hw_models/files.hpp"
+#include "study/catalog.hpp"
 #include "study/errors.hpp"
 #include "study/real_run.hpp"
 #include "traces/context.hpp"
 #include "traces/export.hpp"
+#include "traces/kineto_profile.hpp"
 #include "traces/report.hpp"
 #include "traces/validation.hpp"
 
@@ -159,23 +162,104 @@ int validate_command(strategies::Experiment experiment, const RealRunArgs& args)
   return 0;
 }
 
+namespace {
+
+// --out for a profile: a file in an existing folder.
+void check_profile_out(const std::string& given) {
+  const fs::path out(given);
+  std::error_code ec;
+  if (fs::is_directory(out, ec)) {
+    throw ExecSetupError("--out " + given + ": is a directory; give the profile's file name");
+  }
+  if (!out.parent_path().empty() && !fs::is_directory(out.parent_path(), ec)) {
+    throw ExecSetupError("--out " + given + ": " + out.parent_path().string() +
+                         " is not a directory");
+  }
+}
+
+int calibrate_from_trace_command(const CalibrateArgs& args) {
+  if (args.device.empty()) {
+    throw ExecSetupError(
+        "--from-trace needs --device DEVICE: the device the trace was recorded on, a device "
+        "config file or a catalog name (stratasim list devices)");
+  }
+  if (args.ranks != 1 || args.repetitions || args.quick || !args.name.empty()) {
+    throw ExecSetupError(
+        "--ranks, --repetitions, --quick and --name are for measuring a device; --from-trace "
+        "fits the profile from the trace for the --device config (its name is the profile's)");
+  }
+  if (!args.out.empty()) check_profile_out(args.out);
+  const fs::path device_file = study::resolve_device(args.device);
+  std::error_code ec;
+  if (!fs::exists(device_file, ec)) {
+    throw ExecSetupError("--device " + args.device +
+                         ": neither a device config file nor a shipped device's name (stratasim "
+                         "list devices)");
+  }
+  const hw::DeviceSpec device = hw::load_device(device_file);
+  traces::TraceCalibrationOptions options;
+  options.date = exec::utc_date_today();
+  const auto fit = traces::calibrate_from_kineto(args.from_trace, device, options);
+  if (!args.out.empty()) hw::write_profile(fit.profile, args.out);
+  if (args.quiet) return 0;
+  const auto& p = fit.profile;
+  std::cout << "calibrating " << p.device << " from " << args.from_trace
+            << (fit.gpu.empty() ? "" : " (recorded on " + fit.gpu + ")") << ": " << fit.kernels
+            << " GPU kernels and copies\n";
+  std::cout << "used:\n";
+  std::cout << "  gemm: " << fit.gemm_calls << " calls of " << p.gemm.size()
+            << " shapes -> one row per shape (median time)\n";
+  std::cout << "  attention: " << fit.attention_calls << " calls ->";
+  bool any_attention = false;
+  for (DType t : kAllDTypes) {
+    if (const auto& a = p.attention[static_cast<std::size_t>(t)]) {
+      std::cout << (any_attention ? ", " : " ") << name_of(t) << " " << to_string(*a);
+      any_attention = true;
+    }
+  }
+  std::cout << (any_attention ? " (FLOPs / time over the calls)\n" : " not fitted\n");
+  std::cout << "  elementwise: " << fit.elementwise_calls << " calls of at least "
+            << to_string(options.min_memory_bytes) << " -> "
+            << (p.elementwise_bandwidth ? to_string(*p.elementwise_bandwidth) : "not fitted")
+            << "\n";
+  std::cout << "  copies: " << fit.copies << " memcpys of at least "
+            << to_string(options.min_memory_bytes) << " -> memory "
+            << (p.memory_bandwidth ? to_string(*p.memory_bandwidth) : "not fitted")
+            << ", host to device "
+            << (p.host_to_device_bandwidth ? to_string(*p.host_to_device_bandwidth) : "not fitted")
+            << ", device to host "
+            << (p.device_to_host_bandwidth ? to_string(*p.device_to_host_bandwidth) : "not fitted")
+            << "\n";
+  std::cout << "  launch overhead: median of " << fit.launches << " launch calls -> "
+            << (p.kernel_launch_overhead ? to_string(*p.kernel_launch_overhead) : "not fitted")
+            << "\n";
+  if (!fit.skipped.empty()) {
+    std::cout << "skipped:\n";
+    for (const auto& [reason, n] : fit.skipped) std::cout << "  " << reason << ": " << n << "\n";
+  }
+  for (const auto& note : fit.notes) std::cout << "note: " << note << "\n";
+  if (args.out.empty()) {
+    std::cout << "no --out: nothing written\n";
+  } else {
+    std::cout << "wrote " << args.out << " (" << p.gemm.size()
+              << " GEMM shapes); name it in a device config's \"profile\" to use it\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
 int calibrate_command(const CalibrateArgs& args) {
+  if (!args.from_trace.empty()) return calibrate_from_trace_command(args);
   exec::CalibrateOptions options;
-  options.kind = device_kind(args.device);
+  options.kind = device_kind(args.device.empty() ? "cuda" : args.device);
   options.ranks = args.ranks;
   options.repetitions = args.repetitions.value_or(0);
   options.quick = args.quick;
   options.device_name = args.name;
   if (args.out.empty()) throw ExecSetupError("calibrate needs --out PROFILE.json");
+  check_profile_out(args.out);
   const fs::path out(args.out);
-  std::error_code ec;
-  if (fs::is_directory(out, ec)) {
-    throw ExecSetupError("--out " + args.out + ": is a directory; give the profile's file name");
-  }
-  if (!out.parent_path().empty() && !fs::is_directory(out.parent_path(), ec)) {
-    throw ExecSetupError("--out " + args.out + ": " + out.parent_path().string() +
-                         " is not a directory");
-  }
   if (options.kind == exec::DeviceKind::cuda && exec::visible_gpus() < options.ranks) {
     throw ExecSetupError("calibrate needs " + std::to_string(options.ranks) +
                          " GPU(s); this machine has " + std::to_string(exec::visible_gpus()) +

@@ -34,7 +34,10 @@ int run_command(const strategies::Experiment& experiment, const RealRunArgs& arg
 int validate_command(strategies::Experiment experiment, const RealRunArgs& args);
 
 struct CalibrateArgs {
-  std::string device = "cuda";
+  /// Measuring: cuda (the default when empty) or host. With --from-trace: the device the trace
+  /// was recorded on, a device config file or catalog name (the profile's device is its name).
+  std::string device;
+  std::string from_trace;  // a PyTorch profiler (Kineto) trace to fit the profile from
   std::string out;
   int ranks = 1;  // > 1: also collectives over this many devices
   std::optional<int> repetitions;
@@ -42,7 +45,8 @@ struct CalibrateArgs {
   std::string name;  // the device's name in the profile (default: the GPU's, or "host-cpu")
   bool quiet = false;
 };
-/// `stratasim calibrate`: measures the device and writes a profile.
+/// `stratasim calibrate`: measures the device and writes a profile; with --from-trace, fits it
+/// from a trace's kernels (traces/kineto_profile.hpp) and writes it when --out is given.
 int calibrate_command(const CalibrateArgs& args);
 
 }  // namespace stratasim::cli

@@ -552,9 +552,17 @@ void add_real_run_commands(CLI::App& app, Commands& c) {
                          "A device profile (stratasim calibrate) for the prediction instead of the "
                          "device's own");
   c.calibrate = app.add_subcommand(
-      "calibrate", "Measure the present device(s) and write a device profile for the simulator");
-  c.calibrate->add_option("--out", c.cal_args.out, "The profile file to write")->required();
-  c.calibrate->add_option("--device", c.cal_args.device, "cuda (default) or host");
+      "calibrate",
+      "Measure the present device(s), or fit from a PyTorch profiler trace, and write a device "
+      "profile for the simulator");
+  c.calibrate->add_option("--out", c.cal_args.out,
+                          "The profile file to write (required unless --from-trace)");
+  c.calibrate->add_option("--device", c.cal_args.device,
+                          "cuda (default) or host; with --from-trace the device the trace was "
+                          "recorded on (a device config file or catalog name)");
+  c.calibrate->add_option("--from-trace", c.cal_args.from_trace,
+                          "Fit the profile from this PyTorch profiler (Kineto) trace, recorded "
+                          "with record_shapes=True, instead of measuring (docs/calibration.md)");
   c.calibrate
       ->add_option("--ranks", c.cal_args.ranks,
                    "Devices for collective bandwidth (default 1: no collectives)")
@@ -661,6 +669,8 @@ int main(int argc, char** argv) {
       "  stratasim run gpt-tiny-3d-8 --device host --out out/run\n"
       "  stratasim validate gpt-tiny-3d-8 --device host --out out/validation\n"
       "  stratasim calibrate --device cuda --out configs/hardware/profiles/h100.json\n"
+      "  stratasim calibrate --from-trace rank0.pt.trace.json --device h100-sxm5-80gb --out "
+      "h.json\n"
       "  stratasim sweep gpt3-175b-a100-1024 --tp 1,2,4,8 --pp 1,2,4,8,16 --zero 0..3 --out s.csv\n"
       "  stratasim search gpt3-175b-a100-1024 --gpus 1024 --objective cost\n"
       "  stratasim accuracy --kernels\n"

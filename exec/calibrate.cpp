@@ -33,11 +33,10 @@ using strategies::Program;
 
 constexpr std::int64_t KiB = 1024, MiB = 1024 * KiB, GiB = 1024 * MiB;
 
-/// The lower median (a measured value, exact to the picosecond).
+/// The lower median (hw::lower_median); an empty list is a bug here.
 Time median(std::vector<Time> values) {
   if (values.empty()) throw std::logic_error("calibrate: no timings to take the median of");
-  std::sort(values.begin(), values.end());
-  return values[(values.size() - 1) / 2];
+  return hw::lower_median(std::move(values));
 }
 
 /// At least one picosecond, so that rates stay finite.
@@ -162,14 +161,6 @@ Sizes sizes_for(DeviceKind kind, bool quick) {
   return s;
 }
 
-/// The share of an attention kernel's matmul FLOPs the cost model counts (sim/cost.cpp): a
-/// causal kernel sees seq_kv - seq_q / 2 of its seq_kv keys on average.
-double causal_share(const Attention& a) {
-  if (!a.causal || a.seq_kv <= 0) return 1.0;
-  const double q = static_cast<double>(std::min(a.seq_q, a.seq_kv));
-  return (static_cast<double>(a.seq_kv) - q / 2) / static_cast<double>(a.seq_kv);
-}
-
 std::string description_of(const CalibrateOptions& options) {
   if (!options.description.empty()) return options.description;
   if (options.kind == DeviceKind::cuda) return cuda_description();
@@ -253,8 +244,8 @@ void measure_attention(const CalibrateOptions& options, int reps, const Sizes& s
     const std::size_t b = run.repeat(bwd, reps);
     run.run(options);
     const Time t = positive(run.median_duration(f) + run.median_duration(b));
-    const double flops = (strategies::matmul_flops(fwd).count() * causal_share(forward)) +
-                         (strategies::matmul_flops(bwd).count() * causal_share(backward));
+    const double flops = strategies::attention_flops(forward).count() +
+                         strategies::attention_flops(backward).count();
     const FlopRate rate(flops / t.seconds());
     profile.attention[static_cast<std::size_t>(dtype)] = rate;
     say(progress, "attention " + std::string(name_of(dtype)) + ": forward + backward " +

@@ -114,6 +114,12 @@ std::string exact(Bytes b) {
 
 }  // namespace
 
+Time lower_median(std::vector<Time> values) {
+  if (values.empty()) throw std::invalid_argument("lower_median: no timings");
+  std::sort(values.begin(), values.end());
+  return values[(values.size() - 1) / 2];
+}
+
 Flops GemmMeasurement::flops() const {
   return Flops(2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) *
                static_cast<double>(batch));

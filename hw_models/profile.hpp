@@ -87,6 +87,12 @@ using CollectiveCurve = std::vector<std::pair<Bytes, Time>>;
 /// Rounded to the nearest picosecond.
 Time interpolate_collective(const CollectiveCurve& curve, Bytes bytes);
 
+/// The figure a profile keeps of repeated timings of one thing: their lower median (the
+/// middle value; of an even count the lower of the two middle ones), so that it is a measured
+/// value, exact to the picosecond. `stratasim calibrate` and a fit from a trace both take it.
+/// Throws std::invalid_argument when `values` is empty.
+Time lower_median(std::vector<Time> values);
+
 struct DeviceProfile {
   static constexpr std::string_view kSchema = "stratasim-device-profile";
   static constexpr int kSchemaVersion = 2;

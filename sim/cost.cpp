@@ -259,16 +259,7 @@ DeviceCostModel::Cost DeviceCostModel::kernel_cost(const strategies::Kernel& ker
           if (w.m <= 0 || w.n <= 0 || w.k <= 0 || w.batch <= 0) return {launch, {}, {}};
           return {launch, gemm_work(w, kernel), {}};
         } else if constexpr (std::is_same_v<W, Attention>) {
-          // A causal kernel skips the masked part of the score matrix: half of it when queries
-          // and keys are the same tokens; when the queries are the last seq_q of seq_kv tokens
-          // (a TeraPipe slice after its prefix), each query sees the prefix and the causal half
-          // of its own slice: seq_kv - seq_q / 2 keys on average.
-          double causal_share = 1.0;
-          if (w.causal && w.seq_kv > 0) {
-            const double q = static_cast<double>(std::min(w.seq_q, w.seq_kv));
-            causal_share = (static_cast<double>(w.seq_kv) - q / 2) / static_cast<double>(w.seq_kv);
-          }
-          const Flops flops(strategies::matmul_flops(kernel).count() * causal_share);
+          const Flops flops = strategies::attention_flops(w);
           FlopRate rate = device_.peak(w.dtype) *
                           (attention_efficiency(w) * device_.efficiency.framework_compute);
           if (device_.profile) {

@@ -1,5 +1,6 @@
 #include "strategies/program.hpp"
 
+#include <algorithm>
 #include <iterator>
 #include <stdexcept>
 
@@ -110,6 +111,15 @@ Flops matmul_flops(const Kernel& k) {
   }
   if (const auto* r = std::get_if<RooflineWork>(&k.work)) return r->flops;
   return Flops(0);
+}
+
+Flops attention_flops(const Attention& a) {
+  double causal_share = 1.0;
+  if (a.causal && a.seq_kv > 0) {
+    const double q = static_cast<double>(std::min(a.seq_q, a.seq_kv));
+    causal_share = (static_cast<double>(a.seq_kv) - q / 2) / static_cast<double>(a.seq_kv);
+  }
+  return Flops(matmul_flops(Kernel{a, {}}).count() * causal_share);
 }
 
 namespace {

@@ -143,6 +143,13 @@ struct Kernel {
 /// full seq_q x seq_kv score matrix, causal or not; a backward pass counts twice its forward).
 /// RooflineWork counts its FLOPs. Zero for elementwise, optimizer, copy and measured kernels.
 Flops matmul_flops(const Kernel& k);
+/// The FLOPs of an attention kernel as the cost model counts them against an attention rate
+/// (sim/cost.cpp, a measured profile's "attention", exec/calibrate.hpp and a rate fitted from a
+/// trace): matmul_flops times the unmasked share. A causal kernel skips the masked part of the
+/// score matrix: half of it when queries and keys are the same tokens; when the queries are
+/// the last seq_q of seq_kv tokens (a TeraPipe slice after its prefix), each query sees the
+/// prefix and the causal half of its own slice: seq_kv - seq_q / 2 keys on average.
+Flops attention_flops(const Attention& a);
 
 // ---- Ops.
 

@@ -43,16 +43,16 @@ fs::path resolve_cluster(const std::string& given) {
   return resolve(given, {"hardware/clusters"});
 }
 
+fs::path resolve_device(const std::string& given) {
+  return resolve(given, {"hardware/devices"});
+}
+
 fs::path resolve_model(const std::string& given) {
   return resolve(given, {"models", "models/hf"});
 }
 
 fs::path default_calibration_file() {
   return (config_dir() / ".." / "tests" / "reference" / "calibration.json").lexically_normal();
-}
-
-fs::path resolve_device(const std::string& given) {
-  return resolve(given, {"hardware/devices"});
 }
 
 hw::DeviceSpec load_device(const std::string& given) {

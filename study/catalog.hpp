@@ -23,13 +23,13 @@ std::filesystem::path config_dir();
 std::filesystem::path resolve_experiment(const std::string& given);
 /// A cluster given by path, or by name from configs/hardware/clusters.
 std::filesystem::path resolve_cluster(const std::string& given);
+/// A device given by path, or by name from configs/hardware/devices ("h100-sxm5-80gb").
+std::filesystem::path resolve_device(const std::string& given);
 /// A model given by path, or by name from configs/models or configs/models/hf.
 std::filesystem::path resolve_model(const std::string& given);
 /// The published calibration set shipped with the sources (tests/reference/calibration.json, a
 /// copy of ../shared/reference/calibration.json): beside config_dir().
 std::filesystem::path default_calibration_file();
-/// A device given by path, or by name from configs/hardware/devices.
-std::filesystem::path resolve_device(const std::string& given);
 /// A device file, or a name from configs/hardware/devices, read and validated (hw::read_device).
 /// Throws config::ConfigError naming the file and JSON path.
 hw::DeviceSpec load_device(const std::string& given);
