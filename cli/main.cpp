@@ -575,9 +575,10 @@ void add_real_run_commands(CLI::App& app, Commands& c) {
   c.calibrate->add_option("--name", c.cal_args.name,
                           "Device name written in the profile (default: the GPU's name)");
   c.calibrate->add_flag("--quiet", c.cal_args.quiet, "Print nothing on success");
-  c.fit = app.add_subcommand("fit",
-                             "Fit calibrated kernel models (GEMM, attention) of devices to published "
-                             "kernel measurements (docs/gemm-efficiency.md)");
+  c.fit =
+      app.add_subcommand("fit",
+                         "Fit calibrated kernel models (GEMM, attention) of devices to published "
+                         "kernel measurements (docs/gemm-efficiency.md)");
   cli::add_fit_options(c.fit, c.fit_args);
 }
 

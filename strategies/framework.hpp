@@ -76,10 +76,10 @@ FrameworkDefaults framework_defaults(Framework framework, DType dtype, int zero_
 
 /// The fitted values of configs/frameworks.json (scripts/fit-profiles writes the file; copy its
 /// figures here when they change: tests/reference/frameworks_test.cpp compares them).
-inline constexpr double kGenericComputeEfficiency = 0.8687;
+inline constexpr double kGenericComputeEfficiency = 0.9282;
 inline constexpr double kGenericElementwiseTraffic = 1.0;
-inline constexpr double kFsdpComputeEfficiency = 1.0;
-inline constexpr double kFsdpElementwiseTraffic = 2.8461;
+inline constexpr double kFsdpComputeEfficiency = 0.9619;
+inline constexpr double kFsdpElementwiseTraffic = 1.4499;
 
 /// Device memory held back from the tensors (memory breakdown `other`).
 inline constexpr Bytes kDefaultCudaContext = Bytes(512LL << 20);

@@ -29,7 +29,7 @@ using nlohmann::json;
 // Whether the experiment documents carry the source's training framework as
 // training.framework. Off until the loader accepts the key; the framework of each source is
 // framework_of()'s.
-constexpr bool kSetTrainingFramework = false;
+constexpr bool kSetTrainingFramework = true;
 
 // The framework each end-to-end source trained with (the sources' notes): PyTorch FSDP
 // (Composer, torchtitan), plain DDP with ZeRO-1 (the flash-attention GPT runs, PyTorch
@@ -241,7 +241,8 @@ json mpt_model(const CaseReader& c, const std::string& name, std::int64_t seq_le
           {"name", name},
           {"source", "calibration case " + c.id() +
                          ": MPT (llm-foundry), no biases, LayerNorm, GELU, tied embeddings, ALiBi "
-                         "costed as rotary (no position table)"},
+                         "costed as rotary (no position table), no dropout (emb_pdrop, resid_pdrop "
+                         "and attn_pdrop 0, as MPT's published configs)"},
           {"layers", c.required_count("config.n_layers")},
           {"hidden", d},
           {"heads", c.required_count("config.n_heads")},
@@ -254,7 +255,9 @@ json mpt_model(const CaseReader& c, const std::string& name, std::int64_t seq_le
           {"max_seq_len", seq_len},
           {"norm", "layernorm"},
           {"bias", false},
-          {"causal", true}};
+          {"causal", true},
+          {"hidden_dropout", 0.0},
+          {"attention_dropout", 0.0}};
 }
 
 // The GPT-3 shapes of the flash-attention training runs (training/configs/experiment/pile,

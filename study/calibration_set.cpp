@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 
+#include "hw_models/config_reader.hpp"
 #include "study/errors.hpp"
 
 namespace stratasim::study {
@@ -14,7 +15,7 @@ using strategies::Gemm;
 using strategies::Kernel;
 
 [[noreturn]] void bad(const std::string& file, const std::string& path, const std::string& what) {
-  throw BadInput(file + ": " + path + ": " + what);
+  throw config::ConfigError(file, path, what);
 }
 
 const nlohmann::json& member(const nlohmann::json& j, const char* key, const std::string& file,
@@ -137,7 +138,7 @@ void attention_case(const nlohmann::json& c, const std::string& id, const std::s
   const auto& sweep = member(member(c, "measured", file, path), "sweep", file, path + ".measured");
   if (!sweep.is_array()) bad(file, path + ".measured.sweep", "expected a list of points");
   for (std::size_t i = 0; i < sweep.size(); ++i) {
-    const std::string at = path + ".measured.sweep[" + std::to_string(i) + "]";
+    const std::string at = path + ".measured.sweep." + std::to_string(i);
     const auto& p = sweep[i];
     const std::int64_t s = dimension(p, "seqlen", file, at);
     const std::int64_t b = dimension(p, "batch", file, at);
@@ -174,11 +175,11 @@ void attention_case(const nlohmann::json& c, const std::string& id, const std::s
 
 nlohmann::json load_calibration(const std::string& file) {
   std::ifstream in(file);
-  if (!in) throw BadInput(file + ": cannot read the calibration file");
+  if (!in) throw config::ConfigError(file, "", "cannot read the calibration file");
   nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
-  if (doc.is_discarded()) throw BadInput(file + ": not valid JSON");
+  if (doc.is_discarded()) throw config::ConfigError(file, "", "not valid JSON");
   if (!doc.is_object() || !doc.contains("cases") || !doc["cases"].is_array()) {
-    throw BadInput(file + ": cases: expected a list of cases (a stratasim calibration file)");
+    throw config::ConfigError(file, "cases", "expected a list of cases (a calibration file)");
   }
   return doc;
 }
@@ -189,7 +190,7 @@ std::vector<KernelCase> kernel_cases(const nlohmann::json& doc, const std::strin
   const auto& cases = member(doc, "cases", file, "");
   if (!cases.is_array()) bad(file, "cases", "expected a list of cases");
   for (std::size_t i = 0; i < cases.size(); ++i) {
-    const std::string path = "cases[" + std::to_string(i) + "]";
+    const std::string path = "cases." + std::to_string(i);
     const auto& c = cases[i];
     const std::string category = text(c, "category", file, path);
     if (category != "gemm" && category != "attention_kernel") continue;

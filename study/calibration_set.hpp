@@ -43,8 +43,8 @@ struct KernelCase {
 
 /// Every kernel case of the calibration document `doc` that the project can express; cases it
 /// cannot (another kind of kernel, a null measurement) are appended to `skipped` as
-/// "<id>: <reason>". Throws BadInput (study/errors.hpp) naming `file` and the JSON path of a
-/// malformed case.
+/// "<id>: <reason>". Throws config::ConfigError naming `file` and the dotted JSON path of a
+/// malformed case ("cases.3.config.m").
 std::vector<KernelCase> kernel_cases(const nlohmann::json& doc, const std::string& file,
                                      std::vector<std::string>* skipped = nullptr);
 
@@ -52,7 +52,7 @@ std::vector<KernelCase> kernel_cases(const nlohmann::json& doc, const std::strin
 std::vector<KernelCase> cases_for(const std::vector<KernelCase>& cases,
                                   const hw::DeviceSpec& device);
 
-/// Reads a calibration file (JSON with "cases"); BadInput when it cannot.
+/// Reads a calibration file (JSON with "cases"); config::ConfigError when it cannot.
 nlohmann::json load_calibration(const std::string& file);
 
 }  // namespace stratasim::study

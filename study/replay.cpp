@@ -135,6 +135,19 @@ ReplayResult replay(const ReplayRequest& args) {
         "(a file, or a name from stratasim list clusters)");
   }
   hw::ClusterSpec cluster = load_cluster(resolve_cluster(cluster_given), args.sets);
+  if (recorded) {
+    // Kernels are costed as the simulation that wrote the timeline costed them: with its
+    // training framework's efficiency (strategies::TrainingSpec::compute_efficiency, ...).
+    auto apply = [&](hw::DeviceSpec& d) {
+      if (d.is_fpga()) return;
+      d.efficiency.framework_compute = recorded->framework_compute;
+      d.efficiency.framework_memory_traffic = recorded->framework_memory_traffic;
+    };
+    apply(cluster.device);
+    for (auto& o : cluster.overrides) {
+      if (o.device) apply(*o.device);
+    }
+  }
   const bool analytical_homogeneous = sim::replicas_behave_alike(cluster);
 
   const int old_world = program.world_size();

@@ -48,6 +48,8 @@ ReportContext report_context(const strategies::Experiment& experiment) {
   context.samples_per_iteration = experiment.training.global_batch;
   context.tokens_per_iteration = experiment.tokens_per_iteration();
   context.device_capacity = cluster.device.memory_capacity;
+  context.framework_compute = cluster.device.efficiency.framework_compute;
+  context.framework_memory_traffic = cluster.device.efficiency.framework_memory_traffic;
   std::string devices = std::to_string(cluster.nodes) + " x " +
                         std::to_string(cluster.devices_per_node) + " " + cluster.device.name;
   if (cluster.homogeneous()) {

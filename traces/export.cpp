@@ -384,6 +384,10 @@ void write_replay_info(Writer& w, const strategies::Program& program, const Time
     context["tokens_per_iteration"] = c->tokens_per_iteration;
     context["device_peak_flops"] = c->device_peak.flops_per_second();
     context["device_capacity_bytes"] = c->device_capacity.count();
+    if (c->framework_compute != 1.0) context["framework_compute"] = c->framework_compute;
+    if (c->framework_memory_traffic != 1.0) {
+      context["framework_memory_traffic"] = c->framework_memory_traffic;
+    }
     context["stage_of_rank"] = c->stage_of_rank;
     json setup = json::array();
     for (const auto& [key, value] : c->setup) setup.push_back(json::array({key, value}));

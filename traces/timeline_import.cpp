@@ -295,6 +295,18 @@ ReportContext parse_context(const Reader& rd, const json& c, int world) {
   context.device_peak = FlopRate(peak);
   context.device_capacity =
       bytes_of(rd, rd.member(c, where, "device_capacity_bytes"), where + ".device_capacity_bytes");
+  if (auto it = c.find("framework_compute"); it != c.end()) {
+    context.framework_compute = rd.number(*it, where + ".framework_compute");
+    if (!(context.framework_compute > 0 && context.framework_compute <= 1)) {
+      rd.fail(where + ".framework_compute", "expected a share in (0, 1]");
+    }
+  }
+  if (auto it = c.find("framework_memory_traffic"); it != c.end()) {
+    context.framework_memory_traffic = rd.number(*it, where + ".framework_memory_traffic");
+    if (!(context.framework_memory_traffic >= 1 && context.framework_memory_traffic <= 100)) {
+      rd.fail(where + ".framework_memory_traffic", "expected a multiple in [1, 100]");
+    }
+  }
   if (auto it = c.find("stage_of_rank"); it != c.end()) {
     const json& stages = rd.array(*it, where + ".stage_of_rank");
     if (static_cast<int>(stages.size()) != world) {

@@ -68,7 +68,8 @@ TEST_CASE("--deepspeed gives the same simulation as the equivalent flags") {
       "--global-batch 64 --micro-batch 1 --zero 2 --offload optimizer --set training.dtype=bf16 "
       "--set parallelism.reduce_bucket_size=500000000 "
       "--set parallelism.allgather_bucket_size=500000000 --set parallelism.dp_overlap=true "
-      "--set training.grad_clip=1";  // gradient_clipping 1.0
+      "--set training.grad_clip=1 "          // gradient_clipping 1.0
+      "--set training.framework=deepspeed";  // any DeepSpeed config
   CHECK(report_of(dir, "ds", "llama2-7b-h100-8 --deepspeed " + ds) ==
         report_of(dir, "flags", "llama2-7b-h100-8 " + flags));
   // Flags given with --deepspeed win over it.

@@ -60,9 +60,13 @@ TEST_CASE("replay: a Chakra trace from stratasim export replays to the direct si
   const TempDir tmp("cli");
   const auto dir = tmp.subdir("replay-chakra");
   const std::string experiment = kSource + "/configs/experiments/gpt-tiny-3d-8.json";
-  auto r = run("simulate " + experiment + " --quiet --out " + (dir / "sim").string());
+  // A Chakra trace carries kernels, not the training framework's efficiency
+  // (training.compute_efficiency): the simulation is run at 1 to compare like with like.
+  const std::string plain = " --set training.compute_efficiency=1";
+  auto r = run("simulate " + experiment + plain + " --quiet --out " + (dir / "sim").string());
   REQUIRE(r.status == 0);
-  r = run("export " + experiment + " --format chakra --quiet --out " + (dir / "et").string());
+  r = run("export " + experiment + plain + " --format chakra --quiet --out " +
+          (dir / "et").string());
   CAPTURE(r.output);
   REQUIRE(r.status == 0);
   r = run("replay " + (dir / "et").string() + " --format chakra --cluster dgx-a100-1 --quiet " +

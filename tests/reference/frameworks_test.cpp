@@ -6,10 +6,13 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "reference/helpers.hpp"
 #include "sim/memory.hpp"
+#include "strategies/framework.hpp"
 #include "study/study.hpp"
 
 using namespace stratasim;
@@ -191,4 +194,23 @@ TEST_CASE("memory held back: a run that fitted with no headroom is out of memory
   tp.memory.reserved = Bytes(1LL << 30);
   const auto reserved = sim::estimate_memory(tp_program, tp.cluster, study::memory_overheads(tp));
   CHECK(reserved.ranks[0].tiers[0].breakdown[other] == Bytes(1LL << 30));
+}
+
+TEST_CASE("frameworks: the fitted defaults are configs/frameworks.json's figures") {
+  // scripts/fit-profiles writes configs/frameworks.json; strategies/framework.hpp carries its
+  // figures as the frameworks' defaults. A framework without fitted runs keeps 1.
+  std::ifstream in(std::filesystem::path(STRATASIM_SOURCE_DIR) / "configs" / "frameworks.json");
+  const auto j = nlohmann::json::parse(in).at("frameworks");
+  const auto generic =
+      strategies::framework_defaults(strategies::Framework::generic, DType::bf16, 0);
+  const auto fsdp = strategies::framework_defaults(strategies::Framework::fsdp, DType::bf16, 3);
+  CHECK(generic.compute_efficiency == j.at("generic").at("compute_efficiency").get<double>());
+  CHECK(generic.elementwise_traffic == j.at("generic").at("elementwise_traffic").get<double>());
+  CHECK(fsdp.compute_efficiency == j.at("fsdp").at("compute_efficiency").get<double>());
+  CHECK(fsdp.elementwise_traffic == j.at("fsdp").at("elementwise_traffic").get<double>());
+  for (auto f : {strategies::Framework::megatron, strategies::Framework::deepspeed}) {
+    CHECK(!j.contains(std::string(strategies::name_of(f))));
+    CHECK(strategies::framework_defaults(f, DType::bf16, 0).compute_efficiency == 1.0);
+    CHECK(strategies::framework_defaults(f, DType::bf16, 0).elementwise_traffic == 1.0);
+  }
 }

@@ -143,12 +143,20 @@ TEST_CASE("accuracy: an MPT case is simulated as the experiment written by hand"
         {"max_seq_len", 2048},
         {"norm", "layernorm"},
         {"bias", false},
-        {"causal", true}}},
+        {"causal", true},
+        {"hidden_dropout", 0.0},
+        {"attention_dropout", 0.0}}},
       {"cluster", (testing::configs_dir() / "hardware/clusters/dgx-h100-1.json").string()},
       {"parallelism",
        {{"tp", 1}, {"pp", 1}, {"dp", 8}, {"micro_batch", 8}, {"zero", 3}, {"recompute", "full"}}},
       {"training",
-       {{"global_batch", 128}, {"seq_len", 2048}, {"dtype", "bf16"}, {"flash_attention", true}}}};
+       {{"global_batch", 128},
+        {"seq_len", 2048},
+        {"dtype", "bf16"},
+        {"flash_attention", true},
+        {"framework", "fsdp"},
+        // llm-foundry's stack ran FlashAttention (v1): docs/accuracy.md.
+        {"attention_kernel", "flash-attention"}}}};
   const auto expected = study::simulate(study::from_json(experiment));
   const double predicted = expected.report.tokens_per_s / 8;
   const auto& r = row(report, "mpt-125m-h100");
