@@ -26,11 +26,13 @@ std::optional<Framework> framework_from_name(std::string_view name) {
 FrameworkDefaults framework_defaults(Framework framework, DType dtype, int zero_stage) {
   FrameworkDefaults d;
   d.grad_dtype = dtype;
+  // A framework without end-to-end runs to fit (megatron, deepspeed) takes the generic
+  // framework's fitted efficiency: the best estimate there is of kernels inside a training step.
+  d.compute_efficiency = kGenericComputeEfficiency;
+  d.elementwise_traffic = kGenericElementwiseTraffic;
   switch (framework) {
     case Framework::generic:
       // Fitted to the flash-attention repository's GPT-3 runs (PyTorch DDP, ZeRO-1 from 760M).
-      d.compute_efficiency = kGenericComputeEfficiency;
-      d.elementwise_traffic = kGenericElementwiseTraffic;
       break;
     case Framework::megatron:
       // bf16 forces accumulate_allreduce_grads_in_fp32; fp16 keeps fp16 main grads and the

@@ -68,7 +68,8 @@ struct FrameworkDefaults {
   /// The framework's kernel efficiency inside a training step (TrainingSpec's
   /// compute_efficiency, elementwise_traffic): fitted by `stratasim fit --frameworks` to the
   /// calibration set's end-to-end runs of the framework (configs/frameworks.json, which a test
-  /// holds these equal to); 1 for a framework without such runs (megatron, deepspeed).
+  /// holds these equal to); a framework without such runs (megatron, deepspeed) takes the
+  /// generic framework's.
   double compute_efficiency = 1.0;
   double elementwise_traffic = 1.0;
 };

@@ -198,7 +198,7 @@ TEST_CASE("memory held back: a run that fitted with no headroom is out of memory
 
 TEST_CASE("frameworks: the fitted defaults are configs/frameworks.json's figures") {
   // scripts/fit-profiles writes configs/frameworks.json; strategies/framework.hpp carries its
-  // figures as the frameworks' defaults. A framework without fitted runs keeps 1.
+  // figures as the frameworks' defaults. A framework without fitted runs takes generic's.
   std::ifstream in(std::filesystem::path(STRATASIM_SOURCE_DIR) / "configs" / "frameworks.json");
   const auto j = nlohmann::json::parse(in).at("frameworks");
   const auto generic =
@@ -210,7 +210,9 @@ TEST_CASE("frameworks: the fitted defaults are configs/frameworks.json's figures
   CHECK(fsdp.elementwise_traffic == j.at("fsdp").at("elementwise_traffic").get<double>());
   for (auto f : {strategies::Framework::megatron, strategies::Framework::deepspeed}) {
     CHECK(!j.contains(std::string(strategies::name_of(f))));
-    CHECK(strategies::framework_defaults(f, DType::bf16, 0).compute_efficiency == 1.0);
-    CHECK(strategies::framework_defaults(f, DType::bf16, 0).elementwise_traffic == 1.0);
+    CHECK(strategies::framework_defaults(f, DType::bf16, 0).compute_efficiency ==
+          generic.compute_efficiency);
+    CHECK(strategies::framework_defaults(f, DType::bf16, 0).elementwise_traffic ==
+          generic.elementwise_traffic);
   }
 }

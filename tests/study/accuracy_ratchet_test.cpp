@@ -1,0 +1,51 @@
+// The accuracy table today, held where it stands so that it cannot get worse unnoticed. The
+// issue's bounds (study/accuracy.hpp: e2e mean 5%, every row 15%, every kernel case 10%) are the
+// accuracy gate of tests/accuracy/, which is not met yet and stays disabled
+// (-DSTRATASIM_ACCURACY_GATE=ON runs it); these are the figures docs/accuracy.md reports, each
+// rounded up. Lower them when the model improves; never raise them to pass.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+#include "study/accuracy.hpp"
+#include "study/catalog.hpp"
+
+using namespace stratasim;
+
+namespace {
+
+const study::AccuracyReport& report() {
+  static const study::AccuracyReport r =
+      study::accuracy(study::default_calibration_file(), {.e2e = true, .kernels = true});
+  return r;
+}
+
+study::ErrorSummary all(study::AccuracyLevel level) {
+  return study::summaries(report(), level).front();
+}
+
+}  // namespace
+
+TEST_CASE("accuracy today: end to end (147 runs: mean 10.3%, max 45.3%)") {
+  const auto s = all(study::AccuracyLevel::e2e);
+  CHECK(s.rows >= 147);
+  CHECK(s.mean_abs_error <= 0.11);
+  CHECK(s.max_abs_error <= 0.46);
+  CHECK(s.within_10 >= 88);
+}
+
+TEST_CASE("accuracy today: GEMM (32 cases: 24 within 10%, 17 within 5%)") {
+  const auto s = all(study::AccuracyLevel::gemm);
+  CHECK(s.rows >= 32);
+  CHECK(s.within_10 >= 24);
+  CHECK(s.within_5 >= 17);
+  CHECK(s.mean_abs_error <= 0.08);
+}
+
+TEST_CASE("accuracy today: fused attention (199 points: mean 3.3%, max 15.1%)") {
+  const auto s = all(study::AccuracyLevel::attention);
+  CHECK(s.rows >= 199);
+  CHECK(s.mean_abs_error <= 0.034);
+  CHECK(s.max_abs_error <= 0.152);
+  CHECK(s.within_10 >= 192);
+}
