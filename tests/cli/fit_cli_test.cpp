@@ -54,3 +54,27 @@ TEST_CASE("cli fit: bad input exits 2 with what was wrong") {
       "fit --calibration " + bad.string() + " --device h100-sxm5-80gb --out-dir " + out.string(),
       {bad.string(), "cases.0.config.best_shape_printed", "MxNxK"});
 }
+
+TEST_CASE("cli: a device whose kernel model is wrong is bad input naming the file and key") {
+  const TempDir tmp("cli-fit");
+  auto model =
+      json::parse(read(configs_dir() / "hardware/profiles/h100-sxm5-80gb.kernel-model.json"));
+  auto device = json::parse(read(configs_dir() / "hardware/devices/h100-sxm5-80gb.json"));
+  device["kernel_model"] = (tmp.path() / "model.json").string();
+  std::ofstream(tmp.path() / "device.json") << device.dump();
+  const std::string simulate =
+      "simulate llama2-7b-h100-8 --set cluster.device=" + (tmp.path() / "device.json").string();
+  // A negative efficiency.
+  model["gemm"]["bf16"]["peak_fraction"] = -0.3;
+  std::ofstream(tmp.path() / "model.json") << model.dump();
+  check_bad_input(simulate, {"model.json", "gemm.bf16.peak_fraction", "(0, 1]"});
+  // No device: a kernel model says which device it was fitted for.
+  model["gemm"]["bf16"]["peak_fraction"] = 0.8;
+  model.erase("device");
+  std::ofstream(tmp.path() / "model.json") << model.dump();
+  check_bad_input(simulate, {"model.json", "device"});
+  // Another device's model.
+  model["device"] = "A100-SXM4-80GB";
+  std::ofstream(tmp.path() / "model.json") << model.dump();
+  check_bad_input(simulate, {"fitted for A100-SXM4-80GB", "H100-SXM5-80GB"});
+}
