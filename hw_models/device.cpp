@@ -243,6 +243,42 @@ DeviceSpec make_fpga_device(std::string name, FpgaSpec fpga) {
   return d;
 }
 
+namespace {
+
+// A device's "profile" or "kernel_model": the path of a file (relative to the file that names
+// it) or the object inline. What it reads must name this device.
+template <class T, class Load, class Read>
+std::shared_ptr<const T> read_referenced(const config::Document& doc, config::ObjectReader& r,
+                                         const char* key, const std::string& what,
+                                         const std::string& other_device, const std::string& device,
+                                         Load load, Read read) {
+  const std::string at = r.path_of(key);
+  const nlohmann::json* value = doc.find(at);
+  std::shared_ptr<const T> out;
+  if (value != nullptr && value->is_string()) {
+    std::filesystem::path file = value->get<std::string>();
+    const std::filesystem::path base = doc.file_of(at);
+    if (file.is_relative() && !base.empty()) file = base.parent_path() / file;
+    file = file.lexically_normal();
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(file, ec)) {
+      r.fail(key, "names the file " + file.string() + ", which does not exist");
+    }
+    out = std::make_shared<const T>(load(file));
+  } else if (value != nullptr && value->is_object()) {
+    out = std::make_shared<const T>(read(doc, at));
+  } else if (value != nullptr) {
+    r.fail(key, "expected the path of " + what + " file or " + what + " object");
+  }
+  if (out && out->device != device) {
+    doc.fail(value->is_object() ? config::join_path(at, "device") : at,
+             other_device + out->device + ", but this device is " + device);
+  }
+  return out;
+}
+
+}  // namespace
+
 DeviceSpec read_device(const config::Document& doc, const std::string& path) {
   config::ObjectReader r(doc, path, "a device");
   DeviceSpec d;
@@ -317,52 +353,14 @@ DeviceSpec read_device(const config::Document& doc, const std::string& path) {
   }
   if (r.has("kernel_model")) {
     if (d.is_fpga()) r.fail("kernel_model", "GPU-only (fitted GEMM and attention parameters)");
-    const std::string at = r.path_of("kernel_model");
-    const nlohmann::json* value = doc.find(at);
-    if (value != nullptr && value->is_string()) {
-      std::filesystem::path file = value->get<std::string>();
-      const std::filesystem::path base = doc.file_of(at);
-      if (file.is_relative() && !base.empty()) file = base.parent_path() / file;
-      file = file.lexically_normal();
-      std::error_code ec;
-      if (!std::filesystem::is_regular_file(file, ec)) {
-        r.fail("kernel_model", "names the file " + file.string() + ", which does not exist");
-      }
-      d.kernel_model = std::make_shared<const KernelModel>(load_kernel_model(file));
-    } else if (value != nullptr && value->is_object()) {
-      d.kernel_model = std::make_shared<const KernelModel>(read_kernel_model(doc, at));
-    } else if (value != nullptr && !value->is_null()) {
-      r.fail("kernel_model", "expected the path of a kernel model file or a kernel model object");
-    }
-    if (d.kernel_model && d.kernel_model->device != d.name) {
-      doc.fail(value->is_object() ? config::join_path(at, "device") : at,
-               "the kernel model was fitted for " + d.kernel_model->device +
-                   ", but this device is " + d.name);
-    }
+    d.kernel_model = read_referenced<KernelModel>(doc, r, "kernel_model", "a kernel model",
+                                                  "the kernel model was fitted for ", d.name,
+                                                  load_kernel_model, read_kernel_model);
   }
   if (r.has("profile")) {
-    const std::string at = r.path_of("profile");
-    const nlohmann::json* value = doc.find(at);
-    if (value != nullptr && value->is_string()) {
-      std::filesystem::path file = value->get<std::string>();
-      const std::filesystem::path base = doc.file_of(at);
-      if (file.is_relative() && !base.empty()) file = base.parent_path() / file;
-      file = file.lexically_normal();
-      std::error_code ec;
-      if (!std::filesystem::is_regular_file(file, ec)) {
-        r.fail("profile", "names the file " + file.string() + ", which does not exist");
-      }
-      d.profile = std::make_shared<const DeviceProfile>(load_profile(file));
-    } else if (value != nullptr && value->is_object()) {
-      d.profile = std::make_shared<const DeviceProfile>(read_profile(doc, at));
-    } else if (value != nullptr) {
-      r.fail("profile", "expected the path of a profile file or a profile object");
-    }
-    if (d.profile && d.profile->device != d.name) {
-      doc.fail(
-          value->is_object() ? config::join_path(at, "device") : at,
-          "the profile was measured on " + d.profile->device + ", but this device is " + d.name);
-    }
+    d.profile = read_referenced<DeviceProfile>(doc, r, "profile", "a profile",
+                                               "the profile was measured on ", d.name, load_profile,
+                                               read_profile);
   }
   r.finish();
   doc.validated(path, [&] { d.validate(); });
