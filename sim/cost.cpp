@@ -112,24 +112,43 @@ Time DeviceCostModel::copy_time(const Copy& c) const {
   return storage(c.bytes);  // host <-> NVMe
 }
 
+namespace {
+
+/// How a GEMM's output is cut into the device's tiles: the useful share of the padded output
+/// (edge tiles do full work for partial results), the tiles and the units that run them.
+struct Tiling {
+  double tile_q = 1;
+  std::int64_t tiles = 1;
+  std::int64_t units = 1;
+};
+
+Tiling tiling(const hw::DeviceSpec& device, const Gemm& gemm) {
+  const std::int64_t tile_m = std::max(1, device.efficiency.tile_m);
+  const std::int64_t tile_n = std::max(1, device.efficiency.tile_n);
+  const std::int64_t tiles_m = ceil_div(gemm.m, tile_m);
+  const std::int64_t tiles_n = ceil_div(gemm.n, tile_n);
+  Tiling t;
+  t.tile_q = (static_cast<double>(gemm.m) * static_cast<double>(gemm.n)) /
+             (static_cast<double>(tiles_m * tile_m) * static_cast<double>(tiles_n * tile_n));
+  t.tiles = tiles_m * tiles_n * gemm.batch;
+  t.units = std::max(1, device.compute_units);
+  return t;
+}
+
+/// Share of the units busy over the waves that run `work` tiles: work / (waves x units).
+double wave_fraction(std::int64_t work, std::int64_t units) {
+  const double waves = std::ceil(static_cast<double>(work) / static_cast<double>(units));
+  return static_cast<double>(work) / (waves * static_cast<double>(units));
+}
+
+}  // namespace
+
 double DeviceCostModel::quantisation(const Gemm& gemm) const {
   if (device_.is_fpga()) return 1.0;  // a dataflow array has no output tiles or waves
   if (gemm.m <= 0 || gemm.n <= 0 || gemm.batch <= 0) return 1.0;
-  const std::int64_t tile_m = std::max(1, device_.efficiency.tile_m);
-  const std::int64_t tile_n = std::max(1, device_.efficiency.tile_n);
-  const std::int64_t units = std::max(1, device_.compute_units);
-  const std::int64_t tiles_m = ceil_div(gemm.m, tile_m);
-  const std::int64_t tiles_n = ceil_div(gemm.n, tile_n);
-  // Useful output over padded output: the edge tiles do full work for partial results.
-  const double tile_q =
-      (static_cast<double>(gemm.m) * static_cast<double>(gemm.n)) /
-      (static_cast<double>(tiles_m * tile_m) * static_cast<double>(tiles_n * tile_n));
+  const Tiling t = tiling(device_, gemm);
   // The last wave of tiles may leave compute units idle.
-  const double tiles =
-      static_cast<double>(tiles_m) * static_cast<double>(tiles_n) * static_cast<double>(gemm.batch);
-  const double waves = std::ceil(tiles / static_cast<double>(units));
-  const double wave_q = tiles / (waves * static_cast<double>(units));
-  return tile_q * wave_q;
+  return t.tile_q * wave_fraction(t.tiles, t.units);
 }
 
 double DeviceCostModel::modelled_gemm_efficiency(const Gemm& gemm) const {
@@ -143,28 +162,19 @@ double DeviceCostModel::modelled_gemm_efficiency(const Gemm& gemm) const {
 double DeviceCostModel::calibrated_shape_factor(const Gemm& gemm,
                                                 const hw::GemmModel& model) const {
   if (gemm.m <= 0 || gemm.n <= 0 || gemm.k <= 0 || gemm.batch <= 0) return 1.0;
-  const std::int64_t tile_m = std::max(1, device_.efficiency.tile_m);
-  const std::int64_t tile_n = std::max(1, device_.efficiency.tile_n);
-  const std::int64_t units = std::max(1, device_.compute_units);
-  const std::int64_t tiles_m = ceil_div(gemm.m, tile_m);
-  const std::int64_t tiles_n = ceil_div(gemm.n, tile_n);
-  const double tile_q =
-      (static_cast<double>(gemm.m) * static_cast<double>(gemm.n)) /
-      (static_cast<double>(tiles_m * tile_m) * static_cast<double>(tiles_n * tile_n));
-  const std::int64_t tiles = tiles_m * tiles_n * gemm.batch;
+  const Tiling t = tiling(device_, gemm);
   // Split-K: when the tiles leave compute units idle, k is split over s units (each doing k/s of
   // the main loop, paying the tile's prologue and epilogue once); s is the best for this shape.
   double best = 0;
-  const std::int64_t max_split = tiles >= units ? 1 : std::max<std::int64_t>(1, units / tiles);
+  const std::int64_t max_split =
+      t.tiles >= t.units ? 1 : std::max<std::int64_t>(1, t.units / t.tiles);
   for (std::int64_t s = 1; s <= max_split; ++s) {
-    const double work = static_cast<double>(tiles * s);
-    const double waves = std::ceil(work / static_cast<double>(units));
-    const double wave_q = 1 - model.wave_loss * (1 - work / (waves * static_cast<double>(units)));
+    const double wave_q = 1 - model.wave_loss * (1 - wave_fraction(t.tiles * s, t.units));
     const double k_s = static_cast<double>(gemm.k) / static_cast<double>(s);
     const double k_q = k_s / (k_s + model.k_overhead);
     best = std::max(best, wave_q * k_q);
   }
-  return tile_q * best;
+  return t.tile_q * best;
 }
 
 double DeviceCostModel::gemm_efficiency(const Gemm& gemm) const {
