@@ -23,9 +23,18 @@ void add_fit_options(CLI::App* cmd, FitArgs& args) {
                   "fitted together (kernel-class parameters are shared)");
   cmd->add_option("--out-dir", args.out_dir, "Folder to write <device>.kernel-model.json into");
   cmd->add_option("--frameworks", args.frameworks,
-                  "After the kernel models, fit each training framework's compute efficiency and "
-                  "elementwise traffic to the calibration file's end-to-end runs (with the "
-                  "devices' shipped kernel models) and write them to this JSON file");
+                  "After the kernel models, fit each training framework's compute efficiency, "
+                  "elementwise traffic and attention efficiency to the calibration file's "
+                  "end-to-end runs (with the devices' shipped kernel models) and write them to "
+                  "this JSON file");
+  cmd->add_option("--max-evaluations", args.options.max_evaluations,
+                  "Objective evaluations per Nelder-Mead run of a kernel block (default 20000); "
+                  "a block that has not converged within them is an error")
+      ->check(CLI::Range(1, 100000000));
+  cmd->add_option("--max-framework-evaluations", args.options.max_framework_evaluations,
+                  "The same for each framework's fit (default 600; each evaluation simulates "
+                  "the framework's end-to-end runs)")
+      ->check(CLI::Range(1, 1000000));
   cmd->add_option("--residuals", args.residuals,
                   "Also write every case's measured and fitted time to this CSV file");
   cmd->add_flag("--quiet", args.quiet, "Print nothing on success");
@@ -34,15 +43,15 @@ void add_fit_options(CLI::App* cmd, FitArgs& args) {
 namespace {
 
 int fit_frameworks(const std::string& file, const FitArgs& args) {
-  const auto fits = study::fit_frameworks(file);
+  const auto fits = study::fit_frameworks(file, args.options);
   files::write_atomically(args.frameworks, study::to_json(fits).dump(2) + "\n");
   if (!args.quiet) {
     for (const auto& f : fits) {
       std::printf(
-          "framework %-8s compute_efficiency %.3f  elementwise_traffic %.2f  (%zu runs: "
-          "mean |error| %.1f%%, max %.1f%%)\n",
-          f.framework.c_str(), f.compute_efficiency, f.elementwise_traffic, f.cases.size(),
-          100 * f.mean_abs_error, 100 * f.max_abs_error);
+          "framework %-8s compute_efficiency %.3f  elementwise_traffic %.2f  "
+          "attention_efficiency %.2f  (%zu runs: mean |error| %.1f%%, max %.1f%%)\n",
+          f.framework.c_str(), f.compute_efficiency, f.elementwise_traffic, f.attention_efficiency,
+          f.cases.size(), 100 * f.mean_abs_error, 100 * f.max_abs_error);
     }
     std::cout << "wrote " << args.frameworks << "\n";
   }
@@ -77,7 +86,8 @@ int fit_command(const FitArgs& args) {
   const auto result = study::fit_kernel_models(
       devices, cases,
       "stratasim fit --calibration tests/reference/calibration.json (" +
-          std::to_string(cases.size()) + " kernel cases); scripts/fit-profiles");
+          std::to_string(cases.size()) + " kernel cases); scripts/fit-profiles",
+      args.options);
   if (!args.residuals.empty()) {
     files::write_atomically(args.residuals, [&](std::ostream& csv) {
       csv << "device,case,series,measured_s,fitted_s,error_pct\n";

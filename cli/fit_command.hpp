@@ -8,6 +8,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "study/fit.hpp"
+
 namespace stratasim::cli {
 
 struct FitArgs {
@@ -17,6 +19,7 @@ struct FitArgs {
   std::string frameworks;            // also fit the frameworks; write them to this JSON file
   std::string residuals;             // optional CSV: every case's measured and fitted time
   bool quiet = false;
+  study::FitOptions options;  // --max-evaluations, --max-framework-evaluations
 };
 
 void add_fit_options(CLI::App* cmd, FitArgs& args);

@@ -39,9 +39,12 @@ struct DeviceEfficiency {
   /// files: the share of the device's GEMM and fused-attention rates (calibrated or modelled)
   /// that the framework's kernels reach inside a training step (0, 1], and how many times the
   /// bytes of memory-bound kernels it moves (>= 1: unfused eager operations, extra casts and
-  /// copies). docs/frameworks.md says what each framework's values are fitted to.
+  /// copies). framework_attention: how many times faster (> 1) or slower its fused-attention
+  /// kernels run than the calibrated kernel class they are costed as (applied on top of
+  /// framework_compute). docs/frameworks.md says what each framework's values are fitted to.
   double framework_compute = 1.0;
   double framework_memory_traffic = 1.0;
+  double framework_attention = 1.0;
 };
 
 /// A memory of an FPGA card: on-chip SRAM, in-package HBM or on-board DDR.

@@ -11,7 +11,7 @@ namespace stratasim::hw {
 namespace {
 
 constexpr std::string_view kImplNames[] = {"flash-attention", "flash-attention-2",
-                                           "flash-attention-3", "cudnn"};
+                                           "flash-attention-3", "cudnn", "flash-attention-triton"};
 static_assert(std::size(kImplNames) == std::size(kAllAttentionImpls));
 
 /// Reads the optional list of case ids at `key`.

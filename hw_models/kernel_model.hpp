@@ -55,11 +55,16 @@ enum class AttentionImpl : std::uint8_t {
   flash_attention_2,  // FlashAttention-2 (2023): the default
   flash_attention_3,  // FlashAttention-3 (2024, Hopper)
   cudnn,              // cuDNN's fused attention (Transformer Engine's default on Hopper)
+  /// FlashAttention in Triton (Tri Dao's flash_attn_triton.py, 2022, on the pre-MLIR Triton):
+  /// what MosaicML's llm-foundry/MPT runs with attn_impl: triton. Its speed barely depends on the
+  /// head dimension (FlashAttention-2 paper, fig. 4-5, "FlashAttention Triton").
+  flash_attention_triton,
 };
 inline constexpr AttentionImpl kAllAttentionImpls[] = {
     AttentionImpl::flash_attention, AttentionImpl::flash_attention_2,
-    AttentionImpl::flash_attention_3, AttentionImpl::cudnn};
-/// "flash-attention", "flash-attention-2", "flash-attention-3", "cudnn".
+    AttentionImpl::flash_attention_3, AttentionImpl::cudnn, AttentionImpl::flash_attention_triton};
+/// "flash-attention", "flash-attention-2", "flash-attention-3", "cudnn",
+/// "flash-attention-triton".
 std::string_view name_of(AttentionImpl impl);
 std::optional<AttentionImpl> attention_impl_from_name(std::string_view name);
 

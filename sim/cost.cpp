@@ -271,7 +271,8 @@ DeviceCostModel::Cost DeviceCostModel::kernel_cost(const strategies::Kernel& ker
         } else if constexpr (std::is_same_v<W, Attention>) {
           const Flops flops = strategies::attention_flops(w);
           FlopRate rate = device_.peak(w.dtype) *
-                          (attention_efficiency(w) * device_.efficiency.framework_compute);
+                          (attention_efficiency(w) * device_.efficiency.framework_compute *
+                           device_.efficiency.framework_attention);
           if (device_.profile) {
             if (const auto& measured =
                     device_.profile->attention[static_cast<std::size_t>(w.dtype)]) {

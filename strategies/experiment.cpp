@@ -283,9 +283,18 @@ TrainingSpec read_training(config::ObjectReader r, std::int64_t& accumulation) {
              "expected a multiple of the memory-bound kernels' bytes in [1, 100]");
     }
   }
-  t.attention_kernel = *hw::attention_impl_from_name(r.choice_or(
-      "attention_kernel", {"flash-attention-2", "flash-attention", "flash-attention-3", "cudnn"},
-      "flash-attention-2"));
+  if (r.has("attention_efficiency")) {
+    t.attention_efficiency = r.number("attention_efficiency");
+    if (!(*t.attention_efficiency >= 0.1 && *t.attention_efficiency <= 10)) {
+      r.fail("attention_efficiency",
+             "expected a multiple of the attention kernel class's rate in [0.1, 10]");
+    }
+  }
+  t.attention_kernel = *hw::attention_impl_from_name(
+      r.choice_or("attention_kernel",
+                  {"flash-attention-2", "flash-attention", "flash-attention-3", "cudnn",
+                   "flash-attention-triton"},
+                  "flash-attention-2"));
   for (auto [key, value] : {std::pair{"hidden_dropout", &t.hidden_dropout},
                             std::pair{"attention_dropout", &t.attention_dropout}}) {
     if (!r.has(key)) continue;
@@ -320,10 +329,12 @@ void apply_framework_efficiency(Experiment& e) {
       framework_defaults(e.training.framework, e.training.dtype, e.parallelism.zero);
   const double compute = e.training.compute_efficiency.value_or(defaults.compute_efficiency);
   const double traffic = e.training.elementwise_traffic.value_or(defaults.elementwise_traffic);
+  const double attention = e.training.attention_efficiency.value_or(defaults.attention_efficiency);
   auto apply = [&](hw::DeviceSpec& d) {
     if (d.is_fpga()) return;  // a dataflow design runs no framework's kernels
     d.efficiency.framework_compute = compute;
     d.efficiency.framework_memory_traffic = traffic;
+    d.efficiency.framework_attention = attention;
   };
   apply(e.cluster.device);
   for (auto& o : e.cluster.overrides) {

@@ -155,6 +155,10 @@ struct TrainingSpec {
   /// (framework_defaults, configs/frameworks.json).
   std::optional<double> compute_efficiency;
   std::optional<double> elementwise_traffic;
+  /// training.attention_efficiency: the framework's fused attention against the calibrated
+  /// kernel class it is costed as (hw::DeviceEfficiency::framework_attention), a multiple of
+  /// its rate in [0.1, 10]. Unset: the framework's fitted value.
+  std::optional<double> attention_efficiency;
   /// Which fused kernel runs attention when flash_attention is on (its calibrated rate).
   hw::AttentionImpl attention_kernel = hw::AttentionImpl::flash_attention_2;
 

@@ -30,6 +30,7 @@ FrameworkDefaults framework_defaults(Framework framework, DType dtype, int zero_
   // framework's fitted efficiency: the best estimate there is of kernels inside a training step.
   d.compute_efficiency = kGenericComputeEfficiency;
   d.elementwise_traffic = kGenericElementwiseTraffic;
+  d.attention_efficiency = kGenericAttentionEfficiency;
   switch (framework) {
     case Framework::generic:
       // Fitted to the flash-attention repository's GPT-3 runs (PyTorch DDP, ZeRO-1 from 760M).
@@ -52,6 +53,7 @@ FrameworkDefaults framework_defaults(Framework framework, DType dtype, int zero_
       // Fitted to llm-foundry's FSDP runs (Composer, PyTorch eager: unfused elementwise work).
       d.compute_efficiency = kFsdpComputeEfficiency;
       d.elementwise_traffic = kFsdpElementwiseTraffic;
+      d.attention_efficiency = kFsdpAttentionEfficiency;
       break;
   }
   return d;

@@ -72,6 +72,7 @@ struct FrameworkDefaults {
   /// generic framework's.
   double compute_efficiency = 1.0;
   double elementwise_traffic = 1.0;
+  double attention_efficiency = 1.0;  // TrainingSpec's attention_efficiency
 };
 FrameworkDefaults framework_defaults(Framework framework, DType dtype, int zero_stage);
 
@@ -79,8 +80,10 @@ FrameworkDefaults framework_defaults(Framework framework, DType dtype, int zero_
 /// figures here when they change: tests/reference/frameworks_test.cpp compares them).
 inline constexpr double kGenericComputeEfficiency = 0.9282;
 inline constexpr double kGenericElementwiseTraffic = 1.0;
-inline constexpr double kFsdpComputeEfficiency = 0.9619;
-inline constexpr double kFsdpElementwiseTraffic = 1.4499;
+inline constexpr double kFsdpComputeEfficiency = 0.7814;
+inline constexpr double kFsdpElementwiseTraffic = 1.0;
+inline constexpr double kGenericAttentionEfficiency = 1.0;
+inline constexpr double kFsdpAttentionEfficiency = 1.4641;
 
 /// Device memory held back from the tensors (memory breakdown `other`).
 inline constexpr Bytes kDefaultCudaContext = Bytes(512LL << 20);

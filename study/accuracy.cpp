@@ -40,15 +40,15 @@ std::string framework_of(const std::string& source) {
   return "megatron";
 }
 
-// The fused attention kernel of each end-to-end source's software stack, where the source's time
-// fixes it: the flash-attention GPT-3 runs are of the FlashAttention (v1) repository of January
-// 2023 (the source's notes); llm-foundry's benchmark tables were produced with its `gpu` extra,
-// which installed flash-attn 1.0.x (FlashAttention-2 came later, as a separate extra). Others
-// keep the default (FlashAttention-2).
+// The fused attention kernel of each end-to-end source's software stack, where the source fixes
+// it: the flash-attention GPT-3 runs are of the FlashAttention (v1) repository of January 2023
+// (the source's notes). llm-foundry's benchmark tables were produced by its
+// scripts/train/benchmarking/submit_benchmarks.py, whose --attn_impl defaults to "triton" and is
+// written into every run's model config (sweep.sh never sets it), as its MPT pretraining yamls
+// also set: Tri Dao's FlashAttention in Triton. Others keep the default (FlashAttention-2).
 std::optional<std::string> attention_kernel_of(const std::string& source) {
-  if (source == "flash-attn-training-gpt3" || source == "llm-foundry-benchmarks") {
-    return "flash-attention";
-  }
+  if (source == "flash-attn-training-gpt3") return "flash-attention";
+  if (source == "llm-foundry-benchmarks") return "flash-attention-triton";
   return std::nullopt;
 }
 
@@ -451,6 +451,7 @@ void compare_e2e(const CaseReader& c, const std::string& source,
     return;
   }
   strategies::Experiment experiment;
+  const json document = m.experiment;
   try {
     experiment = from_json(std::move(m.experiment), {}, "calibration case " + c.id());
   } catch (const config::ConfigError& e) {
@@ -481,6 +482,9 @@ void compare_e2e(const CaseReader& c, const std::string& source,
                       ? r.report.iteration_time_s
                       : r.report.tokens_per_s / r.experiment.cluster.world_size();
   row.error = (row.predicted - row.published) / row.published;
+  row.peak_memory_fraction = static_cast<double>(r.report.peak_memory.count()) /
+                             static_cast<double>(r.context.device_capacity.count());
+  row.experiment = document;
   if (!r.report.fits) {
     row.note = "predicted out of memory: peak " + gib(r.report.peak_memory) + " of " +
                gib(r.context.device_capacity);
@@ -634,7 +638,9 @@ json to_json(const AccuracyReport& report) {
                     {"published", r.published},
                     {"predicted", r.predicted},
                     {"error", r.error},
-                    {"note", r.note}});
+                    {"note", r.note},
+                    {"peak_memory_fraction", r.peak_memory_fraction},
+                    {"experiment", r.experiment}});
   }
   json unexpressed = json::array();
   for (const auto& u : report.unexpressed) {

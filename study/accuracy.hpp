@@ -56,6 +56,12 @@ struct AccuracyRow {
   /// What else the reader should know: a predicted out-of-memory, a device stood in for
   /// another ("H800 costed as H100"), ... Empty when nothing.
   std::string note;
+  /// End to end: the predicted peak memory of the fullest device over its capacity (above 1:
+  /// predicted out of memory); 0 for kernel rows.
+  double peak_memory_fraction = 0;
+  /// End to end: the experiment the case was mapped to (the document study::from_json read),
+  /// so a reader can simulate it alone; null for kernel rows.
+  nlohmann::json experiment;
 };
 
 /// A case (or an attention point) not compared, and why.

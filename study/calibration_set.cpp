@@ -67,6 +67,10 @@ std::optional<hw::AttentionImpl> impl_of(const std::string& kernel) {
   if (kernel == "FlashAttention-2") return hw::AttentionImpl::flash_attention_2;
   if (kernel == "FlashAttention-3") return hw::AttentionImpl::flash_attention_3;
   if (kernel == "cuDNN") return hw::AttentionImpl::cudnn;
+  // The FlashAttention-2 paper's "FlashAttention Triton" series (Tri Dao's Triton kernel, on
+  // A100). The FlashAttention-3 paper's "Triton" series is another kernel (the Triton tutorial's,
+  // on a later Triton with Hopper instructions) and stays out.
+  if (kernel == "FlashAttention Triton") return hw::AttentionImpl::flash_attention_triton;
   return std::nullopt;
 }
 

@@ -135,7 +135,7 @@ double squared_log_error(const std::vector<hw::DeviceSpec>& devices,
 
 /// Fits `block`'s parameters, applying them to `models`.
 void fit_block(const std::vector<hw::DeviceSpec>& devices, std::vector<hw::KernelModel>& models,
-               const Block& block) {
+               const Block& block, int max_evaluations) {
   if (block.params.empty() || block.cases.empty()) return;
   auto objective = [&](const std::vector<double>& x) {
     std::vector<hw::KernelModel> trial = models;
@@ -148,17 +148,19 @@ void fit_block(const std::vector<hw::DeviceSpec>& devices, std::vector<hw::Kerne
   Minimum m{x, objective(x), false};
   // Restart from the best point until a restart no longer improves it.
   for (int restart = 0; restart < 8; ++restart) {
-    const Minimum next = nelder_mead(objective, m.x, 0.3, 20000, 1e-12);
+    const Minimum next = nelder_mead(objective, m.x, 0.3, max_evaluations, 1e-12);
     const bool improved = next.f < m.f - 1e-10;
     m = next.f <= m.f ? next : m;
     m.converged = next.converged;
     if (!improved && next.converged) break;
   }
   if (!m.converged) {
-    throw BadInput("the fit of " + block.name + " did not converge (" +
+    throw BadInput("the fit of " + block.name + " did not converge within " +
+                   std::to_string(max_evaluations) + " evaluations per run (" +
                    std::to_string(block.params.size()) + " parameters, " +
                    std::to_string(block.cases.size()) + " cases, last rms error of ln(time) " +
-                   std::to_string(std::sqrt(m.f / static_cast<double>(block.cases.size()))) + ")");
+                   std::to_string(std::sqrt(m.f / static_cast<double>(block.cases.size()))) +
+                   "): check its cases, or give it more evaluations (--max-evaluations)");
   }
   for (std::size_t i = 0; i < m.x.size(); ++i)
     block.params[i].apply(models, block.params[i].value(m.x[i]));
@@ -182,6 +184,44 @@ DType dtype_of(const KernelCase& c) {
   return std::get<strategies::Gemm>(c.kernels.front().work).dtype;
 }
 
+// A kernel class `impl` measured on some devices only, carried to a device without its
+// measurements through a class `via` measured there: its forward rate relative to `via` (the
+// geometric mean over the devices that measured both) is taken as a property of the kernel
+// class, as are its backward/forward ratio, sequence fall-off and head-dimension factors. The
+// borrowed model lists the cases of both classes it came from.
+void borrow_attention(std::vector<hw::KernelModel>& models, hw::AttentionImpl impl,
+                      hw::AttentionImpl via) {
+  const auto i = static_cast<std::size_t>(impl);
+  const auto v = static_cast<std::size_t>(via);
+  double log_ratio = 0;
+  int measured = 0;
+  std::optional<hw::AttentionModel> shape;
+  std::vector<std::string> donor_cases;
+  for (const auto& m : models) {
+    if (!m.attention[i] || !m.attention[v] || m.attention[i]->cases.empty()) continue;
+    log_ratio += std::log(m.attention[i]->forward / m.attention[v]->forward);
+    ++measured;
+    if (!shape) shape = m.attention[i];
+    for (const auto& id : m.attention[i]->cases) {
+      if (std::find(donor_cases.begin(), donor_cases.end(), id) == donor_cases.end()) {
+        donor_cases.push_back(id);
+      }
+    }
+  }
+  if (measured == 0) return;
+  const double ratio = std::exp(log_ratio / measured);
+  const double backward_ratio = shape->backward / shape->forward;
+  for (auto& m : models) {
+    if (m.attention[i] || !m.attention[v]) continue;
+    hw::AttentionModel a = *shape;
+    a.forward = std::min(1.0, m.attention[v]->forward * ratio);
+    a.backward = std::min(1.0, a.forward * backward_ratio);
+    a.cases = donor_cases;
+    a.cases.insert(a.cases.end(), m.attention[v]->cases.begin(), m.attention[v]->cases.end());
+    m.attention[i] = std::move(a);
+  }
+}
+
 }  // namespace
 
 double predicted_seconds(const hw::DeviceSpec& device, const KernelCase& c) {
@@ -192,7 +232,8 @@ double predicted_seconds(const hw::DeviceSpec& device, const KernelCase& c) {
 }
 
 FitResult fit_kernel_models(const std::vector<hw::DeviceSpec>& devices,
-                            const std::vector<KernelCase>& cases, const std::string& source) {
+                            const std::vector<KernelCase>& cases, const std::string& source,
+                            const FitOptions& options) {
   FitResult result;
   std::vector<std::vector<KernelCase>> per_device;
   for (const auto& d : devices) {
@@ -257,14 +298,15 @@ FitResult fit_kernel_models(const std::vector<hw::DeviceSpec>& devices,
       gemm.params.push_back({"wave_loss", true, 0.5, shared(&hw::GemmModel::wave_loss)});
       gemm.params.push_back({"latency", false, 2e-6, shared(&hw::GemmModel::latency)});
     }
-    fit_block(bare, result.models, gemm);
+    fit_block(bare, result.models, gemm, options.max_evaluations);
   }
 
   // Attention, FlashAttention-2 first: the others may borrow its backward/forward ratio.
   double fa2_ratio = 1;
   for (hw::AttentionImpl impl :
        {hw::AttentionImpl::flash_attention_2, hw::AttentionImpl::flash_attention,
-        hw::AttentionImpl::flash_attention_3, hw::AttentionImpl::cudnn}) {
+        hw::AttentionImpl::flash_attention_3, hw::AttentionImpl::cudnn,
+        hw::AttentionImpl::flash_attention_triton}) {
     const std::size_t i = static_cast<std::size_t>(impl);
     Block block{"attention " + std::string(hw::name_of(impl)), {}, {}};
     bool any_forward_only = false, any_backward = false, any_causal = false, any_plain = false;
@@ -338,7 +380,7 @@ FitResult fit_kernel_models(const std::vector<hw::DeviceSpec>& devices,
              each(ms, [v](hw::AttentionModel& a) { a.head_dim_256 = v; });
            }});
     }
-    fit_block(bare, result.models, block);
+    fit_block(bare, result.models, block, options.max_evaluations);
     if (impl == hw::AttentionImpl::flash_attention_2) {
       for (const auto& m : result.models) {
         if (const auto& a = m.attention[i]) {
@@ -348,6 +390,11 @@ FitResult fit_kernel_models(const std::vector<hw::DeviceSpec>& devices,
       }
     }
   }
+
+  // FlashAttention in Triton is measured on the A100 only; the other devices take it through
+  // FlashAttention (v1), measured on every GPU fitted (borrow_attention).
+  borrow_attention(result.models, hw::AttentionImpl::flash_attention_triton,
+                   hw::AttentionImpl::flash_attention);
 
   // Residuals and per-block statistics, under the fitted models.
   for (std::size_t d = 0; d < devices.size(); ++d) {
@@ -376,19 +423,32 @@ FitResult fit_kernel_models(const std::vector<hw::DeviceSpec>& devices,
   return result;
 }
 
-std::vector<FrameworkFit> fit_frameworks(const std::filesystem::path& calibration) {
+std::vector<FrameworkFit> fit_frameworks(const std::filesystem::path& calibration,
+                                         const FitOptions& options) {
   std::map<std::string, std::vector<std::string>> rows_of;
-  for (const auto& r : accuracy(calibration).rows) rows_of[r.framework].push_back(r.id);
+  std::map<std::string, std::set<std::int64_t>> seq_lens_of;
+  for (const auto& r : accuracy(calibration).rows) {
+    rows_of[r.framework].push_back(r.id);
+    seq_lens_of[r.framework].insert(r.experiment.at("training").at("seq_len").get<std::int64_t>());
+  }
   std::vector<FrameworkFit> out;
   for (const auto& [framework, ids] : rows_of) {
     if (static_cast<int>(ids.size()) < kMinFrameworkRows) continue;
-    auto values = [](const std::vector<double>& x) {
-      return std::pair{1 / (1 + std::exp(-x[0])), 1 + std::exp(x[1])};
+    // attention_efficiency is told apart from compute_efficiency only by how the attention
+    // share of a step grows with the sequence: fitted when the runs span enough lengths, else 1.
+    const auto& seqs = seq_lens_of[framework];
+    const bool attention_free = static_cast<int>(seqs.size()) >= kMinAttentionSeqLens &&
+                                *seqs.rbegin() >= kMinAttentionSeqSpan * *seqs.begin();
+    auto values = [attention_free](const std::vector<double>& x) {
+      return std::tuple{1 / (1 + std::exp(-x[0])), 1 + std::exp(x[1]),
+                        attention_free ? std::clamp(std::exp(x[2]), 0.1, 10.0) : 1.0};
     };
     auto run = [&](const std::vector<double>& x) {
-      const auto [compute, traffic] = values(x);
+      const auto [compute, traffic, attention] = values(x);
       std::map<std::string, nlohmann::json> training;
-      training[framework] = {{"compute_efficiency", compute}, {"elementwise_traffic", traffic}};
+      training[framework] = {{"compute_efficiency", compute},
+                             {"elementwise_traffic", traffic},
+                             {"attention_efficiency", attention}};
       std::vector<double> errors;
       for (const auto& r : accuracy(calibration, {}, training).rows) {
         if (r.framework == framework) errors.push_back(r.predicted / r.published);
@@ -400,18 +460,24 @@ std::vector<FrameworkFit> fit_frameworks(const std::filesystem::path& calibratio
       for (double ratio : run(x)) sum += std::log(ratio) * std::log(ratio);
       return sum;
     };
-    // Start from no correction: compute 0.9 (logit 2.2), traffic 2 (ln 1 = 0).
-    Minimum m = nelder_mead(objective, {2.2, 0.0}, 0.5, 400, 1e-8);
+    // Start from compute 0.9 (logit 2.2), traffic 2 (ln 1 = 0) and attention as costed (ln 1).
+    std::vector<double> start = {2.2, 0.0};
+    if (attention_free) start.push_back(0.0);
+    const int budget = options.max_framework_evaluations;
+    Minimum m = nelder_mead(objective, start, 0.5, budget, 1e-8);
     for (int restart = 0; restart < 3 && !m.converged; ++restart) {
-      m = nelder_mead(objective, m.x, 0.2, 400, 1e-8);
+      m = nelder_mead(objective, m.x, 0.2, budget, 1e-8);
     }
     if (!m.converged) {
-      throw BadInput("the fit of framework " + framework + " did not converge (" +
-                     std::to_string(ids.size()) + " runs)");
+      throw BadInput("the fit of framework " + framework + " did not converge within " +
+                     std::to_string(budget) + " evaluations per run (" +
+                     std::to_string(ids.size()) +
+                     " runs): check its runs, or give it more evaluations "
+                     "(--max-framework-evaluations)");
     }
     FrameworkFit f;
     f.framework = framework;
-    std::tie(f.compute_efficiency, f.elementwise_traffic) = values(m.x);
+    std::tie(f.compute_efficiency, f.elementwise_traffic, f.attention_efficiency) = values(m.x);
     f.cases = ids;
     for (double ratio : run(m.x)) {
       f.mean_abs_error += std::abs(ratio - 1) / static_cast<double>(ids.size());
@@ -428,6 +494,7 @@ nlohmann::json to_json(const std::vector<FrameworkFit>& fits) {
   for (const auto& f : fits) {
     frameworks[f.framework] = {{"compute_efficiency", round4(f.compute_efficiency)},
                                {"elementwise_traffic", round4(f.elementwise_traffic)},
+                               {"attention_efficiency", round4(f.attention_efficiency)},
                                {"runs", f.cases.size()},
                                {"mean_abs_error", round4(f.mean_abs_error)},
                                {"max_abs_error", round4(f.max_abs_error)},

@@ -11,6 +11,11 @@
 //   implementation (the kernel class), shared by the devices. An implementation whose cases
 //   cannot separate forward from backward (only forward + backward sweeps) takes
 //   FlashAttention-2's ratio; one with no cases at some head dimension keeps the factor 1.
+//   FlashAttention in Triton, measured on the A100 only, reaches the other devices through
+//   FlashAttention (v1): its forward fraction relative to v1's is taken as the kernel class's
+//   (the fitted model then lists the cases of both series it came from).
+// - training frameworks (fit_frameworks): compute_efficiency, elementwise_traffic and
+//   attention_efficiency of a framework, shared by all its runs and devices.
 // Objective: the sum over cases of ln(predicted / measured)^2, predicted = the summed work time
 // of the case's kernels under DeviceCostModel (launch overhead excluded, as the sources time
 // kernels back to back). Minimised by Nelder-Mead over unconstrained transforms of the
@@ -43,24 +48,36 @@ struct FitResult {
   std::vector<FitResidual> residuals;
 };
 
+/// The fits' budget: objective evaluations per Nelder-Mead run (each fit restarts from its best
+/// point until a restart stops improving, at most 8 times for a kernel block, 4 for a
+/// framework). A fit that has not converged within it is an error (BadInput), never a result.
+struct FitOptions {
+  int max_evaluations = 20000;          // per run of a kernel block
+  int max_framework_evaluations = 600;  // per run of a framework's fit (each runs the e2e rows)
+};
+
 /// Fits one kernel model per device to the cases measured on it (cases_for). `source` goes into
 /// each model's "source". Throws BadInput when a device has no cases, or when a fit does not
-/// converge (the message says which block and its last error).
+/// converge (the message says which block, its budget and its last error).
 FitResult fit_kernel_models(const std::vector<hw::DeviceSpec>& devices,
-                            const std::vector<KernelCase>& cases, const std::string& source);
+                            const std::vector<KernelCase>& cases, const std::string& source,
+                            const FitOptions& options = {});
 
-/// A training framework's kernel efficiency (strategies::TrainingSpec::compute_efficiency and
-/// elementwise_traffic), fitted to the end-to-end runs of the calibration set that used it
-/// (study::accuracy's rows of that framework): the share of the devices' calibrated GEMM and
-/// attention rates its kernels reach inside a training step, and the multiple of the modelled
-/// memory-bound bytes its (unfused) operations move. Both are shared by every device and run
-/// of the framework; the kernel models stay as fitted. Objective: the sum over the rows of
-/// ln(predicted / published)^2, by Nelder-Mead over logit(compute_efficiency) and
-/// ln(elementwise_traffic - 1).
+/// A training framework's kernel efficiency (strategies::TrainingSpec::compute_efficiency,
+/// elementwise_traffic and attention_efficiency), fitted to the end-to-end runs of the
+/// calibration set that used it (study::accuracy's rows of that framework): the share of the
+/// devices' calibrated GEMM and attention rates its kernels reach inside a training step, the
+/// multiple of the modelled memory-bound bytes its (unfused) operations move, and how much
+/// faster its fused attention runs than the kernel class it is costed as (the runs' attention
+/// share grows with the sequence length, which tells it apart from compute_efficiency). All are
+/// shared by every device and run of the framework; the kernel models stay as fitted.
+/// Objective: the sum over the rows of ln(predicted / published)^2, by Nelder-Mead over
+/// logit(compute_efficiency), ln(elementwise_traffic - 1) and ln(attention_efficiency).
 struct FrameworkFit {
   std::string framework;
   double compute_efficiency = 1;
   double elementwise_traffic = 1;
+  double attention_efficiency = 1;
   std::vector<std::string> cases;  // the rows it was fitted to
   double mean_abs_error = 0;       // over them, after the fit
   double max_abs_error = 0;
@@ -68,8 +85,14 @@ struct FrameworkFit {
 
 /// Fits every framework with at least kMinFrameworkRows expressible end-to-end rows in
 /// `calibration`. Throws BadInput when a fit does not converge.
-std::vector<FrameworkFit> fit_frameworks(const std::filesystem::path& calibration);
+std::vector<FrameworkFit> fit_frameworks(const std::filesystem::path& calibration,
+                                         const FitOptions& options = {});
 inline constexpr int kMinFrameworkRows = 5;
+/// attention_efficiency is fitted only when the framework's runs have at least
+/// kMinAttentionSeqLens sequence lengths, the longest kMinAttentionSeqSpan times the shortest;
+/// otherwise it stays 1 (the kernel class as calibrated).
+inline constexpr int kMinAttentionSeqLens = 3;
+inline constexpr std::int64_t kMinAttentionSeqSpan = 4;
 
 /// The fits as JSON (configs/frameworks.json): {"source", "frameworks": {name: {...}}}.
 nlohmann::json to_json(const std::vector<FrameworkFit>& fits);

@@ -142,6 +142,7 @@ ReplayResult replay(const ReplayRequest& args) {
       if (d.is_fpga()) return;
       d.efficiency.framework_compute = recorded->framework_compute;
       d.efficiency.framework_memory_traffic = recorded->framework_memory_traffic;
+      d.efficiency.framework_attention = recorded->framework_attention;
     };
     apply(cluster.device);
     for (auto& o : cluster.overrides) {

@@ -50,6 +50,7 @@ ReportContext report_context(const strategies::Experiment& experiment) {
   context.device_capacity = cluster.device.memory_capacity;
   context.framework_compute = cluster.device.efficiency.framework_compute;
   context.framework_memory_traffic = cluster.device.efficiency.framework_memory_traffic;
+  context.framework_attention = cluster.device.efficiency.framework_attention;
   std::string devices = std::to_string(cluster.nodes) + " x " +
                         std::to_string(cluster.devices_per_node) + " " + cluster.device.name;
   if (cluster.homogeneous()) {

@@ -388,6 +388,7 @@ void write_replay_info(Writer& w, const strategies::Program& program, const Time
     if (c->framework_memory_traffic != 1.0) {
       context["framework_memory_traffic"] = c->framework_memory_traffic;
     }
+    if (c->framework_attention != 1.0) context["framework_attention"] = c->framework_attention;
     context["stage_of_rank"] = c->stage_of_rank;
     json setup = json::array();
     for (const auto& [key, value] : c->setup) setup.push_back(json::array({key, value}));

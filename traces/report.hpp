@@ -25,10 +25,12 @@ struct ReportContext {
   FlopRate device_peak;
   Bytes device_capacity;  // device memory of one device (the cluster's base device)
   /// The training framework's kernel efficiency the simulation ran with
-  /// (hw::DeviceEfficiency::framework_compute, framework_memory_traffic): a replay of the
-  /// timeline on a cluster applies them again, so that it costs kernels as the simulation did.
+  /// (hw::DeviceEfficiency::framework_compute, framework_memory_traffic,
+  /// framework_attention): a replay of the timeline on a cluster applies them again, so that it
+  /// costs kernels as the simulation did.
   double framework_compute = 1.0;
   double framework_memory_traffic = 1.0;
+  double framework_attention = 1.0;
   std::vector<int> stage_of_rank;  // pipeline stage of each rank
   /// Lines describing the setup for the summary, e.g. {"model", "gpt3-175b, 174.6 B params"}.
   std::vector<std::pair<std::string, std::string>> setup;

@@ -307,6 +307,12 @@ ReportContext parse_context(const Reader& rd, const json& c, int world) {
       rd.fail(where + ".framework_memory_traffic", "expected a multiple in [1, 100]");
     }
   }
+  if (auto it = c.find("framework_attention"); it != c.end()) {
+    context.framework_attention = rd.number(*it, where + ".framework_attention");
+    if (!(context.framework_attention >= 0.1 && context.framework_attention <= 10)) {
+      rd.fail(where + ".framework_attention", "expected a multiple in [0.1, 10]");
+    }
+  }
   if (auto it = c.find("stage_of_rank"); it != c.end()) {
     const json& stages = rd.array(*it, where + ".stage_of_rank");
     if (static_cast<int>(stages.size()) != world) {

@@ -78,3 +78,23 @@ TEST_CASE("cli: a device whose kernel model is wrong is bad input naming the fil
   std::ofstream(tmp.path() / "model.json") << model.dump();
   check_bad_input(simulate, {"fitted for A100-SXM4-80GB", "H100-SXM5-80GB"});
 }
+
+TEST_CASE("cli fit: a fit that does not converge within its budget exits 2 naming it") {
+  // Three evaluations cannot converge even the one-parameter GEMM block (its simplex alone
+  // takes two): the fit stops with the block, the budget and how to give it more.
+  const TempDir tmp("cli-fit");
+  const auto out = tmp.subdir("models");
+  check_bad_input(
+      "fit --device h100-sxm5-80gb --max-evaluations 3 --out-dir " + out.string(),
+      {"the fit of gemm bf16 did not converge within 3 evaluations", "--max-evaluations"});
+  // Nothing half-written: no kernel model was written.
+  CHECK(!std::filesystem::exists(out / "h100-sxm5-80gb.kernel-model.json"));
+  // A framework's fit: the same (its first evaluation already simulates every run).
+  check_bad_input(
+      "fit --frameworks " + (out / "frameworks.json").string() + " --max-framework-evaluations 2",
+      {"the fit of framework", "did not converge within 2 evaluations",
+       "--max-framework-evaluations"});
+  CHECK(!std::filesystem::exists(out / "frameworks.json"));
+  check_bad_input("fit --device h100-sxm5-80gb --max-evaluations 0 --out-dir " + out.string(),
+                  {"--max-evaluations"});
+}

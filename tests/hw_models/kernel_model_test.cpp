@@ -132,3 +132,14 @@ TEST_CASE("kernel model: a device names it; another device's model is an error")
   const auto e2 = error_of([&] { hw::load_device(tmp.path() / "d.json"); });
   CHECK(std::string(e2.what()).find("does not exist") != std::string::npos);
 }
+
+TEST_CASE("kernel model: every attention implementation's name reads back") {
+  // The names docs/gemm-efficiency.md and training.attention_kernel use.
+  CHECK(hw::attention_impl_from_name("flash-attention-triton") ==
+        hw::AttentionImpl::flash_attention_triton);
+  CHECK(hw::name_of(hw::AttentionImpl::cudnn) == "cudnn");
+  CHECK(!hw::attention_impl_from_name("triton").has_value());
+  for (hw::AttentionImpl i : hw::kAllAttentionImpls) {
+    CHECK(hw::attention_impl_from_name(hw::name_of(i)) == i);
+  }
+}

@@ -208,11 +208,35 @@ TEST_CASE("frameworks: the fitted defaults are configs/frameworks.json's figures
   CHECK(generic.elementwise_traffic == j.at("generic").at("elementwise_traffic").get<double>());
   CHECK(fsdp.compute_efficiency == j.at("fsdp").at("compute_efficiency").get<double>());
   CHECK(fsdp.elementwise_traffic == j.at("fsdp").at("elementwise_traffic").get<double>());
+  CHECK(generic.attention_efficiency == j.at("generic").at("attention_efficiency").get<double>());
+  CHECK(fsdp.attention_efficiency == j.at("fsdp").at("attention_efficiency").get<double>());
   for (auto f : {strategies::Framework::megatron, strategies::Framework::deepspeed}) {
     CHECK(!j.contains(std::string(strategies::name_of(f))));
     CHECK(strategies::framework_defaults(f, DType::bf16, 0).compute_efficiency ==
           generic.compute_efficiency);
     CHECK(strategies::framework_defaults(f, DType::bf16, 0).elementwise_traffic ==
           generic.elementwise_traffic);
+    CHECK(strategies::framework_defaults(f, DType::bf16, 0).attention_efficiency ==
+          generic.attention_efficiency);
+  }
+}
+
+TEST_CASE("frameworks: training.attention_efficiency reaches every GPU; out of range is an error") {
+  const auto file = configs_dir() / "experiments/gpt3-175b-a100-1024.json";
+  // Unset: the framework's fitted value (the example's framework is generic).
+  const auto plain = strategies::load_experiment(file, {});
+  CHECK(plain.cluster.device.efficiency.framework_attention ==
+        strategies::framework_defaults(plain.training.framework, plain.training.dtype,
+                                       plain.parallelism.zero)
+            .attention_efficiency);
+  const auto fsdp = strategies::load_experiment(file, {cli("training.framework", "fsdp")});
+  CHECK(fsdp.cluster.device.efficiency.framework_attention == kFsdpAttentionEfficiency);
+  const auto set = strategies::load_experiment(file, {cli("training.attention_efficiency", 2.5)});
+  CHECK(set.cluster.device.efficiency.framework_attention == 2.5);
+  for (double bad : {0.05, 11.0, -1.0}) {
+    CAPTURE(bad);
+    const auto e = default_experiment_error({cli("training.attention_efficiency", bad)});
+    CHECK(e.path() == "training.attention_efficiency");
+    CHECK(e.message().find("[0.1, 10]") != std::string::npos);
   }
 }

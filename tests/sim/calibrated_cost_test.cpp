@@ -120,3 +120,16 @@ TEST_CASE("framework factors: compute share and memory traffic") {
   const Elementwise e{500'000, Bytes(1'000'000), Bytes(1'000'000)};
   CHECK(work_us(d, {e, "add"}) == doctest::Approx(0.8).epsilon(1e-6));
 }
+
+TEST_CASE("framework factors: attention efficiency multiplies the fused-attention rate") {
+  // The forward kernel above (81.92 us at 0.25 of 100 TFLOP/s): framework_compute 0.5 and
+  // framework_attention 4 run it at 0.25 x 0.5 x 4 = 0.5 of peak: 40.96 us. GEMMs keep
+  // framework_compute alone.
+  hw::DeviceSpec d = calibrated();
+  d.efficiency.framework_compute = 0.5;
+  d.efficiency.framework_attention = 4;
+  const Attention fwd{1, 8, 8, 1000, 1000, 128, true, DType::bf16, false};
+  CHECK(work_us(d, {fwd, "attention"}) == doctest::Approx(40.96).epsilon(1e-6));
+  CHECK(work_us(d, {Gemm{1280, 256, 1024, 1, DType::bf16}, "gemm"}) ==
+        doctest::Approx(16.777216).epsilon(1e-6));
+}

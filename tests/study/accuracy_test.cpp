@@ -155,8 +155,8 @@ TEST_CASE("accuracy: an MPT case is simulated as the experiment written by hand"
         {"dtype", "bf16"},
         {"flash_attention", true},
         {"framework", "fsdp"},
-        // llm-foundry's stack ran FlashAttention (v1): docs/accuracy.md.
-        {"attention_kernel", "flash-attention"}}}};
+        // llm-foundry's benchmarks ran MPT with attn_impl: triton: docs/accuracy.md.
+        {"attention_kernel", "flash-attention-triton"}}}};
   const auto expected = study::simulate(study::from_json(experiment));
   const double predicted = expected.report.tokens_per_s / 8;
   const auto& r = row(report, "mpt-125m-h100");
@@ -166,6 +166,12 @@ TEST_CASE("accuracy: an MPT case is simulated as the experiment written by hand"
   CHECK(r.published == 1000);
   CHECK(r.predicted == doctest::Approx(predicted).epsilon(1e-12));
   CHECK(r.error == doctest::Approx((predicted - 1000) / 1000).epsilon(1e-12));
+  // The row carries the experiment it was mapped to and the predicted peak over capacity.
+  CHECK(r.experiment.at("training").at("attention_kernel") == "flash-attention-triton");
+  CHECK(r.experiment.at("parallelism").at("zero") == 3);
+  CHECK(r.peak_memory_fraction ==
+        doctest::Approx(static_cast<double>(expected.report.peak_memory.count()) /
+                        static_cast<double>(expected.context.device_capacity.count())));
   // One row: the summary's mean and max are its |error|.
   const auto s = study::summaries(report, study::AccuracyLevel::e2e);
   REQUIRE(s.size() == 2);

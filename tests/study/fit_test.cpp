@@ -169,14 +169,32 @@ TEST_CASE(
     CHECK(hd64.size() <= 1);
     CHECK(hd256.size() <= 1);
   }
+  // FlashAttention in Triton is measured on the A100s only: the H100 and H200 carry it through
+  // FlashAttention (v1) at the A100s' ratio of the two forward fractions (study/fit.hpp; the
+  // two A100s fit the same series to within rounding).
+  const auto triton = static_cast<std::size_t>(hw::AttentionImpl::flash_attention_triton);
+  const auto fa1 = static_cast<std::size_t>(hw::AttentionImpl::flash_attention);
+  const auto& a100 = *gpus[1].kernel_model;
+  REQUIRE(a100.attention[triton]);
+  const double ratio = a100.attention[triton]->forward / a100.attention[fa1]->forward;
+  for (std::size_t d : {2, 3}) {
+    const auto& m = *gpus[d].kernel_model;
+    REQUIRE(m.attention[triton]);
+    CHECK(m.attention[triton]->forward ==
+          doctest::Approx(m.attention[fa1]->forward * ratio).epsilon(1e-6));
+    // Its cases: the A100's Triton series and this device's own FlashAttention series.
+    CHECK(m.attention[triton]->cases.size() ==
+          a100.attention[triton]->cases.size() + m.attention[fa1]->cases.size());
+  }
   // configs/frameworks.json: one entry per framework, with framework-level keys only.
   std::ifstream in(study::config_dir() / "frameworks.json");
   const auto j = nlohmann::json::parse(in);
   for (const auto& [name, f] : j.at("frameworks").items()) {
     CAPTURE(name);
     for (const auto& [key, value] : f.items()) {
-      CHECK(std::set<std::string>{"compute_efficiency", "elementwise_traffic", "runs",
-                                  "mean_abs_error", "max_abs_error", "cases"}
+      CHECK(std::set<std::string>{"compute_efficiency", "elementwise_traffic",
+                                  "attention_efficiency", "runs", "mean_abs_error", "max_abs_error",
+                                  "cases"}
                 .count(key) == 1);
     }
     CHECK(f.at("cases").size() == f.at("runs").get<std::size_t>());
