@@ -106,10 +106,10 @@ int fit_command(const FitArgs& args) {
     if (args.quiet) continue;
     std::cout << devices[i].name << " -> " << target.string() << "\n";
     const auto& m = result.models[i];
-    for (DType t : kAllDTypes) {
-      if (const auto& g = m.gemm[static_cast<std::size_t>(t)]) {
-        std::printf("  gemm %-5s peak_fraction %.3f  k_overhead %.0f\n",
-                    std::string(name_of(t)).c_str(), g->peak_fraction, g->k_overhead);
+    for (const auto& [t, scaling] : hw::kGemmClasses) {
+      if (const auto& g = m.gemm_slot(t, scaling)) {
+        std::printf("  gemm %-9s peak_fraction %.3f  k_overhead %.0f\n",
+                    hw::KernelModel::gemm_key(t, scaling).c_str(), g->peak_fraction, g->k_overhead);
       }
     }
     for (hw::AttentionImpl a : hw::kAllAttentionImpls) {

@@ -78,7 +78,30 @@ double AttentionModel::efficiency(bool is_backward, bool causal, double head_dim
   return std::clamp((is_backward ? backward : forward) * factor * falloff, 1e-9, 1.0);
 }
 
-const GemmModel* KernelModel::gemm_for(DType dtype) const {
+std::string_view name_of(GemmScaling scaling) {
+  return scaling == GemmScaling::block ? "block" : "tensor";
+}
+
+namespace {
+bool block_fp8(DType dtype, GemmScaling scaling) {
+  return dtype == DType::fp8 && scaling == GemmScaling::block;
+}
+}  // namespace
+
+std::optional<GemmModel>& KernelModel::gemm_slot(DType dtype, GemmScaling scaling) {
+  return block_fp8(dtype, scaling) ? gemm_fp8_block : gemm[static_cast<std::size_t>(dtype)];
+}
+
+const std::optional<GemmModel>& KernelModel::gemm_slot(DType dtype, GemmScaling scaling) const {
+  return block_fp8(dtype, scaling) ? gemm_fp8_block : gemm[static_cast<std::size_t>(dtype)];
+}
+
+std::string KernelModel::gemm_key(DType dtype, GemmScaling scaling) {
+  return block_fp8(dtype, scaling) ? "fp8-block" : std::string(name_of(dtype));
+}
+
+const GemmModel* KernelModel::gemm_for(DType dtype, GemmScaling scaling) const {
+  if (block_fp8(dtype, scaling) && gemm_fp8_block) return &*gemm_fp8_block;
   if (const auto& g = gemm[static_cast<std::size_t>(dtype)]) return &*g;
   if (dtype == DType::fp16) {
     if (const auto& g = gemm[static_cast<std::size_t>(DType::bf16)]) return &*g;
@@ -95,10 +118,10 @@ const AttentionModel* KernelModel::attention_for(AttentionImpl impl) const {
 }
 
 void KernelModel::validate() const {
-  for (DType t : kAllDTypes) {
-    const auto& g = gemm[static_cast<std::size_t>(t)];
+  for (const auto& [t, scaling] : kGemmClasses) {
+    const auto& g = gemm_slot(t, scaling);
     if (!g) continue;
-    const std::string at = "gemm." + std::string(name_of(t));
+    const std::string at = "gemm." + gemm_key(t, scaling);
     check_fraction(g->peak_fraction, at + ".peak_fraction");
     check_non_negative(g->k_overhead, at + ".k_overhead");
     if (!(g->wave_loss >= 0 && g->wave_loss <= 1)) {
@@ -138,8 +161,8 @@ KernelModel read_kernel_model(const config::Document& doc, const std::string& pa
   m.source = r.string_or("source", "");
   if (r.has("gemm")) {
     auto g = r.object("gemm", "GEMM parameters per dtype");
-    for (DType t : kAllDTypes) {
-      const std::string key(name_of(t));
+    for (const auto& [t, scaling] : kGemmClasses) {
+      const std::string key = KernelModel::gemm_key(t, scaling);
       if (!g.has(key)) continue;
       auto e = g.object(key, "GEMM parameters");
       GemmModel gm;
@@ -149,7 +172,7 @@ KernelModel read_kernel_model(const config::Document& doc, const std::string& pa
       gm.latency = e.time_or("latency", Time::zero()).seconds();
       gm.cases = read_cases(doc, e);
       e.finish();
-      m.gemm[static_cast<std::size_t>(t)] = gm;
+      m.gemm_slot(t, scaling) = gm;
     }
     g.finish();
   }
@@ -193,14 +216,14 @@ nlohmann::json to_json(const KernelModel& m) {
   j["device"] = m.device;
   j["source"] = m.source;
   nlohmann::json gemm = nlohmann::json::object();
-  for (DType t : kAllDTypes) {
-    const auto& g = m.gemm[static_cast<std::size_t>(t)];
+  for (const auto& [t, scaling] : kGemmClasses) {
+    const auto& g = m.gemm_slot(t, scaling);
     if (!g) continue;
-    gemm[std::string(name_of(t))] = {{"peak_fraction", g->peak_fraction},
-                                     {"k_overhead", g->k_overhead},
-                                     {"wave_loss", g->wave_loss},
-                                     {"latency", format_time(g->latency)},
-                                     {"cases", g->cases}};
+    gemm[KernelModel::gemm_key(t, scaling)] = {{"peak_fraction", g->peak_fraction},
+                                               {"k_overhead", g->k_overhead},
+                                               {"wave_loss", g->wave_loss},
+                                               {"latency", format_time(g->latency)},
+                                               {"cases", g->cases}};
   }
   if (!gemm.empty()) j["gemm"] = gemm;
   nlohmann::json attention = nlohmann::json::object();

@@ -68,6 +68,29 @@ inline constexpr AttentionImpl kAllAttentionImpls[] = {
 std::string_view name_of(AttentionImpl impl);
 std::optional<AttentionImpl> attention_impl_from_name(std::string_view name);
 
+/// How an FP8 GEMM's operands are scaled: the kernels differ, and so do their calibrated models.
+enum class GemmScaling : std::uint8_t {
+  /// One scale per tensor (cuBLASLt's FP8 GEMMs; Transformer Engine's delayed and current
+  /// scaling; what torch._scaled_mm runs): the default.
+  tensor,
+  /// Per-block scales, 1x128 for activations and 128x128 for weights (DeepSeek-V3's recipe,
+  /// DeepGEMM): the partial sums are rescaled in fp32 on the CUDA cores every 128 of k.
+  block,
+};
+/// "tensor", "block".
+std::string_view name_of(GemmScaling scaling);
+
+/// The GEMM kernel classes a kernel model can hold: one per dtype (tensor-scaled), and
+/// block-scaled FP8.
+struct GemmClass {
+  DType dtype;
+  GemmScaling scaling;
+};
+inline constexpr GemmClass kGemmClasses[] = {
+    {DType::fp32, GemmScaling::tensor}, {DType::tf32, GemmScaling::tensor},
+    {DType::fp16, GemmScaling::tensor}, {DType::bf16, GemmScaling::tensor},
+    {DType::fp8, GemmScaling::tensor},  {DType::fp8, GemmScaling::block}};
+
 struct GemmModel {
   double peak_fraction = 0.8;      // (0, 1]
   double k_overhead = 0;           // elements of k, >= 0
@@ -96,12 +119,21 @@ struct KernelModel {
   std::string device;  // DeviceSpec::name it was fitted for
   std::string source;  // how: the fit command and the calibration file
   std::array<std::optional<GemmModel>, std::size(kAllDTypes)> gemm{};
+  /// Block-scaled FP8 GEMMs (GemmScaling::block): JSON "gemm": {"fp8-block": ...}.
+  std::optional<GemmModel> gemm_fp8_block;
   std::array<std::optional<AttentionModel>, std::size(kAllAttentionImpls)> attention{};
   /// Free-form fit statistics per block, kept for the reader (not used by the cost model).
   nlohmann::json fit = nlohmann::json::object();
 
-  /// The GEMM parameters for `dtype` (fp16 <-> bf16 fall back on each other), or nullptr.
-  const GemmModel* gemm_for(DType dtype) const;
+  /// The GEMM parameters for `dtype` (fp16 <-> bf16 fall back on each other; block-scaled FP8
+  /// falls back on tensor-scaled FP8 where it has no parameters of its own), or nullptr.
+  const GemmModel* gemm_for(DType dtype, GemmScaling scaling = GemmScaling::tensor) const;
+  /// The slot of a GEMM kernel class: gemm[dtype], or gemm_fp8_block for block-scaled FP8
+  /// (a block scaling of another dtype is its plain class).
+  std::optional<GemmModel>& gemm_slot(DType dtype, GemmScaling scaling);
+  const std::optional<GemmModel>& gemm_slot(DType dtype, GemmScaling scaling) const;
+  /// The JSON key of a GEMM kernel class: the dtype's name ("bf16"), or "fp8-block".
+  static std::string gemm_key(DType dtype, GemmScaling scaling);
   const AttentionModel* attention_for(AttentionImpl impl) const;
 
   /// Checks ranges; throws config::ValidationError ("gemm.bf16.peak_fraction").

@@ -154,7 +154,7 @@ double DeviceCostModel::quantisation(const Gemm& gemm) const {
 double DeviceCostModel::modelled_gemm_efficiency(const Gemm& gemm) const {
   if (device_.is_fpga()) return device_.fpga->dataflow_efficiency;
   const hw::GemmModel* model =
-      device_.kernel_model ? device_.kernel_model->gemm_for(gemm.dtype) : nullptr;
+      device_.kernel_model ? device_.kernel_model->gemm_for(gemm.dtype, gemm.scaling) : nullptr;
   if (model == nullptr) return device_.efficiency.gemm * quantisation(gemm);
   return model->peak_fraction * calibrated_shape_factor(gemm, *model);
 }
@@ -252,7 +252,7 @@ Time DeviceCostModel::gemm_work(const Gemm& w, const strategies::Kernel& kernel)
   Time t = std::max(t_flop, transfer_time(Bytes(bytes), bandwidth));
   // The calibrated model's per-kernel latency, where it (not a measured profile) sets the cost.
   const hw::GemmModel* model = device_.kernel_model && !device_.is_fpga()
-                                   ? device_.kernel_model->gemm_for(w.dtype)
+                                   ? device_.kernel_model->gemm_for(w.dtype, w.scaling)
                                    : nullptr;
   const bool measured = device_.profile && device_.profile->has_gemm(w.dtype);
   if (model != nullptr && !measured) t += Time::from_seconds(model->latency);

@@ -65,6 +65,8 @@ std::string_view name_of(MemoryCategory c);
 struct Gemm {
   std::int64_t m = 0, n = 0, k = 0, batch = 1;
   DType dtype = DType::bf16;
+  /// How FP8 operands are scaled (which FP8 kernel class runs it); ignored for other dtypes.
+  hw::GemmScaling scaling = hw::GemmScaling::tensor;
 };
 
 /// Fused attention core (softmax(QK^T)V), forward or backward.

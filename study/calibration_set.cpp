@@ -87,6 +87,10 @@ void gemm_case(const nlohmann::json& c, const std::string& id, const std::string
   }
   Gemm g;
   g.dtype = dtype;
+  // DeepGEMM's "fp8_e4m3 (block-scaled)": 1x128 / 128x128 scales, its own kernel class.
+  if (dtype == DType::fp8 && dtype_text.find("block-scaled") != std::string::npos) {
+    g.scaling = hw::GemmScaling::block;
+  }
   if (config.contains("best_shape_printed")) {
     const auto dims = parse_shape(text(config, "best_shape_printed", file, path + ".config"));
     if (dims.size() != 3) bad(file, path + ".config.best_shape_printed", "expected MxNxK");

@@ -180,8 +180,17 @@ hw::AttentionImpl impl_of(const KernelCase& c) {
   return std::get<strategies::Attention>(c.kernels.front().work).impl;
 }
 
-DType dtype_of(const KernelCase& c) {
-  return std::get<strategies::Gemm>(c.kernels.front().work).dtype;
+/// The GEMM kernel class of a GEMM case (its dtype, and for FP8 its scaling).
+bool in_class(const KernelCase& c, const hw::GemmClass& cls) {
+  if (c.attention) return false;
+  const auto& g = std::get<strategies::Gemm>(c.kernels.front().work);
+  const auto scaling = g.dtype == DType::fp8 ? g.scaling : hw::GemmScaling::tensor;
+  return g.dtype == cls.dtype && scaling == cls.scaling;
+}
+
+std::string gemm_class_name(const KernelCase& c) {
+  const auto& g = std::get<strategies::Gemm>(c.kernels.front().work);
+  return hw::KernelModel::gemm_key(g.dtype, g.scaling);
 }
 
 // A kernel class `impl` measured on some devices only, carried to a device without its
@@ -257,40 +266,41 @@ FitResult fit_kernel_models(const std::vector<hw::DeviceSpec>& devices,
     d.profile.reset();
   }
 
-  // GEMMs, one block per dtype: peak_fraction per device; k_overhead, wave_loss and latency
-  // shared by the devices (the dtype's kernel class), fitted only when the dtype's cases vary
-  // the shape enough to tell them apart (kMinShapeCases cases over at least 3 values of k),
-  // else kept at their documented defaults (GemmModel's; k_overhead kDefaultKOverhead).
-  for (DType t : kAllDTypes) {
-    Block gemm{"gemm " + std::string(name_of(t)), {}, {}};
+  // GEMMs, one block per kernel class (a dtype; FP8 tensor- and block-scaled apart):
+  // peak_fraction per device; k_overhead, wave_loss and latency shared by the devices (the
+  // class's), fitted only when the class's cases vary the shape enough to tell them apart
+  // (kMinShapeCases cases over at least 3 values of k), else kept at their documented defaults
+  // (GemmModel's; k_overhead kDefaultKOverhead).
+  for (const hw::GemmClass& cls : hw::kGemmClasses) {
+    Block gemm{"gemm " + hw::KernelModel::gemm_key(cls.dtype, cls.scaling), {}, {}};
     std::set<std::int64_t> ks;
     for (std::size_t d = 0; d < devices.size(); ++d) {
       bool here = false;
       for (const auto& c : per_device[d]) {
-        if (c.attention || dtype_of(c) != t) continue;
+        if (!in_class(c, cls)) continue;
         here = true;
         gemm.cases.emplace_back(d, &c);
         ks.insert(std::get<strategies::Gemm>(c.kernels.front().work).k);
       }
       if (!here) continue;
-      auto& g = result.models[d].gemm[static_cast<std::size_t>(t)];
+      auto& g = result.models[d].gemm_slot(cls.dtype, cls.scaling);
       g = hw::GemmModel{};
       g->k_overhead = kDefaultKOverhead;
       g->latency = 0;
       for (const auto& c : per_device[d]) {
-        if (!c.attention && dtype_of(c) == t) g->cases.push_back(c.id);
+        if (in_class(c, cls)) g->cases.push_back(c.id);
       }
       gemm.params.push_back({devices[d].name + " peak_fraction", true, 0.8,
-                             [d, t](std::vector<hw::KernelModel>& ms, double v) {
-                               ms[d].gemm[static_cast<std::size_t>(t)]->peak_fraction = v;
+                             [d, cls](std::vector<hw::KernelModel>& ms, double v) {
+                               ms[d].gemm_slot(cls.dtype, cls.scaling)->peak_fraction = v;
                              }});
     }
     if (gemm.cases.empty()) continue;
     if (gemm.cases.size() >= kMinShapeCases && ks.size() >= 3) {
-      auto shared = [t](auto member) {
-        return [t, member](std::vector<hw::KernelModel>& ms, double v) {
+      auto shared = [cls](auto member) {
+        return [cls, member](std::vector<hw::KernelModel>& ms, double v) {
           for (auto& m : ms) {
-            if (auto& g = m.gemm[static_cast<std::size_t>(t)]) (*g).*member = v;
+            if (auto& g = m.gemm_slot(cls.dtype, cls.scaling)) (*g).*member = v;
           }
         };
       };
@@ -405,7 +415,7 @@ FitResult fit_kernel_models(const std::vector<hw::DeviceSpec>& devices,
       FitResidual r{devices[d].name, c.id, c.series, c.measured_seconds,
                     predicted_seconds(spec, c)};
       errors[c.attention ? "attention " + std::string(hw::name_of(impl_of(c)))
-                         : "gemm " + std::string(name_of(dtype_of(c)))]
+                         : "gemm " + gemm_class_name(c)]
           .push_back(std::abs(r.error()));
       result.residuals.push_back(std::move(r));
     }

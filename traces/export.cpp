@@ -268,9 +268,17 @@ nlohmann::json kernel_json(const strategies::Kernel& k) {
         using W = std::decay_t<decltype(w)>;
         if constexpr (std::is_same_v<W, strategies::Gemm>) {
           j["gemm"] = json::array({w.m, w.n, w.k, w.batch, name_of(w.dtype)});
+          // The FP8 scaling, when not the default (tensor): a sixth value.
+          if (w.dtype == DType::fp8 && w.scaling != hw::GemmScaling::tensor) {
+            j["gemm"].push_back(hw::name_of(w.scaling));
+          }
         } else if constexpr (std::is_same_v<W, strategies::Attention>) {
           j["attention"] = json::array({w.batch, w.heads, w.kv_heads, w.seq_q, w.seq_kv, w.head_dim,
                                         w.causal, name_of(w.dtype), w.backward});
+          // The fused kernel, when not the default (FlashAttention-2): a tenth value.
+          if (w.impl != hw::AttentionImpl::flash_attention_2) {
+            j["attention"].push_back(hw::name_of(w.impl));
+          }
         } else if constexpr (std::is_same_v<W, strategies::Elementwise>) {
           j["elementwise"] =
               json::array({w.elements, w.bytes_read.count(), w.bytes_written.count()});

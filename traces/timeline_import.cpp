@@ -148,10 +148,23 @@ st::Kernel parse_kernel(const Reader& rd, const json& k, const std::string& wher
   auto count = [&](const json& a, const char* key, std::size_t i) {
     return rd.integer(a[i], at(key, i), 0, kMaxCount);
   };
-  if (const json* a = field("gemm", 5)) {
-    kernel.work = st::Gemm{count(*a, "gemm", 0), count(*a, "gemm", 1), count(*a, "gemm", 2),
-                           count(*a, "gemm", 3), rd.dtype((*a)[4], at("gemm", 4))};
-  } else if (const json* b = field("attention", 9)) {
+  // Arrays that grew a trailing value later (written only when not the default) take both sizes.
+  auto size_of_field = [&](const char* key, std::size_t base) {
+    const auto it = k.find(key);
+    return it != k.end() && it->is_array() && it->size() == base + 1 ? base + 1 : base;
+  };
+  if (const json* a = field("gemm", size_of_field("gemm", 5))) {
+    st::Gemm g{count(*a, "gemm", 0), count(*a, "gemm", 1), count(*a, "gemm", 2),
+               count(*a, "gemm", 3), rd.dtype((*a)[4], at("gemm", 4))};
+    if (a->size() == 6) {
+      const std::string scaling = rd.string((*a)[5], at("gemm", 5));
+      if (scaling != "tensor" && scaling != "block") {
+        rd.fail(at("gemm", 5), "expected an FP8 scaling: tensor or block");
+      }
+      g.scaling = scaling == "block" ? hw::GemmScaling::block : hw::GemmScaling::tensor;
+    }
+    kernel.work = g;
+  } else if (const json* b = field("attention", size_of_field("attention", 9))) {
     st::Attention w;
     w.batch = count(*b, "attention", 0);
     w.heads = count(*b, "attention", 1);
@@ -162,6 +175,15 @@ st::Kernel parse_kernel(const Reader& rd, const json& k, const std::string& wher
     w.causal = rd.boolean((*b)[6], at("attention", 6));
     w.dtype = rd.dtype((*b)[7], at("attention", 7));
     w.backward = rd.boolean((*b)[8], at("attention", 8));
+    if (b->size() == 10) {
+      const auto impl = hw::attention_impl_from_name(rd.string((*b)[9], at("attention", 9)));
+      if (!impl) {
+        rd.fail(at("attention", 9),
+                "expected a fused attention kernel (flash-attention, flash-attention-2, "
+                "flash-attention-3, cudnn, flash-attention-triton)");
+      }
+      w.impl = *impl;
+    }
     kernel.work = w;
   } else if (const json* c = field("elementwise", 3)) {
     kernel.work = st::Elementwise{count(*c, "elementwise", 0), Bytes(count(*c, "elementwise", 1)),

@@ -143,3 +143,24 @@ TEST_CASE("kernel model: every attention implementation's name reads back") {
     CHECK(hw::attention_impl_from_name(hw::name_of(i)) == i);
   }
 }
+
+TEST_CASE("kernel model: FP8 GEMMs by scaling; block-scaled falls back on tensor-scaled") {
+  auto j = model_json();
+  j["gemm"]["fp8"] = {{"peak_fraction", 0.8}};
+  auto m = read(j);
+  // No block-scaled parameters: a block-scaled FP8 GEMM is costed as a tensor-scaled one.
+  CHECK(m.gemm_for(DType::fp8, hw::GemmScaling::block) == m.gemm_for(DType::fp8));
+  j["gemm"]["fp8-block"] = {{"peak_fraction", 0.7}, {"k_overhead", 400}};
+  m = read(j);
+  CHECK(m.gemm_for(DType::fp8)->peak_fraction == 0.8);
+  CHECK(m.gemm_for(DType::fp8, hw::GemmScaling::block)->peak_fraction == 0.7);
+  CHECK(m.gemm_for(DType::fp8, hw::GemmScaling::block)->k_overhead == 400);
+  // A block scaling of another dtype is that dtype's class.
+  CHECK(m.gemm_for(DType::bf16, hw::GemmScaling::block) == m.gemm_for(DType::bf16));
+  CHECK(hw::to_json(read(hw::to_json(m))) == hw::to_json(m));
+  CHECK(hw::to_json(m)["gemm"].contains("fp8-block"));
+  // Its parameters are checked under its own key.
+  j["gemm"]["fp8-block"]["peak_fraction"] = 1.5;
+  const auto e = error_of([&] { read(j); });
+  CHECK(std::string(e.what()).find("gemm.fp8-block.peak_fraction") != std::string::npos);
+}

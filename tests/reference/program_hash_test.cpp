@@ -70,6 +70,9 @@ void hash_kernel(Hasher& h, const Kernel& k) {
         if constexpr (std::is_same_v<T, Gemm>) {
           for (auto v : {w.m, w.n, w.k, w.batch}) h.i64(v);
           h.i64(static_cast<std::int64_t>(w.dtype));
+          // Added later, hashed only when not the default (tensor scaling).
+          if (w.scaling != hw::GemmScaling::tensor)
+            h.i64(200 + static_cast<std::int64_t>(w.scaling));
         } else if constexpr (std::is_same_v<T, Attention>) {
           for (auto v : {w.batch, w.heads, w.kv_heads, w.seq_q, w.seq_kv, w.head_dim}) h.i64(v);
           h.i64(w.causal);

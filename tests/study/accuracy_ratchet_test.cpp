@@ -34,12 +34,12 @@ TEST_CASE("accuracy today: end to end (147 runs: mean 6.0%, max 30.9%)") {
   CHECK(s.within_10 >= 117);
 }
 
-TEST_CASE("accuracy today: GEMM (32 cases: 24 within 10%, 17 within 5%)") {
+TEST_CASE("accuracy today: GEMM (32 cases: 26 within 10%, 17 within 5%)") {
   const auto s = all(study::AccuracyLevel::gemm);
   CHECK(s.rows >= 32);
-  CHECK(s.within_10 >= 24);
+  CHECK(s.within_10 >= 26);
   CHECK(s.within_5 >= 17);
-  CHECK(s.mean_abs_error <= 0.08);
+  CHECK(s.mean_abs_error <= 0.067);
 }
 
 TEST_CASE("accuracy today: fused attention (223 points: mean 3.7%, max 15.3%)") {

@@ -137,10 +137,10 @@ TEST_CASE(
     gpus.push_back(study::load_device(name));
     REQUIRE(gpus.back().kernel_model != nullptr);
   }
-  for (DType t : kAllDTypes) {
+  for (const auto& [t, scaling] : hw::kGemmClasses) {
     std::set<double> k, wave, latency;
     for (const auto& d : gpus) {
-      if (const auto& g = d.kernel_model->gemm[static_cast<std::size_t>(t)]) {
+      if (const auto& g = d.kernel_model->gemm_slot(t, scaling)) {
         k.insert(g->k_overhead);
         wave.insert(g->wave_loss);
         latency.insert(g->latency);
@@ -199,4 +199,30 @@ TEST_CASE(
     }
     CHECK(f.at("cases").size() == f.at("runs").get<std::size_t>());
   }
+}
+
+TEST_CASE("calibration set: DeepGEMM's block-scaled FP8 GEMMs are a kernel class of their own") {
+  // DeepGEMM prints "fp8_e4m3 (block-scaled) -> bf16" (1x128 / 128x128 scales); mamf-finder's
+  // torch FP8 matmuls scale per tensor.
+  const auto file = study::default_calibration_file();
+  const auto cases = study::kernel_cases(study::load_calibration(file.string()), file.string());
+  int block = 0, tensor = 0;
+  for (const auto& c : cases) {
+    if (c.attention) continue;
+    const auto& g = std::get<Gemm>(c.kernels.front().work);
+    if (c.id.starts_with("deepgemm")) {
+      CHECK(g.scaling == hw::GemmScaling::block);
+      ++block;
+    } else if (g.dtype == DType::fp8) {
+      CHECK(g.scaling == hw::GemmScaling::tensor);
+      ++tensor;
+    }
+  }
+  CHECK(block == 28);
+  CHECK(tensor >= 2);
+  // The shipped H100 model holds both classes apart.
+  const auto h100 = study::load_device("h100-sxm5-80gb");
+  REQUIRE(h100.kernel_model->gemm_fp8_block);
+  CHECK(h100.kernel_model->gemm_for(DType::fp8, hw::GemmScaling::block) !=
+        h100.kernel_model->gemm_for(DType::fp8));
 }

@@ -187,6 +187,19 @@ TEST_CASE("timeline import: replaying an exported simulation reproduces its iter
     const auto r = round_trip("gpt3-1.7b-a100-8", o, true);
     CHECK(r.replayed == approx(r.original));
   }
+  SUBCASE("... FlashAttention in Triton, FSDP's efficiency") {
+    // The kernel lists carry the attention kernel (not the default FlashAttention-2) and the
+    // context the framework's factors: costed otherwise, the replay would differ.
+    auto o = small;
+    o.push_back(set("training.flash_attention", true));
+    o.push_back(set("training.attention_kernel", "flash-attention-triton"));
+    o.push_back(set("training.framework", "fsdp"));
+    const auto r = round_trip("gpt3-1.7b-a100-8", o, true);
+    CHECK(r.replayed == approx(r.original));
+    auto plain = small;
+    plain.push_back(set("training.flash_attention", true));
+    CHECK(round_trip("gpt3-1.7b-a100-8", plain, true).original != approx(r.original));
+  }
   SUBCASE("gpt-tiny-3d-8") {
     const auto r = round_trip("gpt-tiny-3d-8", {}, true);
     CHECK(r.replayed == approx(r.original));
@@ -286,6 +299,19 @@ TEST_CASE("timeline import: malformed traces give errors naming the file and the
   SUBCASE("an op twice") {
     auto text = replace(kTwoRanks, R"("op":3,)", R"("op":2,)");
     CHECK(error_of(text).find("appears twice") != std::string::npos);
+  }
+  SUBCASE("a kernel's trailing value that names nothing") {
+    auto text =
+        replace(kTwoRanks, R"([[{"name":"fwd","measured_ps":10000000}]])",
+                R"([[{"name":"qk","attention":[1,8,8,512,512,64,true,"bf16",false,"flash-4"]}]])");
+    auto message = error_of(text);
+    CHECK(message.find("attention[9]") != std::string::npos);
+    CHECK(message.find("flash-attention-triton") != std::string::npos);
+    text = replace(kTwoRanks, R"([[{"name":"fwd","measured_ps":10000000}]])",
+                   R"([[{"name":"mm","gemm":[64,7168,2048,1,"fp8","rows"]}]])");
+    message = error_of(text);
+    CHECK(message.find("gemm[5]") != std::string::npos);
+    CHECK(message.find("tensor or block") != std::string::npos);
   }
   SUBCASE("an unknown format version") {
     auto text = replace(kTwoRanks, R"("format":1)", R"("format":7)");
