@@ -119,6 +119,68 @@ GradCompression read_grad_compression(config::ObjectReader& r) {
   return c;
 }
 
+// "partition": "even", "balanced", or a list of layers per stage (model chunk).
+PartitionSpec read_partition(config::ObjectReader& r) {
+  PartitionSpec partition;
+  if (const nlohmann::json* v =
+          r.has("partition") ? r.document().find(r.path_of("partition")) : nullptr) {
+    if (v->is_string() && (*v == "even" || *v == "balanced")) {
+      partition.kind = *v == "even" ? PartitionKind::even : PartitionKind::balanced;
+    } else if (v->is_array() && !v->empty() && std::all_of(v->begin(), v->end(), [](const auto& x) {
+                 return x.is_number_integer() && x.template get<std::int64_t>() >= 0 &&
+                        x.template get<std::int64_t>() < (1 << 20);
+               })) {
+      partition.kind = PartitionKind::explicit_;
+      for (const auto& x : *v) partition.layers_per_stage.push_back(x.get<int>());
+    } else {
+      std::string hint =
+          v->is_string() ? config::closest_match(v->get<std::string>(), {"even", "balanced"}) : "";
+      r.fail("partition",
+             "expected \"even\", \"balanced\" or a list of layers per stage such "
+             "as [9, 8, 8, 7]" +
+                 (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
+    }
+  }
+  return partition;
+}
+
+// "offload": one of "none", "optimizer", "params", "nvme", "activations", or a list of them.
+OffloadSpec read_offload(config::ObjectReader& r) {
+  OffloadSpec offload;
+  if (const nlohmann::json* v =
+          r.has("offload") ? r.document().find(r.path_of("offload")) : nullptr) {
+    std::vector<std::string> items;
+    if (v->is_string()) {
+      items.push_back(v->get<std::string>());
+    } else if (v->is_array() &&
+               std::all_of(v->begin(), v->end(), [](const auto& x) { return x.is_string(); })) {
+      for (const auto& x : *v) items.push_back(x.get<std::string>());
+    } else {
+      r.fail("offload",
+             "expected \"none\", \"optimizer\", \"params\", \"nvme\", \"activations\" or a list of "
+             "them");
+    }
+    for (const auto& item : items) {
+      if (item == "optimizer")
+        offload.optimizer = true;
+      else if (item == "params")
+        offload.params = true;
+      else if (item == "nvme")
+        offload.nvme = true;
+      else if (item == "activations")
+        offload.activations = true;
+      else if (item != "none") {
+        std::string hint =
+            config::closest_match(item, {"none", "optimizer", "params", "nvme", "activations"});
+        r.fail("offload", "unknown offload \"" + item +
+                              "\"; expected none, optimizer, params, nvme or activations" +
+                              (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
+      }
+    }
+  }
+  return offload;
+}
+
 ParallelismSpec read_parallelism(config::ObjectReader r) {
   ParallelismSpec p;
   constexpr std::int64_t kMaxDegree = 1 << 24;
@@ -148,26 +210,7 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
   p.virtual_stages = static_cast<int>(r.integer_in_or("virtual_stages", 1, 1 << 12, 1));
   p.sequence_slices = static_cast<int>(r.integer_in_or("sequence_slices", 1, 1 << 16, 1));
   p.tp_overlap = static_cast<int>(r.integer_in_or("tp_overlap", 1, 64, 1));
-  // "partition": "even", "balanced", or a list of layers per stage (model chunk).
-  if (const nlohmann::json* v =
-          r.has("partition") ? r.document().find(r.path_of("partition")) : nullptr) {
-    if (v->is_string() && (*v == "even" || *v == "balanced")) {
-      p.partition.kind = *v == "even" ? PartitionKind::even : PartitionKind::balanced;
-    } else if (v->is_array() && !v->empty() && std::all_of(v->begin(), v->end(), [](const auto& x) {
-                 return x.is_number_integer() && x.template get<std::int64_t>() >= 0 &&
-                        x.template get<std::int64_t>() < (1 << 20);
-               })) {
-      p.partition.kind = PartitionKind::explicit_;
-      for (const auto& x : *v) p.partition.layers_per_stage.push_back(x.get<int>());
-    } else {
-      std::string hint =
-          v->is_string() ? config::closest_match(v->get<std::string>(), {"even", "balanced"}) : "";
-      r.fail("partition",
-             "expected \"even\", \"balanced\" or a list of layers per stage such "
-             "as [9, 8, 8, 7]" +
-                 (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
-    }
-  }
+  p.partition = read_partition(r);
   p.micro_batch = static_cast<int>(r.integer_in_or("micro_batch", 1, kMaxDegree, 1));
   p.dp_bucket_size = r.bytes_or("dp_bucket_size", p.dp_bucket_size);
   if (p.dp_bucket_size.count() <= 0) r.fail("dp_bucket_size", "expected a positive size");
@@ -192,38 +235,7 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
                            : RecomputeMethod::uniform;
   p.recompute_num_layers = static_cast<int>(r.integer_in_or("recompute_num_layers", 0, 1 << 16, 1));
 
-  // "offload": one of "none", "optimizer", "params", "nvme", "activations", or a list of them.
-  if (const nlohmann::json* v =
-          r.has("offload") ? r.document().find(r.path_of("offload")) : nullptr) {
-    std::vector<std::string> items;
-    if (v->is_string()) {
-      items.push_back(v->get<std::string>());
-    } else if (v->is_array() &&
-               std::all_of(v->begin(), v->end(), [](const auto& x) { return x.is_string(); })) {
-      for (const auto& x : *v) items.push_back(x.get<std::string>());
-    } else {
-      r.fail("offload",
-             "expected \"none\", \"optimizer\", \"params\", \"nvme\", \"activations\" or a list of "
-             "them");
-    }
-    for (const auto& item : items) {
-      if (item == "optimizer")
-        p.offload.optimizer = true;
-      else if (item == "params")
-        p.offload.params = true;
-      else if (item == "nvme")
-        p.offload.nvme = true;
-      else if (item == "activations")
-        p.offload.activations = true;
-      else if (item != "none") {
-        std::string hint =
-            config::closest_match(item, {"none", "optimizer", "params", "nvme", "activations"});
-        r.fail("offload", "unknown offload \"" + item +
-                              "\"; expected none, optimizer, params, nvme or activations" +
-                              (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
-      }
-    }
-  }
+  p.offload = read_offload(r);
   r.finish();
   return p;
 }
@@ -408,12 +420,10 @@ void check_tp_mode(const config::Document& doc, const Experiment& e) {
   }
 }
 
-}  // namespace
-
-Experiment read_experiment(config::Document& doc, const std::vector<Override>& overrides) {
-  // Inline referenced files first so that overrides can reach into them; a Hugging Face
-  // config.json as the model becomes the equivalent model object.
-  std::vector<std::string> notes;
+// Inline referenced files first so that overrides can reach into them; a Hugging Face
+// config.json as the model becomes the equivalent model object.
+void inline_and_override(config::Document& doc, const std::vector<Override>& overrides,
+                         std::vector<std::string>& notes) {
   doc.inline_reference("model");
   convert_hf_model(doc, "model", notes);
   doc.inline_reference("cluster");
@@ -425,13 +435,10 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
     if (o.path == "model") convert_hf_model(doc, "model", notes);
     if (o.path == "cluster" || o.path == "cluster.device") doc.inline_reference("cluster.device");
   }
+}
 
-  config::ObjectReader r(doc, "", "an experiment");
-  Experiment e;
-  e.name = r.string("name");
-  e.description = r.string_or("description", "");
-  e.file = doc.file_of("");
-  r.has("model");
+// The model: a layer table (model.type "layers") or a transformer's shape.
+void read_model_section(config::Document& doc, Experiment& e) {
   const nlohmann::json* type = doc.find("model.type");
   if (type && type->is_string() && *type == "layers") {
     e.layer_table = read_layer_table(doc, "model");
@@ -441,14 +448,30 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
   } else {
     e.model = read_model(doc, "model");
   }
+}
+
+// The experiment's keys and sections, read in this order: name, description, model, cluster,
+// parallelism, training and memory. `accumulation` receives
+// training.gradient_accumulation_steps (0 where not given).
+Experiment read_sections(config::Document& doc, std::int64_t& accumulation) {
+  config::ObjectReader r(doc, "", "an experiment");
+  Experiment e;
+  e.name = r.string("name");
+  e.description = r.string_or("description", "");
+  e.file = doc.file_of("");
+  r.has("model");
+  read_model_section(doc, e);
   r.has("cluster");
   e.cluster = hw::read_cluster(doc, "cluster");
   e.parallelism = read_parallelism(r.object("parallelism", "the parallel strategy"));
-  std::int64_t accumulation = 0;
   e.training = read_training(r.object("training", "the training settings"), accumulation);
   if (r.has("memory")) e.memory = read_memory(r.object("memory", "memory overheads"));
   r.finish();
-  // training.hidden_dropout / attention_dropout replace the model's.
+  return e;
+}
+
+// training.hidden_dropout / attention_dropout replace the model's.
+void apply_training_dropout(Experiment& e, std::vector<std::string>& notes) {
   for (auto [given, model, key] :
        {std::tuple{e.training.hidden_dropout, &e.model.hidden_dropout, "hidden_dropout"},
         std::tuple{e.training.attention_dropout, &e.model.attention_dropout,
@@ -461,9 +484,11 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
       *model = *given;
     }
   }
-  apply_framework_efficiency(e);
+}
 
-  // Cross-checks, each reported at the key a user would change.
+// The framework's ZeRO stage where parallelism.zero is not given (FSDP's FULL_SHARD), and
+// Megatron's distributed optimizer against it.
+void apply_framework_zero(const config::Document& doc, Experiment& e) {
   auto& p = e.parallelism;
   const FrameworkDefaults framework =
       framework_defaults(e.training.framework, e.training.dtype, p.zero);
@@ -476,6 +501,12 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
              "parallelism.zero " +
                  std::to_string(p.zero) + " shards more: use one of them");
   }
+}
+
+// What the tensor-parallel split needs of the model: the tp_mode's mesh, nothing to split in
+// a layer table, Megatron's 1D split of the heads and ffn_hidden.
+void check_tensor_parallel(const config::Document& doc, const Experiment& e) {
+  const auto& p = e.parallelism;
   const auto& m = e.model;
   if (p.tp_mode != TpMode::one_d) check_tp_mode(doc, e);
   if (e.layer_table) {
@@ -510,6 +541,13 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
                                      "), got " + number(p.tp));
     }
   }
+}
+
+// pp fits the model's layers and tp * pp * dp is the cluster's device count; dp 0 takes the
+// devices tp * pp leave.
+void resolve_data_parallel(const config::Document& doc, Experiment& e) {
+  auto& p = e.parallelism;
+  const auto& m = e.model;
   if (p.pp > m.layers) {
     doc.fail("parallelism.pp",
              "must not exceed the model's layers (" + number(m.layers) + "), got " + number(p.pp));
@@ -529,6 +567,12 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
                                    ", but cluster " + e.cluster.name + " has " + number(world) +
                                    " devices");
   }
+}
+
+// The global batch and the micro-batch: with gradient_accumulation_steps (`accumulation` > 0)
+// DeepSpeed's rule, then dp * micro_batch dividing the global batch.
+void resolve_batch(const config::Document& doc, Experiment& e, std::int64_t accumulation) {
+  auto& p = e.parallelism;
   if (accumulation > 0) {
     // DeepSpeed's rule: train_batch_size = micro-batch x gradient_accumulation_steps x dp; the
     // one left out follows from the other two.
@@ -559,6 +603,12 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
                                           " * " + number(p.micro_batch) + " = " + number(per_step) +
                                           ", got " + number(e.training.global_batch));
   }
+}
+
+// training.seq_len against the model's learned positions and sequence parallelism.
+void check_seq_len(const config::Document& doc, const Experiment& e) {
+  const auto& p = e.parallelism;
+  const auto& m = e.model;
   if (!e.layer_table && m.position_embedding == PositionEmbedding::learned &&
       e.training.seq_len > m.max_seq_len) {
     doc.fail("training.seq_len", "must not exceed the model's max_seq_len (" +
@@ -570,7 +620,12 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
                                      ") with sequence parallelism, got " +
                                      number(e.training.seq_len));
   }
-  // Memory techniques.
+}
+
+// Memory techniques: recomputation, ZeRO, offload and compressed gradients.
+void check_memory_techniques(const config::Document& doc, const Experiment& e) {
+  const auto& p = e.parallelism;
+  const auto& m = e.model;
   const auto& off = p.offload;
   if (p.recompute_num_layers < 1 && p.recompute == RecomputeKind::full) {
     doc.fail("parallelism.recompute_num_layers", "expected at least 1 with full recomputation");
@@ -603,11 +658,15 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
              "\"activations\" offloads activation checkpoints: it needs "
              "parallelism.recompute full, selective or stage_aware");
   }
+}
+
+// The pipeline schedule: the microbatch count, the options that belong to one schedule
+// (virtual_stages, sequence_slices) and the schedule's own constraint.
+void check_schedule(const config::Document& doc, const Experiment& e) {
+  const auto& p = e.parallelism;
   if (e.microbatches() > (1 << 24)) {
     doc.fail("training.global_batch", "gives more than 16,777,216 microbatches per pipeline");
   }
-
-  // The pipeline schedule and how the layers are split.
   if (p.virtual_stages > 1 && p.schedule != ScheduleKind::interleaved) {
     doc.fail("parallelism.virtual_stages",
              "applies to the interleaved schedule only; "
@@ -635,7 +694,15 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
                                          "micro_batch) = " +
                                          number(e.microbatches()) + ")");
   }
-  const int parts = schedule_parts(p.schedule, p.pp, options);
+}
+
+// How the layers are split: the schedule's parts (stages, or model chunks) against the model's
+// layers and an explicit parallelism.partition.
+void check_partition(const config::Document& doc, const Experiment& e) {
+  const auto& p = e.parallelism;
+  const auto& m = e.model;
+  const int parts =
+      schedule_parts(p.schedule, p.pp, ScheduleOptions{p.virtual_stages, p.sequence_slices});
   if (parts > m.layers) {
     doc.fail(p.virtual_stages > 1 ? "parallelism.virtual_stages" : "parallelism.pp",
              std::string(name_of(p.schedule)) + " cuts the model into " + number(parts) +
@@ -655,6 +722,11 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
                    number(sum));
     }
   }
+}
+
+// Merak's sub-pipelined tensor parallelism: its sub-batches split the micro-batch.
+void check_tp_overlap(const config::Document& doc, const Experiment& e) {
+  const auto& p = e.parallelism;
   if (p.tp_overlap > 1 && p.micro_batch % p.tp_overlap != 0) {
     doc.fail("parallelism.tp_overlap", "must divide parallelism.micro_batch (" +
                                            number(p.micro_batch) + "), got " +
@@ -665,6 +737,27 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
              "sub-pipelines tensor-parallel transformer layers; a "
              "layer-table model has none");
   }
+}
+
+}  // namespace
+
+Experiment read_experiment(config::Document& doc, const std::vector<Override>& overrides) {
+  std::vector<std::string> notes;
+  inline_and_override(doc, overrides, notes);
+  std::int64_t accumulation = 0;
+  Experiment e = read_sections(doc, accumulation);
+  apply_training_dropout(e, notes);
+  apply_framework_efficiency(e);
+  // Cross-checks, each reported at the key a user would change, in this order.
+  apply_framework_zero(doc, e);
+  check_tensor_parallel(doc, e);
+  resolve_data_parallel(doc, e);
+  resolve_batch(doc, e, accumulation);
+  check_seq_len(doc, e);
+  check_memory_techniques(doc, e);
+  check_schedule(doc, e);
+  check_partition(doc, e);
+  check_tp_overlap(doc, e);
   for (const auto& note : notes) report_note(note);
   e.notes = std::move(notes);
   return e;

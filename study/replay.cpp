@@ -105,30 +105,39 @@ std::string cluster_line(const hw::ClusterSpec& c) {
          std::string(hw::name_of(c.network_model)) + " network)";
 }
 
-}  // namespace
-
-ReplayResult replay(const ReplayRequest& args) {
+// The trace's format; --scale-compute checked with it, before anything is read.
+traces::TraceFormat replay_format(const ReplayRequest& args) {
   const auto format = traces::trace_format_from_name(args.format);
   if (!format) throw BadInput("--format expects chakra, kineto or stratasim, got " + args.format);
   if (!(args.scale_compute > 0) || !std::isfinite(args.scale_compute)) {
     throw BadInput("--scale-compute expects a number > 0 (2: compute twice as fast)");
   }
-  ReplayResult out;
+  return *format;
+}
+
+// The imported trace and, for a stratasim timeline, the context its simulation recorded.
+struct LoadedTrace {
   traces::ImportedTrace imported;
   std::optional<traces::ReportContext> recorded;
-  if (*format == traces::TraceFormat::stratasim) {
-    auto t = traces::import_timeline(args.trace);
-    imported = std::move(t.trace);
-    recorded = std::move(t.context);
-  } else {
-    imported = traces::import_trace(args.trace, *format);
-  }
-  std::vector<std::string>& notes = out.notes;
-  notes = std::move(imported.notes);
-  st::Program program = std::move(imported.program);
+};
 
-  const std::string cluster_given =
-      args.cluster.empty() ? imported.cluster.value_or("") : args.cluster;
+LoadedTrace load_trace(const std::string& trace, traces::TraceFormat format) {
+  LoadedTrace loaded;
+  if (format == traces::TraceFormat::stratasim) {
+    auto t = traces::import_timeline(trace);
+    loaded.imported = std::move(t.trace);
+    loaded.recorded = std::move(t.context);
+  } else {
+    loaded.imported = traces::import_trace(trace, format);
+  }
+  return loaded;
+}
+
+// The cluster `cluster_given` names, with the --set overrides; with a recorded context its
+// kernels are costed as the simulation that wrote the timeline costed them: with its training
+// framework's efficiency (strategies::TrainingSpec::compute_efficiency, ...).
+hw::ClusterSpec replay_cluster(const std::string& cluster_given, const ReplayRequest& args,
+                               const std::optional<traces::ReportContext>& recorded) {
   if (cluster_given.empty()) {
     throw BadInput(
         "the trace does not say which cluster it ran on: give one with --cluster "
@@ -136,8 +145,6 @@ ReplayResult replay(const ReplayRequest& args) {
   }
   hw::ClusterSpec cluster = load_cluster(resolve_cluster(cluster_given), args.sets);
   if (recorded) {
-    // Kernels are costed as the simulation that wrote the timeline costed them: with its
-    // training framework's efficiency (strategies::TrainingSpec::compute_efficiency, ...).
     auto apply = [&](hw::DeviceSpec& d) {
       if (d.is_fpga()) return;
       d.efficiency.framework_compute = recorded->framework_compute;
@@ -149,15 +156,19 @@ ReplayResult replay(const ReplayRequest& args) {
       if (o.device) apply(*o.device);
     }
   }
-  const bool analytical_homogeneous = sim::replicas_behave_alike(cluster);
+  return cluster;
+}
 
+// --ranks: `program` re-targeted to `world` data-parallel ranks. Returns the re-targeting's
+// placement block (strategies/retarget.hpp); the program's width when it is unchanged.
+int retarget_ranks(st::Program& program, int world, const ReplayRequest& args,
+                   bool analytical_homogeneous, std::vector<std::string>& notes) {
   const int old_world = program.world_size();
-  const int world = args.ranks.value_or(old_world);
   if (world > traces::kMaxTraceRanks) {
     throw BadInput("--ranks " + std::to_string(world) + ": at most " +
                    std::to_string(traces::kMaxTraceRanks) + " ranks are supported");
   }
-  int block = old_world;  // the re-targeting's placement (strategies/retarget.hpp)
+  int block = old_world;
   if (world != old_world) {
     st::RetargetOptions options;
     if (!args.dp_groups.empty()) options.dp_groups = args.dp_groups;
@@ -170,19 +181,29 @@ ReplayResult replay(const ReplayRequest& args) {
       throw BadInput("--ranks " + std::to_string(world) + ": " + e.what());
     }
   }
-  if (cluster.world_size() < world) {
-    if (cluster.topology) {
-      throw BadInput("cluster " + cluster.name + " has " + std::to_string(cluster.world_size()) +
-                     " devices and a fixed topology, the replay needs " + std::to_string(world) +
-                     ": give a --cluster with enough devices");
-    }
-    const int nodes = (world + cluster.devices_per_node - 1) / cluster.devices_per_node;
-    notes.push_back("cluster " + cluster.name + " has " + std::to_string(cluster.world_size()) +
-                    " devices: grown to " + std::to_string(nodes) + " nodes of " +
-                    std::to_string(cluster.devices_per_node) + " for " + std::to_string(world) +
-                    " ranks");
-    cluster.nodes = nodes;
+  return block;
+}
+
+// A cluster with fewer devices than `world` grows by whole nodes (one with a fixed topology
+// cannot).
+void grow_cluster(hw::ClusterSpec& cluster, int world, std::vector<std::string>& notes) {
+  if (cluster.world_size() >= world) return;
+  if (cluster.topology) {
+    throw BadInput("cluster " + cluster.name + " has " + std::to_string(cluster.world_size()) +
+                   " devices and a fixed topology, the replay needs " + std::to_string(world) +
+                   ": give a --cluster with enough devices");
   }
+  const int nodes = (world + cluster.devices_per_node - 1) / cluster.devices_per_node;
+  notes.push_back("cluster " + cluster.name + " has " + std::to_string(cluster.world_size()) +
+                  " devices: grown to " + std::to_string(nodes) + " nodes of " +
+                  std::to_string(cluster.devices_per_node) + " for " + std::to_string(world) +
+                  " ranks");
+  cluster.nodes = nodes;
+}
+
+// A mirrored program simulates one data-parallel replica for all: only where they behave alike.
+void check_mirrored(const st::Program& program, const hw::ClusterSpec& cluster,
+                    bool analytical_homogeneous) {
   if (program.mirrored() && !analytical_homogeneous) {
     throw BadInput(
         "the trace simulates data-parallel replicas once (mirrored), which holds only on the "
@@ -191,23 +212,33 @@ ReplayResult replay(const ReplayRequest& args) {
         " needs every rank: write the trace with stratasim simulate --exact (or drop --exact "
         "from a re-targeted replay)");
   }
-  if (args.scale_compute != 1.0) {
-    const bool profiled = cluster.device.profile != nullptr;
-    speed_up(cluster.device, args.scale_compute);
-    for (auto& o : cluster.overrides) {
-      if (o.device) speed_up(*o.device, args.scale_compute);
-    }
-    program = with_measured_scaled(program, args.scale_compute);
-    if (profiled) {
-      notes.push_back("--scale-compute sets the device's measured profile aside (roofline model)");
-    }
+}
+
+// --scale-compute x: the devices and the measured kernels x times as fast.
+void scale_compute(hw::ClusterSpec& cluster, st::Program& program, double x,
+                   std::vector<std::string>& notes) {
+  if (x == 1.0) return;
+  const bool profiled = cluster.device.profile != nullptr;
+  speed_up(cluster.device, x);
+  for (auto& o : cluster.overrides) {
+    if (o.device) speed_up(*o.device, x);
   }
+  program = with_measured_scaled(program, x);
+  if (profiled) {
+    notes.push_back("--scale-compute sets the device's measured profile aside (roofline model)");
+  }
+}
+
+// Validates the program and simulates it on `cluster` into out.timeline (and
+// out.traced_ranks); the links' loads go to `links`.
+void simulate_replay(const st::Program& program, const hw::ClusterSpec& cluster, int world,
+                     const std::string& trace, ReplayResult& out,
+                     std::vector<traces::LinkLoad>& links) {
   try {
     st::validate(program);
   } catch (const st::ProgramError& e) {
     throw InvalidProgram(std::string("the replayed program is invalid: ") + e.what());
   }
-
   // Mirrored ranks run no ops: the trace and memory samples cover the ranks that do.
   if (program.mirrored()) {
     for (int r = 0; r < world; ++r) {
@@ -216,20 +247,24 @@ ReplayResult replay(const ReplayRequest& args) {
   }
   sim::SimOptions options;
   options.memory_sample_ranks = out.traced_ranks;
-  std::vector<traces::LinkLoad> links;
   try {
     out.timeline = simulate_program(program, cluster, options, &links);
   } catch (const std::overflow_error& e) {
     // Only an absurd input gets here (durations or sizes near the importers' bounds).
-    throw BadInput(args.trace + ": the trace cannot be replayed: " + e.what());
+    throw BadInput(trace + ": the trace cannot be replayed: " + e.what());
   }
+}
 
-  // The report's context: the recorded one, scaled to the new width, on the new device.
-  traces::ReportContext& context = out.context;
+// The report's context: the recorded one (else one naming the trace), scaled to the new width
+// `world`; ranks map back to the old ones through the re-targeting's `block`.
+traces::ReportContext scaled_context(const std::optional<traces::ReportContext>& recorded,
+                                     const std::string& trace, int old_world, int world,
+                                     int block) {
+  traces::ReportContext context;
   if (recorded) {
     context = *recorded;
   } else {
-    context.experiment = fs::path(args.trace).filename().string();
+    context.experiment = fs::path(trace).filename().string();
   }
   const int k = world / old_world;
   context.samples_per_iteration *= k;
@@ -243,8 +278,13 @@ ReplayResult replay(const ReplayRequest& args) {
     }
     context.stage_of_rank = std::move(stages);
   }
-  const bool same_cluster = recorded && imported.cluster && *imported.cluster == cluster_given &&
-                            args.sets.empty() && args.scale_compute == 1.0;
+  return context;
+}
+
+// The context's device figures on the new cluster: the mean peak rate in the program's dtype
+// (kept where the cluster is the one recorded) and the memory capacity.
+void set_device_figures(traces::ReportContext& context, const st::Program& program,
+                        const hw::ClusterSpec& cluster, int world, bool same_cluster) {
   if (!same_cluster) {
     const DType dtype = compute_dtype(program);
     double sum = 0;
@@ -258,6 +298,11 @@ ReplayResult replay(const ReplayRequest& args) {
     context.device_peak = FlopRate(sum / world);
   }
   context.device_capacity = cluster.device.memory_capacity;
+}
+
+// The context's setup lines: the cluster replayed on, and what the replay did.
+void set_setup_lines(traces::ReportContext& context, const hw::ClusterSpec& cluster,
+                     const ReplayRequest& args, int old_world, int world) {
   bool had_cluster_line = false;
   for (auto& [key, value] : context.setup) {
     if (key == "cluster") {
@@ -277,7 +322,39 @@ ReplayResult replay(const ReplayRequest& args) {
   } else {
     context.setup.emplace_back("replay", replay_line.str());
   }
-  out.report = traces::make_report(program, out.timeline, context);
+}
+
+}  // namespace
+
+ReplayResult replay(const ReplayRequest& args) {
+  const traces::TraceFormat format = replay_format(args);
+  ReplayResult out;
+  LoadedTrace loaded = load_trace(args.trace, format);
+  std::vector<std::string>& notes = out.notes;
+  notes = std::move(loaded.imported.notes);
+  st::Program program = std::move(loaded.imported.program);
+
+  const std::string cluster_given =
+      args.cluster.empty() ? loaded.imported.cluster.value_or("") : args.cluster;
+  hw::ClusterSpec cluster = replay_cluster(cluster_given, args, loaded.recorded);
+  const bool analytical_homogeneous = sim::replicas_behave_alike(cluster);
+
+  const int old_world = program.world_size();
+  const int world = args.ranks.value_or(old_world);
+  const int block = retarget_ranks(program, world, args, analytical_homogeneous, notes);
+  grow_cluster(cluster, world, notes);
+  check_mirrored(program, cluster, analytical_homogeneous);
+  scale_compute(cluster, program, args.scale_compute, notes);
+  std::vector<traces::LinkLoad> links;
+  simulate_replay(program, cluster, world, args.trace, out, links);
+
+  out.context = scaled_context(loaded.recorded, args.trace, old_world, world, block);
+  const bool same_cluster = loaded.recorded && loaded.imported.cluster &&
+                            *loaded.imported.cluster == cluster_given && args.sets.empty() &&
+                            args.scale_compute == 1.0;
+  set_device_figures(out.context, program, cluster, world, same_cluster);
+  set_setup_lines(out.context, cluster, args, old_world, world);
+  out.report = traces::make_report(program, out.timeline, out.context);
   out.report.links = std::move(links);
   out.program = std::move(program);
   out.cluster = std::move(cluster);
