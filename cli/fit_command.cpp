@@ -116,9 +116,9 @@ int fit_command(const FitArgs& args) {
       if (const auto& at = m.attention[static_cast<std::size_t>(a)]) {
         std::printf(
             "  %-18s forward %.3f backward %.3f seq_half %.0f causal_seq_half %.0f "
-            "head_dim_64 %.3f head_dim_256 %.3f\n",
+            "head_dim_64 %.3f head_dim_256 %.3f causal_factor %.3f\n",
             std::string(hw::name_of(a)).c_str(), at->forward, at->backward, at->seq_half,
-            at->causal_seq_half, at->head_dim_64, at->head_dim_256);
+            at->causal_seq_half, at->head_dim_64, at->head_dim_256, at->causal_factor);
       }
     }
     for (const auto& [block, stats] : m.fit.items()) {

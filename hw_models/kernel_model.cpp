@@ -75,7 +75,8 @@ double AttentionModel::efficiency(bool is_backward, bool causal, double head_dim
                                : std::exp((x - 7) * std::log(head_dim_256));
   const double half = causal ? causal_seq_half : seq_half;
   const double falloff = keys / (keys + half);
-  return std::clamp((is_backward ? backward : forward) * factor * falloff, 1e-9, 1.0);
+  const double mask = causal ? causal_factor : 1.0;
+  return std::clamp((is_backward ? backward : forward) * factor * falloff * mask, 1e-9, 1.0);
 }
 
 std::string_view name_of(GemmScaling scaling) {
@@ -140,6 +141,7 @@ void KernelModel::validate() const {
     check_non_negative(a->causal_seq_half, at + ".causal_seq_half");
     check_positive(a->head_dim_64, at + ".head_dim_64");
     check_positive(a->head_dim_256, at + ".head_dim_256");
+    check_positive(a->causal_factor, at + ".causal_factor");
   }
 }
 
@@ -189,6 +191,7 @@ KernelModel read_kernel_model(const config::Document& doc, const std::string& pa
       am.causal_seq_half = e.number_or("causal_seq_half", 0);
       am.head_dim_64 = e.number_or("head_dim_64", 1);
       am.head_dim_256 = e.number_or("head_dim_256", 1);
+      am.causal_factor = e.number_or("causal_factor", 1);
       am.cases = read_cases(doc, e);
       e.finish();
       m.attention[static_cast<std::size_t>(i)] = am;
@@ -236,6 +239,7 @@ nlohmann::json to_json(const KernelModel& m) {
                                           {"causal_seq_half", a->causal_seq_half},
                                           {"head_dim_64", a->head_dim_64},
                                           {"head_dim_256", a->head_dim_256},
+                                          {"causal_factor", a->causal_factor},
                                           {"cases", a->cases}};
   }
   if (!attention.empty()) j["attention"] = attention;

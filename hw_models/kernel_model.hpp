@@ -106,9 +106,14 @@ struct AttentionModel {
   double causal_seq_half = 0;  // tokens, >= 0
   double head_dim_64 = 1;      // factor at head dim 64 (relative to 128), > 0
   double head_dim_256 = 1;     // factor at head dim 256, > 0
+  /// A causal kernel's rate at long sequences relative to a non-causal one's, > 0: the diagonal
+  /// blocks' partly masked work and the uneven work of query blocks (later rows see more keys)
+  /// that the kernel's scheduling does not even out.
+  double causal_factor = 1;
   std::vector<std::string> cases;
 
-  /// fraction(direction) x head_dim_factor(head_dim) x s / (s + s_half), s = keys per query.
+  /// fraction(direction) x head_dim_factor(head_dim) x s / (s + s_half) x (causal_factor when
+  /// causal), s = keys per query.
   double efficiency(bool backward, bool causal, double head_dim, double keys) const;
 };
 

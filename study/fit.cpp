@@ -390,6 +390,13 @@ FitResult fit_kernel_models(const std::vector<hw::DeviceSpec>& devices,
              each(ms, [v](hw::AttentionModel& a) { a.head_dim_256 = v; });
            }});
     }
+    // The causal asymptote is told apart only where both masks were measured.
+    if (any_causal && any_plain) {
+      block.params.push_back(
+          {"causal_factor", false, 1.0, [each](std::vector<hw::KernelModel>& ms, double v) {
+             each(ms, [v](hw::AttentionModel& a) { a.causal_factor = v; });
+           }});
+    }
     fit_block(bare, result.models, block, options.max_evaluations);
     if (impl == hw::AttentionImpl::flash_attention_2) {
       for (const auto& m : result.models) {

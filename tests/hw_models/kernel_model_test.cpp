@@ -67,6 +67,18 @@ TEST_CASE("kernel model: attention efficiency by hand") {
         doctest::Approx(0.6 * std::sqrt(1.1)));
   // Clamped outside 64..256: head dim 32 uses the factor of 64.
   CHECK(a.efficiency(false, false, 32, 1e12) == doctest::Approx(0.48));
+  // A causal factor scales causal kernels only: 0.24 x 0.9 = 0.216; non-causal stays 0.54.
+  auto j = model_json();
+  j["attention"]["flash-attention-2"]["causal_factor"] = 0.9;
+  const auto c = read(j);
+  const auto& ca = *c.attention_for(hw::AttentionImpl::flash_attention_2);
+  CHECK(ca.efficiency(true, true, 64, 1200) == doctest::Approx(0.216));
+  CHECK(ca.efficiency(false, false, 128, 900) == doctest::Approx(0.54));
+  CHECK(a.causal_factor == 1);  // absent: 1
+  j["attention"]["flash-attention-2"]["causal_factor"] = -1;
+  const auto e = error_of([&] { read(j); });
+  CHECK(std::string(e.what()).find("attention.flash-attention-2.causal_factor") !=
+        std::string::npos);
 }
 
 TEST_CASE("kernel model: bad parameters name their JSON path") {
