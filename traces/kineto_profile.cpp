@@ -489,194 +489,249 @@ bool is_launch_call(std::string_view name) {
   return kNames.count(name) > 0;
 }
 
-}  // namespace
+// ---- The trace's events, sorted by what they are.
 
-TraceCalibration calibrate_from_kineto_text(const std::string& name, const std::string& text,
-                                            const hw::DeviceSpec& device,
-                                            const TraceCalibrationOptions& options) {
-  const Reader in{name};
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {
-    in.fail("", std::string("not valid JSON: ") + e.what());
-  }
-  const json* events = nullptr;
-  std::string base = "traceEvents";
-  if (doc.is_object() && doc.contains("traceEvents") && doc["traceEvents"].is_array()) {
-    events = &doc["traceEvents"];
-  } else if (doc.is_array()) {
-    events = &doc;
-    base = "";
-  } else {
-    in.fail("traceEvents",
-            "not a PyTorch profiler (Kineto) trace: expected an object with a \"traceEvents\" "
-            "array (torch.profiler's export_chrome_trace writes one)");
-  }
-  TraceCalibration result;
-  if (doc.is_object()) {
-    if (auto p = doc.find("deviceProperties");
-        p != doc.end() && p->is_array() && !p->empty() && (*p)[0].is_object()) {
-      if (auto n = (*p)[0].find("name"); n != (*p)[0].end() && n->is_string()) {
-        result.gpu = n->get<std::string>();
-      }
-    }
-  }
+struct KernelEvent {
+  std::size_t index;
+  double dur;
+  const json* args;
+};
 
-  // One pass: CPU operators, launch calls, device activity.
+struct CopyEvent {
+  std::size_t index;
+  double dur;
+  std::string name;
+  const json* args;
+};
+
+struct Events {
+  std::string base = "traceEvents";  // the events' JSON path ("" for a bare array)
   std::vector<CpuOp> ops;
   std::unordered_map<std::int64_t, std::vector<std::size_t>> op_by_external;
   std::unordered_map<std::int64_t, Launch> launch_by_correlation;
   std::vector<Time> launch_times;
-  struct Kernel {
-    std::size_t index;
-    double dur;
-    const json* args;
-  };
-  std::vector<Kernel> kernels;
-  struct Copy {
-    std::size_t index;
-    double dur;
-    std::string name;
-    const json* args;
-  };
-  std::vector<Copy> copies;
-  auto path_of = [&](std::size_t i) { return base + "[" + std::to_string(i) + "]"; };
-  for (std::size_t i = 0; i < events->size(); ++i) {
-    const json& e = (*events)[i];
-    if (!e.is_object()) in.fail(path_of(i), "expected an object (a trace event)");
-    auto ph = e.find("ph");
-    if (ph == e.end() || !ph->is_string() || ph->get_ref<const std::string&>() != "X") continue;
-    auto cat_it = e.find("cat");
-    const std::string cat =
-        cat_it != e.end() && cat_it->is_string() ? lower(cat_it->get<std::string>()) : "";
-    auto name_it = e.find("name");
-    const std::string ev_name =
-        name_it != e.end() && name_it->is_string() ? name_it->get<std::string>() : "";
-    auto args_it = e.find("args");
-    const json* args = args_it != e.end() && args_it->is_object() ? &*args_it : nullptr;
-    const std::string path = path_of(i);
-    if (cat == "cpu_op" || cat == "operator") {
-      CpuOp op;
-      op.index = i;
-      op.name = ev_name;
-      op.ts = in.number(e, "ts", path, -kMaxTimestamp, kMaxTimestamp);
-      op.end = op.ts + in.number(e, "dur", path, 0, kMaxMicros);
-      op.thread = thread_key(e);
-      op.args = args;
-      if (const auto ext = integer_arg(args, "External id")) {
-        op_by_external[*ext].push_back(ops.size());
+  std::vector<KernelEvent> kernels;
+  std::vector<CopyEvent> copies;
+
+  std::string path_of(std::size_t i) const { return base + "[" + std::to_string(i) + "]"; }
+};
+
+json parse_document(const Reader& in, const std::string& text) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    in.fail("", std::string("not valid JSON: ") + e.what());
+  }
+}
+
+// The trace's event array; `base` becomes its JSON path.
+const json& trace_events(const Reader& in, const json& doc, std::string& base) {
+  if (doc.is_object() && doc.contains("traceEvents") && doc["traceEvents"].is_array()) {
+    base = "traceEvents";
+    return doc["traceEvents"];
+  }
+  if (doc.is_array()) {
+    base = "";
+    return doc;
+  }
+  in.fail("traceEvents",
+          "not a PyTorch profiler (Kineto) trace: expected an object with a \"traceEvents\" "
+          "array (torch.profiler's export_chrome_trace writes one)");
+}
+
+// deviceProperties[0].name, or "".
+std::string gpu_name(const json& doc) {
+  if (doc.is_object()) {
+    if (auto p = doc.find("deviceProperties");
+        p != doc.end() && p->is_array() && !p->empty() && (*p)[0].is_object()) {
+      if (auto n = (*p)[0].find("name"); n != (*p)[0].end() && n->is_string()) {
+        return n->get<std::string>();
       }
-      ops.push_back(std::move(op));
-    } else if (cat == "cuda_runtime" || cat == "cuda_driver" || cat == "runtime" ||
-               cat == "hip_runtime") {
-      const double ts = in.number(e, "ts", path, -kMaxTimestamp, kMaxTimestamp);
-      const double dur = in.number(e, "dur", path, 0, kMaxMicros);
-      if (!is_launch_call(ev_name)) continue;
-      launch_times.push_back(duration_of(dur));
-      if (const auto corr = integer_arg(args, "correlation")) {
-        launch_by_correlation[*corr] = {ts, thread_key(e), integer_arg(args, "External id")};
-      }
-    } else if (cat == "kernel") {
-      ++result.kernels;
-      in.number(e, "ts", path, -kMaxTimestamp, kMaxTimestamp);
-      const double dur = in.number(e, "dur", path, 0, kMaxMicros);
-      if (ev_name.rfind("ncclKernel", 0) == 0 || ev_name.rfind("ncclDevKernel", 0) == 0 ||
-          (args && args->contains("Collective name"))) {
-        ++result.skipped["collectives: NCCL kernels (not fitted: they wait for other ranks)"];
-        continue;
-      }
-      kernels.push_back({i, dur, args});
-    } else if (cat == "gpu_memcpy" || cat == "memcpy") {
-      ++result.kernels;
-      copies.push_back({i, in.number(e, "dur", path, 0, kMaxMicros), ev_name, args});
-    } else if (cat == "gpu_memset" || cat == "memset") {
-      ++result.kernels;
-      ++result.skipped["copies: memsets"];
     }
   }
-  if (kernels.empty() && copies.empty()) {
+  return "";
+}
+
+// A string member, or "" when it is missing or not a string.
+std::string string_member(const json& e, const char* key) {
+  auto it = e.find(key);
+  return it != e.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+void read_cpu_op(const Reader& in, const json& e, std::size_t i, const std::string& ev_name,
+                 const json* args, Events& ev) {
+  const std::string path = ev.path_of(i);
+  CpuOp op;
+  op.index = i;
+  op.name = ev_name;
+  op.ts = in.number(e, "ts", path, -kMaxTimestamp, kMaxTimestamp);
+  op.end = op.ts + in.number(e, "dur", path, 0, kMaxMicros);
+  op.thread = thread_key(e);
+  op.args = args;
+  if (const auto ext = integer_arg(args, "External id")) {
+    ev.op_by_external[*ext].push_back(ev.ops.size());
+  }
+  ev.ops.push_back(std::move(op));
+}
+
+void read_runtime_call(const Reader& in, const json& e, const std::string& path,
+                       const std::string& ev_name, const json* args, Events& ev) {
+  const double ts = in.number(e, "ts", path, -kMaxTimestamp, kMaxTimestamp);
+  const double dur = in.number(e, "dur", path, 0, kMaxMicros);
+  if (!is_launch_call(ev_name)) return;
+  ev.launch_times.push_back(duration_of(dur));
+  if (const auto corr = integer_arg(args, "correlation")) {
+    ev.launch_by_correlation[*corr] = {ts, thread_key(e), integer_arg(args, "External id")};
+  }
+}
+
+void read_kernel(const Reader& in, const json& e, std::size_t i, const std::string& ev_name,
+                 const json* args, Events& ev, TraceCalibration& result) {
+  const std::string path = ev.path_of(i);
+  ++result.kernels;
+  in.number(e, "ts", path, -kMaxTimestamp, kMaxTimestamp);
+  const double dur = in.number(e, "dur", path, 0, kMaxMicros);
+  if (ev_name.rfind("ncclKernel", 0) == 0 || ev_name.rfind("ncclDevKernel", 0) == 0 ||
+      (args && args->contains("Collective name"))) {
+    ++result.skipped["collectives: NCCL kernels (not fitted: they wait for other ranks)"];
+    return;
+  }
+  ev.kernels.push_back({i, dur, args});
+}
+
+// One trace event: a CPU operator, a launch call or device activity; others are ignored.
+void read_event(const Reader& in, const json& e, std::size_t i, Events& ev,
+                TraceCalibration& result) {
+  if (!e.is_object()) in.fail(ev.path_of(i), "expected an object (a trace event)");
+  auto ph = e.find("ph");
+  if (ph == e.end() || !ph->is_string() || ph->get_ref<const std::string&>() != "X") return;
+  const std::string cat = lower(string_member(e, "cat"));
+  const std::string ev_name = string_member(e, "name");
+  auto args_it = e.find("args");
+  const json* args = args_it != e.end() && args_it->is_object() ? &*args_it : nullptr;
+  const std::string path = ev.path_of(i);
+  if (cat == "cpu_op" || cat == "operator") {
+    read_cpu_op(in, e, i, ev_name, args, ev);
+  } else if (cat == "cuda_runtime" || cat == "cuda_driver" || cat == "runtime" ||
+             cat == "hip_runtime") {
+    read_runtime_call(in, e, path, ev_name, args, ev);
+  } else if (cat == "kernel") {
+    read_kernel(in, e, i, ev_name, args, ev, result);
+  } else if (cat == "gpu_memcpy" || cat == "memcpy") {
+    ++result.kernels;
+    ev.copies.push_back({i, in.number(e, "dur", path, 0, kMaxMicros), ev_name, args});
+  } else if (cat == "gpu_memset" || cat == "memset") {
+    ++result.kernels;
+    ++result.skipped["copies: memsets"];
+  }
+}
+
+// One pass: CPU operators, launch calls, device activity.
+Events read_events(const Reader& in, const json& events, const std::string& base,
+                   TraceCalibration& result) {
+  Events ev;
+  ev.base = base;
+  for (std::size_t i = 0; i < events.size(); ++i) read_event(in, events[i], i, ev, result);
+  if (ev.kernels.empty() && ev.copies.empty()) {
     in.fail(base,
             "no GPU kernels (events of cat \"kernel\"): record the trace with "
             "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]");
   }
+  return ev;
+}
 
-  // CPU operators nest by time on their thread: each one's parent is the innermost operator
-  // enclosing it.
-  {
-    std::vector<std::size_t> order(ops.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
-      if (ops[x].thread != ops[y].thread) return ops[x].thread < ops[y].thread;
-      if (ops[x].ts != ops[y].ts) return ops[x].ts < ops[y].ts;
-      return ops[x].end > ops[y].end;
-    });
-    std::vector<std::size_t> stack;
-    for (std::size_t i : order) {
-      CpuOp& op = ops[i];
-      while (!stack.empty() && (ops[stack.back()].thread != op.thread ||
-                                op.end > ops[stack.back()].end + kNestSlackUs)) {
-        stack.pop_back();
+// CPU operators nest by time on their thread: each one's parent is the innermost operator
+// enclosing it.
+void nest_operators(std::vector<CpuOp>& ops) {
+  std::vector<std::size_t> order(ops.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    if (ops[x].thread != ops[y].thread) return ops[x].thread < ops[y].thread;
+    if (ops[x].ts != ops[y].ts) return ops[x].ts < ops[y].ts;
+    return ops[x].end > ops[y].end;
+  });
+  std::vector<std::size_t> stack;
+  for (std::size_t i : order) {
+    CpuOp& op = ops[i];
+    while (!stack.empty() && (ops[stack.back()].thread != op.thread ||
+                              op.end > ops[stack.back()].end + kNestSlackUs)) {
+      stack.pop_back();
+    }
+    if (!stack.empty()) op.parent = stack.back();
+    stack.push_back(i);
+  }
+}
+
+// ---- Each kernel to its operator, and to its call.
+
+// The operator that launched a kernel, or kNone.
+std::size_t operator_of(const Events& ev, const KernelEvent& k) {
+  std::optional<std::int64_t> external = integer_arg(k.args, "External id");
+  const Launch* launch = nullptr;
+  if (const auto corr = integer_arg(k.args, "correlation")) {
+    auto it = ev.launch_by_correlation.find(*corr);
+    if (it != ev.launch_by_correlation.end()) launch = &it->second;
+  }
+  if ((!external || !ev.op_by_external.count(*external)) && launch && launch->external) {
+    external = launch->external;
+  }
+  std::size_t op = kNone;
+  if (external) {
+    if (auto it = ev.op_by_external.find(*external); it != ev.op_by_external.end()) {
+      // One operator per External id; should several share it, the innermost one that
+      // encloses the launch call.
+      for (std::size_t c : it->second) {
+        const CpuOp& o = ev.ops[c];
+        if (launch && (o.thread != launch->thread || launch->ts < o.ts - kNestSlackUs ||
+                       launch->ts > o.end + kNestSlackUs)) {
+          continue;
+        }
+        if (op == kNone || o.end - o.ts < ev.ops[op].end - ev.ops[op].ts) op = c;
       }
-      if (!stack.empty()) op.parent = stack.back();
-      stack.push_back(i);
+      if (op == kNone) op = it->second.front();
     }
   }
+  return op;
+}
 
-  // Each kernel to its operator, and to its call.
-  struct Call {
-    std::size_t op;
-    double dur = 0;
-  };
-  std::map<std::size_t, Call> calls;  // by operator, in trace order
+// The call a kernel of operator `op` belongs to: its outermost GEMM or attention ancestor, else
+// its innermost memory-bound one; kNone when it has neither.
+std::size_t call_of(const std::vector<CpuOp>& ops, std::size_t op) {
+  std::size_t compute = kNone, memory = kNone;
+  for (std::size_t o = op; o != kNone; o = ops[o].parent) {
+    const OpClass c = class_of(ops[o].name);
+    if (c == OpClass::gemm || c == OpClass::attention) compute = o;
+    if (c == OpClass::memory && memory == kNone) memory = o;
+  }
+  return compute != kNone ? compute : memory;
+}
+
+struct Call {
+  std::size_t op;
+  double dur = 0;
+};
+using Calls = std::map<std::size_t, Call>;  // by operator, in trace order
+
+Calls link_kernels(const Reader& in, const Events& ev, TraceCalibration& result) {
+  Calls calls;
   std::map<std::string, std::int64_t> other_ops;
   std::int64_t unlinked = 0;
-  for (const Kernel& k : kernels) {
-    std::optional<std::int64_t> external = integer_arg(k.args, "External id");
-    const Launch* launch = nullptr;
-    if (const auto corr = integer_arg(k.args, "correlation")) {
-      auto it = launch_by_correlation.find(*corr);
-      if (it != launch_by_correlation.end()) launch = &it->second;
-    }
-    if ((!external || !op_by_external.count(*external)) && launch && launch->external) {
-      external = launch->external;
-    }
-    std::size_t op = kNone;
-    if (external) {
-      if (auto it = op_by_external.find(*external); it != op_by_external.end()) {
-        // One operator per External id; should several share it, the innermost one that
-        // encloses the launch call.
-        for (std::size_t c : it->second) {
-          const CpuOp& o = ops[c];
-          if (launch && (o.thread != launch->thread || launch->ts < o.ts - kNestSlackUs ||
-                         launch->ts > o.end + kNestSlackUs)) {
-            continue;
-          }
-          if (op == kNone || o.end - o.ts < ops[op].end - ops[op].ts) op = c;
-        }
-        if (op == kNone) op = it->second.front();
-      }
-    }
+  for (const KernelEvent& k : ev.kernels) {
+    const std::size_t op = operator_of(ev, k);
     if (op == kNone) {
       ++unlinked;
       continue;
     }
-    std::size_t compute = kNone, memory = kNone;
-    for (std::size_t o = op; o != kNone; o = ops[o].parent) {
-      const OpClass c = class_of(ops[o].name);
-      if (c == OpClass::gemm || c == OpClass::attention) compute = o;
-      if (c == OpClass::memory && memory == kNone) memory = o;
-    }
-    const std::size_t chosen = compute != kNone ? compute : memory;
+    const std::size_t chosen = call_of(ev.ops, op);
     if (chosen == kNone) {
-      ++other_ops[ops[op].name];
+      ++other_ops[ev.ops[op].name];
       continue;
     }
     auto [it, fresh] = calls.try_emplace(chosen, Call{chosen});
     it->second.dur += k.dur;
   }
-  if (ops.empty() && !kernels.empty()) {
-    in.fail(base,
+  if (ev.ops.empty() && !ev.kernels.empty()) {
+    in.fail(ev.base,
             "GPU kernels but no CPU operators (cat \"cpu_op\"): the trace cannot say "
             "which operator and shapes each kernel ran; record it with "
             "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] and "
@@ -691,13 +746,16 @@ TraceCalibration calibrate_from_kineto_text(const std::string& name, const std::
     for (const auto& [op_name, count] : other_ops) n += count;
     result.skipped["other: kernels of operators not fitted (" + top_names(other_ops, 4) + ")"] += n;
   }
+  return calls;
+}
 
-  // Shapes: without "Input Dims" on any recognised operator, the trace was recorded without
-  // record_shapes.
+// Shapes: without "Input Dims" on any recognised operator, the trace was recorded without
+// record_shapes.
+void require_shapes(const Reader& in, const Events& ev, const Calls& calls) {
   std::size_t first_without_shapes = kNone;
   bool any_shapes = false;
   for (const auto& [o, call] : calls) {
-    const json* args = ops[o].args;
+    const json* args = ev.ops[o].args;
     if (args && args->contains("Input Dims")) {
       any_shapes = true;
     } else if (first_without_shapes == kNone) {
@@ -705,134 +763,155 @@ TraceCalibration calibrate_from_kineto_text(const std::string& name, const std::
     }
   }
   if (!any_shapes && first_without_shapes != kNone) {
-    in.fail(path_of(ops[first_without_shapes].index) + ".args.Input Dims",
-            "no shapes recorded (" + ops[first_without_shapes].name +
+    in.fail(ev.path_of(ev.ops[first_without_shapes].index) + ".args.Input Dims",
+            "no shapes recorded (" + ev.ops[first_without_shapes].name +
                 " has no \"Input Dims\"): record the trace with record_shapes=True "
                 "(torch.profiler.profile(..., record_shapes=True))");
   }
+}
 
-  // Each call's figure.
-  struct GemmKey {
-    std::int64_t m, n, k, batch;
-    DType dtype;
-    auto operator<=>(const GemmKey&) const = default;
-  };
+// ---- Each call's figure, summed by kind.
+
+struct GemmKey {
+  std::int64_t m, n, k, batch;
+  DType dtype;
+  auto operator<=>(const GemmKey&) const = default;
+};
+
+struct Flow {
+  double bytes = 0, seconds = 0;
+};
+
+struct Figures {
   std::map<GemmKey, std::vector<Time>> gemm_times;
   std::array<double, std::size(kAllDTypes)> attention_flops{}, attention_seconds{};
-  double memory_bytes = 0, memory_seconds = 0;
-  const std::int64_t min_bytes = options.min_memory_bytes.count();
-  for (const auto& [o, call] : calls) {
-    const CpuOp& op = ops[o];
-    const OpClass c = class_of(op.name);
-    const char* what = c == OpClass::gemm        ? "gemm"
-                       : c == OpClass::attention ? "attention"
-                                                 : "elementwise";
-    const std::string apath = path_of(op.index) + ".args";
-    Inputs inputs;
-    if (op.args) {
-      auto field = [&](const char* key) -> const json* {
-        auto it = op.args->find(key);
-        if (it == op.args->end()) return nullptr;
-        if (!it->is_array()) in.fail(apath + "." + key, "expected an array, one entry per input");
-        return &*it;
-      };
-      inputs.dims = field("Input Dims");
-      inputs.types = field("Input type");
-      inputs.concrete = field("Concrete Inputs");
-    }
-    if (!inputs.dims || !inputs.types) {
-      ++result.skipped[std::string(what) + ": no shapes recorded (\"Input Dims\", \"Input type\")"];
-      continue;
-    }
-    if (inputs.dims->size() != inputs.types->size()) {
-      in.fail(apath + ".Input type", "expected one entry per entry of \"Input Dims\" (" +
-                                         std::to_string(inputs.dims->size()) + ")");
-    }
-    if (call.dur > kMaxMicros) {
-      ++result.skipped[std::string(what) + ": calls longer than " +
-                       std::to_string(static_cast<std::int64_t>(kMaxMicros)) + " us"];
-      continue;
-    }
-    const Time t = duration_of(call.dur);
-    if (t <= Time::zero()) {
-      ++result.skipped[std::string(what) + ": kernels of zero duration"];
-      continue;
-    }
-    Fitted f;
-    if (c == OpClass::gemm) {
-      f = fit_gemm(gemm_ops().find(op.name)->second, inputs);
-    } else if (c == OpClass::attention) {
-      f = fit_attention(attention_ops().find(op.name)->second, inputs);
-    } else {
-      f = fit_memory(memory_ops().find(op.name)->second, inputs);
-    }
-    if (!f.skip.empty()) {
-      ++result.skipped[std::string(what) + ": " + f.skip];
-      continue;
-    }
-    if (f.gemm) {
-      const auto& g = *f.gemm;
-      gemm_times[{g.m, g.n, g.k, g.batch, g.dtype}].push_back(t);
-      ++result.gemm_calls;
-    } else if (f.attention) {
-      const auto d = static_cast<std::size_t>(f.attention->dtype);
-      attention_flops[d] += strategies::attention_flops(*f.attention).count();
-      attention_seconds[d] += t.seconds();
-      ++result.attention_calls;
-    } else if (f.bytes->count() < min_bytes) {
-      ++result.skipped["elementwise: calls moving under " + to_string(options.min_memory_bytes) +
-                       " (latency-bound)"];
-    } else {
-      memory_bytes += static_cast<double>(f.bytes->count());
-      memory_seconds += t.seconds();
-      ++result.elementwise_calls;
-    }
-  }
+  Flow elementwise, dtod, htod, dtoh;
+};
 
-  // Copies.
-  double dtod_bytes = 0, dtod_seconds = 0, htod_bytes = 0, htod_seconds = 0, dtoh_bytes = 0,
-         dtoh_seconds = 0;
-  for (const Copy& c : copies) {
-    const auto bytes = integer_arg(c.args, "bytes");
-    if (!bytes || *bytes < 0) {
-      ++result.skipped["copies: memcpys without \"bytes\""];
-      continue;
-    }
-    const bool pinned = c.name.find("Pinned") != std::string::npos;
-    double *b = nullptr, *s = nullptr;
-    double factor = 1;
-    if (c.name.find("DtoD") != std::string::npos) {
-      b = &dtod_bytes, s = &dtod_seconds, factor = 2;
-    } else if (c.name.find("HtoD") != std::string::npos && pinned) {
-      b = &htod_bytes, s = &htod_seconds;
-    } else if (c.name.find("DtoH") != std::string::npos && pinned) {
-      b = &dtoh_bytes, s = &dtoh_seconds;
-    } else {
-      ++result.skipped["copies: pageable or peer-to-peer memcpys"];
-      continue;
-    }
-    if (*bytes < min_bytes) {
-      ++result.skipped["copies: memcpys under " + to_string(options.min_memory_bytes)];
-      continue;
-    }
-    if (duration_of(c.dur) <= Time::zero()) {
-      ++result.skipped["copies: memcpys of zero duration"];
-      continue;
-    }
-    *b += factor * static_cast<double>(*bytes);
-    *s += c.dur * 1e-6;
-    ++result.copies;
+// An operator's "Input Dims", "Input type" and "Concrete Inputs", each null when absent.
+Inputs inputs_of(const Reader& in, const CpuOp& op, const std::string& apath) {
+  Inputs inputs;
+  if (op.args) {
+    auto field = [&](const char* key) -> const json* {
+      auto it = op.args->find(key);
+      if (it == op.args->end()) return nullptr;
+      if (!it->is_array()) in.fail(apath + "." + key, "expected an array, one entry per input");
+      return &*it;
+    };
+    inputs.dims = field("Input Dims");
+    inputs.types = field("Input type");
+    inputs.concrete = field("Concrete Inputs");
   }
+  return inputs;
+}
 
-  // The profile.
-  hw::DeviceProfile& p = result.profile;
-  p.device = device.name;
-  p.date = options.date;
-  p.source = "stratasim calibrate --from-trace " + fs::path(name).filename().string() +
-             ": a PyTorch profiler trace" +
-             (result.gpu.empty() ? "" : " recorded on " + result.gpu) + ", " +
-             std::to_string(result.kernels) + " GPU kernels and copies";
-  for (auto& [key, times] : gemm_times) {
+Fitted fit_call(OpClass c, const std::string& op_name, const Inputs& inputs) {
+  if (c == OpClass::gemm) return fit_gemm(gemm_ops().find(op_name)->second, inputs);
+  if (c == OpClass::attention) {
+    return fit_attention(attention_ops().find(op_name)->second, inputs);
+  }
+  return fit_memory(memory_ops().find(op_name)->second, inputs);
+}
+
+// Adds a fitted call of duration `t` to its figure.
+void add_fitted(const Fitted& f, Time t, const TraceCalibrationOptions& options, Figures& fig,
+                TraceCalibration& result) {
+  if (f.gemm) {
+    const auto& g = *f.gemm;
+    fig.gemm_times[{g.m, g.n, g.k, g.batch, g.dtype}].push_back(t);
+    ++result.gemm_calls;
+  } else if (f.attention) {
+    const auto d = static_cast<std::size_t>(f.attention->dtype);
+    fig.attention_flops[d] += strategies::attention_flops(*f.attention).count();
+    fig.attention_seconds[d] += t.seconds();
+    ++result.attention_calls;
+  } else if (f.bytes->count() < options.min_memory_bytes.count()) {
+    ++result.skipped["elementwise: calls moving under " + to_string(options.min_memory_bytes) +
+                     " (latency-bound)"];
+  } else {
+    fig.elementwise.bytes += static_cast<double>(f.bytes->count());
+    fig.elementwise.seconds += t.seconds();
+    ++result.elementwise_calls;
+  }
+}
+
+void add_call(const Reader& in, const Events& ev, const CpuOp& op, const Call& call,
+              const TraceCalibrationOptions& options, Figures& fig, TraceCalibration& result) {
+  const OpClass c = class_of(op.name);
+  const char* what = c == OpClass::gemm        ? "gemm"
+                     : c == OpClass::attention ? "attention"
+                                               : "elementwise";
+  const std::string apath = ev.path_of(op.index) + ".args";
+  const Inputs inputs = inputs_of(in, op, apath);
+  if (!inputs.dims || !inputs.types) {
+    ++result.skipped[std::string(what) + ": no shapes recorded (\"Input Dims\", \"Input type\")"];
+    return;
+  }
+  if (inputs.dims->size() != inputs.types->size()) {
+    in.fail(apath + ".Input type", "expected one entry per entry of \"Input Dims\" (" +
+                                       std::to_string(inputs.dims->size()) + ")");
+  }
+  if (call.dur > kMaxMicros) {
+    ++result.skipped[std::string(what) + ": calls longer than " +
+                     std::to_string(static_cast<std::int64_t>(kMaxMicros)) + " us"];
+    return;
+  }
+  const Time t = duration_of(call.dur);
+  if (t <= Time::zero()) {
+    ++result.skipped[std::string(what) + ": kernels of zero duration"];
+    return;
+  }
+  const Fitted f = fit_call(c, op.name, inputs);
+  if (!f.skip.empty()) {
+    ++result.skipped[std::string(what) + ": " + f.skip];
+    return;
+  }
+  add_fitted(f, t, options, fig, result);
+}
+
+void add_copy(const CopyEvent& c, const TraceCalibrationOptions& options, Figures& fig,
+              TraceCalibration& result) {
+  const auto bytes = integer_arg(c.args, "bytes");
+  if (!bytes || *bytes < 0) {
+    ++result.skipped["copies: memcpys without \"bytes\""];
+    return;
+  }
+  const bool pinned = c.name.find("Pinned") != std::string::npos;
+  Flow* flow = nullptr;
+  double factor = 1;
+  if (c.name.find("DtoD") != std::string::npos) {
+    flow = &fig.dtod, factor = 2;
+  } else if (c.name.find("HtoD") != std::string::npos && pinned) {
+    flow = &fig.htod;
+  } else if (c.name.find("DtoH") != std::string::npos && pinned) {
+    flow = &fig.dtoh;
+  } else {
+    ++result.skipped["copies: pageable or peer-to-peer memcpys"];
+    return;
+  }
+  if (*bytes < options.min_memory_bytes.count()) {
+    ++result.skipped["copies: memcpys under " + to_string(options.min_memory_bytes)];
+    return;
+  }
+  if (duration_of(c.dur) <= Time::zero()) {
+    ++result.skipped["copies: memcpys of zero duration"];
+    return;
+  }
+  flow->bytes += factor * static_cast<double>(*bytes);
+  flow->seconds += c.dur * 1e-6;
+  ++result.copies;
+}
+
+// ---- The profile from the figures.
+
+std::string profile_source(const std::string& name, const TraceCalibration& result) {
+  return "stratasim calibrate --from-trace " + fs::path(name).filename().string() +
+         ": a PyTorch profiler trace" + (result.gpu.empty() ? "" : " recorded on " + result.gpu) +
+         ", " + std::to_string(result.kernels) + " GPU kernels and copies";
+}
+
+void write_gemms(const Figures& fig, const hw::DeviceSpec& device, TraceCalibration& result) {
+  for (const auto& [key, times] : fig.gemm_times) {
     hw::GemmMeasurement g;
     g.m = key.m, g.n = key.n, g.k = key.k, g.batch = key.batch, g.dtype = key.dtype;
     g.time = hw::lower_median(times);
@@ -845,42 +924,70 @@ TraceCalibration calibrate_from_kineto_text(const std::string& name, const std::
           (g.dtype == DType::fp32 ? " (TF32 was enabled, or the trace is of another device)"
                                   : " (is the trace of another device?)"));
     }
-    p.gemm.push_back(g);
+    result.profile.gemm.push_back(g);
   }
+}
+
+void write_attention(const Figures& fig, const hw::DeviceSpec& device, TraceCalibration& result) {
   for (DType t : kAllDTypes) {
     const auto d = static_cast<std::size_t>(t);
-    if (attention_seconds[d] <= 0) continue;
-    const FlopRate rate(attention_flops[d] / attention_seconds[d]);
-    p.attention[d] = rate;
+    if (fig.attention_seconds[d] <= 0) continue;
+    const FlopRate rate(fig.attention_flops[d] / fig.attention_seconds[d]);
+    result.profile.attention[d] = rate;
     if (const auto peak = peak_of(device, t); peak && rate > *peak) {
       result.notes.push_back("attention " + std::string(name_of(t)) + " runs at " +
                              to_string(rate) + ", above " + device.name + "'s peak " +
                              to_string(*peak));
     }
   }
-  auto bandwidth = [&](double bytes, double seconds, const char* what,
-                       std::optional<Bandwidth>& field, bool check) {
-    if (seconds <= 0) return;
-    field = Bandwidth(bytes / seconds);
-    if (check && *field > device.memory_bandwidth) {
-      result.notes.push_back(std::string(what) + " " + to_string(*field) + " is above " +
-                             device.name + "'s memory bandwidth " +
-                             to_string(device.memory_bandwidth) +
-                             " (tensors served from cache, or the trace is of another device?)");
-    }
-  };
-  bandwidth(memory_bytes, memory_seconds, "elementwise bandwidth", p.elementwise_bandwidth, true);
-  bandwidth(dtod_bytes, dtod_seconds, "memory bandwidth", p.memory_bandwidth, true);
-  bandwidth(htod_bytes, htod_seconds, "host-to-device copies", p.host_to_device_bandwidth, false);
-  bandwidth(dtoh_bytes, dtoh_seconds, "device-to-host copies", p.device_to_host_bandwidth, false);
+}
+
+// bytes / seconds into `field`, with a note when `check` and it exceeds the device's.
+void write_bandwidth(const Flow& flow, const char* what, std::optional<Bandwidth>& field,
+                     bool check, const hw::DeviceSpec& device, TraceCalibration& result) {
+  if (flow.seconds <= 0) return;
+  field = Bandwidth(flow.bytes / flow.seconds);
+  if (check && *field > device.memory_bandwidth) {
+    result.notes.push_back(std::string(what) + " " + to_string(*field) + " is above " +
+                           device.name + "'s memory bandwidth " +
+                           to_string(device.memory_bandwidth) +
+                           " (tensors served from cache, or the trace is of another device?)");
+  }
+}
+
+void write_launch_overhead(const std::vector<Time>& launch_times, TraceCalibration& result) {
   result.launches = static_cast<std::int64_t>(launch_times.size());
   if (!launch_times.empty()) {
-    p.kernel_launch_overhead = hw::lower_median(launch_times);
+    result.profile.kernel_launch_overhead = hw::lower_median(launch_times);
   } else {
     result.notes.push_back(
         "no launch calls (cuda_runtime cudaLaunchKernel) in the trace: the launch overhead is "
         "not fitted");
   }
+}
+
+void write_profile(const std::string& name, const hw::DeviceSpec& device,
+                   const TraceCalibrationOptions& options, const Figures& fig,
+                   const std::vector<Time>& launch_times, TraceCalibration& result) {
+  hw::DeviceProfile& p = result.profile;
+  p.device = device.name;
+  p.date = options.date;
+  p.source = profile_source(name, result);
+  write_gemms(fig, device, result);
+  write_attention(fig, device, result);
+  write_bandwidth(fig.elementwise, "elementwise bandwidth", p.elementwise_bandwidth, true, device,
+                  result);
+  write_bandwidth(fig.dtod, "memory bandwidth", p.memory_bandwidth, true, device, result);
+  write_bandwidth(fig.htod, "host-to-device copies", p.host_to_device_bandwidth, false, device,
+                  result);
+  write_bandwidth(fig.dtoh, "device-to-host copies", p.device_to_host_bandwidth, false, device,
+                  result);
+  write_launch_overhead(launch_times, result);
+}
+
+// The profile must hold at least one figure, and be valid.
+void check_profile(const Reader& in, const std::string& base, const TraceCalibration& result) {
+  const hw::DeviceProfile& p = result.profile;
   if (p.gemm.empty() && !p.elementwise_bandwidth && !p.memory_bandwidth &&
       !p.host_to_device_bandwidth && !p.device_to_host_bandwidth &&
       std::none_of(p.attention.begin(), p.attention.end(),
@@ -899,6 +1006,28 @@ TraceCalibration calibrate_from_kineto_text(const std::string& name, const std::
   } catch (const config::ValidationError& e) {
     in.fail(base, "the fitted profile is invalid at " + e.path() + ": " + e.what());
   }
+}
+
+}  // namespace
+
+TraceCalibration calibrate_from_kineto_text(const std::string& name, const std::string& text,
+                                            const hw::DeviceSpec& device,
+                                            const TraceCalibrationOptions& options) {
+  const Reader in{name};
+  const json doc = parse_document(in, text);
+  std::string base;
+  const json& events = trace_events(in, doc, base);
+  TraceCalibration result;
+  result.gpu = gpu_name(doc);
+  Events ev = read_events(in, events, base, result);
+  nest_operators(ev.ops);
+  const Calls calls = link_kernels(in, ev, result);
+  require_shapes(in, ev, calls);
+  Figures fig;
+  for (const auto& [o, call] : calls) add_call(in, ev, ev.ops[o], call, options, fig, result);
+  for (const CopyEvent& c : ev.copies) add_copy(c, options, fig, result);
+  write_profile(name, device, options, fig, ev.launch_times, result);
+  check_profile(in, base, result);
   return result;
 }
 

@@ -368,7 +368,25 @@ void validate_program(const Reader& rd, const st::Program& program) {
 
 // ---- A timeline with the "stratasim" object: exact.
 
-TimelineTrace import_exact(const Reader& rd, const json& events, const json& info) {
+// Which op ids each rank owns, which event holds each op, and which ranks mirror others.
+struct OpLayout {
+  int world = 0;
+  bool completed = true;
+  std::vector<std::int64_t> first;  // rank r owns [first[r], first[r + 1])
+  std::vector<std::int32_t> replica_of;
+  std::vector<std::int64_t> event_of;  // by op id; -1 until an event holds it
+
+  std::int64_t total() const { return first.back(); }
+  std::int64_t begin(int r) const { return first[static_cast<std::size_t>(r)]; }
+  std::int64_t end(int r) const { return first[static_cast<std::size_t>(r) + 1]; }
+  int rank_of_op(std::int64_t id) const {
+    auto it = std::upper_bound(first.begin(), first.end(), id);
+    return static_cast<int>(it - first.begin()) - 1;
+  }
+};
+
+// stratasim.format, .world_size and .completed.
+void read_header(const Reader& rd, const json& info, OpLayout& layout) {
   const std::string s = "stratasim";
   rd.object(info, s);
   const auto format = rd.integer(rd.member(info, s, "format"), s + ".format", 0, kMaxCount);
@@ -376,20 +394,24 @@ TimelineTrace import_exact(const Reader& rd, const json& events, const json& inf
     rd.fail(s + ".format", "this stratasim reads format 1, the trace has format " +
                                std::to_string(format) + " (written by a newer version?)");
   }
-  const int world = static_cast<int>(
+  layout.world = static_cast<int>(
       rd.integer(rd.member(info, s, "world_size"), s + ".world_size", 1, kMaxWorld));
-  bool completed = true;
   if (auto it = info.find("completed"); it != info.end()) {
-    completed = rd.boolean(*it, s + ".completed");
+    layout.completed = rd.boolean(*it, s + ".completed");
   }
+}
 
-  // Op ids: rank r owns [first[r], first[r] + count[r]); the ids must fit the events given.
+// Op ids: rank r owns [first[r], first[r] + count[r]); the ids must fit the events given.
+void read_op_counts(const Reader& rd, const json& info, std::int64_t event_count,
+                    OpLayout& layout) {
+  const std::string s = "stratasim";
+  const int world = layout.world;
   const json& counts = rd.array(rd.member(info, s, "op_counts"), s + ".op_counts");
   if (static_cast<int>(counts.size()) != world) {
     rd.fail(s + ".op_counts", "expected " + std::to_string(world) + " counts, one per rank");
   }
-  const auto event_count = static_cast<std::int64_t>(events.size());
-  std::vector<std::int64_t> first(static_cast<std::size_t>(world) + 1, 0);
+  std::vector<std::int64_t>& first = layout.first;
+  first.assign(static_cast<std::size_t>(world) + 1, 0);
   for (int r = 0; r < world; ++r) {
     const auto ru = static_cast<std::size_t>(r);
     first[ru + 1] = first[ru] + rd.integer(counts[ru], s + ".op_counts[" + std::to_string(r) + "]",
@@ -401,35 +423,39 @@ TimelineTrace import_exact(const Reader& rd, const json& events, const json& inf
                                     "stratasim simulate with --trace-ranks all");
     }
   }
-  const std::int64_t total = first.back();
-  auto rank_of_op = [&](std::int64_t id) {
-    auto it = std::upper_bound(first.begin(), first.end(), id);
-    return static_cast<int>(it - first.begin()) - 1;
-  };
+}
 
-  std::vector<std::int32_t> replica_of(static_cast<std::size_t>(world));
+// stratasim.replica_of: each rank mirrors itself unless listed otherwise.
+void read_replicas(const Reader& rd, const json& info, OpLayout& layout) {
+  const std::string s = "stratasim";
+  const int world = layout.world;
+  std::vector<std::int32_t>& replica_of = layout.replica_of;
+  replica_of.assign(static_cast<std::size_t>(world), 0);
   for (int r = 0; r < world; ++r) replica_of[static_cast<std::size_t>(r)] = r;
-  if (auto it = info.find("replica_of"); it != info.end()) {
-    const json& list = rd.array(*it, s + ".replica_of");
-    if (static_cast<int>(list.size()) != world) {
-      rd.fail(s + ".replica_of", "expected " + std::to_string(world) + " ranks, one per rank");
-    }
-    for (int r = 0; r < world; ++r) {
-      const auto ru = static_cast<std::size_t>(r);
-      const std::string at = s + ".replica_of[" + std::to_string(r) + "]";
-      replica_of[ru] = static_cast<std::int32_t>(rd.integer(list[ru], at, 0, r));
-      const auto rep = static_cast<std::size_t>(replica_of[ru]);
-      if (replica_of[ru] != r &&
-          (replica_of[rep] != replica_of[ru] || first[ru + 1] != first[ru])) {
-        rd.fail(at, "rank " + std::to_string(r) + " cannot mirror rank " +
-                        std::to_string(replica_of[ru]) +
-                        " (a mirror issues no ops and mirrors a rank that does)");
-      }
+  auto it = info.find("replica_of");
+  if (it == info.end()) return;
+  const json& list = rd.array(*it, s + ".replica_of");
+  if (static_cast<int>(list.size()) != world) {
+    rd.fail(s + ".replica_of", "expected " + std::to_string(world) + " ranks, one per rank");
+  }
+  for (int r = 0; r < world; ++r) {
+    const auto ru = static_cast<std::size_t>(r);
+    const std::string at = s + ".replica_of[" + std::to_string(r) + "]";
+    replica_of[ru] = static_cast<std::int32_t>(rd.integer(list[ru], at, 0, r));
+    const auto rep = static_cast<std::size_t>(replica_of[ru]);
+    if (replica_of[ru] != r &&
+        (replica_of[rep] != replica_of[ru] || layout.end(r) != layout.begin(r))) {
+      rd.fail(at, "rank " + std::to_string(r) + " cannot mirror rank " +
+                      std::to_string(replica_of[ru]) +
+                      " (a mirror issues no ops and mirrors a rank that does)");
     }
   }
+}
 
-  // Which event holds each op.
-  std::vector<std::int64_t> event_of(static_cast<std::size_t>(total), -1);
+// Which event holds each op.
+void map_events(const Reader& rd, const json& events, OpLayout& layout) {
+  const std::int64_t total = layout.total();
+  layout.event_of.assign(static_cast<std::size_t>(total), -1);
   for (std::size_t i = 0; i < events.size(); ++i) {
     const std::string where = "traceEvents[" + std::to_string(i) + "]";
     const json& e = rd.object(events[i], where);
@@ -443,7 +469,7 @@ TimelineTrace import_exact(const Reader& rd, const json& events, const json& inf
                                       std::to_string(total) +
                                       " ops that stratasim.op_counts lists");
     }
-    auto& slot = event_of[static_cast<std::size_t>(id)];
+    auto& slot = layout.event_of[static_cast<std::size_t>(id)];
     if (slot >= 0) {
       rd.fail(where + ".args.op", "op " + std::to_string(id) +
                                       " appears twice (also in traceEvents[" +
@@ -451,18 +477,21 @@ TimelineTrace import_exact(const Reader& rd, const json& events, const json& inf
     }
     slot = static_cast<std::int64_t>(i);
   }
-  for (int r = 0; r < world; ++r) {
-    const auto ru = static_cast<std::size_t>(r);
+}
+
+// Every rank's ops must all be in the trace.
+void require_every_op(const Reader& rd, const OpLayout& layout) {
+  for (int r = 0; r < layout.world; ++r) {
     std::int64_t missing = 0, example = -1;
-    for (std::int64_t id = first[ru]; id < first[ru + 1]; ++id) {
-      if (event_of[static_cast<std::size_t>(id)] < 0) {
+    for (std::int64_t id = layout.begin(r); id < layout.end(r); ++id) {
+      if (layout.event_of[static_cast<std::size_t>(id)] < 0) {
         ++missing;
         if (example < 0) example = id;
       }
     }
     if (missing == 0) continue;
-    const std::int64_t count = first[ru + 1] - first[ru];
-    if (!completed) {
+    const std::int64_t count = layout.end(r) - layout.begin(r);
+    if (!layout.completed) {
       rd.fail("stratasim.completed",
               "the simulation that wrote this trace did not complete: " + std::to_string(missing) +
                   " of rank " + std::to_string(r) + "'s " + std::to_string(count) +
@@ -479,11 +508,10 @@ TimelineTrace import_exact(const Reader& rd, const json& events, const json& inf
                                std::to_string(count) + " ops are missing (op " +
                                std::to_string(example) + " first)");
   }
+}
 
-  TimelineTrace out;
-  st::Program& program = out.trace.program;
-  program = st::Program(world);
-
+void read_groups(const Reader& rd, const json& info, int world, st::Program& program) {
+  const std::string s = "stratasim";
   const json& groups = rd.array(rd.member(info, s, "groups"), s + ".groups");
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const std::string at = s + ".groups[" + std::to_string(g) + "]";
@@ -497,147 +525,219 @@ TimelineTrace import_exact(const Reader& rd, const json& events, const json& inf
     }
     program.add_group(std::move(members), name);
   }
-  std::vector<char> list_known;
-  if (auto it = info.find("kernel_lists"); it != info.end()) {
-    const json& lists = rd.array(*it, s + ".kernel_lists");
-    for (std::size_t l = 0; l < lists.size(); ++l) {
-      const std::string at = s + ".kernel_lists[" + std::to_string(l) + "]";
-      std::vector<st::Kernel> kernels;
-      list_known.push_back(lists[l].is_null() ? 0 : 1);
-      if (!lists[l].is_null()) {
-        rd.array(lists[l], at);
-        for (std::size_t k = 0; k < lists[l].size(); ++k) {
-          kernels.push_back(parse_kernel(rd, lists[l][k], at + "[" + std::to_string(k) + "]"));
-        }
-      }
-      program.add_kernels(std::move(kernels));
-    }
-  }
-  const json* initial = nullptr;
-  if (auto it = info.find("initial_memory"); it != info.end()) {
-    initial = &rd.array(*it, s + ".initial_memory");
-    if (static_cast<int>(initial->size()) != world) {
-      rd.fail(s + ".initial_memory", "expected " + std::to_string(world) + " lists, one per rank");
-    }
-  }
+}
 
-  std::int64_t measured_ops = 0;
-  program.reserve(static_cast<std::size_t>(total), 0, 0);
-  for (int r = 0; r < world; ++r) {
-    const auto ru = static_cast<std::size_t>(r);
-    program.begin_rank(r);
-    if (initial != nullptr) {
-      const std::string at = s + ".initial_memory[" + std::to_string(r) + "]";
-      const json& list = rd.array((*initial)[ru], at);
-      for (std::size_t i = 0; i < list.size(); ++i) {
-        const std::string item = at + "[" + std::to_string(i) + "]";
-        const json& m = rd.array(list[i], item);
-        if (m.size() != 3) rd.fail(item, "expected [bytes, category, tier]");
-        program.add_initial_memory(
-            r, st::ResidentMemory{
-                   st::MemoryCategory(rd.enumerated<st::MemoryCategory, st::kMemoryCategoryCount>(
-                       m[1], item + "[1]", "a memory category")),
-                   rd.enumerated<st::MemoryTier, st::kMemoryTierCount>(m[2], item + "[2]",
-                                                                       "a memory tier"),
-                   bytes_of(rd, m[0], item + "[0]")});
+// stratasim.kernel_lists into the program; which lists are known (not null).
+std::vector<char> read_kernel_lists(const Reader& rd, const json& info, st::Program& program) {
+  const std::string s = "stratasim";
+  std::vector<char> list_known;
+  auto it = info.find("kernel_lists");
+  if (it == info.end()) return list_known;
+  const json& lists = rd.array(*it, s + ".kernel_lists");
+  for (std::size_t l = 0; l < lists.size(); ++l) {
+    const std::string at = s + ".kernel_lists[" + std::to_string(l) + "]";
+    std::vector<st::Kernel> kernels;
+    list_known.push_back(lists[l].is_null() ? 0 : 1);
+    if (!lists[l].is_null()) {
+      rd.array(lists[l], at);
+      for (std::size_t k = 0; k < lists[l].size(); ++k) {
+        kernels.push_back(parse_kernel(rd, lists[l][k], at + "[" + std::to_string(k) + "]"));
       }
     }
-    std::vector<st::OpId> deps;
-    for (std::int64_t id = first[ru]; id < first[ru + 1]; ++id) {
-      const auto index = static_cast<std::size_t>(event_of[static_cast<std::size_t>(id)]);
-      const std::string where = "traceEvents[" + std::to_string(index) + "]";
-      const json& e = events[index];
-      const json& args = e["args"];
-      const auto pid = rd.integer(rd.member(e, where, "pid"), where + ".pid", 0, world - 1);
-      if (pid != r) {
-        rd.fail(where + ".pid", "op " + std::to_string(id) + " belongs to rank " +
-                                    std::to_string(r) + " by stratasim.op_counts, but pid is " +
-                                    std::to_string(pid));
-      }
-      std::string label;
-      st::OpInfo op_info = parse_info(rd, e, args, where, label);
-      st::Work work = st::Compute{};
-      if (auto kind = args.find("kind"); kind != args.end()) {
-        const std::string& k = rd.string(*kind, where + ".args.kind");
-        const auto bytes =
-            bytes_of(rd, rd.member(args, where + ".args", "bytes"), where + ".args.bytes");
-        if (k == "send" || k == "recv") {
-          const auto peer = static_cast<std::int32_t>(rd.integer(
-              rd.member(args, where + ".args", "peer"), where + ".args.peer", 0, world - 1));
-          work = k == "send" ? st::Work(st::Send{peer, bytes}) : st::Work(st::Recv{peer, bytes});
-        } else if (const auto ck = collective_kind(k)) {
-          const auto group = static_cast<std::uint32_t>(rd.integer(
-              rd.member(args, where + ".args", "group_index"), where + ".args.group_index", 0,
-              static_cast<std::int64_t>(program.groups().size()) - 1));
-          DType dtype = DType::bf16;
-          if (auto d = args.find("dtype"); d != args.end())
-            dtype = rd.dtype(*d, where + ".args.dtype");
-          work = st::Collective{*ck, dtype, group, bytes};
-        } else {
-          rd.fail(where + ".args.kind",
-                  "expected a collective (all-reduce, reduce-scatter, all-gather, broadcast, "
-                  "reduce, all-to-all), send or recv, got \"" +
-                      k + "\"");
-        }
-      } else if (auto k = args.find("kernels"); k != args.end()) {
-        const auto list = rd.integer(*k, where + ".args.kernels", 0,
-                                     static_cast<std::int64_t>(list_known.size()) - 1);
-        if (!list_known[static_cast<std::size_t>(list)]) {
-          rd.fail(where + ".args.kernels",
-                  "kernel list " + std::to_string(list) + " is null in stratasim.kernel_lists");
-        }
-        work = st::Compute{static_cast<std::uint32_t>(list)};
-      } else {
-        // No kernels recorded: the span's duration is the work.
-        const Time dur = rd.micros(rd.member(e, where, "dur"), where + ".dur");
-        work = st::Compute{program.add_kernels({st::Kernel{st::Measured{dur}, label}})};
-        ++measured_ops;
-      }
-      if (label == work_name(work)) label.clear();  // the exporter's name for unlabelled ops
-      op_info.label = label;
-      deps.clear();
-      if (auto d = args.find("deps"); d != args.end()) {
-        const json& list = rd.array(*d, where + ".args.deps");
-        if (list.size() > 0xFFFF) rd.fail(where + ".args.deps", "more than 65535 dependencies");
-        for (std::size_t k = 0; k < list.size(); ++k) {
-          const std::string at = where + ".args.deps[" + std::to_string(k) + "]";
-          const auto dep = rd.integer(list[k], at, 0, kMaxCount);
-          if (dep < first[ru] || dep >= first[ru + 1]) {
-            rd.fail(at, "op " + std::to_string(id) + " depends on op " + std::to_string(dep) +
-                            (dep < total ? ", an op of rank " + std::to_string(rank_of_op(dep))
-                                         : ", which the trace does not have") +
-                            "; dependencies stay within a rank (" + std::to_string(r) + ")");
-          }
-          deps.push_back(static_cast<st::OpId>(dep));
-        }
-      }
-      std::vector<st::MemoryEffect> effects;
-      if (auto m = args.find("mem"); m != args.end()) {
-        effects = parse_effects(rd, *m, where + ".args.mem");
-        if (effects.size() > 0xFFFF) rd.fail(where + ".args.mem", "more than 65535 effects");
-      }
-      program.add(work, op_info, deps, effects);
-    }
+    program.add_kernels(std::move(kernels));
   }
+  return list_known;
+}
+
+// stratasim.initial_memory (one list per rank), or null when absent.
+const json* initial_memory_lists(const Reader& rd, const json& info, int world) {
+  const std::string s = "stratasim";
+  auto it = info.find("initial_memory");
+  if (it == info.end()) return nullptr;
+  const json* initial = &rd.array(*it, s + ".initial_memory");
+  if (static_cast<int>(initial->size()) != world) {
+    rd.fail(s + ".initial_memory", "expected " + std::to_string(world) + " lists, one per rank");
+  }
+  return initial;
+}
+
+void read_initial_memory(const Reader& rd, const json& initial, int r, st::Program& program) {
+  const std::string at = "stratasim.initial_memory[" + std::to_string(r) + "]";
+  const json& list = rd.array(initial[static_cast<std::size_t>(r)], at);
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string item = at + "[" + std::to_string(i) + "]";
+    const json& m = rd.array(list[i], item);
+    if (m.size() != 3) rd.fail(item, "expected [bytes, category, tier]");
+    program.add_initial_memory(
+        r, st::ResidentMemory{
+               st::MemoryCategory(rd.enumerated<st::MemoryCategory, st::kMemoryCategoryCount>(
+                   m[1], item + "[1]", "a memory category")),
+               rd.enumerated<st::MemoryTier, st::kMemoryTierCount>(m[2], item + "[2]",
+                                                                   "a memory tier"),
+               bytes_of(rd, m[0], item + "[0]")});
+  }
+}
+
+// The ops of one rank's events, as the program reads them.
+struct ExactOps {
+  const Reader& rd;
+  const json& events;
+  const OpLayout& layout;
+  const std::vector<char>& list_known;
+  st::Program& program;
+  std::int64_t measured_ops = 0;  // compute ops that replay their recorded duration
+};
+
+// args.kind: a send, recv or collective.
+st::Work parse_communication(const ExactOps& x, const json& args, const std::string& where,
+                             const std::string& k) {
+  const Reader& rd = x.rd;
+  const int world = x.layout.world;
+  const auto bytes = bytes_of(rd, rd.member(args, where + ".args", "bytes"), where + ".args.bytes");
+  if (k == "send" || k == "recv") {
+    const auto peer = static_cast<std::int32_t>(
+        rd.integer(rd.member(args, where + ".args", "peer"), where + ".args.peer", 0, world - 1));
+    return k == "send" ? st::Work(st::Send{peer, bytes}) : st::Work(st::Recv{peer, bytes});
+  }
+  if (const auto ck = collective_kind(k)) {
+    const auto group = static_cast<std::uint32_t>(
+        rd.integer(rd.member(args, where + ".args", "group_index"), where + ".args.group_index", 0,
+                   static_cast<std::int64_t>(x.program.groups().size()) - 1));
+    DType dtype = DType::bf16;
+    if (auto d = args.find("dtype"); d != args.end()) dtype = rd.dtype(*d, where + ".args.dtype");
+    return st::Collective{*ck, dtype, group, bytes};
+  }
+  rd.fail(where + ".args.kind",
+          "expected a collective (all-reduce, reduce-scatter, all-gather, broadcast, "
+          "reduce, all-to-all), send or recv, got \"" +
+              k + "\"");
+}
+
+// An op's work: a communication (args.kind), a kernel list (args.kernels), else its duration.
+st::Work parse_work(ExactOps& x, const json& e, const json& args, const std::string& where,
+                    const std::string& label) {
+  const Reader& rd = x.rd;
+  if (auto kind = args.find("kind"); kind != args.end()) {
+    return parse_communication(x, args, where, rd.string(*kind, where + ".args.kind"));
+  }
+  if (auto k = args.find("kernels"); k != args.end()) {
+    const auto list = rd.integer(*k, where + ".args.kernels", 0,
+                                 static_cast<std::int64_t>(x.list_known.size()) - 1);
+    if (!x.list_known[static_cast<std::size_t>(list)]) {
+      rd.fail(where + ".args.kernels",
+              "kernel list " + std::to_string(list) + " is null in stratasim.kernel_lists");
+    }
+    return st::Compute{static_cast<std::uint32_t>(list)};
+  }
+  // No kernels recorded: the span's duration is the work.
+  const Time dur = rd.micros(rd.member(e, where, "dur"), where + ".dur");
+  ++x.measured_ops;
+  return st::Compute{x.program.add_kernels({st::Kernel{st::Measured{dur}, label}})};
+}
+
+// args.deps: op ids of the same rank `r`.
+void parse_deps(const ExactOps& x, const json& args, const std::string& where, std::int64_t id,
+                int r, std::vector<st::OpId>& deps) {
+  const Reader& rd = x.rd;
+  deps.clear();
+  auto d = args.find("deps");
+  if (d == args.end()) return;
+  const json& list = rd.array(*d, where + ".args.deps");
+  if (list.size() > 0xFFFF) rd.fail(where + ".args.deps", "more than 65535 dependencies");
+  for (std::size_t k = 0; k < list.size(); ++k) {
+    const std::string at = where + ".args.deps[" + std::to_string(k) + "]";
+    const auto dep = rd.integer(list[k], at, 0, kMaxCount);
+    if (dep < x.layout.begin(r) || dep >= x.layout.end(r)) {
+      rd.fail(at, "op " + std::to_string(id) + " depends on op " + std::to_string(dep) +
+                      (dep < x.layout.total()
+                           ? ", an op of rank " + std::to_string(x.layout.rank_of_op(dep))
+                           : ", which the trace does not have") +
+                      "; dependencies stay within a rank (" + std::to_string(r) + ")");
+    }
+    deps.push_back(static_cast<st::OpId>(dep));
+  }
+}
+
+// Op `id` of rank `r` into the program; `deps` is scratch space.
+void read_op(ExactOps& x, int r, std::int64_t id, std::vector<st::OpId>& deps) {
+  const Reader& rd = x.rd;
+  const auto index = static_cast<std::size_t>(x.layout.event_of[static_cast<std::size_t>(id)]);
+  const std::string where = "traceEvents[" + std::to_string(index) + "]";
+  const json& e = x.events[index];
+  const json& args = e["args"];
+  const auto pid = rd.integer(rd.member(e, where, "pid"), where + ".pid", 0, x.layout.world - 1);
+  if (pid != r) {
+    rd.fail(where + ".pid", "op " + std::to_string(id) + " belongs to rank " + std::to_string(r) +
+                                " by stratasim.op_counts, but pid is " + std::to_string(pid));
+  }
+  std::string label;
+  st::OpInfo op_info = parse_info(rd, e, args, where, label);
+  const st::Work work = parse_work(x, e, args, where, label);
+  if (label == work_name(work)) label.clear();  // the exporter's name for unlabelled ops
+  op_info.label = label;
+  parse_deps(x, args, where, id, r, deps);
+  std::vector<st::MemoryEffect> effects;
+  if (auto m = args.find("mem"); m != args.end()) {
+    effects = parse_effects(rd, *m, where + ".args.mem");
+    if (effects.size() > 0xFFFF) rd.fail(where + ".args.mem", "more than 65535 effects");
+  }
+  x.program.add(work, op_info, deps, effects);
+}
+
+// Mirrors, overlapping iterations and validation, once every op is in.
+void finish_program(const Reader& rd, const json& info, const OpLayout& layout,
+                    st::Program& program) {
   program.finish();
-  for (int r = 0; r < world; ++r) {
-    if (replica_of[static_cast<std::size_t>(r)] != r) {
-      program.set_replica(r, replica_of[static_cast<std::size_t>(r)]);
+  for (int r = 0; r < layout.world; ++r) {
+    if (layout.replica_of[static_cast<std::size_t>(r)] != r) {
+      program.set_replica(r, layout.replica_of[static_cast<std::size_t>(r)]);
     }
   }
   if (auto it = info.find("overlapping_iterations"); it != info.end()) {
-    program.set_overlapping_iterations(rd.boolean(*it, s + ".overlapping_iterations"));
+    program.set_overlapping_iterations(rd.boolean(*it, "stratasim.overlapping_iterations"));
   }
   validate_program(rd, program);
+}
+
+// The ops of every rank, in op id order, into `program`; how many replay their duration.
+std::int64_t read_ops(const Reader& rd, const json& events, const json& info,
+                      const OpLayout& layout, st::Program& program) {
+  read_groups(rd, info, layout.world, program);
+  const std::vector<char> list_known = read_kernel_lists(rd, info, program);
+  const json* initial = initial_memory_lists(rd, info, layout.world);
+  ExactOps x{rd, events, layout, list_known, program};
+  program.reserve(static_cast<std::size_t>(layout.total()), 0, 0);
+  std::vector<st::OpId> deps;
+  for (int r = 0; r < layout.world; ++r) {
+    program.begin_rank(r);
+    if (initial != nullptr) read_initial_memory(rd, *initial, r, program);
+    for (std::int64_t id = layout.begin(r); id < layout.end(r); ++id) read_op(x, r, id, deps);
+  }
+  return x.measured_ops;
+}
+
+TimelineTrace import_exact(const Reader& rd, const json& events, const json& info) {
+  OpLayout layout;
+  read_header(rd, info, layout);
+  read_op_counts(rd, info, static_cast<std::int64_t>(events.size()), layout);
+  read_replicas(rd, info, layout);
+  map_events(rd, events, layout);
+  require_every_op(rd, layout);
+
+  TimelineTrace out;
+  st::Program& program = out.trace.program;
+  program = st::Program(layout.world);
+  const std::int64_t measured_ops = read_ops(rd, events, info, layout, program);
+  finish_program(rd, info, layout, program);
   if (measured_ops > 0) {
     out.trace.notes.push_back(std::to_string(measured_ops) +
                               " compute ops without a kernel list replay their recorded duration");
   }
   if (auto it = info.find("cluster"); it != info.end()) {
-    out.trace.cluster = rd.string(*it, s + ".cluster");
+    out.trace.cluster = rd.string(*it, "stratasim.cluster");
   }
   if (auto it = info.find("context"); it != info.end()) {
-    out.context = parse_context(rd, *it, world);
+    out.context = parse_context(rd, *it, layout.world);
   }
   return out;
 }
