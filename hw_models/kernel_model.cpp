@@ -85,7 +85,7 @@ std::string_view name_of(GemmScaling scaling) {
 
 namespace {
 bool block_fp8(DType dtype, GemmScaling scaling) {
-  return dtype == DType::fp8 && scaling == GemmScaling::block;
+  return gemm_class_of(dtype, scaling) == GemmClass{DType::fp8, GemmScaling::block};
 }
 }  // namespace
 

@@ -85,7 +85,13 @@ std::string_view name_of(GemmScaling scaling);
 struct GemmClass {
   DType dtype;
   GemmScaling scaling;
+  friend constexpr bool operator==(const GemmClass&, const GemmClass&) = default;
 };
+/// The kernel class of a GEMM of `dtype` with `scaling`: block scaling is FP8's only (another
+/// dtype's block scaling is its plain class).
+constexpr GemmClass gemm_class_of(DType dtype, GemmScaling scaling) {
+  return {dtype, dtype == DType::fp8 ? scaling : GemmScaling::tensor};
+}
 inline constexpr GemmClass kGemmClasses[] = {
     {DType::fp32, GemmScaling::tensor}, {DType::tf32, GemmScaling::tensor},
     {DType::fp16, GemmScaling::tensor}, {DType::bf16, GemmScaling::tensor},

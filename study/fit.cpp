@@ -184,8 +184,7 @@ hw::AttentionImpl impl_of(const KernelCase& c) {
 bool in_class(const KernelCase& c, const hw::GemmClass& cls) {
   if (c.attention) return false;
   const auto& g = std::get<strategies::Gemm>(c.kernels.front().work);
-  const auto scaling = g.dtype == DType::fp8 ? g.scaling : hw::GemmScaling::tensor;
-  return g.dtype == cls.dtype && scaling == cls.scaling;
+  return hw::gemm_class_of(g.dtype, g.scaling) == cls;
 }
 
 std::string gemm_class_name(const KernelCase& c) {
