@@ -157,6 +157,7 @@ void ClusterSpec::validate() const {
     throw config::ValidationError("collectives.protocol_efficiency",
                                   "expected a fraction in (0, 1]");
   }
+  interference.validate();
   for (std::size_t i = 0; i < overrides.size(); ++i) {
     const std::string at = "overrides." + std::to_string(i);
     if (!(overrides[i].slowdown > 0)) {
@@ -227,6 +228,10 @@ ClusterSpec read_cluster(config::Document& doc, const std::string& path) {
       alg.finish();
     }
     coll.finish();
+  }
+  if (r.has("interference")) {
+    c.interference = read_interference(
+        r.object("interference", "what overlapping communication and compute cost each other"));
   }
   if (r.has("overrides")) {
     const auto* list = doc.find(r.path_of("overrides"));

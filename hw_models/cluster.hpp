@@ -2,7 +2,8 @@
 // between nodes (the NIC each device uses). Bandwidths are per device and per direction.
 // Optional sections refine it: `topology` (how the links connect, hw_models/topology.hpp),
 // `network_model` (analytical or flow-level), `collectives` (algorithms and protocol
-// efficiency) and `overrides` (devices of another type, stragglers, degraded links).
+// efficiency), `interference` (what overlapping communication and compute cost each other) and
+// `overrides` (devices of another type, stragglers, degraded links).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 
 #include "hw_models/config_reader.hpp"
 #include "hw_models/device.hpp"
+#include "hw_models/interference.hpp"
 #include "hw_models/topology.hpp"
 
 namespace stratasim::hw {
@@ -93,6 +95,9 @@ struct ClusterSpec {
   std::optional<TopologySpec> topology;  // absent: the two-level form
   NetworkModel network_model = NetworkModel::analytical;
   CollectiveSettings collectives;
+  /// What communication and compute cost each other when they overlap on a GPU
+  /// (hw_models/interference.hpp); FPGAs' network ports are apart from their compute.
+  InterferenceSpec interference;
   std::vector<DeviceOverride> overrides;  // later entries win where they overlap
 
   /// Checks ranges; throws config::ValidationError with the offending key's path.

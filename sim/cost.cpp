@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <variant>
 
 #include "strategies/optimizer.hpp"
 
@@ -331,6 +332,21 @@ DeviceCostModel::Cost DeviceCostModel::kernel_cost(const strategies::Kernel& ker
 Time DeviceCostModel::kernel_time(const strategies::Kernel& kernel) const {
   const Cost c = kernel_cost(kernel);
   return c.overhead + scaled(c.work, slowdown_) + c.off_device;
+}
+
+hw::WorkMix DeviceCostModel::work_mix(const std::vector<strategies::Kernel>& kernels) const {
+  double total = 0, compute = 0, memory = 0;
+  for (const auto& k : kernels) {
+    const Cost c = kernel_cost(k);
+    const double work = static_cast<double>(scaled(c.work, slowdown_).picoseconds());
+    total += static_cast<double>(c.overhead.picoseconds() + c.off_device.picoseconds()) + work;
+    const bool memory_bound = std::holds_alternative<strategies::Elementwise>(k.work) ||
+                              std::holds_alternative<strategies::OptimizerStep>(k.work) ||
+                              std::holds_alternative<strategies::Copy>(k.work);
+    (memory_bound ? memory : compute) += work;
+  }
+  if (!(total > 0)) return {};
+  return {compute / total, memory / total};
 }
 
 Time DeviceCostModel::kernels_time(const std::vector<strategies::Kernel>& kernels) const {

@@ -76,6 +76,14 @@ class DeviceCostModel {
   Time kernel_time(const strategies::Kernel& kernel) const;
   /// Duration of a list of kernels run back to back.
   Time kernels_time(const std::vector<strategies::Kernel>& kernels) const;
+  /// The shares of kernels_time(kernels) that communication beside them can slow
+  /// (hw_models/interference.hpp): on-device work of compute-bound kernels (GEMMs, fused
+  /// attention, roofline work, measured kernels) and of memory-bound ones (elementwise, the
+  /// optimizer step, device copies). Launch overheads and work off the device are neither.
+  hw::WorkMix work_mix(const std::vector<strategies::Kernel>& kernels) const;
+  /// The memory bandwidth a streaming kernel reaches: the profile's measured figure, else the
+  /// device's bandwidth times efficiency.memory.
+  Bandwidth streaming_bandwidth() const;
 
   /// Fraction of peak a GEMM of this shape reaches: from the profile when it measures the
   /// dtype (exact, or interpolated), else modelled_gemm_efficiency. In (0, 1].
@@ -107,7 +115,6 @@ class DeviceCostModel {
   };
   Cost kernel_cost(const strategies::Kernel& kernel) const;
   Time gemm_work(const strategies::Gemm& gemm, const strategies::Kernel& kernel) const;
-  Bandwidth streaming_bandwidth() const;
   Time host_optimizer_time(const strategies::OptimizerStep& step) const;
   Time copy_time(const strategies::Copy& copy) const;
   const hw::HostSpec& host(const char* what) const;

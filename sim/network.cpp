@@ -1,6 +1,7 @@
 #include "sim/network.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -155,8 +156,43 @@ void AnalyticalNetwork::start(TransferId id, const TransferRequest& request, Tim
   const Time duration = request.collective
                             ? collective_time(request.kind, request.group, request.bytes)
                             : p2p_time(request.src, request.dst, request.bytes);
-  active_.push_back(Active{now + duration, sequence_++, id});
+  const Time end = now + duration;
+  if (rates_) {
+    if (id >= rated_.size()) rated_.resize(static_cast<std::size_t>(id) + 1);
+    rated_[id] = Rated{end, now, static_cast<double>(duration.picoseconds()), 1.0, 0, false};
+  }
+  active_.push_back(Active{end, sequence_++, id, 0});
   std::push_heap(active_.begin(), active_.end(), Later{});
+}
+
+void AnalyticalNetwork::set_rate(TransferId id, double rate, Time now) {
+  if (!(rate > 0 && rate <= 1)) {
+    throw std::invalid_argument("AnalyticalNetwork::set_rate: rate " + std::to_string(rate) +
+                                " is not in (0, 1]");
+  }
+  if (!rates_ || id >= rated_.size()) return;
+  Rated& r = rated_[id];
+  // A transfer already handed back as finished (the simulator may not have processed it yet)
+  // keeps its end.
+  if (r.done || rate == r.rate) return;
+  r.remaining =
+      std::max(0.0, r.remaining - static_cast<double>((now - r.last).picoseconds()) * r.rate);
+  r.last = now;
+  r.end = now + Time::ps(static_cast<std::int64_t>(std::llround(r.remaining / rate)));
+  r.rate = rate;
+  ++r.version;
+  active_.push_back(Active{r.end, sequence_++, id, r.version});
+  std::push_heap(active_.begin(), active_.end(), Later{});
+  drop_stale();
+}
+
+void AnalyticalNetwork::drop_stale() {
+  while (!active_.empty()) {
+    const Active& top = active_.front();
+    if (!rates_ || top.version == rated_[top.id].version) return;
+    std::pop_heap(active_.begin(), active_.end(), Later{});
+    active_.pop_back();
+  }
 }
 
 Time AnalyticalNetwork::next_completion() const {
@@ -167,7 +203,9 @@ void AnalyticalNetwork::advance_to(Time t, std::vector<TransferId>& finished) {
   while (!active_.empty() && active_.front().end <= t) {
     std::pop_heap(active_.begin(), active_.end(), Later{});
     finished.push_back(active_.back().id);
+    if (rates_) rated_[active_.back().id].done = true;
     active_.pop_back();
+    drop_stale();
   }
 }
 

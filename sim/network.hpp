@@ -48,6 +48,17 @@ class Network {
   virtual Time next_completion() const = 0;
   /// Advances to `t` and appends the transfers finished by then (see above).
   virtual void advance_to(Time t, std::vector<TransferId>& finished) = 0;
+  /// Interference (hw_models/interference.hpp): asks the network to accept set_rate for the
+  /// transfers started from now on; false when it cannot (the flow-level network, whose flows
+  /// are paced by the links they share): set_rate is then ignored.
+  virtual bool enable_rates() { return false; }
+  /// From `now` on, transfer `id` (started, not finished) moves at `rate` in (0, 1] of its own
+  /// speed: what remains of it takes 1 / rate times longer than it would alone.
+  virtual void set_rate(TransferId id, double rate, Time now) {
+    (void)id;
+    (void)rate;
+    (void)now;
+  }
 };
 
 /// The network the cluster names (cluster.network_model): AnalyticalNetwork, or FlowNetwork on
@@ -89,13 +100,31 @@ class AnalyticalNetwork final : public Network {
   void start(TransferId id, const TransferRequest& request, Time now) override;
   Time next_completion() const override;
   void advance_to(Time t, std::vector<TransferId>& finished) override;
+  bool enable_rates() override {
+    rates_ = true;
+    return true;
+  }
+  /// What remains (kept in unrounded picoseconds at full speed) takes remaining / rate; the end
+  /// is rounded to the picosecond, so changes at one instant leave no drift.
+  void set_rate(TransferId id, double rate, Time now) override;
 
  private:
   struct Active {
     Time end;
     std::uint64_t sequence;
     TransferId id;
+    std::uint32_t version = 0;  // of the transfer's rate: an older entry is stale
   };
+  // Per transfer (with rates enabled): its end and rate now, and the version of its live entry.
+  struct Rated {
+    Time end;
+    Time last;             // when `remaining` was last brought up to date
+    double remaining = 0;  // picoseconds left at full speed (kept unrounded: no drift)
+    double rate = 1;
+    std::uint32_t version = 0;
+    bool done = false;  // finished: set_rate no longer applies
+  };
+  void drop_stale();
   struct Later {
     bool operator()(const Active& a, const Active& b) const {
       return a.end != b.end ? a.end > b.end : a.sequence > b.sequence;
@@ -127,6 +156,8 @@ class AnalyticalNetwork final : public Network {
   std::map<std::pair<std::size_t, int>, const hw::CollectiveCurve*> nominal_measured_;
   mutable std::vector<GroupInfo> groups_;  // per program group; costs filled lazily
   std::vector<Active> active_;             // binary heap ordered by Later
+  bool rates_ = false;                     // enable_rates was called
+  std::vector<Rated> rated_;               // by transfer id, with rates_
   std::uint64_t sequence_ = 0;
 };
 

@@ -9,7 +9,8 @@
 //   label (or the kind of work when it has none), cat = the phase, args = {op, microbatch (when
 //   >= 0), layers "first-last" (inclusive, when layer_begin >= 0), bytes (collectives, sends,
 //   receives), kind (collectives: all-reduce, ...; "send", "recv") and group (collectives),
-//   peer (sends, receives)};
+//   peer (sends, receives), interference_us (the time the op lost to compute-communication
+//   interference, when it lost any)};
 // - one "C" event per memory sample: pid = rank, name "memory (<tier>)", args {bytes: total}.
 // What a replay needs besides (traces/timeline_import.hpp, docs/replay.md):
 // - in the X events' args: deps (op ids, when the op has any), kernels (a compute op's index
@@ -428,6 +429,14 @@ void write_chrome_trace(std::ostream& out, const strategies::Program& program,
         "memory (" + std::string(strategies::name_of(static_cast<MemoryTier>(t))) + ")"));
   }
 
+  std::vector<std::int64_t> lost_ps;  // per op, when the timeline records interference
+  if (!timeline.interference.empty()) {
+    lost_ps.assign(program.op_count(), 0);
+    for (const auto& loss : timeline.interference) {
+      if (loss.op < lost_ps.size()) lost_ps[loss.op] += loss.lost.picoseconds();
+    }
+  }
+
   Writer w(out);
   w << R"({"displayTimeUnit":"ns","traceEvents":[)" << '\n';
   bool first = true;
@@ -479,6 +488,10 @@ void write_chrome_trace(std::ostream& out, const strategies::Program& program,
       w << R"(,"kind":"recv","bytes":)";
       w.integer(r->bytes.count()) << R"(,"peer":)";
       w.integer(r->peer);
+    }
+    if (!lost_ps.empty() && lost_ps[span.op] > 0) {
+      w << R"(,"interference_us":)";
+      w.fixed<6>(lost_ps[span.op]);
     }
     // What a replay needs (see the top of this file).
     if (const auto* c = std::get_if<Collective>(&op.work)) {

@@ -331,6 +331,26 @@ void fill_times(const strategies::Program& program, const Timeline& timeline,
   report.exposed_comm_s = exposed_sum / static_cast<double>(world);
 }
 
+// Interference losses per (issuing rank, stream); a mirrored rank counts its representative's.
+void fill_interference(const strategies::Program& program, const Timeline& timeline,
+                       Report& report) {
+  if (timeline.interference.empty()) return;
+  const auto world = static_cast<std::size_t>(program.world_size());
+  std::vector<std::array<double, strategies::kStreamCount>> lost(world);
+  for (const InterferenceLoss& loss : timeline.interference) {
+    if (loss.op >= program.op_count()) continue;
+    const strategies::Op& o = program.op(loss.op);
+    lost[static_cast<std::size_t>(o.rank)][static_cast<std::size_t>(o.stream)] +=
+        loss.lost.seconds();
+  }
+  for (std::size_t r = 0; r < world; ++r) {
+    const auto source = static_cast<std::size_t>(program.replica_of(static_cast<int>(r)));
+    for (std::size_t s = 0; s < strategies::kStreamCount; ++s) {
+      report.interference_s[s] += lost[source][s] / static_cast<double>(world);
+    }
+  }
+}
+
 // Per rank and (stream, kind): calls, bytes, wire bytes and time with data moving; the report
 // keeps, per (stream, kind), the rank with the most wire bytes (ties: the lowest rank).
 void fill_communication(const strategies::Program& program, const Timeline& timeline,
@@ -483,6 +503,7 @@ Report make_report(const strategies::Program& program, const Timeline& timeline,
   fill_times(program, timeline, context, report);
   fill_memory(timeline, report);
   fill_communication(program, timeline, report);
+  fill_interference(program, timeline, report);
   for (RankReport& rank : report.ranks) {
     const auto r = static_cast<std::size_t>(rank.rank);
     if (r >= timeline.ranks.size()) continue;
@@ -536,6 +557,12 @@ nlohmann::json to_json(const Report& report, const ReportContext& context) {
   j["hfu"] = report.hfu;
   j["bubble_fraction"] = report.bubble_fraction;
   j["exposed_comm_s"] = report.exposed_comm_s;
+  json interference = json::object();
+  for (std::size_t s = 0; s < strategies::kStreamCount; ++s) {
+    interference[std::string(strategies::name_of(static_cast<strategies::Stream>(s)))] =
+        report.interference_s[s];
+  }
+  j["interference_s"] = interference;
   j["peak_memory_bytes"] = report.peak_memory.count();
   j["fits"] = report.fits;
   json ranks = json::array();
@@ -750,6 +777,16 @@ void print_summary(std::ostream& out, const Report& report, const ReportContext&
                                             seconds_text(report.pipeline_time_s) +
                                             " (first forward to last backward)");
   lines.emplace_back("exposed comm", seconds_text(report.exposed_comm_s) + " (mean per rank)");
+  std::string lost;
+  for (std::size_t s = 0; s < strategies::kStreamCount; ++s) {
+    if (report.interference_s[s] <= 0) continue;
+    lost += (lost.empty() ? "" : ", ") +
+            std::string(strategies::name_of(static_cast<strategies::Stream>(s))) + " " +
+            seconds_text(report.interference_s[s]);
+  }
+  if (!lost.empty()) {
+    lines.emplace_back("interference", lost + " (mean per rank: time lost beside overlap)");
+  }
   lines.emplace_back("optimizer step", seconds_text(report.optimizer_time_s));
   std::size_t width = 0;
   for (const auto& [label, value] : lines) width = std::max(width, label.size());

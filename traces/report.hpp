@@ -3,6 +3,7 @@
 // runs are reported the same way. report.json keys are fixed (see to_json).
 #pragma once
 
+#include <array>
 #include <iosfwd>
 #include <string>
 #include <utility>
@@ -93,7 +94,11 @@ struct Report {
   double hfu = 0;
   double bubble_fraction = 0;  // 1 - mean over ranks of compute_busy_s / pipeline_time_s
   double exposed_comm_s = 0;   // mean over ranks
-  Bytes peak_memory;           // max over ranks, device tier
+  /// Time lost to compute-communication interference (hw_models/interference.hpp) per stream
+  /// (strategies::Stream order): the ops' extra time over what they take alone, summed per
+  /// rank, mean over ranks. All zero when the timeline records none.
+  std::array<double, strategies::kStreamCount> interference_s{};
+  Bytes peak_memory;  // max over ranks, device tier
   bool fits = true;
   std::vector<RankReport> ranks;
   std::vector<OutOfMemory> out_of_memory;
@@ -115,7 +120,8 @@ Report make_report(const strategies::Program& program, const Timeline& timeline,
 
 /// report.json: iteration_time_s, pipeline_time_s, optimizer_time_s, tokens_per_s,
 /// samples_per_s, model_flops_per_iteration, hardware_flops_per_iteration,
-/// model_tflops_per_device, mfu, hfu, bubble_fraction, exposed_comm_s, peak_memory_bytes,
+/// model_tflops_per_device, mfu, hfu, bubble_fraction, exposed_comm_s, interference_s {stream:
+/// seconds, for every stream}, peak_memory_bytes,
 /// fits, ranks [{rank, stage, peak_memory_bytes, memory_breakdown {parameters, gradients,
 /// optimizer_states, activations, workspace, comm_buffers}, fits}], plus experiment,
 /// completed, problem and out_of_memory.

@@ -62,6 +62,13 @@ struct OutOfMemory {
   Time time;          // when
 };
 
+/// Time an op lost to interference (hw_models/interference.hpp): how much longer it took than it
+/// would have alone. Only ops that lost time are listed.
+struct InterferenceLoss {
+  OpId op = 0;
+  Time lost;
+};
+
 struct Timeline {
   int world_size = 0;
   /// One span per op that ran, indexed by op id (spans[id].op == id) when the run completed.
@@ -70,6 +77,8 @@ struct Timeline {
   std::vector<MemorySample> memory;
   std::vector<RankMemory> ranks;  // per rank
   std::vector<OutOfMemory> out_of_memory;
+  /// Ops slowed by interference, in the order they finished (simulated timelines only).
+  std::vector<InterferenceLoss> interference;
   /// False when the run stopped before every op finished (deadlock); `problem` says why and
   /// which ops were waiting.
   bool completed = true;

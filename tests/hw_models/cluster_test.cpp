@@ -126,3 +126,25 @@ TEST_CASE("bad overrides name the entry and key") {
   j["overrides"] = {{"ranks", "1"}};
   CHECK(error_path(j) == "overrides");
 }
+
+TEST_CASE("interference: defaults, the figures read, bad values named by their path") {
+  const auto plain = read(base_cluster());
+  CHECK(plain.interference.enabled);
+  CHECK(plain.interference.communication_units == 16);
+  CHECK(plain.interference.memory_traffic_per_byte == 3.0);
+  auto j = base_cluster();
+  j["interference"] = {
+      {"enabled", false}, {"communication_units", 24}, {"memory_traffic_per_byte", 2.5}};
+  const auto c = read(j);
+  CHECK_FALSE(c.interference.enabled);
+  CHECK(c.interference.communication_units == 24);
+  CHECK(c.interference.memory_traffic_per_byte == 2.5);
+  j["interference"] = {{"communication_units", -1}};
+  CHECK(error_path(j) == "interference.communication_units");
+  j["interference"] = {{"memory_traffic_per_byte", -0.5}};
+  CHECK(error_path(j) == "interference.memory_traffic_per_byte");
+  j["interference"] = {{"communication_unit", 8}};  // a typo: unknown key
+  CHECK(error_path(j) == "interference.communication_unit");
+  j["interference"] = 3;
+  CHECK(error_path(j) == "interference");
+}

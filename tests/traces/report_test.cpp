@@ -281,6 +281,7 @@ TEST_CASE("report: to_json has exactly the documented keys") {
                                       "hfu",
                                       "bubble_fraction",
                                       "exposed_comm_s",
+                                      "interference_s",
                                       "peak_memory_bytes",
                                       "fits",
                                       "ranks",
