@@ -58,14 +58,20 @@ class PipelineScatterGather : public TechniqueHook {
 ///   segment waits for the copy.
 /// after_segment: a segment storing a checkpoint (checkpoint_delta > 0) is followed by its copy
 ///   to the host (copy stream, "checkpoint to host", host +delta, device -delta).
+/// Checkpoints on their way out are staged through a pool of one (StagingPool): a segment
+/// storing a checkpoint first waits for the previous one's copy (DeepSpeed's cpu_checkpointing
+/// copies each partition with a blocking .cpu(); here the compute stream runs on until the
+/// next checkpoint), so copies never pile up on the device behind a slow PCIe link.
 class ActivationOffload : public TechniqueHook {
  public:
   explicit ActivationOffload(Assembly& assembly);
+  void rank_begins(RankEmitter&) override;
   void before_segment(RankEmitter&, const PassState&, SegmentState&) override;
   void after_segment(RankEmitter&, const PassState&, const SegmentState&, OpId) override;
 
  private:
   std::uint32_t out_label_, in_label_;
+  StagingPool staged_{1};
 };
 
 /// ZeRO-3: each gradient unit's parameters gathered before each use and released after it, and
