@@ -202,6 +202,8 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
            "\"tp_depth\": 2");
   }
   p.sequence_parallel = r.boolean_or("sequence_parallel", false);
+  p.pipeline_scatter_gather = r.boolean_or("pipeline_scatter_gather", true);
+  p.pipeline_batched_p2p = r.boolean_or("pipeline_batched_p2p", false);
   p.schedule =
       *schedule_from_name(r.choice_or("schedule",
                                       {"gpipe", "1f1b", "interleaved", "pipedream-2bw", "merak-scp",
@@ -685,6 +687,13 @@ void check_schedule(const config::Document& doc, const Experiment& e) {
              "must divide training.seq_len (" + number(e.training.seq_len) + ")" +
                  (p.sequence_parallel ? " into slices divisible by tp" : "") + ", got " +
                  number(p.sequence_slices));
+  }
+  if (p.pipeline_batched_p2p && (p.schedule != ScheduleKind::interleaved || p.pp <= 2)) {
+    // Megatron-LM asserts pp > 2 for the interleaved schedule without p2p overlap.
+    doc.fail("parallelism.pipeline_batched_p2p",
+             "applies to the interleaved schedule with pp > 2 (Megatron-LM's condition), got "
+             "schedule \"" +
+                 std::string(name_of(p.schedule)) + "\" and pp " + number(p.pp));
   }
   const ScheduleOptions options{p.virtual_stages, p.sequence_slices};
   if (auto problem =

@@ -81,6 +81,14 @@ struct ParallelismSpec {
   int pp = 1;        // pipeline stages
   int dp = 0;        // data-parallel degree; 0 in a config means "all remaining devices"
   bool sequence_parallel = false;  // Megatron sequence parallelism (needs tp > 1 to matter)
+  /// Megatron's scatter_gather_tensors_in_pipeline: without sequence parallelism, each
+  /// tensor-parallel rank sends 1/tp of a pipeline activation (or its gradient) and the
+  /// receivers all-gather it over their tensor-parallel group (1D tensor parallelism only).
+  bool pipeline_scatter_gather = true;
+  /// The interleaved schedule's point-to-point communication batched as Megatron-LM does
+  /// without overlap_p2p_comm (--no-overlap-p2p-communication; Schedule::batched_p2p): off,
+  /// sends overlap as with Megatron's default.
+  bool pipeline_batched_p2p = false;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   /// Model chunks per device with the interleaved schedule (Megatron's
   /// virtual_pipeline_model_parallel_size); 1 otherwise.

@@ -604,6 +604,8 @@ const std::vector<std::string> kMegatronValued = {"--tensor-model-parallel-size"
                                                   "--clip-grad",
                                                   "--loss-scale"};
 const std::vector<std::string> kMegatronFlags = {"--sequence-parallel",
+                                                 "--no-scatter-gather-tensors-in-pipeline",
+                                                 "--no-overlap-p2p-communication",
                                                  "--group-query-attention",
                                                  "--swiglu",
                                                  "--untie-embeddings-and-output-weights",
@@ -880,6 +882,12 @@ class MegatronReader {
     }
     if (flag("--sequence-parallel"))
       set("parallelism.sequence_parallel", true, "--sequence-parallel");
+    if (flag("--no-overlap-p2p-communication")) {
+      set("parallelism.pipeline_batched_p2p", true, "--no-overlap-p2p-communication");
+    }
+    if (flag("--no-scatter-gather-tensors-in-pipeline")) {
+      set("parallelism.pipeline_scatter_gather", false, "--no-scatter-gather-tensors-in-pipeline");
+    }
     if (has("--micro-batch-size")) {
       set("parallelism.micro_batch", integer("--micro-batch-size", 1, kDegree),
           "--micro-batch-size");

@@ -367,6 +367,13 @@ Schedule make_schedule(ScheduleKind kind, int p, int m, const ScheduleOptions& o
       chain_layout(s, p * v, [p](int c) { return c % p; });
       for (int d = 0; d < p; ++d)
         s.passes[static_cast<std::size_t>(d)] = interleaved_order(p, m, v, d);
+      s.batched_p2p = options.batched_p2p;
+      for (int d = 0; d < p && s.batched_p2p; ++d) {
+        // As interleaved_order: the warm-up forwards, then forward-backward pairs.
+        const int total = m * v, warmup = std::min((p - d - 1) * 2 + (v - 1) * p, total);
+        s.steady_begin.push_back(warmup);
+        s.steady_end.push_back(warmup + 2 * (total - warmup));
+      }
       break;
     }
     case ScheduleKind::zb_v: {

@@ -36,6 +36,8 @@ struct Pass {
 struct ScheduleOptions {
   int virtual_stages = 1;   // interleaved: model chunks per device
   int sequence_slices = 1;  // terapipe: slices per sequence
+  /// interleaved: Megatron's batched point-to-point communication (Schedule::batched_p2p).
+  bool batched_p2p = false;
 };
 
 /// A schedule: model chunks placed on the pipeline's devices and, per device, its passes in
@@ -72,8 +74,19 @@ struct Schedule {
   /// gradient input arrived in the previous iteration where the sender's backward was not
   /// carried itself.
   std::vector<int> carried_backwards;
-  int weight_versions = 1;                // PipeDream-2BW keeps 2 versions of the weights
-  std::vector<std::vector<Pass>> passes;  // per device, in issue order
+  int weight_versions = 1;  // PipeDream-2BW keeps 2 versions of the weights
+  /// Megatron-LM's batched point-to-point communication in its interleaved schedule
+  /// (ScheduleOptions::batched_p2p: Megatron's batch_p2p_comm without overlap_p2p_comm,
+  /// --no-overlap-p2p-communication; Megatron's default overlaps instead, which is what the
+  /// schedules do without it: sends issued as soon as their pass ends, waited for by the
+  /// receiver only): each step's sends and receives are one batch_isend_irecv that the next
+  /// step waits for. A steady-state step (passes [steady_begin, steady_end) of the device, in
+  /// pairs) is a forward then a backward (send_forward_backward_recv_forward_backward), so the
+  /// forward sends its output only after that backward, with the backward's own send; the
+  /// device's next pass waits for every send of the step before it to complete.
+  bool batched_p2p = false;
+  std::vector<int> steady_begin, steady_end;  // per device, with batched_p2p
+  std::vector<std::vector<Pass>> passes;      // per device, in issue order
 
   int units() const { return microbatches * slices; }
   int first_chunk_of(int unit) const {

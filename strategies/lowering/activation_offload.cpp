@@ -9,8 +9,14 @@ ActivationOffload::ActivationOffload(Assembly& assembly)
     : out_label_(assembly.program.intern_label("checkpoint to host")),
       in_label_(assembly.program.intern_label("checkpoint from host")) {}
 
+void ActivationOffload::rank_begins(RankEmitter&) {
+  staged_.reset();
+}
+
 void ActivationOffload::before_segment(RankEmitter& rank, const PassState& ps, SegmentState& seg) {
   const TemplateStep& step = seg.step;
+  // A checkpoint on its way to the host is staged on the device: one at a time.
+  if (step.checkpoint_delta.count() > 0) staged_.claim(seg.deps);
   if (step.checkpoint_fetch.count() <= 0) return;
   // The checkpoint comes back from the host before the group's recompute.
   const std::array<MemoryEffect, 2> in = {
@@ -38,7 +44,7 @@ void ActivationOffload::after_segment(RankEmitter& rank, const PassState& ps,
   OpInfo copy{Stream::copy, ps.phase, ps.microbatch, step.layer_begin, step.layer_end, {}};
   copy.label_id = out_label_;
   const std::array<OpId, 1> after = {op};
-  rank.program.add(Compute{step.checkpoint_out}, copy, after, out);
+  staged_.issued(rank.program.add(Compute{step.checkpoint_out}, copy, after, out));
 }
 
 }  // namespace stratasim::strategies

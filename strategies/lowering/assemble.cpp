@@ -18,6 +18,7 @@ std::vector<std::unique_ptr<TechniqueHook>> techniques(Assembly& a) {
   const ZeroSettings& zero = spec.zero;
   const bool data_parallel = zero.stage == 0 && a.groups.dp_size() > 1;
   std::vector<std::unique_ptr<TechniqueHook>> hooks;
+  if (spec.pipeline_scatter_gather) hooks.push_back(std::make_unique<PipelineScatterGather>(a));
   if (zero.offload_activations) hooks.push_back(std::make_unique<ActivationOffload>(a));
   if (zero.stage == 3) hooks.push_back(std::make_unique<Zero3ParameterFetch>(a));
   if (data_parallel && spec.grad_compression.enabled()) {

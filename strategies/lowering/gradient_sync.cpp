@@ -44,6 +44,7 @@ ZeroGradientSync::ZeroGradientSync(Assembly& assembly)
   const ZeroSettings& zero = assembly.spec.zero;
   const bool offload = zero.offload_optimizer;
   per_microbatch_ = zero.stage >= 2 && (assembly.spec.layout.dp > 1 || offload);
+  pool_ = StagingPool(assembly.spec.dp_overlap ? 2 : 1);
   const std::int64_t grad_bytes = assembly.grad_element_size;
   Program& program = assembly.program;
   for (std::size_t s = 0; s < buckets_.size(); ++s) {
@@ -52,6 +53,7 @@ ZeroGradientSync::ZeroGradientSync(Assembly& assembly)
     UnitBuckets reduce = bucket_units(st.plan.grad_units, 1, zero.reduce_bucket_size);
     out.of_unit = std::move(reduce.of_unit);
     for (const UnitBucket& b : reduce.buckets) {
+      out.largest = std::max(out.largest, b.parameters);
       const std::string index = std::to_string(out.reduce.size());
       out.reduce.push_back(
           {b,
@@ -79,7 +81,7 @@ ZeroGradientSync::ZeroGradientSync(Assembly& assembly)
 OpCount ZeroGradientSync::count_pass(const Pass& pass) const {
   if (!per_microbatch_) return {};
   const std::size_t n = buckets_[assembly_.index_of(pass.chunk, pass.microbatch)].reduce.size();
-  return {2 * n, 2 * n};
+  return {2 * n, 0};
 }
 
 OpCount ZeroGradientSync::count_chunk(int chunk) const {
@@ -88,31 +90,43 @@ OpCount ZeroGradientSync::count_chunk(int chunk) const {
 }
 
 // A reduce bucket: reduce-scattered over the data-parallel group and, with optimizer offload,
-// its shard copied to the host; a transient bucket is released after both.
-void ZeroGradientSync::emit_bucket(RankEmitter& rank, const Bucket& b, OpId dep, int microbatch,
-                                   bool transient) {
+// its shard copied to the host; returns the last of them (after which its staging buffer is
+// free).
+OpId ZeroGradientSync::emit_bucket(RankEmitter& rank, const Bucket& b, OpId dep, int microbatch) {
   const bool offload = assembly_.spec.zero.offload_optimizer;
   const Bytes bytes(b.units.parameters * assembly_.grad_element_size);
-  const MemoryEffect release{-bytes, MemoryCategory::comm_buffers, MemoryTier::device, true};
   OpId last = dep;
   if (assembly_.spec.layout.dp > 1) {
     OpInfo info{Stream::dp_comm, Phase::other, microbatch, -1, -1, {}};
     info.label_id = b.reduce_label;
     const std::array<OpId, 1> dep1 = {last};
-    const bool frees = transient && !offload;
     last = rank.program.add(Collective{CollectiveKind::reduce_scatter, assembly_.grad_dtype,
                                        assembly_.groups.dp(rank.rank), bytes},
-                            info, dep1, std::span<const MemoryEffect>(&release, frees ? 1 : 0));
+                            info, dep1);
     rank.last_dp_comm = last;
   }
   if (offload) {
     OpInfo info{Stream::copy, Phase::other, microbatch, -1, -1, {}};
     info.label_id = b.copy_label;
     const std::array<OpId, 1> dep1 = {last};
-    last = rank.program.add(Compute{b.copy_kernels}, info, dep1,
-                            std::span<const MemoryEffect>(&release, transient ? 1 : 0));
+    last = rank.program.add(Compute{b.copy_kernels}, info, dep1);
     rank.last_copy = last;
   }
+  return last;
+}
+
+void ZeroGradientSync::rank_begins(RankEmitter& rank) {
+  pool_.reset();
+  if (!per_microbatch_) return;
+  // The staging pool, held from the start: buffers of reduce_bucket_size elements (of the
+  // largest bucket where a gradient unit makes one larger) in the gradient buffers' dtype.
+  std::int64_t elements = assembly_.spec.zero.reduce_bucket_size;
+  for (int chunk : rank.held) {
+    elements = std::max(elements, buckets_[assembly_.index_of(chunk, 0)].largest);
+  }
+  rank.program.add_initial_memory(
+      rank.rank, {MemoryCategory::comm_buffers, MemoryTier::device,
+                  staging_bytes(pool_.buffers(), elements, assembly_.grad_element_size)});
 }
 
 void ZeroGradientSync::pass_begins(RankEmitter&, const PassState& ps) {
@@ -136,8 +150,8 @@ void ZeroGradientSync::before_segment(RankEmitter&, const PassState& ps, Segment
     const auto b = static_cast<std::size_t>(buckets.of_unit[static_cast<std::size_t>(u)]);
     const Bucket& bucket = buckets.reduce[b];
     if (bucket.units.first_unit != u) continue;
-    seg.effects.push_back({Bytes(bucket.units.parameters * assembly_.grad_element_size),
-                           MemoryCategory::comm_buffers, MemoryTier::device, true});
+    // It needs a buffer of the pool: the segment waits for one to be released.
+    pool_.claim(seg.deps);
     allocated_[b] = 1;
   }
 }
@@ -149,7 +163,7 @@ void ZeroGradientSync::after_segment(RankEmitter& rank, const PassState& ps,
   for (int u : *seg.step.grads_done) {
     const auto b = static_cast<std::size_t>(buckets.of_unit[static_cast<std::size_t>(u)]);
     if (buckets.reduce[b].units.last_unit != u || !allocated_[b]) continue;
-    emit_bucket(rank, buckets.reduce[b], op, ps.microbatch, true);
+    pool_.issued(emit_bucket(rank, buckets.reduce[b], op, ps.microbatch));
     emitted_[b] = 1;
   }
 }
@@ -159,7 +173,9 @@ void ZeroGradientSync::pass_ends(RankEmitter& rank, const PassState& ps, OpId la
   // Buckets not reduced yet (no overlap, or units no step completes) go after the pass.
   const Buckets& buckets = buckets_[assembly_.index_of(ps.pass.chunk, ps.pass.microbatch)];
   for (std::size_t b = 0; b < emitted_.size(); ++b) {
-    if (!emitted_[b]) emit_bucket(rank, buckets.reduce[b], last, ps.microbatch, allocated_[b] != 0);
+    if (emitted_[b]) continue;
+    const OpId release = emit_bucket(rank, buckets.reduce[b], last, ps.microbatch);
+    if (allocated_[b]) pool_.issued(release);
   }
 }
 
@@ -171,7 +187,7 @@ void ZeroGradientSync::gradients_complete(RankEmitter& rank, std::size_t slot) {
     const OpId dep = assembly_.spec.dp_overlap
                          ? rank.unit_done[slot][static_cast<std::size_t>(b.units.last_unit)]
                          : rank.last_backward[slot];
-    emit_bucket(rank, b, dep, -1, false);
+    emit_bucket(rank, b, dep, -1);
   }
 }
 
@@ -209,7 +225,7 @@ void EmbeddingSync::gradients_complete(RankEmitter& rank, std::size_t slot) {
   info.label_id = label_;
   const std::array<OpId, 1> dep = {rank.last_backward[slot]};
   rank.last_dp_comm = rank.program.add(
-      Collective{CollectiveKind::all_reduce, assembly_.spec.dtype,
+      Collective{CollectiveKind::all_reduce, assembly_.grad_dtype,
                  assembly_.groups.embedding(rank.rank), assembly_.spec.embedding_sync_bytes},
       info, dep);
 }

@@ -12,6 +12,7 @@
 //   (Program::add_initial_memory) rank_begins()           before the first pass: per-rank state,
 //   ops issued up front for each pass:
 //     pass_begins(pass)     before its receive
+//     input_received(pass, boundary, input)   after a receive from another device
 //     for each segment:
 //       before_segment      may issue ops the segment waits for; adds to seg.deps / seg.effects
 //       after_segment(op)   the segment's op is issued: ops that follow it
@@ -77,6 +78,10 @@ class TechniqueHook {
   virtual void chunk_held(RankEmitter&, int /*chunk*/) {}
   virtual void rank_begins(RankEmitter&) {}
   virtual void pass_begins(RankEmitter&, const PassState&) {}
+  /// The pass's input (`boundary` bytes, the whole tensor) was received from another device:
+  /// `input` holds the receive; a hook may replace it by ops that follow the receive.
+  virtual void input_received(RankEmitter&, const PassState&, Bytes /*boundary*/,
+                              std::vector<OpId>& /*input*/) {}
   virtual void before_segment(RankEmitter&, const PassState&, SegmentState&) {}
   virtual void after_segment(RankEmitter&, const PassState&, const SegmentState&, OpId) {}
   virtual void pass_ends(RankEmitter&, const PassState&, OpId /*last*/) {}

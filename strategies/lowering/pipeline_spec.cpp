@@ -110,7 +110,8 @@ PipelineSpec pipeline_spec(const Experiment& e) {
 }
 
 ScheduleOptions schedule_options(const Experiment& e) {
-  return ScheduleOptions{e.parallelism.virtual_stages, e.parallelism.sequence_slices};
+  return ScheduleOptions{e.parallelism.virtual_stages, e.parallelism.sequence_slices,
+                         e.parallelism.pipeline_batched_p2p};
 }
 
 PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_per_part) {
@@ -129,6 +130,8 @@ PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_p
   spec.grad_compression = e.parallelism.grad_compression;
   spec.tp_mode = e.parallelism.tp_mode;
   spec.tp_depth = e.parallelism.tp_depth;
+  spec.pipeline_scatter_gather = e.parallelism.pipeline_scatter_gather && spec.layout.tp > 1 &&
+                                 !e.parallelism.sequence_parallel && spec.tp_mode == TpMode::one_d;
   spec.zero = zero_settings(e);
   spec.grad_clip = e.training.grad_clip;
   spec.loss_scaling = e.training.loss_scaling;
@@ -141,7 +144,8 @@ PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_p
   spec.shared_embedding = e.model.tied_embeddings && p > 1 && kind != ScheduleKind::zb_v &&
                           kind != ScheduleKind::chimera;
   const std::int64_t rows = (std::int64_t{e.model.vocab} + spec.layout.tp - 1) / spec.layout.tp;
-  spec.embedding_sync_bytes = Bytes(rows * e.model.hidden * size_of(e.training.dtype));
+  // Megatron all-reduces the word embeddings' main_grad: in the gradient buffers' dtype.
+  spec.embedding_sync_bytes = Bytes(rows * e.model.hidden * size_of(format.grad_dtype));
   const int parts = static_cast<int>(layers_per_part.size());
   if (e.layer_table) {
     // A layer table: each part's layers as the table gives them; Zero Bubble's W keeps what

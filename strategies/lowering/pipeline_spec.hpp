@@ -130,8 +130,16 @@ struct PipelineSpec {
   Bytes dp_bucket_size = Bytes(25 * 1024 * 1024);
   bool dp_overlap = true;
   /// Tied embeddings split over the first and last stage: their gradients are all-reduced
-  /// between the two (Megatron's embedding group), `embedding_sync_bytes` per rank.
+  /// between the two (Megatron's embedding group), `embedding_sync_bytes` per rank: the rank's
+  /// ceil(vocab / tp) rows of the word embeddings in the gradient buffers' dtype (Megatron's
+  /// _allreduce_word_embedding_grads reduces main_grad, fp32 with its bf16 default).
   bool shared_embedding = false;
+  /// Megatron's scatter/gather of pipeline sends (scatter_gather_tensors_in_pipeline, on when
+  /// parallelism.pipeline_scatter_gather, 1D tensor parallelism with tp > 1 and no sequence
+  /// parallelism): a send and its receive move ceil(boundary_bytes / tp) per rank
+  /// (Assembly::pipeline_message) and the receiver all-gathers the boundary_bytes over its
+  /// tensor-parallel group before using them (PipelineScatterGather).
+  bool pipeline_scatter_gather = false;
   /// Emit ops for data-parallel replica 0 only and mark every other replica as its mirror
   /// (Program::set_replica). Exact whenever replicas behave alike: the stage plans are the same
   /// for every replica, so that holds on a network without contention (the analytical one).

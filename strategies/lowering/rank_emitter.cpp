@@ -72,8 +72,11 @@ void RankEmitter::emit(int r) {
   last_copy.reset();
   step_gate.reset();
   pass_end_.clear();
+  deferred_send_.reset();
+  batch_sends_.clear();
   for (const auto& hook : hooks_) hook->rank_begins(*this);
   for (std::size_t p = 0; p < passes->size(); ++p) emit_pass(p);
+  flush_deferred_send(passes->size(), std::nullopt);
   emit_chunk_ends();
 }
 
@@ -187,7 +190,29 @@ void RankEmitter::emit_pass(std::size_t p) {
   pass_end_[pass_key(pass.kind, pass.microbatch, pass.chunk)] = *ps.previous;
   if (ps.grad_pass) last_backward[ps.slot] = *ps.previous;
   for (const auto& hook : hooks_) hook->pass_ends(*this, ps, *ps.previous);
+  // The held forward send goes first: each channel keeps its order of sends.
+  flush_deferred_send(p, ps.previous);
   send_output(ps, to_chunk);
+}
+
+// Schedule::batched_p2p: a steady-state step's forward sends with the backward after it.
+bool RankEmitter::send_waits_for_next(std::size_t index) const {
+  const Schedule& schedule = assembly.schedule;
+  if (!schedule.batched_p2p) return false;
+  const auto i = static_cast<int>(index);
+  const auto d = static_cast<std::size_t>(device);
+  return i >= schedule.steady_begin[d] && i < schedule.steady_end[d] &&
+         (i - schedule.steady_begin[d]) % 2 == 0;
+}
+
+// The forward's send held back by send_output goes with the backward after it, after its
+// last op (`after`).
+void RankEmitter::flush_deferred_send(std::size_t index, std::optional<OpId> after) {
+  if (!deferred_send_ || deferred_send_->pass == index) return;
+  DeferredSend& d = *deferred_send_;
+  if (after) d.deps.push_back(*after);
+  batch_sends_.push_back(program.add(d.send, d.info, d.deps));
+  deferred_send_.reset();
 }
 
 // The pass's input: received from another device, or the end of the pass it follows here.
@@ -196,6 +221,9 @@ void RankEmitter::receive_input(const PassState& ps, int from_chunk) {
   const int unit = pass.microbatch;
   const int from_device = device_of(from_chunk);
   input_.clear();
+  // Schedule::batched_p2p: the sends of the device's previous step complete first.
+  input_.insert(input_.end(), batch_sends_.begin(), batch_sends_.end());
+  batch_sends_.clear();
   if (from_device >= 0 && from_device != device) {
     // PipeDream-2BW: a carried backward's gradient came in the previous iteration unless the
     // sender's backward is carried too.
@@ -209,8 +237,11 @@ void RankEmitter::receive_input(const PassState& ps, int from_chunk) {
       const Bytes bytes =
           forward ? assembly.at(from_chunk, unit).plan.boundary_bytes : ps.st->plan.boundary_bytes;
       const RankLayout& layout = assembly.spec.layout;
-      input_.push_back(
-          program.add(Recv{layout.rank(tp_index, dp_index, from_device), bytes}, info));
+      received_.assign(1, program.add(Recv{layout.rank(tp_index, dp_index, from_device),
+                                           assembly.pipeline_message(bytes)},
+                                      info));
+      for (const auto& hook : hooks_) hook->input_received(*this, ps, bytes, received_);
+      input_.insert(input_.end(), received_.begin(), received_.end());
     }
   } else if (from_device == device) {  // the neighbouring chunk on this device
     const auto it = pass_end_.find(pass_key(pass.kind, unit, from_chunk));
@@ -282,7 +313,13 @@ void RankEmitter::send_output(const PassState& ps, int to_chunk) {
   const Bytes bytes = forward ? ps.st->plan.boundary_bytes
                               : assembly.at(to_chunk, pass.microbatch).plan.boundary_bytes;
   const RankLayout& layout = assembly.spec.layout;
-  program.add(Send{layout.rank(tp_index, dp_index, to_device), bytes}, info, deps_);
+  const Send send{layout.rank(tp_index, dp_index, to_device), assembly.pipeline_message(bytes)};
+  if (send_waits_for_next(ps.index)) {
+    deferred_send_ = DeferredSend{send, info, deps_, ps.index};
+    return;
+  }
+  const OpId op = program.add(send, info, deps_);
+  if (assembly.schedule.batched_p2p) batch_sends_.push_back(op);
 }
 
 // Per chunk held, in the order their gradients complete: the gradient synchronisation of every

@@ -60,6 +60,8 @@ class RankEmitter {
   void receive_input(const PassState& ps, int from_chunk);
   void emit_segment(PassState& ps, std::size_t i);
   void send_output(const PassState& ps, int to_chunk);
+  bool send_waits_for_next(std::size_t index) const;
+  void flush_deferred_send(std::size_t index, std::optional<OpId> after);
   void emit_chunk_ends();
   int device_of(int chunk) const;
   bool carried(int device, int unit) const;
@@ -68,10 +70,20 @@ class RankEmitter {
   const std::vector<std::unique_ptr<TechniqueHook>>& hooks_;
   bool mirror_tp_ = false;
   std::uint32_t recv_input_label_ = 0, no_kernels_ = 0;
-  std::vector<OpId> deps_, input_;
+  std::vector<OpId> deps_, input_, received_;
   std::vector<MemoryEffect> effects_;
   std::vector<std::optional<OpId>> chain_last_;
   std::unordered_map<std::uint64_t, OpId> pass_end_;  // last op of each pass of the rank
+  // Schedule::batched_p2p: a forward's send held until the backward after it, and the sends
+  // the device's next pass waits for.
+  struct DeferredSend {
+    Send send;
+    OpInfo info;
+    std::vector<OpId> deps;
+    std::size_t pass;  // the forward's index
+  };
+  std::optional<DeferredSend> deferred_send_;
+  std::vector<OpId> batch_sends_;
 };
 
 }  // namespace stratasim::strategies

@@ -164,6 +164,12 @@ SegmentRange Assembly::range_of(const Pass& pass) const {
   return {&st.weight, 0, st.weight.size()};
 }
 
+Bytes Assembly::pipeline_message(Bytes boundary) const {
+  if (!spec.pipeline_scatter_gather) return boundary;
+  const std::int64_t tp = spec.layout.tp;
+  return Bytes((boundary.count() + tp - 1) / tp);
+}
+
 std::int64_t Assembly::shard_of(std::int64_t parameters) const {
   const std::int64_t dp = spec.layout.dp;
   return dp > 1 ? (parameters + dp - 1) / dp : parameters;

@@ -115,6 +115,10 @@ struct Assembly {
   SegmentRange range_of(const Pass& pass) const;
   /// Parameters of `parameters` a rank keeps under ZeRO sharding: ceil(parameters / dp).
   std::int64_t shard_of(std::int64_t parameters) const;
+  /// What one pipeline send (and its receive) moves per rank for a boundary tensor of
+  /// `boundary` bytes: all of it, or ceil(boundary / tp) with
+  /// PipelineSpec::pipeline_scatter_gather.
+  Bytes pipeline_message(Bytes boundary) const;
   /// Registers a one-kernel list copying `bytes` from tier `from` to tier `to`.
   std::uint32_t copy_kernels(std::int64_t bytes, MemoryTier from, MemoryTier to, std::string name);
 };

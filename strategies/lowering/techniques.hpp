@@ -1,6 +1,7 @@
 // The techniques of the pipeline assembly, each a TechniqueHook (strategies/lowering/hooks.hpp).
 // assemble_pipeline installs, in this order, those a PipelineSpec asks for:
 //
+//   PipelineScatterGather  spec.pipeline_scatter_gather
 //   ActivationOffload      spec.zero.offload_activations
 //   Zero3ParameterFetch    spec.zero.stage == 3
 //   CompressedGradients    spec.grad_compression enabled, ZeRO stage 0, dp group > 1
@@ -27,8 +28,28 @@
 #include <vector>
 
 #include "strategies/lowering/hooks.hpp"
+#include "strategies/lowering/staging.hpp"
 
 namespace stratasim::strategies {
+
+/// Megatron's scatter/gather of pipeline sends (PipelineSpec::pipeline_scatter_gather; Megatron-LM
+/// p2p_communication with scatter_gather_tensors_in_pipeline and no sequence parallelism): each
+/// tensor-parallel rank sends and receives its 1/tp of the boundary tensor
+/// (Assembly::pipeline_message, in RankEmitter's sends and receives), then
+/// input_received: an all-gather of the boundary bytes over the rank's tensor-parallel group
+///   (tp-comm stream, the pass's phase and microbatch, "pipeline all-gather", after the
+///   receive; Megatron's gather_split_1d_tensor) replaces the receive as the pass's input.
+class PipelineScatterGather : public TechniqueHook {
+ public:
+  explicit PipelineScatterGather(Assembly& assembly);
+  OpCount count_pass(const Pass&) const override { return {1, 0}; }
+  void input_received(RankEmitter&, const PassState&, Bytes boundary,
+                      std::vector<OpId>& input) override;
+
+ private:
+  Assembly& assembly_;
+  std::uint32_t label_;
+};
 
 /// Activation checkpoints wait on the host (ZeRO-R's offloaded checkpoints).
 /// before_segment: a segment with a checkpoint_fetch first issues its copy back from the host
@@ -37,14 +58,20 @@ namespace stratasim::strategies {
 ///   segment waits for the copy.
 /// after_segment: a segment storing a checkpoint (checkpoint_delta > 0) is followed by its copy
 ///   to the host (copy stream, "checkpoint to host", host +delta, device -delta).
+/// Checkpoints on their way out are staged through a pool of one (StagingPool): a segment
+/// storing a checkpoint first waits for the previous one's copy (DeepSpeed's cpu_checkpointing
+/// copies each partition with a blocking .cpu(); here the compute stream runs on until the
+/// next checkpoint), so copies never pile up on the device behind a slow PCIe link.
 class ActivationOffload : public TechniqueHook {
  public:
   explicit ActivationOffload(Assembly& assembly);
+  void rank_begins(RankEmitter&) override;
   void before_segment(RankEmitter&, const PassState&, SegmentState&) override;
   void after_segment(RankEmitter&, const PassState&, const SegmentState&, OpId) override;
 
  private:
   std::uint32_t out_label_, in_label_;
+  StagingPool staged_{1};
 };
 
 /// ZeRO-3: each gradient unit's parameters gathered before each use and released after it, and
@@ -154,11 +181,15 @@ class DataParallelAllReduce : public TechniqueHook {
 /// buckets of reduce_bucket_size elements ("grad reduce-scatter bucket <i>", dp-comm, with
 /// dp > 1), each bucket's shard copied to the
 /// host with optimizer offload ("grad to host bucket <i>", copy stream).
-/// Stages 2 and 3 (with dp > 1 or optimizer offload), every gradient pass:
-///   before_segment: a compute segment completing a bucket's first unit allocates the bucket
-///     (g * parameters, comm_buffers);
-///   after_segment: with dp_overlap, one completing its last unit reduces it (and frees it);
+/// Stages 2 and 3 (with dp > 1 or optimizer offload), every gradient pass, through the rank's
+/// staging pool (strategies/lowering/staging.hpp: 2 buffers with dp_overlap, else 1):
+///   rank_begins: the pool held from the start (comm_buffers, device): buffers of
+///     max(reduce_bucket_size, the largest bucket of the rank's chunks) elements, g bytes each;
+///   before_segment: a compute segment completing a bucket's first unit takes a buffer, waiting
+///     for the oldest bucket's release when all are taken;
+///   after_segment: with dp_overlap, one completing its last unit reduces it;
 ///   pass_ends: buckets not reduced yet are reduced after the pass.
+///   A bucket's buffer is released by its last op: the reduce-scatter, or the copy to the host.
 /// Stage 1: gradients_complete reduces every bucket after the op completing its last unit in
 ///   the last gradient pass (dp_overlap) or after that pass.
 /// Stages 1 and 2: after_optimizer_step all-gathers the updated parameters in buckets of
@@ -169,6 +200,7 @@ class ZeroGradientSync : public TechniqueHook {
   explicit ZeroGradientSync(Assembly& assembly);
   OpCount count_pass(const Pass& pass) const override;
   OpCount count_chunk(int chunk) const override;
+  void rank_begins(RankEmitter&) override;
   void pass_begins(RankEmitter&, const PassState&) override;
   void before_segment(RankEmitter&, const PassState&, SegmentState&) override;
   void after_segment(RankEmitter&, const PassState&, const SegmentState&, OpId) override;
@@ -190,19 +222,22 @@ class ZeroGradientSync : public TechniqueHook {
     std::vector<Bucket> reduce;
     std::vector<int> of_unit;
     std::vector<Gather> gather;
+    std::int64_t largest = 0;  // parameters of the largest reduce bucket
   };
   bool reduces(const PassState& ps, const SegmentState& seg) const;
-  void emit_bucket(RankEmitter& rank, const Bucket& b, OpId dep, int microbatch, bool transient);
+  OpId emit_bucket(RankEmitter& rank, const Bucket& b, OpId dep, int microbatch);
 
   Assembly& assembly_;
-  bool per_microbatch_;  // stages 2 and 3: every microbatch's gradients through transient buckets
+  bool per_microbatch_;  // stages 2 and 3: every microbatch's gradients through the staging pool
+  StagingPool pool_;     // the rank's reduce buffers (strategies/lowering/staging.hpp)
   std::vector<Buckets> buckets_;
   std::vector<std::uint8_t> allocated_, emitted_;  // this gradient pass's buckets
 };
 
 /// Tied embeddings split over the first and last device (Megatron's embedding group).
 /// gradients_complete: for the first and last part, an all-reduce of embedding_sync_bytes
-///   ("embedding grad all-reduce", dp-comm) after the chunk's last gradient pass.
+///   (in the gradient buffers' dtype; "embedding grad all-reduce", dp-comm) after the chunk's
+///   last gradient pass.
 class EmbeddingSync : public TechniqueHook {
  public:
   explicit EmbeddingSync(Assembly& assembly);

@@ -2,6 +2,7 @@
 // ZeRO-Infinity, SC 2021): model states on the host or NVMe, lowered and simulated.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "reference/helpers.hpp"
@@ -14,9 +15,9 @@ namespace {
 
 // Llama 2 13B on one 32 GB V100 of a DGX-2 (its host: 48 cores, 1.5 TiB, PCIe 3 x16; 20 GB/s of
 // NVMe), fp16, ZeRO-2, micro batch 1 of 2048 tokens, 4 microbatches, full recomputation.
-Experiment v100_13b(const std::vector<std::string>& offload) {
+Experiment v100_13b(const std::vector<std::string>& offload, int microbatches = 4) {
   auto model = load_model(configs_dir() / "models/llama2-13b.json");
-  auto e = make_experiment(model, 1, 1, 1, 4, 1, 2048);
+  auto e = make_experiment(model, 1, 1, 1, microbatches, 1, 2048);
   e.cluster = shipped_cluster("dgx2-v100-1", 1, 1);
   e.training.dtype = DType::fp16;
   e.parallelism.zero = 2;
@@ -65,11 +66,14 @@ std::pair<Time, Time> stream_extent(const Run& r, Stream stream, Phase phase) {
 }  // namespace
 
 TEST_CASE("ZeRO-Offload: 13B parameters fit one 32 GB V100 with optimizer offload, not without") {
-  // Without offload a 13B model's states need 16 bytes per parameter, 208 GB: far beyond 32 GB
-  // even with ZeRO (one device: nothing to shard over). With the optimizer offloaded the device
-  // keeps the fp16 weights (2 Psi = 26 GB), transient gradient buckets and the activations of
-  // one recomputed microbatch; the fp32 states and gradients (16 Psi) live in host memory and
-  // Adam runs on the CPU.
+  // Ren et al. (ZeRO-Offload, ATC 2021) train 13B parameters on one 32 GB V100. Without offload
+  // a 13B model's states need 16 bytes per parameter (2 fp16 weights + 2 fp16 gradients + 12
+  // fp32 Adam: master weights, momentum, variance): 16 x 13e9 = 208 GB, far beyond 32 GB even
+  // with ZeRO (one device: nothing to shard over). With the optimizer offloaded the device
+  // keeps the fp16 weights (2 Psi = 26 GB), the two gradient staging buffers (2 x 798,254,080
+  // elements x 2 bytes = 3.2 GB, see the next test) and the activations of one recomputed
+  // microbatch; the fp32 states and gradients (16 Psi) live in host memory and Adam runs on the
+  // CPU.
   const auto without = run(v100_13b({}));
   const auto with = run(v100_13b({"optimizer"}));
   const std::int64_t psi = pipeline_spec(v100_13b({})).stages[0].parameters;
@@ -196,4 +200,75 @@ TEST_CASE("parameter offload with data parallelism: copy the shard in, then all-
     }
     CHECK(gathers == 2 * 2 * (model.layers + 2));
   }
+}
+
+namespace {
+
+// The largest amount of comm_buffers rank 0 holds on the device at any time of the run: its
+// initial amount plus the effects of the ops, applied at their start or end as the spans say.
+std::int64_t peak_comm_buffers(const Run& r) {
+  std::vector<std::pair<Time, std::int64_t>> changes;
+  for (const auto& span : r.timeline.spans) {
+    if (span.rank != 0) continue;
+    for (const auto& fx : r.program.effects_of(r.program.op(span.op))) {
+      if (fx.category != MemoryCategory::comm_buffers || fx.tier != MemoryTier::device) continue;
+      changes.emplace_back(fx.at_end ? span.end : span.start, fx.delta.count());
+    }
+  }
+  std::sort(changes.begin(), changes.end(), [](const auto& a, const auto& b) {
+    return a.first < b.first || (a.first == b.first && a.second < b.second);
+  });
+  std::int64_t now = initial_bytes(r.program, 0, MemoryCategory::comm_buffers);
+  std::int64_t peak = now;
+  for (const auto& [time, bytes] : changes) peak = std::max(peak, now += bytes);
+  return peak;
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO-Offload: gradients pass through two fixed buffers, whatever the microbatches") {
+  // DeepSpeed (stage_1_and_2.py, contiguous_gradients and overlap_comm): two ipg buffers of
+  // reduce_bucket_size elements (default 5e8) in the training dtype; the backward fills one
+  // while the other is reduced and copied to the host, and waits when both are taken.
+  // Llama 2 13B: a layer is 4h^2 + 3 h ffn + 2h = 104,857,600 + 212,336,640 + 10,240 =
+  // 317,204,480 parameters, the head vocab h + h = 163,845,120. Buckets close once they reach
+  // 5e8 elements, in backward order: [head, layer 39, layer 38] = 798,254,080, then 19 pairs of
+  // layers (634,408,960) and the embedding (163,840,000): 21 buckets. A buffer holds the largest
+  // bucket, which is more than 5e8 (a layer is not split): 2 x 798,254,080 x 2 bytes.
+  const std::int64_t pool = 2LL * 798'254'080 * 2;
+  const auto two = run(v100_13b({"optimizer"}, 2));
+  const auto eight = run(v100_13b({"optimizer"}, 8));
+  for (const Run* r : {&two, &eight}) {
+    CHECK(initial_bytes(r->program, 0, MemoryCategory::comm_buffers) == pool);
+    // Nothing else is staged on the device: the pool is all there is.
+    CHECK(peak_comm_buffers(*r) == pool);
+    CHECK_FALSE(device_oom(r->timeline));
+  }
+  // Memory does not grow with the microbatches: one stage, one microbatch's activations at a
+  // time, the same pool; the peak is the same at 2 and at 8.
+  CHECK(two.report.peak_memory == eight.report.peak_memory);
+
+  // Every bucket after the first two waits for the one two before it to reach the host: the
+  // compute op that starts filling it depends on that bucket's copy, 21 x 8 - 2 of them.
+  int waits = 0;
+  std::int64_t copied = 0;
+  for (const auto& op : eight.program.ops_of(0)) {
+    if (op.stream == Stream::copy && op.phase == Phase::other) {
+      const auto& kernel = eight.program.kernels_of(std::get<Compute>(op.work)).front();
+      copied += std::get<Copy>(kernel.work).bytes.count();
+    }
+    if (op.stream != Stream::compute) continue;
+    for (OpId dep : eight.program.deps_of(op)) {
+      if (eight.program.op(dep).stream == Stream::copy) ++waits;
+    }
+  }
+  CHECK(waits == 21 * 8 - 2);
+  // Each microbatch sends all of its fp16 gradients to the host once: 2 Psi bytes each.
+  const std::int64_t psi = pipeline_spec(v100_13b({})).stages[0].parameters;
+  CHECK(copied == 8 * 2 * psi);
+  MESSAGE("Llama 2 13B, ZeRO-Offload on one V100: staging pool "
+          << static_cast<double>(pool) / (1 << 30) << " GiB; peak device memory "
+          << static_cast<double>(two.report.peak_memory.count()) / (1 << 30) << " GiB at 2, "
+          << static_cast<double>(eight.report.peak_memory.count()) / (1 << 30)
+          << " GiB at 8 microbatches");
 }

@@ -216,6 +216,12 @@ std::vector<Case> cases() {
   add("schedule terapipe",
       {{"parallelism.schedule", "terapipe"}, {"parallelism.sequence_slices", 4}});
   add("sequence parallel", {{"parallelism.sequence_parallel", true}});
+  add("no pipeline scatter gather", {{"parallelism.pipeline_scatter_gather", false}});
+  add("interleaved batched p2p", {{"parallelism.pp", 4},
+                                  {"parallelism.dp", 1},
+                                  {"parallelism.schedule", "interleaved"},
+                                  {"parallelism.virtual_stages", 2},
+                                  {"parallelism.pipeline_batched_p2p", true}});
   add("no dp overlap", {{"parallelism.dp_overlap", false}});
   add("small dp buckets", {{"parallelism.dp_bucket_size", "200 MiB"}});
   add("explicit partition", {{"parallelism.partition", nlohmann::json::array({10, 14})}});

@@ -403,6 +403,24 @@ TEST_CASE("Megatron arguments set the framework, gradient buffers and optimizer"
   CHECK(adam.training.optimizer == OptimizerKind::adam);
 }
 
+TEST_CASE("Megatron pipeline communication flags") {
+  // Megatron-LM scatters pipeline sends over the tp group and overlaps the interleaved
+  // schedule's p2p by default; its --no-... flags turn each off.
+  const auto plain =
+      load("gpt3-1.7b-a100-8", megatron_from_args("--global-batch-size 32").overrides);
+  CHECK(plain.parallelism.pipeline_scatter_gather);
+  CHECK_FALSE(plain.parallelism.pipeline_batched_p2p);
+  const auto off = load(
+      "gpt3-1.7b-a100-8",
+      megatron_from_args("--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 "
+                         "--virtual-pipeline-model-parallel-size 2 --global-batch-size 32 "
+                         "--no-scatter-gather-tensors-in-pipeline --no-overlap-p2p-communication")
+          .overrides);
+  CHECK_FALSE(off.parallelism.pipeline_scatter_gather);
+  CHECK(off.parallelism.pipeline_batched_p2p);
+  CHECK(off.parallelism.schedule == ScheduleKind::interleaved);
+}
+
 TEST_CASE("Megatron model arguments override the model; interleaving from layers per stage") {
   const auto mg = megatron_from_args(
       "--num-layers 16 --hidden-size 1024 --num-attention-heads 16 --group-query-attention "
