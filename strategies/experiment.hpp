@@ -13,6 +13,7 @@
 #include "hw_models/cluster.hpp"
 #include "hw_models/config_reader.hpp"
 #include "strategies/framework.hpp"
+#include "strategies/fsdp.hpp"
 #include "strategies/grad_compression.hpp"
 #include "strategies/layer_table.hpp"
 #include "strategies/model.hpp"
@@ -179,6 +180,11 @@ struct TrainingSpec {
   /// (training.microbatch_overhead). Both run on each rank's host stream ahead of the work.
   Time step_overhead;
   Time microbatch_overhead;
+  /// PyTorch FSDP's runtime (strategies/fsdp.hpp): training.fsdp, or with training.framework
+  /// "fsdp" its defaults (fsdp_defaults) unless parallelism.zero picks a stage other than 3 or
+  /// the pipeline has stages (then the ZeRO lowering of parallelism.zero runs instead). Set, it
+  /// decides the ZeRO stage (3 sharded, 0 with NO_SHARD) and the lowering runs FsdpRuntime.
+  std::optional<FsdpSpec> fsdp;
 };
 
 struct Experiment {
@@ -209,6 +215,9 @@ struct Experiment {
 ModelStateFormat model_state_format(const Experiment& e);
 /// Whether Megatron's distributed optimizer is on (set, or the framework's default).
 bool distributed_optimizer(const Experiment& e);
+/// The data-parallel ranks one FSDP shard group holds: with HYBRID_SHARD the ranks of a node
+/// (devices_per_node / tp, at most dp), otherwise the whole data-parallel group (dp).
+int fsdp_shard_group(const Experiment& e);
 /// The ZeRO stage the lowering uses: parallelism.zero, or 1 with the distributed optimizer.
 int effective_zero_stage(const Experiment& e);
 /// Device memory held back on a rank of the experiment (memory.reserved, else the modelled

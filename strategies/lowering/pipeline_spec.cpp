@@ -31,7 +31,8 @@ LayerSetting layer_setting(const Experiment& e) {
   s.dtype = e.training.dtype;
   s.flash_attention = e.training.flash_attention;
   s.attention_kernel = e.training.attention_kernel;
-  s.split_layers = e.parallelism.zero == 3;  // ZeRO-3 gathers each layer before its first op
+  // ZeRO-3 gathers each layer before its first op; FSDP also reduces each unit after its last.
+  s.split_layers = e.parallelism.zero == 3 || e.training.fsdp.has_value();
   return s;
 }
 
@@ -50,6 +51,9 @@ ZeroSettings zero_settings(const Experiment& e) {
     z.reduce_bucket_size = bucket;
     z.allgather_bucket_size = bucket;
   }
+  if (e.training.fsdp && e.training.fsdp->sharding == FsdpSharding::hybrid_shard) {
+    z.shard_group = fsdp_shard_group(e);
+  }
   z.offload_optimizer = p.offload.optimizer;
   z.offload_params = p.offload.params;
   z.nvme = p.offload.nvme;
@@ -60,7 +64,8 @@ ZeroSettings zero_settings(const Experiment& e) {
 DeviceModelStates device_model_states(const ZeroSettings& zero, const ModelStateFormat& format,
                                       std::int64_t parameters, int dp) {
   const StateBytes state = state_bytes_per_parameter(format);
-  const std::int64_t shard = zero.stage == 0 || dp <= 1 ? parameters : (parameters + dp - 1) / dp;
+  const int d = zero.shard_degree(dp);
+  const std::int64_t shard = zero.stage == 0 || d <= 1 ? parameters : (parameters + d - 1) / d;
   const bool params_off = zero.stage == 3 && zero.offload_params;
   const std::int64_t params = zero.stage == 3 ? shard : parameters;
   std::int64_t grads = zero.stage <= 1 ? parameters : shard;
@@ -130,6 +135,7 @@ PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_p
   spec.tp_mode = e.parallelism.tp_mode;
   spec.tp_depth = e.parallelism.tp_depth;
   spec.zero = zero_settings(e);
+  spec.fsdp = e.training.fsdp;
   spec.grad_clip = e.training.grad_clip;
   spec.loss_scaling = e.training.loss_scaling;
   spec.step_overhead = e.training.step_overhead;

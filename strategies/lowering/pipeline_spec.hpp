@@ -85,6 +85,11 @@ struct ZeroSettings {
   bool offload_params = false;
   bool nvme = false;
   bool offload_activations = false;  // recomputation checkpoints wait on the host
+  /// Ranks one shard spans: 0 for the whole data-parallel group; FSDP's HYBRID_SHARD, the
+  /// data-parallel ranks of a node (the replicas of a shard are all-reduced across nodes).
+  int shard_group = 0;
+  /// The ranks each shard is split over, for a data-parallel group of dp ranks.
+  int shard_degree(int dp) const { return shard_group > 0 ? shard_group : dp; }
 };
 
 /// The ZeRO and offload settings of an experiment's parallelism. Megatron's distributed
@@ -145,6 +150,10 @@ struct PipelineSpec {
   bool mirror_tensor_parallel = false;
   Bytes embedding_sync_bytes;
   ZeroSettings zero;
+  /// PyTorch FSDP's runtime (strategies/fsdp.hpp): when set, FsdpRuntime (techniques.hpp)
+  /// gathers, frees and reduces each FSDP unit as FSDP's hooks do, instead of the ZeRO-3 fetch
+  /// and the ZeRO or DDP gradient synchronisation; zero.stage is its sharding's (3 or 0).
+  std::optional<FsdpSpec> fsdp;
   /// The tensor-parallel mesh of the stage plans (make_tp_mesh(tp_mode, layout.tp, tp_depth)):
   /// with 2D, 2.5D and 3D every tp group of the layout is also split into the mesh's row,
   /// column and depth groups, and a plan's collective segment runs on the group of its axis.
