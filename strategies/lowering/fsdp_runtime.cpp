@@ -77,6 +77,11 @@ FsdpRuntime::FsdpRuntime(Assembly& assembly)
           (fsdp_.sharding == FsdpSharding::no_shard ? "fsdp all-reduce " : "fsdp reduce-scatter ") +
           name);
       unit.replica_label = program.intern_label("fsdp replica all-reduce " + name);
+      unit.cast_label = program.intern_label("fsdp gradient cast " + name);
+      const std::int64_t in = size_of(fsdp_.precision.param), out = size_of(fsdp_.precision.reduce);
+      unit.cast_kernels = program.add_kernels({Kernel{
+          Elementwise{unit.parameters, Bytes(unit.parameters * in), Bytes(unit.parameters * out)},
+          "fsdp_grad_cast"}});
     }
     const auto b = st.plan.backward.begin();
     u.forward_uses =
@@ -223,16 +228,24 @@ void FsdpRuntime::reduce(RankEmitter& rank, const RankUse& use, OpId done, OpId 
         deps);
     return;
   }
-  // The unsharded gradient (param dtype) and its cast to the reduce dtype, freed after it.
+  // The unsharded gradient (param dtype) and its cast to the reduce dtype (a kernel on the
+  // post-backward stream, which the reduce-scatter follows), both freed after it.
   const Bytes grad(unit.parameters * size_of(fsdp_.precision.param));
   const bool cast = dtype != fsdp_.precision.param;
-  const std::array<MemoryEffect, 2> fx = {
-      MemoryEffect{bytes, MemoryCategory::comm_buffers, MemoryTier::device, false},
-      MemoryEffect{-(grad + (cast ? bytes : Bytes(0))), MemoryCategory::comm_buffers,
-                   MemoryTier::device, true}};
+  std::array<OpId, 2> rs_deps = deps;
+  if (cast) {
+    OpInfo c = info;
+    c.label_id = unit.cast_label;
+    const MemoryEffect copy{bytes, MemoryCategory::comm_buffers, MemoryTier::device, false};
+    rs_deps[0] = rank.program.add(Compute{unit.cast_kernels}, c, deps,
+                                  std::span<const MemoryEffect>(&copy, 1));
+  }
+  const MemoryEffect release{-(grad + (cast ? bytes : Bytes(0))), MemoryCategory::comm_buffers,
+                             MemoryTier::device, true};
   const OpId rs = rank.program.add(
       Collective{CollectiveKind::reduce_scatter, dtype, assembly_.groups.shard(rank.rank), bytes},
-      info, deps, std::span<const MemoryEffect>(cast ? fx.data() : fx.data() + 1, cast ? 2 : 1));
+      info, std::span<const OpId>(rs_deps.data(), cast ? 1 : 2),
+      std::span<const MemoryEffect>(&release, 1));
   rank.last_dp_comm = rs;
   if (const auto replicate = assembly_.groups.replicate(rank.rank)) {
     info.label_id = unit.replica_label;

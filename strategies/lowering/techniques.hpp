@@ -119,9 +119,12 @@ class Zero3ParameterFetch : public TechniqueHook {
 ///     freed (-P x param bytes at the end of that segment) unless it stays unsharded: after
 ///     forward the root and, with SHARD_GRAD_OP, every unit stay until their backward use ends;
 ///     NO_SHARD never frees. Backward only: with BACKWARD_POST the next use's gather; then the
-///     gradients' reduction after the segment and the host op: "fsdp reduce-scatter <unit>"
-///     (dp-comm, over the shard group, P x size(reduce_dtype), the gradient and, when
-///     reduce_dtype differs from param_dtype, its cast copy freed after it); with HYBRID_SHARD
+///     gradients' reduction after the segment and the host op: when reduce_dtype differs from
+///     param_dtype first "fsdp gradient cast <unit>" (an elementwise kernel reading
+///     P x size(param_dtype) and writing P x size(reduce_dtype), +that much comm_buffers, on the
+///     dp-comm stream: FSDP runs it on its post-backward stream ahead of the reduce-scatter),
+///     then "fsdp reduce-scatter <unit>" (dp-comm, over the shard group, P x size(reduce_dtype);
+///     the gradient and its cast freed after it); with HYBRID_SHARD
 ///     then "fsdp replica all-reduce <unit>" of the shard over the replicate group (dp-comm:
 ///     FSDP's own all-reduce stream is not a stream here); with NO_SHARD "fsdp all-reduce
 ///     <unit>" over the dp group instead.
@@ -146,7 +149,8 @@ class FsdpRuntime : public TechniqueHook {
     std::int64_t parameters = 0;
     std::int16_t layer = -1;  // -1: the root
     bool root = false;
-    std::uint32_t gather_label = 0, reduce_label = 0, replica_label = 0;
+    std::uint32_t gather_label = 0, reduce_label = 0, replica_label = 0, cast_label = 0;
+    std::uint32_t cast_kernels = 0;  // the gradient from param_dtype to reduce_dtype
   };
   struct Units {  // per template
     std::vector<Unit> units;
