@@ -219,6 +219,10 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
 
   p.zero = static_cast<int>(r.integer_in_or("zero", 0, 3, 0));
   p.zero_prefetch_layers = static_cast<int>(r.integer_in_or("zero_prefetch_layers", 0, 1 << 16, 1));
+  p.zero_prefetch_bucket_size =
+      r.integer_in_or("zero_prefetch_bucket_size", 0, std::int64_t{1} << 50, 0);
+  p.zero_max_live_parameters =
+      r.integer_in_or("zero_max_live_parameters", 0, std::int64_t{1} << 50, 0);
   p.reduce_bucket_size =
       r.integer_in_or("reduce_bucket_size", 1, std::int64_t{1} << 50, p.reduce_bucket_size);
   p.allgather_bucket_size =

@@ -104,6 +104,12 @@ struct ParallelismSpec {
   /// sharded over the data-parallel group.
   int zero = 0;
   int zero_prefetch_layers = 1;  // ZeRO-3: layers whose parameters are gathered ahead
+  /// DeepSpeed's stage3_prefetch_bucket_size and stage3_max_live_parameters, in elements (0:
+  /// unset): ZeRO-3 prefetches the next uses while the parameters being prefetched are under
+  /// the bucket (instead of zero_prefetch_layers whole layers), and gathers no more while the
+  /// gathered parameters would exceed max_live (ZeroSettings says how).
+  std::int64_t zero_prefetch_bucket_size = 0;
+  std::int64_t zero_max_live_parameters = 0;
   /// DeepSpeed's bucket sizes, in elements: gradients reduced per bucket (stages 1-3) and
   /// updated parameters all-gathered per bucket after the step (stages 1-2).
   std::int64_t reduce_bucket_size = 500'000'000;

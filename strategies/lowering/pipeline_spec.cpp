@@ -41,6 +41,8 @@ ZeroSettings zero_settings(const Experiment& e) {
   ZeroSettings z;
   z.stage = effective_zero_stage(e);
   z.prefetch_layers = p.zero_prefetch_layers;
+  z.prefetch_bucket_size = p.zero_prefetch_bucket_size;
+  z.max_live_parameters = p.zero_max_live_parameters;
   z.reduce_bucket_size = p.reduce_bucket_size;
   z.allgather_bucket_size = p.allgather_bucket_size;
   if (p.zero == 0 && z.stage == 1) {

@@ -79,6 +79,16 @@ LayerSetting layer_setting(const Experiment& experiment);
 struct ZeroSettings {
   int stage = 0;
   int prefetch_layers = 1;
+  /// DeepSpeed's stage3_prefetch_bucket_size (elements, 0: use prefetch_layers): while use c
+  /// computes, the next uses are gathered as long as the parameters being prefetched (those
+  /// between c and the one to gather) stay under it — PartitionedParameterCoordinator's
+  /// numel_prefetching < prefetch_bucket_sz — so the gather of use j waits for the release of
+  /// use c - 1, c the first use with the parameters of uses c+1 .. j-1 under the bucket.
+  std::int64_t prefetch_bucket_size = 0;
+  /// stage3_max_live_parameters (elements, 0: no limit): a gather waits until the parameters
+  /// gathered and not released, its own included, fit (the release of use m, the first with
+  /// those of uses m+1 .. j within it; one use at least).
+  std::int64_t max_live_parameters = 0;
   std::int64_t reduce_bucket_size = 500'000'000;     // elements
   std::int64_t allgather_bucket_size = 500'000'000;  // elements
   bool offload_optimizer = false;

@@ -55,7 +55,8 @@ class ActivationOffload : public TechniqueHook {
 ///   (or NVMe).
 /// rank_begins: lists the rank's uses (parameter_uses of every pass in issue order) and issues
 ///   the first 1 + prefetch_layers fetches. A fetch of use j waits for the release of use
-///   j - prefetch_layers - 1: with offload_params a copy of the unit's shard to the device (copy
+///   j - prefetch_layers - 1 (with DeepSpeed's prefetch bucket or live-parameter limit, the use
+///   ZeroSettings says): with offload_params a copy of the unit's shard to the device (copy
 ///   stream, "param fetch <unit>"), then with dp > 1 an all-gather of the unit (dp-comm stream,
 ///   "param all-gather <unit>", +e * parameters, the copied shard freed). Fetches have
 ///   Phase::forward for forward and recompute passes, Phase::backward for backward ones, the
@@ -97,6 +98,10 @@ class Zero3ParameterFetch : public TechniqueHook {
   // The rank's uses: offsets of each pass's first use, per use its fetch and its release.
   std::vector<std::size_t> pass_offset_;
   std::vector<OpId> fetched_, released_, fetch_deps_;
+  /// Per use, the use whose release its fetch waits for (-1: none): j - prefetch_layers - 1,
+  /// or as ZeroSettings::prefetch_bucket_size and max_live_parameters say.
+  std::vector<std::ptrdiff_t> wait_;
+  void plan_waits(const std::vector<std::int64_t>& parameters);
   std::size_t next_fetch_ = 0;
 };
 
