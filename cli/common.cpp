@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "strategies/foreign_inputs.hpp"
+#include "strategies/fsdp_input.hpp"
 
 namespace stratasim::cli {
 
@@ -31,6 +32,7 @@ std::vector<strategies::Override> overrides_of(const SimulateArgs& a) {
   };
   if (a.deepspeed) foreign(strategies::load_deepspeed(*a.deepspeed));
   if (a.megatron_args) foreign(strategies::megatron_from_args(*a.megatron_args));
+  if (a.fsdp) foreign(strategies::load_fsdp_config(*a.fsdp));
   if (a.tp) flag("--tp", "parallelism.tp", *a.tp);
   if (a.pp) flag("--pp", "parallelism.pp", *a.pp);
   if (a.dp) {
@@ -183,6 +185,9 @@ void add_foreign_input_options(CLI::App* cmd, SimulateArgs& sim_args) {
   cmd->add_option("--deepspeed", sim_args.deepspeed,
                   "DeepSpeed config JSON: ZeRO stage, offload, micro-batch, gradient "
                   "accumulation, precision (docs/inputs.md)");
+  cmd->add_option("--fsdp", sim_args.fsdp,
+                  "PyTorch FSDP config (llm-foundry's fsdp_config or Accelerate's, YAML or JSON): "
+                  "sharding, prefetch, limit_all_gathers, mixed precision (docs/inputs.md)");
   cmd->add_option("--megatron-args", sim_args.megatron_args,
                   "Megatron-LM arguments in one string, e.g. \"--tensor-model-parallel-size 8 "
                   "--num-layers 96\" (docs/inputs.md)");

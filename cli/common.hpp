@@ -52,7 +52,7 @@ struct SimulateArgs {
   bool exact = false;  // no data-parallel mirroring
   // Inputs users already have (strategies/foreign_inputs.hpp, docs/inputs.md): a model file (ours
   // or a Hugging Face config.json), a DeepSpeed config and Megatron-LM arguments.
-  std::optional<std::string> model, deepspeed, megatron_args;
+  std::optional<std::string> model, deepspeed, megatron_args, fsdp;
 };
 
 /// Adds the experiment positional argument and the flags that change it (--tp, --pp, --zero,

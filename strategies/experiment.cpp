@@ -221,6 +221,10 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
 
   p.zero = static_cast<int>(r.integer_in_or("zero", 0, 3, 0));
   p.zero_prefetch_layers = static_cast<int>(r.integer_in_or("zero_prefetch_layers", 0, 1 << 16, 1));
+  p.zero_prefetch_bucket_size =
+      r.integer_in_or("zero_prefetch_bucket_size", 0, std::int64_t{1} << 50, 0);
+  p.zero_max_live_parameters =
+      r.integer_in_or("zero_max_live_parameters", 0, std::int64_t{1} << 50, 0);
   p.reduce_bucket_size =
       r.integer_in_or("reduce_bucket_size", 1, std::int64_t{1} << 50, p.reduce_bucket_size);
   p.allgather_bucket_size =
@@ -332,6 +336,7 @@ TrainingSpec read_training(config::ObjectReader r, std::int64_t& accumulation) {
   if (t.microbatch_overhead > Time::ms(10'000)) {
     r.fail("microbatch_overhead", "expected at most 10 s of host time per pass");
   }
+  if (r.has("fsdp")) t.fsdp = read_fsdp(r.object("fsdp", "PyTorch FSDP's settings"), t.dtype);
   r.finish();
   return t;
 }
@@ -494,14 +499,66 @@ void apply_framework_zero(const config::Document& doc, Experiment& e) {
   auto& p = e.parallelism;
   const FrameworkDefaults framework =
       framework_defaults(e.training.framework, e.training.dtype, p.zero);
-  if (framework.zero_stage && doc.find("parallelism.zero") == nullptr) {
-    p.zero = *framework.zero_stage;  // FSDP's FULL_SHARD
+  const bool zero_given = doc.find("parallelism.zero") != nullptr;
+  auto& fsdp = e.training.fsdp;
+  if (!fsdp && e.training.framework == Framework::fsdp && (!zero_given || p.zero == 3) &&
+      p.pp == 1) {
+    fsdp = fsdp_defaults(e.training.dtype);  // PyTorch FSDP's runtime with its defaults
+  }
+  if (fsdp) {
+    if (zero_given && p.zero != fsdp->zero_stage()) {
+      doc.fail("parallelism.zero",
+               "training.fsdp's sharding_strategy " + std::string(name_of(fsdp->sharding)) +
+                   " keeps the model states of ZeRO stage " + std::to_string(fsdp->zero_stage()) +
+                   "; leave parallelism.zero out or set it to " +
+                   std::to_string(fsdp->zero_stage()));
+    }
+    p.zero = fsdp->zero_stage();
+  } else if (framework.zero_stage && !zero_given) {
+    p.zero = *framework.zero_stage;  // FSDP's FULL_SHARD, lowered as ZeRO-3
   }
   if (e.training.distributed_optimizer.value_or(false) && p.zero >= 2) {
     doc.fail("training.distributed_optimizer",
              "Megatron's distributed optimizer shards the optimizer states (ZeRO stage 1); "
              "parallelism.zero " +
                  std::to_string(p.zero) + " shards more: use one of them");
+  }
+}
+
+// PyTorch FSDP's runtime against the rest of the experiment: one pipeline stage, no ZeRO
+// offload or compressed gradients (FSDP's own CPU offload is not modelled), Megatron's
+// distributed optimizer off, and HYBRID_SHARD's shard group (a node's data-parallel ranks)
+// dividing the data-parallel group.
+void check_fsdp(const config::Document& doc, const Experiment& e) {
+  if (!e.training.fsdp) return;
+  const auto& p = e.parallelism;
+  const std::string at =
+      doc.find("training.fsdp") != nullptr ? "training.fsdp" : "training.framework";
+  if (p.pp > 1) {
+    doc.fail(at,
+             "PyTorch FSDP's runtime is modelled without pipeline parallelism "
+             "(parallelism.pp 1, got " +
+                 std::to_string(p.pp) + ")");
+  }
+  if (p.offload.any()) {
+    doc.fail("parallelism.offload",
+             "ZeRO offload does not apply to PyTorch FSDP (its CPU offload is not modelled)");
+  }
+  if (p.grad_compression.enabled()) {
+    doc.fail("parallelism.grad_compression",
+             "compressed gradients are not modelled with PyTorch FSDP's runtime");
+  }
+  if (e.training.distributed_optimizer.value_or(false)) {
+    doc.fail("training.distributed_optimizer",
+             "Megatron's distributed optimizer and PyTorch FSDP are two ways to shard: use one");
+  }
+  if (e.training.fsdp->sharding == FsdpSharding::hybrid_shard) {
+    const int shard = fsdp_shard_group(e);
+    if (p.dp % shard != 0) {
+      doc.fail(at, "HYBRID_SHARD shards within a node (" + std::to_string(shard) +
+                       " data-parallel ranks per node); parallelism.dp (" + std::to_string(p.dp) +
+                       ") must be a multiple of it");
+    }
   }
 }
 
@@ -761,6 +818,7 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
   apply_framework_zero(doc, e);
   check_tensor_parallel(doc, e);
   resolve_data_parallel(doc, e);
+  check_fsdp(doc, e);
   resolve_batch(doc, e, accumulation);
   check_seq_len(doc, e);
   check_memory_techniques(doc, e);
@@ -793,6 +851,12 @@ bool distributed_optimizer(const Experiment& e) {
   return e.training.distributed_optimizer.value_or(
       framework_defaults(e.training.framework, e.training.dtype, e.parallelism.zero)
           .distributed_optimizer);
+}
+
+int fsdp_shard_group(const Experiment& e) {
+  const auto& p = e.parallelism;
+  if (!e.training.fsdp || e.training.fsdp->sharding != FsdpSharding::hybrid_shard) return p.dp;
+  return std::max(1, std::min(p.dp, e.cluster.devices_per_node / std::max(1, p.tp)));
 }
 
 int effective_zero_stage(const Experiment& e) {

@@ -13,6 +13,7 @@
 #include "hw_models/cluster.hpp"
 #include "hw_models/config_reader.hpp"
 #include "strategies/framework.hpp"
+#include "strategies/fsdp.hpp"
 #include "strategies/grad_compression.hpp"
 #include "strategies/layer_table.hpp"
 #include "strategies/model.hpp"
@@ -111,6 +112,12 @@ struct ParallelismSpec {
   /// sharded over the data-parallel group.
   int zero = 0;
   int zero_prefetch_layers = 1;  // ZeRO-3: layers whose parameters are gathered ahead
+  /// DeepSpeed's stage3_prefetch_bucket_size and stage3_max_live_parameters, in elements (0:
+  /// unset): ZeRO-3 prefetches the next uses while the parameters being prefetched are under
+  /// the bucket (instead of zero_prefetch_layers whole layers), and gathers no more while the
+  /// gathered parameters would exceed max_live (ZeroSettings says how).
+  std::int64_t zero_prefetch_bucket_size = 0;
+  std::int64_t zero_max_live_parameters = 0;
   /// DeepSpeed's bucket sizes, in elements: gradients reduced per bucket (stages 1-3) and
   /// updated parameters all-gathered per bucket after the step (stages 1-2).
   std::int64_t reduce_bucket_size = 500'000'000;
@@ -187,6 +194,11 @@ struct TrainingSpec {
   /// (training.microbatch_overhead). Both run on each rank's host stream ahead of the work.
   Time step_overhead;
   Time microbatch_overhead;
+  /// PyTorch FSDP's runtime (strategies/fsdp.hpp): training.fsdp, or with training.framework
+  /// "fsdp" its defaults (fsdp_defaults) unless parallelism.zero picks a stage other than 3 or
+  /// the pipeline has stages (then the ZeRO lowering of parallelism.zero runs instead). Set, it
+  /// decides the ZeRO stage (3 sharded, 0 with NO_SHARD) and the lowering runs FsdpRuntime.
+  std::optional<FsdpSpec> fsdp;
 };
 
 struct Experiment {
@@ -217,6 +229,9 @@ struct Experiment {
 ModelStateFormat model_state_format(const Experiment& e);
 /// Whether Megatron's distributed optimizer is on (set, or the framework's default).
 bool distributed_optimizer(const Experiment& e);
+/// The data-parallel ranks one FSDP shard group holds: with HYBRID_SHARD the ranks of a node
+/// (devices_per_node / tp, at most dp), otherwise the whole data-parallel group (dp).
+int fsdp_shard_group(const Experiment& e);
 /// The ZeRO stage the lowering uses: parallelism.zero, or 1 with the distributed optimizer.
 int effective_zero_stage(const Experiment& e);
 /// Device memory held back on a rank of the experiment (memory.reserved, else the modelled

@@ -427,19 +427,27 @@ class DeepSpeedReader {
     }
     read_offload(z, "offload_optimizer", "optimizer");
     read_offload(z, "offload_param", "params");
-    // ZeRO-3 tuning that stratasim does not model (it gathers parallelism.zero_prefetch_layers
-    // whole layers ahead and keeps no limit on live parameters).
+    // ZeRO-3's prefetch bucket and live-parameter limit (ZeroSettings), and tuning that
+    // stratasim does not model.
     if (stage.value_or(3) == 3) {
+      for (auto [key, ours] :
+           {std::pair{"stage3_prefetch_bucket_size", "zero_prefetch_bucket_size"},
+            std::pair{"stage3_max_live_parameters", "zero_max_live_parameters"}}) {
+        const json* v = member(key);
+        if (v == nullptr) continue;
+        if (is_auto(*v)) {
+          auto_kept(at + "." + key, std::string("parallelism.") + ours);
+          continue;
+        }
+        set(std::string("parallelism.") + ours,
+            integer(*v, at + "." + key, 1, std::int64_t{1} << 50), at + "." + key);
+      }
       for (const char* key :
-           {"stage3_prefetch_bucket_size", "stage3_max_live_parameters",
-            "stage3_max_reuse_distance", "stage3_param_persistence_threshold", "sub_group_size"}) {
+           {"stage3_max_reuse_distance", "stage3_param_persistence_threshold", "sub_group_size"}) {
         const json* v = member(key);
         if (v == nullptr || is_auto(*v)) continue;
         integer(*v, at + "." + key, 0, std::int64_t{1} << 52);
-        note(at + "." + key + " is not modelled" +
-             (std::string_view(key) == "stage3_prefetch_bucket_size"
-                  ? ": ZeRO-3 gathers parallelism.zero_prefetch_layers whole layers ahead"
-                  : std::string()));
+        note(at + "." + key + " is not modelled");
       }
     }
     if (const json* v = member("zero_hpz_partition_size")) {

@@ -224,6 +224,30 @@ std::optional<double> size_in_name(const std::string& name) {
   }
 }
 
+// PyTorch FSDP's settings of a run that printed its sharding strategy (training.fsdp,
+// strategies/fsdp.hpp): the sharding and, when printed, Composer's mixed-precision mode
+// (llm-foundry's fsdp_config.mixed_precision: DEFAULT with amp_bf16 = bf16 parameters,
+// gradients reduced in fp32; PURE = all bf16). llm-foundry's benchmark runs also take what its
+// pretraining yamls (scripts/train/yamls/pretrain/mpt-*.yaml) set, limit_all_gathers: true, and
+// for what neither the yamls nor submit_benchmarks.py set, Composer's FSDP defaults of the
+// time (composer/trainer/dist_strategy.py, 2023: backward_prefetch BACKWARD_POST,
+// forward_prefetch false). Wrapping is per block (MPT's fsdp_wrap_fn: each MPTBlock).
+json fsdp_settings_of(const CaseReader& c, const std::string& source, const std::string& sharding) {
+  json fsdp = {{"sharding_strategy", sharding}};
+  if (const auto mode = c.string("config.fsdp_mixed_precision_mode")) {
+    if (*mode != "DEFAULT" && *mode != "PURE" && *mode != "FULL") {
+      c.fail("config.fsdp_mixed_precision_mode", "expected DEFAULT, PURE or FULL");
+    }
+    fsdp["mixed_precision"] = *mode;
+  }
+  if (source == "llm-foundry-benchmarks") {
+    fsdp["limit_all_gathers"] = true;
+    fsdp["backward_prefetch"] = "BACKWARD_POST";
+    fsdp["forward_prefetch"] = false;
+  }
+  return fsdp;
+}
+
 struct E2eMapping {
   std::vector<std::string> reasons;  // empty: expressible
   json experiment;
@@ -377,12 +401,12 @@ E2eMapping map_e2e(const CaseReader& c, const std::string& source) {
   }
   const std::string framework = framework_of(source);
   int zero = 0;
+  json fsdp;  // training.fsdp: PyTorch FSDP's runtime as the run configured it
   if (const auto sharding = c.string("config.fsdp_sharding")) {
-    if (*sharding == "FULL_SHARD") {
-      zero = 3;
-    } else if (*sharding == "SHARD_GRAD_OP") {
-      zero = 2;
-    } else if (*sharding != "NO_SHARD") {
+    if (*sharding == "FULL_SHARD" || *sharding == "SHARD_GRAD_OP" || *sharding == "NO_SHARD" ||
+        *sharding == "HYBRID_SHARD") {
+      fsdp = fsdp_settings_of(c, source, *sharding);
+    } else {
       why.push_back("FSDP sharding " + *sharding + " not mapped");
     }
   } else if (c.count("config.fsdp").value_or(0) > 1) {
@@ -415,8 +439,8 @@ E2eMapping map_e2e(const CaseReader& c, const std::string& source) {
                       {"pp", pp},
                       {"dp", gpus / (tp * pp)},
                       {"micro_batch", *micro},
-                      {"zero", zero},
                       {"recompute", recompute}};
+  if (fsdp.is_null()) parallelism["zero"] = zero;  // else the FSDP sharding's
   if (const std::int64_t vp = c.count("config.vp").value_or(1); vp > 1 && pp > 1) {
     parallelism["schedule"] = "interleaved";
     parallelism["virtual_stages"] = vp;
@@ -424,6 +448,7 @@ E2eMapping map_e2e(const CaseReader& c, const std::string& source) {
   json training = {
       {"global_batch", *global}, {"seq_len", seq}, {"dtype", "bf16"}, {"flash_attention", flash}};
   if (kSetTrainingFramework) training["framework"] = framework;
+  if (!fsdp.is_null()) training["fsdp"] = fsdp;
   if (const auto kernel = attention_kernel_of(source); kernel && flash) {
     training["attention_kernel"] = *kernel;
   }

@@ -20,13 +20,17 @@ std::vector<std::unique_ptr<TechniqueHook>> techniques(Assembly& a) {
   std::vector<std::unique_ptr<TechniqueHook>> hooks;
   if (spec.pipeline_scatter_gather) hooks.push_back(std::make_unique<PipelineScatterGather>(a));
   if (zero.offload_activations) hooks.push_back(std::make_unique<ActivationOffload>(a));
-  if (zero.stage == 3) hooks.push_back(std::make_unique<Zero3ParameterFetch>(a));
-  if (data_parallel && spec.grad_compression.enabled()) {
-    hooks.push_back(std::make_unique<CompressedGradients>(a));
-  } else if (data_parallel) {
-    hooks.push_back(std::make_unique<DataParallelAllReduce>(a));
+  if (spec.fsdp) {
+    hooks.push_back(std::make_unique<FsdpRuntime>(a));
+  } else {
+    if (zero.stage == 3) hooks.push_back(std::make_unique<Zero3ParameterFetch>(a));
+    if (data_parallel && spec.grad_compression.enabled()) {
+      hooks.push_back(std::make_unique<CompressedGradients>(a));
+    } else if (data_parallel) {
+      hooks.push_back(std::make_unique<DataParallelAllReduce>(a));
+    }
+    if (zero.stage >= 1) hooks.push_back(std::make_unique<ZeroGradientSync>(a));
   }
-  if (zero.stage >= 1) hooks.push_back(std::make_unique<ZeroGradientSync>(a));
   if (a.groups.shared_embedding()) hooks.push_back(std::make_unique<EmbeddingSync>(a));
   if (spec.loss_scaling != LossScaling::none) hooks.push_back(std::make_unique<LossScaleCheck>(a));
   if (spec.grad_clip > 0.0) hooks.push_back(std::make_unique<GradientClipping>(a));
@@ -49,6 +53,12 @@ Program assemble_pipeline(const PipelineSpec& spec) {
   if (!problems.empty()) {
     throw std::invalid_argument("assemble_pipeline: " + problems.front().message + " (" +
                                 problems.front().path + ")");
+  }
+  if (spec.fsdp && (spec.layout.pp > 1 || spec.zero.stage != spec.fsdp->zero_stage() ||
+                    spec.zero.offload_optimizer || spec.zero.offload_params)) {
+    throw std::invalid_argument(
+        "assemble_pipeline: PyTorch FSDP's runtime needs one pipeline stage, its sharding's ZeRO "
+        "stage and no ZeRO offload (training.fsdp)");
   }
   const auto hooks = techniques(assembly);
   RankEmitter emitter(assembly, hooks);

@@ -66,6 +66,46 @@ Communicators::Communicators(Program& program, const PipelineSpec& spec, const S
   if (spec.grad_clip > 0.0 || spec.loss_scaling != LossScaling::none) {
     make_grad_stats_groups(program, layout, spec.zero.stage >= 1);
   }
+  const int shard = spec.zero.shard_group;
+  if (shard > 1 && shard < layout.dp && layout.dp % shard == 0) {
+    make_hybrid_groups(program, layout, shard);
+  }
+}
+
+void Communicators::make_hybrid_groups(Program& program, const RankLayout& layout, int shard) {
+  const auto world = static_cast<std::size_t>(layout.world_size());
+  shard_.assign(world, kNoGroup);
+  replicate_.assign(world, kNoGroup);
+  for (int stage = 0; stage < layout.pp; ++stage) {
+    for (int t = 0; t < layout.tp; ++t) {
+      const std::string where = " s" + std::to_string(stage) + " t" + std::to_string(t);
+      for (int block = 0; block < layout.dp / shard; ++block) {
+        std::vector<std::int32_t> ranks;
+        for (int d = block * shard; d < (block + 1) * shard; ++d) {
+          ranks.push_back(layout.rank(t, d, stage));
+        }
+        const auto id =
+            program.add_group(ranks, "fsdp shard" + where + " b" + std::to_string(block));
+        for (int r : ranks) shard_[static_cast<std::size_t>(r)] = id;
+      }
+      for (int offset = 0; offset < shard; ++offset) {
+        std::vector<std::int32_t> ranks;
+        for (int d = offset; d < layout.dp; d += shard) ranks.push_back(layout.rank(t, d, stage));
+        const auto id =
+            program.add_group(ranks, "fsdp replicate" + where + " o" + std::to_string(offset));
+        for (int r : ranks) replicate_[static_cast<std::size_t>(r)] = id;
+      }
+    }
+  }
+}
+
+std::uint32_t Communicators::shard(int rank) const {
+  return shard_.empty() ? dp(rank) : shard_[static_cast<std::size_t>(rank)];
+}
+
+std::optional<std::uint32_t> Communicators::replicate(int rank) const {
+  if (replicate_.empty()) return std::nullopt;
+  return replicate_[static_cast<std::size_t>(rank)];
 }
 
 void Communicators::make_grad_stats_groups(Program& program, const RankLayout& layout,

@@ -45,16 +45,23 @@ class Communicators {
   /// shard only). Made (after all other groups) when the spec clips or scales the loss;
   /// nullopt for a group of one rank or when not made.
   std::optional<std::uint32_t> grad_stats(int rank) const;
+  /// FSDP's HYBRID_SHARD (spec.zero.shard_group s with 1 < s < dp): the shard group of `rank`
+  /// (the s data-parallel ranks of its block, dp index / s, which sit on one node) and its
+  /// replicate group (the dp / s ranks with the same dp index mod s, one per block). Otherwise
+  /// the shard group is the dp group and there is no replicate group. Made after every other.
+  std::uint32_t shard(int rank) const;
+  std::optional<std::uint32_t> replicate(int rank) const;
 
  private:
   void make_mesh_groups(Program& program, const RankLayout& layout);
   void make_grad_stats_groups(Program& program, const RankLayout& layout, bool sharded);
+  void make_hybrid_groups(Program& program, const RankLayout& layout, int shard);
 
   TpMesh mesh_;
   int tp_size_ = 1;
   int dp_size_ = 1;
   bool shared_embedding_ = false;
-  std::vector<std::uint32_t> tp_, dp_, embedding_, grad_stats_;
+  std::vector<std::uint32_t> tp_, dp_, embedding_, grad_stats_, shard_, replicate_;
   std::array<std::vector<std::uint32_t>, kTpAxisCount> axis_;
 };
 

@@ -31,7 +31,8 @@ LayerSetting layer_setting(const Experiment& e) {
   s.dtype = e.training.dtype;
   s.flash_attention = e.training.flash_attention;
   s.attention_kernel = e.training.attention_kernel;
-  s.split_layers = e.parallelism.zero == 3;  // ZeRO-3 gathers each layer before its first op
+  // ZeRO-3 gathers each layer before its first op; FSDP also reduces each unit after its last.
+  s.split_layers = e.parallelism.zero == 3 || e.training.fsdp.has_value();
   return s;
 }
 
@@ -40,6 +41,8 @@ ZeroSettings zero_settings(const Experiment& e) {
   ZeroSettings z;
   z.stage = effective_zero_stage(e);
   z.prefetch_layers = p.zero_prefetch_layers;
+  z.prefetch_bucket_size = p.zero_prefetch_bucket_size;
+  z.max_live_parameters = p.zero_max_live_parameters;
   z.reduce_bucket_size = p.reduce_bucket_size;
   z.allgather_bucket_size = p.allgather_bucket_size;
   if (p.zero == 0 && z.stage == 1) {
@@ -49,6 +52,9 @@ ZeroSettings zero_settings(const Experiment& e) {
                      : std::int64_t{1} << 50;
     z.reduce_bucket_size = bucket;
     z.allgather_bucket_size = bucket;
+  }
+  if (e.training.fsdp && e.training.fsdp->sharding == FsdpSharding::hybrid_shard) {
+    z.shard_group = fsdp_shard_group(e);
   }
   z.offload_optimizer = p.offload.optimizer;
   z.offload_params = p.offload.params;
@@ -60,7 +66,8 @@ ZeroSettings zero_settings(const Experiment& e) {
 DeviceModelStates device_model_states(const ZeroSettings& zero, const ModelStateFormat& format,
                                       std::int64_t parameters, int dp) {
   const StateBytes state = state_bytes_per_parameter(format);
-  const std::int64_t shard = zero.stage == 0 || dp <= 1 ? parameters : (parameters + dp - 1) / dp;
+  const int d = zero.shard_degree(dp);
+  const std::int64_t shard = zero.stage == 0 || d <= 1 ? parameters : (parameters + d - 1) / d;
   const bool params_off = zero.stage == 3 && zero.offload_params;
   const std::int64_t params = zero.stage == 3 ? shard : parameters;
   std::int64_t grads = zero.stage <= 1 ? parameters : shard;
@@ -133,6 +140,7 @@ PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_p
   spec.pipeline_scatter_gather = e.parallelism.pipeline_scatter_gather && spec.layout.tp > 1 &&
                                  !e.parallelism.sequence_parallel && spec.tp_mode == TpMode::one_d;
   spec.zero = zero_settings(e);
+  spec.fsdp = e.training.fsdp;
   spec.grad_clip = e.training.grad_clip;
   spec.loss_scaling = e.training.loss_scaling;
   spec.step_overhead = e.training.step_overhead;

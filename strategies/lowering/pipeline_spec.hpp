@@ -79,12 +79,27 @@ LayerSetting layer_setting(const Experiment& experiment);
 struct ZeroSettings {
   int stage = 0;
   int prefetch_layers = 1;
+  /// DeepSpeed's stage3_prefetch_bucket_size (elements, 0: use prefetch_layers): while use c
+  /// computes, the next uses are gathered as long as the parameters being prefetched (those
+  /// between c and the one to gather) stay under it — PartitionedParameterCoordinator's
+  /// numel_prefetching < prefetch_bucket_sz — so the gather of use j waits for the release of
+  /// use c - 1, c the first use with the parameters of uses c+1 .. j-1 under the bucket.
+  std::int64_t prefetch_bucket_size = 0;
+  /// stage3_max_live_parameters (elements, 0: no limit): a gather waits until the parameters
+  /// gathered and not released, its own included, fit (the release of use m, the first with
+  /// those of uses m+1 .. j within it; one use at least).
+  std::int64_t max_live_parameters = 0;
   std::int64_t reduce_bucket_size = 500'000'000;     // elements
   std::int64_t allgather_bucket_size = 500'000'000;  // elements
   bool offload_optimizer = false;
   bool offload_params = false;
   bool nvme = false;
   bool offload_activations = false;  // recomputation checkpoints wait on the host
+  /// Ranks one shard spans: 0 for the whole data-parallel group; FSDP's HYBRID_SHARD, the
+  /// data-parallel ranks of a node (the replicas of a shard are all-reduced across nodes).
+  int shard_group = 0;
+  /// The ranks each shard is split over, for a data-parallel group of dp ranks.
+  int shard_degree(int dp) const { return shard_group > 0 ? shard_group : dp; }
 };
 
 /// The ZeRO and offload settings of an experiment's parallelism. Megatron's distributed
@@ -153,6 +168,10 @@ struct PipelineSpec {
   bool mirror_tensor_parallel = false;
   Bytes embedding_sync_bytes;
   ZeroSettings zero;
+  /// PyTorch FSDP's runtime (strategies/fsdp.hpp): when set, FsdpRuntime (techniques.hpp)
+  /// gathers, frees and reduces each FSDP unit as FSDP's hooks do, instead of the ZeRO-3 fetch
+  /// and the ZeRO or DDP gradient synchronisation; zero.stage is its sharding's (3 or 0).
+  std::optional<FsdpSpec> fsdp;
   /// The tensor-parallel mesh of the stage plans (make_tp_mesh(tp_mode, layout.tp, tp_depth)):
   /// with 2D, 2.5D and 3D every tp group of the layout is also split into the mesh's row,
   /// column and depth groups, and a plan's collective segment runs on the group of its axis.

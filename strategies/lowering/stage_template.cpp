@@ -171,8 +171,8 @@ Bytes Assembly::pipeline_message(Bytes boundary) const {
 }
 
 std::int64_t Assembly::shard_of(std::int64_t parameters) const {
-  const std::int64_t dp = spec.layout.dp;
-  return dp > 1 ? (parameters + dp - 1) / dp : parameters;
+  const std::int64_t d = spec.zero.shard_degree(spec.layout.dp);
+  return d > 1 ? (parameters + d - 1) / d : parameters;
 }
 
 std::uint32_t Assembly::copy_kernels(std::int64_t bytes, MemoryTier from, MemoryTier to,

@@ -3,6 +3,7 @@
 //
 //   PipelineScatterGather  spec.pipeline_scatter_gather
 //   ActivationOffload      spec.zero.offload_activations
+//   FsdpRuntime            spec.fsdp (PyTorch FSDP): replaces the next four
 //   Zero3ParameterFetch    spec.zero.stage == 3
 //   CompressedGradients    spec.grad_compression enabled, ZeRO stage 0, dp group > 1
 //   DataParallelAllReduce  otherwise with ZeRO stage 0 and a dp group > 1
@@ -24,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -80,7 +82,8 @@ class ActivationOffload : public TechniqueHook {
 ///   (or NVMe).
 /// rank_begins: lists the rank's uses (parameter_uses of every pass in issue order) and issues
 ///   the first 1 + prefetch_layers fetches. A fetch of use j waits for the release of use
-///   j - prefetch_layers - 1: with offload_params a copy of the unit's shard to the device (copy
+///   j - prefetch_layers - 1 (with DeepSpeed's prefetch bucket or live-parameter limit, the use
+///   ZeroSettings says): with offload_params a copy of the unit's shard to the device (copy
 ///   stream, "param fetch <unit>"), then with dp > 1 an all-gather of the unit (dp-comm stream,
 ///   "param all-gather <unit>", +e * parameters, the copied shard freed). Fetches have
 ///   Phase::forward for forward and recompute passes, Phase::backward for backward ones, the
@@ -122,7 +125,96 @@ class Zero3ParameterFetch : public TechniqueHook {
   // The rank's uses: offsets of each pass's first use, per use its fetch and its release.
   std::vector<std::size_t> pass_offset_;
   std::vector<OpId> fetched_, released_, fetch_deps_;
+  /// Per use, the use whose release its fetch waits for (-1: none): j - prefetch_layers - 1,
+  /// or as ZeroSettings::prefetch_bucket_size and max_live_parameters say.
+  std::vector<std::ptrdiff_t> wait_;
+  void plan_waits(const std::vector<std::int64_t>& parameters);
   std::size_t next_fetch_ = 0;
+};
+
+/// PyTorch FSDP's runtime (PipelineSpec::fsdp, strategies/fsdp.hpp), as FSDP's hooks run
+/// (torch/distributed/fsdp/_runtime_utils.py). FSDP units: with wrap "block" each layer's
+/// gradient units form one unit and every other gradient unit (embedding, final norm, head) the
+/// root; with "model" all form the root. A unit's use in a pass spans the segments touching any
+/// of its gradient units (parameter_uses, merged); the root's spans the whole pass. A rank's
+/// uses, pass after pass, in order of their first segment (the root first), run:
+///
+///   pre-hook (before the use's first segment): a host op ("fsdp pre-forward hook" or
+///     "fsdp pre-backward hook", Measured unit_host_time / 2, host stream); then the unit's
+///     all-gather if it is not unsharded yet and not prefetched ("fsdp all-gather <unit>",
+///     dp-comm, over the shard group, P x size(param_dtype) bytes, +that much parameter memory);
+///     then the prefetch: the next use of the pass with forward_prefetch (forward) or
+///     BACKWARD_PRE (backward). The first segment waits for the host op and the gather. A
+///     backward use of a sharded unit also allocates its unsharded gradient (P x param bytes,
+///     comm_buffers), as FSDP pre-allocates it in the pre-backward hook.
+///   post-hook (after the use's last segment): a host op ("... post-... hook"); the unit is
+///     freed (-P x param bytes at the end of that segment) unless it stays unsharded: after
+///     forward the root and, with SHARD_GRAD_OP, every unit stay until their backward use ends;
+///     NO_SHARD never frees. Backward only: with BACKWARD_POST the next use's gather; then the
+///     gradients' reduction after the segment and the host op: when reduce_dtype differs from
+///     param_dtype first "fsdp gradient cast <unit>" (an elementwise kernel reading
+///     P x size(param_dtype) and writing P x size(reduce_dtype), +that much comm_buffers, on the
+///     dp-comm stream: FSDP runs it on its post-backward stream ahead of the reduce-scatter),
+///     then "fsdp reduce-scatter <unit>" (dp-comm, over the shard group, P x size(reduce_dtype);
+///     the gradient and its cast freed after it); with HYBRID_SHARD
+///     then "fsdp replica all-reduce <unit>" of the shard over the replicate group (dp-comm:
+///     FSDP's own all-reduce stream is not a stream here); with NO_SHARD "fsdp all-reduce
+///     <unit>" over the dp group instead.
+///
+/// limit_all_gathers: every free is queued (the op of the freeing segment); an all-gather issued
+/// while kFsdpInflightAllGathers frees are queued first takes the oldest off the queue, and the
+/// host op that issues it waits for that op (event.synchronize(): the CPU, and all it issues
+/// after, waits for the GPU). Without it the gathers wait for nothing but the host op that
+/// issues them. Gathers and reductions share the dp-comm stream in issue order (one NCCL
+/// stream per process group), so with NONE a unit's backward gather queues behind the previous
+/// unit's reduce-scatter. With dp = 1 (FSDP runs NO_SHARD on one rank) only the host ops run.
+class FsdpRuntime : public TechniqueHook {
+ public:
+  explicit FsdpRuntime(Assembly& assembly);
+  OpCount count_pass(const Pass& pass) const override;
+  void rank_begins(RankEmitter&) override;
+  void before_segment(RankEmitter&, const PassState&, SegmentState&) override;
+  void after_segment(RankEmitter&, const PassState&, const SegmentState&, OpId) override;
+
+ private:
+  struct Unit {  // an FSDP unit of a template
+    std::int64_t parameters = 0;
+    std::int16_t layer = -1;  // -1: the root
+    bool root = false;
+    std::uint32_t gather_label = 0, reduce_label = 0, replica_label = 0, cast_label = 0;
+    std::uint32_t cast_kernels = 0;  // the gradient from param_dtype to reduce_dtype
+  };
+  struct Units {  // per template
+    std::vector<Unit> units;
+    std::vector<Use> forward_uses, backward_uses;  // Use::unit: an FSDP unit
+  };
+  struct RankUse {  // one use of the rank, in issue order
+    std::size_t tmpl = 0;
+    int unit = 0;
+    bool backward = false;
+    bool gathers = false;  // not unsharded when the use begins
+    bool frees = false;    // freed when it ends
+    std::optional<OpId> gather;
+  };
+  const std::vector<Use>& uses_of(const Pass& pass) const;
+  void gather_if_needed(RankEmitter& rank, std::size_t j, OpId host, const Pass& pass);
+  OpId host_op(RankEmitter& rank, std::uint32_t label, std::vector<std::size_t>& gathers,
+               const Pass& pass, int layer);
+  void reduce(RankEmitter& rank, const RankUse& use, OpId done, OpId host, int microbatch);
+  void pre_hook(RankEmitter& rank, const PassState& ps, std::size_t j, SegmentState& seg);
+  void post_hook(RankEmitter& rank, const PassState& ps, std::size_t j, OpId op);
+
+  Assembly& assembly_;
+  const FsdpSpec& fsdp_;
+  bool collectives_;  // dp > 1
+  std::uint32_t hook_kernels_ = 0;
+  std::uint32_t pre_forward_label_, post_forward_label_, pre_backward_label_, post_backward_label_;
+  std::vector<Units> units_;
+  // The rank's uses: offsets of each pass's first use, every use, the queued frees.
+  std::vector<std::size_t> pass_offset_;
+  std::vector<RankUse> uses_;
+  std::deque<OpId> frees_;
+  std::vector<std::size_t> pending_;  // scratch: gathers a host op issues
 };
 
 /// Compressed data-parallel gradient synchronisation (PipelineSpec::grad_compression): the dense

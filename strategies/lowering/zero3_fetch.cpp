@@ -104,8 +104,47 @@ void Zero3ParameterFetch::rank_begins(RankEmitter& rank) {
   }
   fetched_.assign(pass_offset_.back(), kNoOp);
   released_.assign(pass_offset_.back(), kNoOp);
+  std::vector<std::int64_t> parameters;
+  for (std::size_t p = 0; p < passes.size(); ++p) {
+    const StageTemplate& st = assembly_.of(passes[p]);
+    for (const Use& use : uses_of(passes[p])) {
+      parameters.push_back(st.plan.grad_units[static_cast<std::size_t>(use.unit)].parameters);
+    }
+  }
+  plan_waits(parameters);
   next_fetch_ = 0;
   if (fetching_) try_prefetch(rank);
+}
+
+void Zero3ParameterFetch::plan_waits(const std::vector<std::int64_t>& parameters) {
+  const ZeroSettings& zero = assembly_.spec.zero;
+  const auto n = static_cast<std::ptrdiff_t>(parameters.size());
+  wait_.assign(parameters.size(), -1);
+  for (std::ptrdiff_t j = 0; j < n; ++j) {
+    std::ptrdiff_t wait = j - static_cast<std::ptrdiff_t>(ahead_) - 1;
+    if (zero.prefetch_bucket_size > 0) {
+      // The first current use c whose prefetch window (uses c+1 .. j-1) is under the bucket.
+      std::ptrdiff_t c = j - 1;
+      std::int64_t between = 0;
+      while (c > 0 &&
+             between + parameters[static_cast<std::size_t>(c)] < zero.prefetch_bucket_size) {
+        between += parameters[static_cast<std::size_t>(c)];
+        --c;
+      }
+      wait = c - 1;
+    }
+    if (zero.max_live_parameters > 0) {
+      // Released up to m: uses m+1 .. j live, within the limit (j itself at least).
+      std::ptrdiff_t m = j - 1;
+      std::int64_t live = parameters[static_cast<std::size_t>(j)];
+      while (m >= 0 && live + parameters[static_cast<std::size_t>(m)] <= zero.max_live_parameters) {
+        live += parameters[static_cast<std::size_t>(m)];
+        --m;
+      }
+      wait = std::max(wait, m);
+    }
+    wait_[static_cast<std::size_t>(j)] = wait;
+  }
 }
 
 void Zero3ParameterFetch::emit_fetch(RankEmitter& rank) {
@@ -131,8 +170,9 @@ void Zero3ParameterFetch::emit_fetch(RankEmitter& rank) {
               static_cast<std::int16_t>(layer < 0 ? -1 : layer + 1),
               {}};
   fetch_deps_.clear();
-  if (j > ahead_ && released_[j - ahead_ - 1] != kNoOp) {
-    fetch_deps_.push_back(released_[j - ahead_ - 1]);
+  if (const std::ptrdiff_t w = wait_[j];
+      w >= 0 && released_[static_cast<std::size_t>(w)] != kNoOp) {
+    fetch_deps_.push_back(released_[static_cast<std::size_t>(w)]);
   }
   OpId ready = 0;
   if (zero.offload_params) {
@@ -161,7 +201,8 @@ void Zero3ParameterFetch::emit_fetch(RankEmitter& rank) {
 
 void Zero3ParameterFetch::try_prefetch(RankEmitter& rank) {
   while (next_fetch_ < fetched_.size() &&
-         (next_fetch_ <= ahead_ || released_[next_fetch_ - ahead_ - 1] != kNoOp)) {
+         (wait_[next_fetch_] < 0 ||
+          released_[static_cast<std::size_t>(wait_[next_fetch_])] != kNoOp)) {
     emit_fetch(rank);
   }
 }

@@ -323,6 +323,32 @@ std::vector<Case> cases() {
                   {"parallelism.pp", 1},
                   {"parallelism.dp", 1}},
                  0});
+  // PyTorch FSDP's runtime (strategies/fsdp.hpp): one pipeline stage, tp 2 x dp 4.
+  auto fsdp = [&](const std::string& name,
+                  std::vector<std::pair<std::string, nlohmann::json>> set) {
+    std::vector<std::pair<std::string, nlohmann::json>> s = {{"parallelism.tp", 2},
+                                                             {"parallelism.pp", 1},
+                                                             {"parallelism.dp", 4},
+                                                             {"training.global_batch", 16},
+                                                             {"training.framework", "fsdp"}};
+    s.insert(s.end(), set.begin(), set.end());
+    all.push_back({"matrix/fsdp " + name, base, s, 0});
+  };
+  fsdp("defaults", {});
+  fsdp("post prefetch forward prefetch", {{"training.fsdp.backward_prefetch", "BACKWARD_POST"},
+                                          {"training.fsdp.forward_prefetch", true}});
+  fsdp("no prefetch no limit",
+       {{"training.fsdp.backward_prefetch", "NONE"}, {"training.fsdp.limit_all_gathers", false}});
+  fsdp("pure recompute",
+       {{"training.fsdp.mixed_precision", "PURE"}, {"parallelism.recompute", "full"}});
+  fsdp("shard grad op", {{"training.fsdp.sharding_strategy", "SHARD_GRAD_OP"}});
+  fsdp("no shard", {{"training.fsdp.sharding_strategy", "NO_SHARD"}});
+  fsdp("wrap model", {{"training.fsdp.wrap", "model"}});
+  fsdp("hybrid", {{"training.fsdp.sharding_strategy", "HYBRID_SHARD"},
+                  {"cluster.nodes", 2},
+                  {"cluster.devices_per_node", 4},
+                  {"parallelism.tp", 1},
+                  {"parallelism.dp", 8}});
   add("no dropout", {{"training.hidden_dropout", 0.0}, {"training.attention_dropout", 0.0}});
   add("grad clip", {{"training.grad_clip", 1.0}});
   add("grad clip zero 1", {{"training.grad_clip", 1.0}, {"parallelism.zero", 1}});

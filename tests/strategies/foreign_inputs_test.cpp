@@ -258,7 +258,10 @@ TEST_CASE("DeepSpeed ZeRO-3 with parameter offload and \"auto\" values") {
   CHECK(e.parallelism.micro_batch == base.parallelism.micro_batch);
   CHECK(e.parallelism.reduce_bucket_size == base.parallelism.reduce_bucket_size);
   CHECK(contains(ds.notes, "train_batch_size is \"auto\""));
-  CHECK(contains(ds.notes, "stage3_max_live_parameters is not modelled"));
+  // DeepSpeed's live-parameter limit (1e9 elements) is ZeRO-3's, the "auto" bucket kept.
+  CHECK(e.parallelism.zero_max_live_parameters == 1'000'000'000);
+  CHECK(e.parallelism.zero_prefetch_bucket_size == base.parallelism.zero_prefetch_bucket_size);
+  CHECK(contains(ds.notes, "stage3_prefetch_bucket_size is \"auto\""));
   // The origin names the file and the key.
   bool named = false;
   for (const auto& o : ds.overrides) {
