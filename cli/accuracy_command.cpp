@@ -52,10 +52,9 @@ void print_summaries(std::ostream& out, const study::AccuracyReport& report, Acc
   for (const auto& s : groups) width = std::max(width, s.group.size() + 2);
   out << "  " << std::left << std::setw(static_cast<int>(width))
       << (level == AccuracyLevel::attention || level == AccuracyLevel::collective ? "series"
-                                                                                 : "source")
-      << std::right << std::setw(6)
-      << "rows" << std::setw(14) << "mean |error|" << std::setw(13) << "max |error|"
-      << std::setw(11) << "within 5%" << std::setw(12) << "within 10%"
+                                                                                  : "source")
+      << std::right << std::setw(6) << "rows" << std::setw(14) << "mean |error|" << std::setw(13)
+      << "max |error|" << std::setw(11) << "within 5%" << std::setw(12) << "within 10%"
       << "\n";
   for (const auto& s : groups) {
     out << "  " << std::left << std::setw(static_cast<int>(width)) << s.group << std::right
@@ -77,9 +76,9 @@ void print_summaries(std::ostream& out, const study::AccuracyReport& report, Acc
       if (r.level == level && std::abs(r.error) > study::collective_bound(r.bytes)) pass = false;
     }
     out << "  gate (every point of 1 MiB and more <= "
-        << percent(study::kCollectiveLargeMaxError, false) << ", below <= "
-        << percent(study::kCollectiveSmallMaxError, false) << "): " << (pass ? "passes" : "fails")
-        << "\n";
+        << percent(study::kCollectiveLargeMaxError, false)
+        << ", below <= " << percent(study::kCollectiveSmallMaxError, false)
+        << "): " << (pass ? "passes" : "fails") << "\n";
   } else {
     out << "  gate (every " << (level == AccuracyLevel::gemm ? "case" : "point")
         << " <= " << percent(study::kKernelMaxError, false)
@@ -179,9 +178,8 @@ int accuracy_command(const AccuracyArgs& args) {
   const std::filesystem::path file = args.calibration.empty()
                                          ? study::default_calibration_file()
                                          : std::filesystem::path(args.calibration);
-  const study::AccuracyReport report =
-      study::accuracy(file,
-                      {.e2e = true, .kernels = args.kernels, .collectives = args.collectives});
+  const study::AccuracyReport report = study::accuracy(
+      file, {.e2e = true, .kernels = args.kernels, .collectives = args.collectives});
   std::ostringstream out;
   if (args.format == "json") {
     out << study::to_json(report).dump(2) << "\n";

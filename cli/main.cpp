@@ -361,8 +361,7 @@ int collective_command(const CollectiveArgs& args) {
     table << "NCCL model: " << cluster.collectives.nccl->intra.name << " + "
           << cluster.collectives.nccl->network.name << ")\n";
   } else {
-    table << "alpha-beta, protocol efficiency " << cluster.collectives.protocol_efficiency
-          << ")\n";
+    table << "alpha-beta, protocol efficiency " << cluster.collectives.protocol_efficiency << ")\n";
   }
   // nccl-tests' columns (float32, sum), then what ran.
   table << "#" << std::setw(13) << "size" << std::setw(13) << "count" << std::setw(7) << "type"
@@ -370,8 +369,9 @@ int collective_command(const CollectiveArgs& args) {
         << std::setw(9) << "busbw"
         << "  algorithm     protocol  channels\n";
   table << "#" << std::setw(13) << "(B)" << std::setw(13) << "(elements)" << std::setw(7) << ""
-        << std::setw(7) << "" << std::setw(12) << "(us)" << std::setw(9) << "(GB/s)"
-        << std::setw(9) << "(GB/s)" << "\n";
+        << std::setw(7) << "" << std::setw(12) << "(us)" << std::setw(9) << "(GB/s)" << std::setw(9)
+        << "(GB/s)"
+        << "\n";
   for (const auto& row : rows) {
     std::string protocol = row.protocol ? std::string(hw::name_of(*row.protocol)) : "-";
     table << " " << std::setw(13) << row.bytes.count() << std::setw(13) << row.bytes.count() / 4

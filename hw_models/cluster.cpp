@@ -140,7 +140,9 @@ std::vector<int> parse_device_ranges(std::string_view text, int world) {
   return out;
 }
 
-std::string_view name_of(NcclProtocol p) { return kNcclProtocolNames[static_cast<std::size_t>(p)]; }
+std::string_view name_of(NcclProtocol p) {
+  return kNcclProtocolNames[static_cast<std::size_t>(p)];
+}
 
 std::string_view name_of(NetworkModel m) {
   return kNetworkModelNames[static_cast<int>(m)];
@@ -207,8 +209,8 @@ void ClusterSpec::validate() const {
   }
   if (collectives.nccl) {
     for (const auto* f : {&collectives.nccl->intra, &collectives.nccl->network}) {
-      const std::string at = f == &collectives.nccl->intra ? "collectives.intra_fabric"
-                                                           : "collectives.network_fabric";
+      const std::string at =
+          f == &collectives.nccl->intra ? "collectives.intra_fabric" : "collectives.network_fabric";
       if (!(f->efficiency > 0 && f->efficiency <= 1)) {
         throw config::ValidationError(at + ".efficiency", "expected a fraction in (0, 1]");
       }
@@ -217,9 +219,8 @@ void ClusterSpec::validate() const {
       }
       for (std::size_t p = 0; p < f->step_latency.size(); ++p) {
         if (!(f->step_latency[p].seconds() >= 0)) {
-          throw config::ValidationError(
-              at + ".step_latency." + std::string(kNcclProtocolNames[p]),
-              "expected a latency >= 0");
+          throw config::ValidationError(at + ".step_latency." + std::string(kNcclProtocolNames[p]),
+                                        "expected a latency >= 0");
         }
       }
     }
@@ -237,8 +238,9 @@ void ClusterSpec::validate() const {
                                     "expected a positive bandwidth");
     }
     if (!(in.nvls_efficiency >= 0 && in.nvls_efficiency <= 1)) {
-      throw config::ValidationError("collectives.intra_fabric.nvls.efficiency",
-                                    "expected a fraction in [0, 1] (0: the switch does not reduce)");
+      throw config::ValidationError(
+          "collectives.intra_fabric.nvls.efficiency",
+          "expected a fraction in [0, 1] (0: the switch does not reduce)");
     }
     if (!(in.nvls_latency.seconds() >= 0)) {
       throw config::ValidationError("collectives.intra_fabric.nvls.latency",

@@ -38,9 +38,8 @@ std::vector<CollectiveMeasurement> measure_collective(
     m.busbw = traces::busbw(kind, n, bytes, time);
     m.algorithm = a;
     if (c.collectives.nccl) {
-      const NcclEstimate e =
-          nccl_choose(kind, nccl_group(ranks, c), bytes, *c.collectives.nccl,
-                      c.collectives.algorithm[static_cast<std::size_t>(kind)]);
+      const NcclEstimate e = nccl_choose(kind, nccl_group(ranks, c), bytes, *c.collectives.nccl,
+                                         c.collectives.algorithm[static_cast<std::size_t>(kind)]);
       m.protocol = e.protocol;
       m.channels = e.channels;
     }

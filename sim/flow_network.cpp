@@ -147,8 +147,8 @@ Time FlowNetwork::schedule_bandwidth_time(std::uint32_t group, CollectiveKind ki
   auto& slot = info.costs[static_cast<std::size_t>(kind) * kAlgorithms +
                           static_cast<std::size_t>(algorithm)];
   if (!slot) {
-    slot = std::make_unique<CollectiveCost>(build_schedule(kind, algorithm, info.nodes),
-                                            info.members);
+    slot =
+        std::make_unique<CollectiveCost>(build_schedule(kind, algorithm, info.nodes), info.members);
   }
   return slot->time(bytes) - slot->time(Bytes(0));
 }
@@ -296,8 +296,7 @@ void FlowNetwork::phase_done(int slot) {
   }
   ++t.phase;
   const auto& phases = t.plan->plan.phases;
-  const Time latency =
-      t.phase < phases.size() && !t.nccl ? phases[t.phase].latency : Time::zero();
+  const Time latency = t.phase < phases.size() && !t.nccl ? phases[t.phase].latency : Time::zero();
   schedule(slot, now_ + latency);
 }
 

@@ -38,8 +38,8 @@
 #include "hw_models/cluster.hpp"
 #include "hw_models/topology.hpp"
 #include "sim/collectives.hpp"
-#include "sim/nccl_model.hpp"
 #include "sim/max_min.hpp"
+#include "sim/nccl_model.hpp"
 #include "sim/network.hpp"
 #include "strategies/program.hpp"
 
@@ -105,7 +105,7 @@ class FlowNetwork final : public Network {
     double scale = 1;
     bool nccl = false;
     std::int32_t src = 0, dst = 0;  // point to point: its ranks
-    std::vector<int> route;        // point to point: its route
+    std::vector<int> route;         // point to point: its route
   };
   struct Timer {
     Time at;

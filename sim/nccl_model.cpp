@@ -16,8 +16,7 @@ using hw::CollectiveAlgorithm;
 using hw::NcclProtocol;
 using strategies::CollectiveKind;
 
-constexpr NcclProtocol kProtocols[] = {NcclProtocol::simple, NcclProtocol::ll128,
-                                       NcclProtocol::ll};
+constexpr NcclProtocol kProtocols[] = {NcclProtocol::simple, NcclProtocol::ll128, NcclProtocol::ll};
 constexpr CollectiveAlgorithm kAlgorithms[] = {CollectiveAlgorithm::ring, CollectiveAlgorithm::tree,
                                                CollectiveAlgorithm::nvls};
 
@@ -29,7 +28,9 @@ constexpr double kTreeFactor = 0.92;
 constexpr double kTreeLlFraction = 1.0 / 3.8;
 constexpr double kTreeLl128Fraction = 120.0 / 128.0;
 
-std::size_t index(NcclProtocol p) { return static_cast<std::size_t>(p); }
+std::size_t index(NcclProtocol p) {
+  return static_cast<std::size_t>(p);
+}
 
 /// Steps of a ring (NCCL's nsteps).
 std::int64_t ring_steps(CollectiveKind kind, int n) {
@@ -118,26 +119,25 @@ std::optional<NcclEstimate> nccl_candidate(CollectiveKind kind, CollectiveAlgori
   if (algorithm == CollectiveAlgorithm::ring) {
     if (all_to_all && protocol != NcclProtocol::simple) return std::nullopt;
     const double simple = nodes == 1 ? e_in * b_in : std::min(e_in * b_in, e_net * k * b_net);
-    e.busbw = protocol == NcclProtocol::simple ? simple
-              : protocol == NcclProtocol::ll128
-                  ? std::min(kRingLl128Fraction * simple, ll128_max)
-                  : std::min(kLlFraction * simple, ll_max);
+    e.busbw = protocol == NcclProtocol::simple  ? simple
+              : protocol == NcclProtocol::ll128 ? std::min(kRingLl128Fraction * simple, ll128_max)
+                                                : std::min(kLlFraction * simple, ll_max);
     const std::int64_t steps = ring_steps(kind, n);
     e.algbw = e.busbw * n / static_cast<double>(steps);
     const std::int64_t inter =
         nodes == 1 ? 0 : (kind == CollectiveKind::all_reduce ? 2LL * (nodes - 1) : nodes - 1);
-    e.latency = nccl_base_latency(algorithm, protocol) +
-                Time::from_seconds(static_cast<double>(steps - inter) * in.step_latency[p].seconds() +
-                                   static_cast<double>(inter) * net.step_latency[p].seconds());
+    e.latency =
+        nccl_base_latency(algorithm, protocol) +
+        Time::from_seconds(static_cast<double>(steps - inter) * in.step_latency[p].seconds() +
+                           static_cast<double>(inter) * net.step_latency[p].seconds());
     e.channels = nccl_channels(algorithm, protocol, n, bytes, channels);
   } else if (algorithm == CollectiveAlgorithm::tree) {
     if (kind != CollectiveKind::all_reduce || nodes <= 1) return std::nullopt;
     const double simple =
         2 * kTreeFactor * std::min(e_in * b_in, e_net * k * b_net / (nodes == 2 ? 1.0 : 2.0));
-    e.busbw = protocol == NcclProtocol::simple ? simple
-              : protocol == NcclProtocol::ll128
-                  ? std::min(kTreeLl128Fraction * simple, ll128_max)
-                  : std::min(kTreeLlFraction * simple, ll_max);
+    e.busbw = protocol == NcclProtocol::simple  ? simple
+              : protocol == NcclProtocol::ll128 ? std::min(kTreeLl128Fraction * simple, ll128_max)
+                                                : std::min(kTreeLlFraction * simple, ll_max);
     e.algbw = e.busbw / 2;
     e.latency = nccl_base_latency(algorithm, protocol) +
                 Time::from_seconds(2 * ((k - 1) * in.step_latency[p].seconds() +
@@ -195,8 +195,8 @@ NcclEstimate nccl_choose(CollectiveKind kind, const NcclGroup& group, Bytes byte
   if (fixed != CollectiveAlgorithm::automatic) best = search(true);
   if (!best && fixed == CollectiveAlgorithm::nvls) {
     throw std::invalid_argument(
-        "nvls " + std::string(strategies::name_of(kind)) + " over " +
-        std::to_string(group.ranks) + " ranks on " + std::to_string(group.nodes) +
+        "nvls " + std::string(strategies::name_of(kind)) + " over " + std::to_string(group.ranks) +
+        " ranks on " + std::to_string(group.nodes) +
         " node(s): NVLS runs all-reduce, reduce-scatter and all-gather within one node whose "
         "intra_fabric has nvls (the switch reduces)");
   }
@@ -214,10 +214,11 @@ NcclGroup nccl_group(std::span<const std::int32_t> ranks, const hw::ClusterSpec&
   double nic = std::numeric_limits<double>::infinity();
   for (std::int32_t r : ranks) {
     const bool known = r >= 0 && r < cluster.world_size();
-    intra = std::min(intra, (known ? cluster.intra_link_of(r) : cluster.intra_node)
-                                .bandwidth.bytes_per_second());
-    nic = std::min(nic, (known ? cluster.inter_link_of(r) : cluster.inter_node)
-                            .bandwidth.bytes_per_second());
+    intra = std::min(
+        intra,
+        (known ? cluster.intra_link_of(r) : cluster.intra_node).bandwidth.bytes_per_second());
+    nic = std::min(
+        nic, (known ? cluster.inter_link_of(r) : cluster.inter_node).bandwidth.bytes_per_second());
   }
   if (ranks.empty()) {
     intra = cluster.intra_node.bandwidth.bytes_per_second();
@@ -239,8 +240,7 @@ Time nccl_p2p_time(std::int32_t src, std::int32_t dst, Bytes bytes,
   const bool same_node = cluster.node_of(src) == cluster.node_of(dst);
   const auto& a = same_node ? cluster.intra_link_of(src) : cluster.inter_link_of(src);
   const auto& b = same_node ? cluster.intra_link_of(dst) : cluster.inter_link_of(dst);
-  const Bandwidth bw =
-      std::min(a.bandwidth, b.bandwidth) * nccl_p2p_efficiency(src, dst, cluster);
+  const Bandwidth bw = std::min(a.bandwidth, b.bandwidth) * nccl_p2p_efficiency(src, dst, cluster);
   return std::max(a.latency, b.latency) + transfer_time(bytes, bw);
 }
 

@@ -40,11 +40,11 @@
 // floor(log2 N) E.step[p]); nvls I.nvls_latency. base (NCCL's baseLat, us): ring LL 6.6, LL128
 // 14, Simple 8.4; tree 6.8, 14, 8.4. All-to-all (NCCL runs it as point-to-point sends) is costed
 // as a ring of n-1 steps with the Simple protocol at the fabrics' p2p efficiency.
-// Time: latency + S / algbw (the channels' ceiling applied); the chosen (algorithm, protocol) is the least time among
-// the candidates that apply (ties: ring before tree before nvls, Simple before LL128 before LL).
-// A fixed algorithm (the cluster's `collectives.algorithm`, or --algorithm) restricts the
-// candidates to it where it applies (ring, tree, nvls; hierarchical means the tree); elsewhere
-// the choice is free, except that a fixed nvls that cannot run is an error.
+// Time: latency + S / algbw (the channels' ceiling applied); the chosen (algorithm, protocol) is
+// the least time among the candidates that apply (ties: ring before tree before nvls, Simple before
+// LL128 before LL). A fixed algorithm (the cluster's `collectives.algorithm`, or --algorithm)
+// restricts the candidates to it where it applies (ring, tree, nvls; hierarchical means the tree);
+// elsewhere the choice is free, except that a fixed nvls that cannot run is an error.
 //
 // Point to point: the larger latency of the two ends' links plus S / (p2p_efficiency x the
 // smaller bandwidth), the intra fabric's p2p efficiency within a node, the network's between.
@@ -103,8 +103,7 @@ NcclEstimate nccl_choose(strategies::CollectiveKind kind, const NcclGroup& group
 NcclGroup nccl_group(std::span<const std::int32_t> ranks, const hw::ClusterSpec& cluster);
 
 /// Point to point between two ranks (see above); the cluster must have `collectives.nccl`.
-Time nccl_p2p_time(std::int32_t src, std::int32_t dst, Bytes bytes,
-                   const hw::ClusterSpec& cluster);
+Time nccl_p2p_time(std::int32_t src, std::int32_t dst, Bytes bytes, const hw::ClusterSpec& cluster);
 
 /// The p2p efficiency between two ranks (intra fabric within a node, network across).
 double nccl_p2p_efficiency(std::int32_t src, std::int32_t dst, const hw::ClusterSpec& cluster);

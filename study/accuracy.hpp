@@ -90,8 +90,8 @@ struct Unexpressed {
 };
 
 struct AccuracyOptions {
-  bool e2e = true;       // the end-to-end table
-  bool kernels = false;  // the GEMM and attention tables
+  bool e2e = true;           // the end-to-end table
+  bool kernels = false;      // the GEMM and attention tables
   bool collectives = false;  // the collective table
 };
 

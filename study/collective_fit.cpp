@@ -32,12 +32,9 @@ struct SystemMapping {
   const char* cluster;
 };
 const SystemMapping kCollectiveSystems[] = {
-    {{"dgx h100"}, 1, "dgx-h100-1"},
-    {{"h200", "hgx"}, 1, "dgx-h200-1"},
-    {{"b200", "p6-b200"}, 1, "p6-b200-1"},
-    {{"b200", "p6-b200"}, 4, "p6-b200-4"},
-    {{"a3 mega"}, 2, "a3-mega-2"},
-    {{"a100", "nvlink3"}, 1, "dgx-a100-1"},
+    {{"dgx h100"}, 1, "dgx-h100-1"},       {{"h200", "hgx"}, 1, "dgx-h200-1"},
+    {{"b200", "p6-b200"}, 1, "p6-b200-1"}, {{"b200", "p6-b200"}, 4, "p6-b200-4"},
+    {{"a3 mega"}, 2, "a3-mega-2"},         {{"a100", "nvlink3"}, 1, "dgx-a100-1"},
 };
 
 std::string lower(std::string s) {
@@ -50,7 +47,9 @@ std::string lower(std::string s) {
 constexpr double kNvlinkStep[] = {0.6, 1.9, 3.4};
 constexpr double kNetStep[] = {2.7, 4.0, 14.0};
 
-const json* at(const config::Document& doc, const std::string& path) { return doc.find(path); }
+const json* at(const config::Document& doc, const std::string& path) {
+  return doc.find(path);
+}
 
 double number_at(const config::Document& doc, const std::string& path) {
   const json* v = at(doc, path);
@@ -64,7 +63,9 @@ std::string string_at(const config::Document& doc, const std::string& path) {
   return v->get<std::string>();
 }
 
-Time seconds(double s) { return Time::from_seconds(s); }
+Time seconds(double s) {
+  return Time::from_seconds(s);
+}
 
 /// A tool's key in tools.json: its config.tool with '.' written '_' (config paths use dots).
 std::string tool_key(std::string tool) {
@@ -78,7 +79,9 @@ std::string us_text(double seconds) {
   return buf;
 }
 
-double round_to(double x, double step) { return std::round(x / step) * step; }
+double round_to(double x, double step) {
+  return std::round(x / step) * step;
+}
 
 }  // namespace
 
@@ -119,14 +122,14 @@ std::vector<CollectivePoint> collective_points(const fs::path& calibration) {
     const std::string haystack = lower(base.system + " " + gpu);
     for (const auto& m : kCollectiveSystems) {
       if (m.nodes != nodes) continue;
-      if (std::all_of(m.words.begin(), m.words.end(),
-                      [&](const std::string& w) { return haystack.find(w) != std::string::npos; })) {
+      if (std::all_of(m.words.begin(), m.words.end(), [&](const std::string& w) {
+            return haystack.find(w) != std::string::npos;
+          })) {
         base.cluster = m.cluster;
         break;
       }
     }
-    const double factor =
-        base.p2p ? 1.0 : traces::busbw_factor(base.kind, base.ranks);
+    const double factor = base.p2p ? 1.0 : traces::busbw_factor(base.kind, base.ranks);
     auto add = [&](Bytes bytes, double time_s, double busbw, const std::string& suffix,
                    CollectiveAlgorithm fixed) {
       CollectivePoint p = base;
@@ -187,8 +190,8 @@ std::vector<CollectivePoint> collective_points(const fs::path& calibration) {
     }
     for (auto& p : out) {
       if (p.case_id == base.case_id && p.cluster.empty() && p.excluded.empty()) {
-        p.excluded = "no shipped cluster for \"" + p.system + "\" on " + std::to_string(nodes) +
-                     " node(s)";
+        p.excluded =
+            "no shipped cluster for \"" + p.system + "\" on " + std::to_string(nodes) + " node(s)";
       }
     }
   }
@@ -223,10 +226,10 @@ CollectivePrediction predict(const CollectivePoint& point, const hw::ClusterSpec
   for (int r = 0; r < point.ranks; ++r) ranks.push_back(r);
   CollectivePrediction out;
   if (point.p2p) {
-    out.time = (cluster.collectives.nccl ? sim::nccl_p2p_time(0, 1, point.bytes, cluster)
-                                         : sim::AnalyticalNetwork(cluster).p2p_time(
-                                               0, 1, point.bytes)) +
-               overhead;
+    out.time =
+        (cluster.collectives.nccl ? sim::nccl_p2p_time(0, 1, point.bytes, cluster)
+                                  : sim::AnalyticalNetwork(cluster).p2p_time(0, 1, point.bytes)) +
+        overhead;
     out.busbw = traces::algbw(point.bytes, out.time);
     return out;
   }
@@ -320,16 +323,20 @@ std::vector<FabricFit> fit_collectives(const fs::path& calibration, const fs::pa
     }
     std::vector<std::int32_t> ranks;
     for (int r = 0; r < p.ranks; ++r) ranks.push_back(r);
-    FitPoint fp{&p, c.collectives.nccl->intra.name, c.collectives.nccl->network.name,
-                sim::nccl_group(ranks, c), p.p2p ? c : hw::ClusterSpec{}, p.published_busbw};
+    FitPoint fp{&p,
+                c.collectives.nccl->intra.name,
+                c.collectives.nccl->network.name,
+                sim::nccl_group(ranks, c),
+                p.p2p ? c : hw::ClusterSpec{},
+                p.published_busbw};
     fit_points.push_back(std::move(fp));
   }
   const auto overheads = tool_overheads(fabrics_dir);
   // Which parameters the points determine.
   std::vector<Param> params;
   std::map<std::string, std::set<std::string>> cases_of;  // owner -> cases
-  auto add = [&](const std::string& owner, const std::string& field, bool fraction,
-                 double initial, std::function<void(Model&, double)> apply) {
+  auto add = [&](const std::string& owner, const std::string& field, bool fraction, double initial,
+                 std::function<void(Model&, double)> apply) {
     for (const auto& p : params) {
       if (p.owner == owner && p.field == field) return;
     }
@@ -364,8 +371,7 @@ std::vector<FabricFit> fit_collectives(const fs::path& calibration, const fs::pa
       cases_of[n].insert(p.case_id);
       add(n, "efficiency", true, net.efficiency,
           [n](Model& m, double v) { m.fabrics.at(n).efficiency = v; });
-      add(n, "hop_latency", false,
-          std::max(1.0, net.step_latency[0].seconds() * 1e6 - kNetStep[0]),
+      add(n, "hop_latency", false, std::max(1.0, net.step_latency[0].seconds() * 1e6 - kNetStep[0]),
           [n](Model& m, double v) { set_hop_latency(m.fabrics.at(n), v * 1e-6); });
       add(n, "simple_hop_latency", false,
           std::max(1.0, (net.step_latency[2].seconds() * 1e6 - kNetStep[2]) / 2),
@@ -420,8 +426,8 @@ std::vector<FabricFit> fit_collectives(const fs::path& calibration, const fs::pa
     double sum = 0;
     for (const auto& fp : fit_points) {
       const CollectivePoint& p = *fp.point;
-      const bool touches = fp.intra == owner || (fp.network == owner && fp.group.nodes > 1) ||
-                           p.tool == owner;
+      const bool touches =
+          fp.intra == owner || (fp.network == owner && fp.group.nodes > 1) || p.tool == owner;
       if (!touches) continue;
       const double e = std::abs(predicted_busbw(fp, fitted) / fp.published_busbw - 1);
       sum += e;

@@ -89,7 +89,7 @@ CollectivePrediction predict(const CollectivePoint& point, const hw::ClusterSpec
 
 /// What the fit found for one fabric or tool.
 struct FabricFit {
-  std::string name;              // fabric (file stem under the fabrics dir) or tool
+  std::string name;                      // fabric (file stem under the fabrics dir) or tool
   std::map<std::string, double> values;  // fitted field -> value (latencies in seconds)
   std::vector<std::string> cases;        // the calibration cases it was fitted to
   int points = 0;

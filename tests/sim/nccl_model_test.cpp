@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "sim/collective_bench.hpp"
+#include "sim/helpers.hpp"
 #include "sim/nccl_model.hpp"
 #include "sim/network.hpp"
-#include "sim/helpers.hpp"
 
 using namespace stratasim;
 using hw::CollectiveAlgorithm;
@@ -19,7 +19,9 @@ using strategies::CollectiveKind;
 
 namespace {
 
-Time us(double x) { return Time::from_seconds(x * 1e-6); }
+Time us(double x) {
+  return Time::from_seconds(x * 1e-6);
+}
 
 // An H100-like NVLink fabric: efficiency 0.8, NCCL's NVLink ring step latencies (0.6, 1.9,
 // 3.4 us), 32 channels of at most 40 GB/s, LL ceiling 141 GB/s, LL128 36.7 GB/s per channel,
@@ -44,11 +46,16 @@ hw::NcclSettings settings(bool nvls) {
 }
 
 sim::NcclGroup one_node(int n) {
-  return {.ranks = n, .nodes = 1, .ranks_per_node = n, .intra = Bandwidth(450e9),
+  return {.ranks = n,
+          .nodes = 1,
+          .ranks_per_node = n,
+          .intra = Bandwidth(450e9),
           .nic = Bandwidth(50e9)};
 }
 
-double seconds_of(const std::optional<sim::NcclEstimate>& e) { return e->time.seconds(); }
+double seconds_of(const std::optional<sim::NcclEstimate>& e) {
+  return e->time.seconds();
+}
 
 }  // namespace
 
@@ -57,8 +64,8 @@ TEST_CASE("nccl model: channels per message size (enqueue.cc)") {
   CHECK(sim::nccl_channels(CollectiveAlgorithm::ring, NcclProtocol::simple, 8, Bytes(65536), 32) ==
         2);
   // 100 KiB < 4 x 32 KiB -> 3.
-  CHECK(sim::nccl_channels(CollectiveAlgorithm::ring, NcclProtocol::simple, 8, Bytes(102400),
-                           32) == 3);
+  CHECK(sim::nccl_channels(CollectiveAlgorithm::ring, NcclProtocol::simple, 8, Bytes(102400), 32) ==
+        3);
   // 1 GiB: every channel.
   CHECK(sim::nccl_channels(CollectiveAlgorithm::ring, NcclProtocol::simple, 8, Bytes(1 << 30),
                            32) == 32);
@@ -77,9 +84,8 @@ TEST_CASE("nccl model: ring candidates on one node, by hand") {
   // Simple: busbw 0.8 x 450 = 360 GB/s, algbw 360 x 8 / 14 = 205.714 GB/s; latency
   // 8.4 + 14 x 3.4 = 56 us; 32 channels (1 MiB / 32 KiB), 32 x 40 GB/s > 360: no ceiling.
   // 56 us + 1048576 / 205.714e9 = 56 + 5.0972 = 61.0972 us.
-  const auto simple =
-      sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::ring,
-                          NcclProtocol::simple, g, mib, s);
+  const auto simple = sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::ring,
+                                          NcclProtocol::simple, g, mib, s);
   REQUIRE(simple);
   CHECK(simple->busbw == doctest::Approx(360e9));
   CHECK(simple->latency.seconds() == doctest::Approx(56e-6));
@@ -136,9 +142,9 @@ TEST_CASE("nccl model: NVLS within one node, and its choice") {
                                   NcclProtocol::ll, g, Bytes(1 << 30), s));
   CHECK_FALSE(sim::nccl_candidate(CollectiveKind::broadcast, CollectiveAlgorithm::nvls,
                                   NcclProtocol::simple, g, Bytes(1 << 30), s));
-  CHECK(sim::nccl_choose(CollectiveKind::all_reduce, g, Bytes(1 << 30), s,
-                         CollectiveAlgorithm::ring)
-            .algorithm == CollectiveAlgorithm::ring);
+  CHECK(
+      sim::nccl_choose(CollectiveKind::all_reduce, g, Bytes(1 << 30), s, CollectiveAlgorithm::ring)
+          .algorithm == CollectiveAlgorithm::ring);
   // A fixed nvls that cannot run is an error.
   CHECK_THROWS_AS(sim::nccl_choose(CollectiveKind::all_reduce, g, Bytes(1 << 30), settings(false),
                                    CollectiveAlgorithm::nvls),
@@ -147,7 +153,10 @@ TEST_CASE("nccl model: NVLS within one node, and its choice") {
 
 TEST_CASE("nccl model: tree and ring across two nodes, by hand") {
   const auto s = settings(false);
-  const sim::NcclGroup g{.ranks = 16, .nodes = 2, .ranks_per_node = 8, .intra = Bandwidth(450e9),
+  const sim::NcclGroup g{.ranks = 16,
+                         .nodes = 2,
+                         .ranks_per_node = 8,
+                         .intra = Bandwidth(450e9),
                          .nic = Bandwidth(50e9)};
   const Bytes gib(1 << 30);
   // Tree Simple: 2 x 0.92 x min(0.8 x 450, 0.9 x 8 x 50 / 1) = 662.4 GB/s busbw, algbw 331.2;
@@ -168,8 +177,11 @@ TEST_CASE("nccl model: tree and ring across two nodes, by hand") {
   CHECK(chosen.algorithm == CollectiveAlgorithm::tree);
   CHECK(chosen.time.seconds() == doctest::Approx(84e-6 + 1073741824 / 331.2e9).epsilon(1e-6));
   // Four nodes: the busiest node's NICs carry 2 S, so min(360, 360 / 2) = 180.
-  const sim::NcclGroup four{.ranks = 32, .nodes = 4, .ranks_per_node = 8,
-                            .intra = Bandwidth(450e9), .nic = Bandwidth(50e9)};
+  const sim::NcclGroup four{.ranks = 32,
+                            .nodes = 4,
+                            .ranks_per_node = 8,
+                            .intra = Bandwidth(450e9),
+                            .nic = Bandwidth(50e9)};
   CHECK(sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::tree,
                             NcclProtocol::simple, four, gib, s)
             ->algbw == doctest::Approx(0.92 * 180e9));
@@ -186,8 +198,8 @@ TEST_CASE("nccl model: tree and ring across two nodes, by hand") {
   CHECK_FALSE(sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::tree,
                                   NcclProtocol::ll128, g, gib, no_ll128));
   // Tree LL: min(662.4 / 3.8, 141, 39) = 39 GB/s.
-  CHECK(sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::tree,
-                            NcclProtocol::ll, g, gib, no_ll128)
+  CHECK(sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::tree, NcclProtocol::ll,
+                            g, gib, no_ll128)
             ->busbw == doctest::Approx(39e9));
 }
 
