@@ -40,6 +40,8 @@ std::string title_of(AccuracyLevel level) {
       return "GEMM (TFLOP/s)";
     case AccuracyLevel::attention:
       return "FlashAttention (TFLOP/s, FLOPs as FlashAttention's benchmarks count them)";
+    case AccuracyLevel::collective:
+      return "collectives (bus bandwidth, GB/s, nccl-tests' definition)";
   }
   return "";
 }
@@ -49,9 +51,10 @@ void print_summaries(std::ostream& out, const study::AccuracyReport& report, Acc
   std::size_t width = 24;
   for (const auto& s : groups) width = std::max(width, s.group.size() + 2);
   out << "  " << std::left << std::setw(static_cast<int>(width))
-      << (level == AccuracyLevel::attention ? "series" : "source") << std::right << std::setw(6)
-      << "rows" << std::setw(14) << "mean |error|" << std::setw(13) << "max |error|"
-      << std::setw(11) << "within 5%" << std::setw(12) << "within 10%"
+      << (level == AccuracyLevel::attention || level == AccuracyLevel::collective ? "series"
+                                                                                  : "source")
+      << std::right << std::setw(6) << "rows" << std::setw(14) << "mean |error|" << std::setw(13)
+      << "max |error|" << std::setw(11) << "within 5%" << std::setw(12) << "within 10%"
       << "\n";
   for (const auto& s : groups) {
     out << "  " << std::left << std::setw(static_cast<int>(width)) << s.group << std::right
@@ -66,6 +69,15 @@ void print_summaries(std::ostream& out, const study::AccuracyReport& report, Acc
                       all.max_abs_error <= study::kE2eMaxErrorBound;
     out << "  gate (mean |error| <= " << percent(study::kE2eMeanErrorBound, false)
         << ", every row <= " << percent(study::kE2eMaxErrorBound, false)
+        << "): " << (pass ? "passes" : "fails") << "\n";
+  } else if (level == AccuracyLevel::collective) {
+    bool pass = true;
+    for (const auto& r : report.rows) {
+      if (r.level == level && std::abs(r.error) > study::collective_bound(r.bytes)) pass = false;
+    }
+    out << "  gate (every point of 1 MiB and more <= "
+        << percent(study::kCollectiveLargeMaxError, false)
+        << ", below <= " << percent(study::kCollectiveSmallMaxError, false)
         << "): " << (pass ? "passes" : "fails") << "\n";
   } else {
     out << "  gate (every " << (level == AccuracyLevel::gemm ? "case" : "point")
@@ -157,14 +169,17 @@ void add_accuracy_options(CLI::App* cmd, AccuracyArgs& args) {
       ->check(CLI::IsMember({"table", "csv", "json"}));
   cmd->add_flag("--kernels", args.kernels,
                 "Also compare the GEMM cases and the FlashAttention series, costed on one device");
+  cmd->add_flag("--collectives", args.collectives,
+                "Also compare every point of the collective sweeps (busbw) with the cluster's "
+                "network model");
 }
 
 int accuracy_command(const AccuracyArgs& args) {
   const std::filesystem::path file = args.calibration.empty()
                                          ? study::default_calibration_file()
                                          : std::filesystem::path(args.calibration);
-  const study::AccuracyReport report =
-      study::accuracy(file, {.e2e = true, .kernels = args.kernels});
+  const study::AccuracyReport report = study::accuracy(
+      file, {.e2e = true, .kernels = args.kernels, .collectives = args.collectives});
   std::ostringstream out;
   if (args.format == "json") {
     out << study::to_json(report).dump(2) << "\n";
@@ -173,6 +188,7 @@ int accuracy_command(const AccuracyArgs& args) {
   } else {
     std::vector<AccuracyLevel> levels{AccuracyLevel::e2e};
     if (args.kernels) levels.insert(levels.end(), {AccuracyLevel::gemm, AccuracyLevel::attention});
+    if (args.collectives) levels.push_back(AccuracyLevel::collective);
     print_table(out, report, levels);
   }
   std::cout << out.str();

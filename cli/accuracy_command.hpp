@@ -13,6 +13,7 @@ struct AccuracyArgs {
   std::string calibration;  // empty: study::default_calibration_file()
   std::string format = "table";
   bool kernels = false;
+  bool collectives = false;  // --collectives: the collective table
 };
 
 /// Adds the accuracy command's flags to `cmd`, writing into `args`.

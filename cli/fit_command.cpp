@@ -8,6 +8,7 @@
 #include "hw_models/files.hpp"
 #include "study/calibration_set.hpp"
 #include "study/catalog.hpp"
+#include "study/collective_fit.hpp"
 #include "study/errors.hpp"
 #include "study/fit.hpp"
 
@@ -37,10 +38,32 @@ void add_fit_options(CLI::App* cmd, FitArgs& args) {
       ->check(CLI::Range(1, 1000000));
   cmd->add_option("--residuals", args.residuals,
                   "Also write every case's measured and fitted time to this CSV file");
+  cmd->add_option("--collectives", args.collectives,
+                  "Fit the NCCL model's fabrics (and measuring tools) to the calibration file's "
+                  "collective sweeps and rewrite their files in this folder "
+                  "(configs/hardware/nccl; study/collective_fit.hpp)");
   cmd->add_flag("--quiet", args.quiet, "Print nothing on success");
 }
 
 namespace {
+
+int fit_collectives(const std::string& file, const FitArgs& args) {
+  std::error_code ec;
+  if (!fs::is_directory(args.collectives, ec)) {
+    throw study::BadInput("--collectives " + args.collectives + ": not a directory");
+  }
+  const auto fits = study::fit_collectives(file, args.collectives);
+  if (!args.quiet) {
+    for (const auto& f : fits) {
+      std::printf("%-22s", f.name.c_str());
+      for (const auto& [field, value] : f.values) std::printf("  %s %.4g", field.c_str(), value);
+      std::printf("  (%d points of %zu cases: mean |error| %.1f%%, max %.1f%%)\n", f.points,
+                  f.cases.size(), 100 * f.mean_abs_error, 100 * f.max_abs_error);
+    }
+    std::cout << "wrote " << args.collectives << "\n";
+  }
+  return 0;
+}
 
 int fit_frameworks(const std::string& file, const FitArgs& args) {
   const auto fits = study::fit_frameworks(file, args.options);
@@ -63,8 +86,13 @@ int fit_frameworks(const std::string& file, const FitArgs& args) {
 int fit_command(const FitArgs& args) {
   const std::string file =
       args.calibration.empty() ? study::default_calibration_file().string() : args.calibration;
-  if (args.devices.empty() && args.frameworks.empty()) {
-    throw study::BadInput("fit needs --device (kernel models) or --frameworks FILE");
+  if (args.devices.empty() && args.frameworks.empty() && args.collectives.empty()) {
+    throw study::BadInput(
+        "fit needs --device (kernel models), --frameworks FILE or --collectives DIR");
+  }
+  if (!args.collectives.empty()) {
+    fit_collectives(file, args);
+    if (args.devices.empty() && args.frameworks.empty()) return 0;
   }
   if (!args.devices.empty() && args.out_dir.empty()) {
     throw study::BadInput("fit --device needs --out-dir");

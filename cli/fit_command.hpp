@@ -18,6 +18,7 @@ struct FitArgs {
   std::string out_dir;               // writes <device file stem>.kernel-model.json here
   std::string frameworks;            // also fit the frameworks; write them to this JSON file
   std::string residuals;             // optional CSV: every case's measured and fitted time
+  std::string collectives;           // fit the NCCL model's fabrics; rewrite them in this folder
   bool quiet = false;
   study::FitOptions options;  // --max-evaluations, --max-framework-evaluations
 };

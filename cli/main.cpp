@@ -356,25 +356,43 @@ int collective_command(const CollectiveArgs& args) {
   }
   std::ostringstream table;
   table << args.op << " over " << ranks.size() << " devices of " << cluster.name << " ("
-        << hw::name_of(cluster.network_model) << " network, protocol efficiency "
-        << cluster.collectives.protocol_efficiency << ")\n";
-  table << "  " << std::setw(14) << "size" << std::setw(14) << "time" << std::setw(14)
-        << "algbw GB/s" << std::setw(14) << "busbw GB/s"
-        << "  algorithm\n";
+        << hw::name_of(cluster.network_model) << " network, ";
+  if (cluster.collectives.nccl) {
+    table << "NCCL model: " << cluster.collectives.nccl->intra.name << " + "
+          << cluster.collectives.nccl->network.name << ")\n";
+  } else {
+    table << "alpha-beta, protocol efficiency " << cluster.collectives.protocol_efficiency << ")\n";
+  }
+  // nccl-tests' columns (float32, sum), then what ran.
+  table << "#" << std::setw(13) << "size" << std::setw(13) << "count" << std::setw(7) << "type"
+        << std::setw(7) << "redop" << std::setw(12) << "time" << std::setw(9) << "algbw"
+        << std::setw(9) << "busbw"
+        << "  algorithm     protocol  channels\n";
+  table << "#" << std::setw(13) << "(B)" << std::setw(13) << "(elements)" << std::setw(7) << ""
+        << std::setw(7) << "" << std::setw(12) << "(us)" << std::setw(9) << "(GB/s)" << std::setw(9)
+        << "(GB/s)"
+        << "\n";
   for (const auto& row : rows) {
-    table << "  " << std::setw(14) << to_string(row.bytes) << std::setw(14) << to_string(row.time)
-          << std::setw(14) << std::fixed << std::setprecision(2) << row.algbw / 1e9 << std::setw(14)
-          << row.busbw / 1e9 << "  " << hw::name_of(row.algorithm) << "\n";
+    std::string protocol = row.protocol ? std::string(hw::name_of(*row.protocol)) : "-";
+    table << " " << std::setw(13) << row.bytes.count() << std::setw(13) << row.bytes.count() / 4
+          << std::setw(7) << "float" << std::setw(7) << "sum" << std::setw(12) << std::fixed
+          << std::setprecision(2) << row.time.seconds() * 1e6 << std::setw(9) << row.algbw / 1e9
+          << std::setw(9) << row.busbw / 1e9 << "  " << std::left << std::setw(14)
+          << hw::name_of(row.algorithm) << std::setw(10) << protocol << std::right
+          << (row.protocol ? std::to_string(row.channels) : std::string("-")) << "\n";
   }
   std::cout << table.str();
   if (!args.out.empty()) {
     check_out_dir(args.out);
     std::ostringstream csv;
-    csv << "op,ranks,bytes,time_s,algbw_bytes_per_s,busbw_bytes_per_s,algorithm\n";
+    csv << "op,ranks,bytes,time_s,algbw_bytes_per_s,busbw_bytes_per_s,algorithm,protocol,"
+           "channels\n";
     for (const auto& row : rows) {
       csv << args.op << ',' << ranks.size() << ',' << row.bytes.count() << ','
           << std::setprecision(9) << row.time.seconds() << ',' << row.algbw << ',' << row.busbw
-          << ',' << hw::name_of(row.algorithm) << "\n";
+          << ',' << hw::name_of(row.algorithm) << ','
+          << (row.protocol ? std::string(hw::name_of(*row.protocol)) : std::string()) << ','
+          << (row.protocol ? std::to_string(row.channels) : std::string()) << "\n";
     }
     fs::create_directories(args.out);
     const fs::path target = fs::path(args.out) / "collective.csv";

@@ -15,6 +15,46 @@ LinkSpec read_link(config::ObjectReader r) {
   return link;
 }
 
+/// A fabric of the NCCL model (hw::NcclFabric), inline or from a file the cluster names.
+NcclFabric read_fabric(config::Document& doc, const std::string& path, bool intra) {
+  doc.inline_reference(path);
+  config::ObjectReader r(doc, path, intra ? "an intra-node fabric" : "a network fabric");
+  NcclFabric f;
+  f.name = r.string("name");
+  f.source = r.string_or("source", "");
+  if (r.has("fitted_to")) {
+    const nlohmann::json* ids = doc.find(r.path_of("fitted_to"));
+    if (!ids->is_array()) r.fail("fitted_to", "expected a list of calibration case ids");
+    for (const auto& id : *ids) {
+      if (!id.is_string()) r.fail("fitted_to", "expected a list of calibration case ids");
+      f.fitted_to.push_back(id.get<std::string>());
+    }
+  }
+  r.has("fit");  // the fit's own summary (errors over its cases): for readers, not the model
+  auto lat = r.object("step_latency", "the latency per step of each protocol");
+  f.step_latency = {lat.time("LL"), lat.time("LL128"), lat.time("Simple")};
+  lat.finish();
+  f.efficiency = r.number("efficiency");
+  f.p2p_efficiency = r.number_or("p2p_efficiency", f.efficiency);
+  if (intra) {
+    f.channels = static_cast<int>(r.integer_in("channels", 1, 64));
+    f.ll_max_busbw = r.bandwidth("ll_max_busbw");
+    f.ll128_channel_busbw = r.bandwidth("ll128_channel_busbw");
+    f.channel_busbw = r.bandwidth("channel_busbw");
+    if (r.has("nvls")) {
+      auto n = r.object("nvls", "NVLink SHARP figures");
+      f.nvls_efficiency = n.number("efficiency");
+      f.nvls_latency = n.time("latency");
+      n.finish();
+    }
+  } else {
+    if (r.has("ll_max_busbw")) f.ll_max_busbw = r.bandwidth("ll_max_busbw");
+    f.ll128 = r.boolean_or("ll128", true);
+  }
+  r.finish();
+  return f;
+}
+
 constexpr std::string_view kNetworkModelNames[] = {"analytical", "flow"};
 constexpr std::string_view kAlgorithmNames[] = {
     "auto", "ring", "tree", "halving_doubling", "direct", "hierarchical", "nvls"};
@@ -100,6 +140,10 @@ std::vector<int> parse_device_ranges(std::string_view text, int world) {
   return out;
 }
 
+std::string_view name_of(NcclProtocol p) {
+  return kNcclProtocolNames[static_cast<std::size_t>(p)];
+}
+
 std::string_view name_of(NetworkModel m) {
   return kNetworkModelNames[static_cast<int>(m)];
 }
@@ -158,6 +202,52 @@ void ClusterSpec::validate() const {
                                   "expected a fraction in (0, 1]");
   }
   interference.validate();
+  if (collectives.nccl && collectives.protocol_efficiency != 1.0) {
+    throw config::ValidationError(
+        "collectives.protocol_efficiency",
+        "the NCCL model (intra_fabric / network_fabric) has its own efficiencies per fabric; "
+        "remove protocol_efficiency");
+  }
+  if (collectives.nccl) {
+    for (const auto* f : {&collectives.nccl->intra, &collectives.nccl->network}) {
+      const std::string at =
+          f == &collectives.nccl->intra ? "collectives.intra_fabric" : "collectives.network_fabric";
+      if (!(f->efficiency > 0 && f->efficiency <= 1)) {
+        throw config::ValidationError(at + ".efficiency", "expected a fraction in (0, 1]");
+      }
+      if (!(f->p2p_efficiency > 0 && f->p2p_efficiency <= 1)) {
+        throw config::ValidationError(at + ".p2p_efficiency", "expected a fraction in (0, 1]");
+      }
+      for (std::size_t p = 0; p < f->step_latency.size(); ++p) {
+        if (!(f->step_latency[p].seconds() >= 0)) {
+          throw config::ValidationError(at + ".step_latency." + std::string(kNcclProtocolNames[p]),
+                                        "expected a latency >= 0");
+        }
+      }
+    }
+    const NcclFabric& in = collectives.nccl->intra;
+    if (!(in.ll_max_busbw.bytes_per_second() > 0)) {
+      throw config::ValidationError("collectives.intra_fabric.ll_max_busbw",
+                                    "expected a positive bandwidth");
+    }
+    if (!(in.channel_busbw.bytes_per_second() > 0)) {
+      throw config::ValidationError("collectives.intra_fabric.channel_busbw",
+                                    "expected a positive bandwidth");
+    }
+    if (!(in.ll128_channel_busbw.bytes_per_second() > 0)) {
+      throw config::ValidationError("collectives.intra_fabric.ll128_channel_busbw",
+                                    "expected a positive bandwidth");
+    }
+    if (!(in.nvls_efficiency >= 0 && in.nvls_efficiency <= 1)) {
+      throw config::ValidationError(
+          "collectives.intra_fabric.nvls.efficiency",
+          "expected a fraction in [0, 1] (0: the switch does not reduce)");
+    }
+    if (!(in.nvls_latency.seconds() >= 0)) {
+      throw config::ValidationError("collectives.intra_fabric.nvls.latency",
+                                    "expected a latency >= 0");
+    }
+  }
   for (std::size_t i = 0; i < overrides.size(); ++i) {
     const std::string at = "overrides." + std::to_string(i);
     if (!(overrides[i].slowdown > 0)) {
@@ -216,6 +306,17 @@ ClusterSpec read_cluster(config::Document& doc, const std::string& path) {
     auto coll = r.object("collectives", "collective settings");
     c.collectives.protocol_efficiency =
         coll.number_or("protocol_efficiency", c.collectives.protocol_efficiency);
+    const bool has_intra = coll.has("intra_fabric");
+    const bool has_network = coll.has("network_fabric");
+    if (has_intra != has_network) {
+      coll.fail(has_intra ? "network_fabric" : "intra_fabric",
+                "expected both intra_fabric and network_fabric (the NCCL model needs the fabric "
+                "inside a node and the one between nodes), or neither");
+    }
+    if (has_intra) {
+      c.collectives.nccl = NcclSettings{read_fabric(doc, coll.path_of("intra_fabric"), true),
+                                        read_fabric(doc, coll.path_of("network_fabric"), false)};
+    }
     if (coll.has("algorithm")) {
       auto alg = coll.object("algorithm", "a fixed algorithm per collective kind");
       for (std::size_t k = 0; k < std::size(kCollectiveKindNames); ++k) {

@@ -6,6 +6,7 @@
 // `overrides` (devices of another type, stragglers, degraded links).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -63,10 +64,65 @@ std::optional<CollectiveAlgorithm> collective_algorithm_from_name(std::string_vi
 inline constexpr std::string_view kCollectiveKindNames[] = {
     "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"};
 
+/// NCCL's protocols: LL (8-byte stores of 4 data bytes and a flag: half the bandwidth, the
+/// lowest latency), LL128 (128-byte lines of 120 data bytes), Simple (bulk copies, the full
+/// bandwidth, the highest latency). Index order of NcclFabric::step_latency.
+enum class NcclProtocol : std::uint8_t { ll, ll128, simple };
+inline constexpr std::string_view kNcclProtocolNames[] = {"LL", "LL128", "Simple"};
+std::string_view name_of(NcclProtocol p);
+
+/// One fabric's collective figures as NCCL's tuner (src/graph/tuning.cc) structures them:
+/// an intra-node fabric (NVLink and its switch, a property of the device generation) or a
+/// network fabric (the NICs and what lies between nodes). sim/nccl_model.hpp combines them;
+/// docs/network.md explains each figure. Read from the cluster's `collectives.intra_fabric` /
+/// `collectives.network_fabric` (an object or a file under configs/hardware/nccl/; the fitted
+/// ones are written there by `stratasim fit --collectives`, study/collective_fit.hpp).
+struct NcclFabric {
+  std::string name;
+  std::string source;
+  /// The calibration cases (tests/reference/calibration.json ids) the fitted fields came from;
+  /// empty: nothing here is fitted.
+  std::vector<std::string> fitted_to;
+  /// Latency per pipeline step of each protocol (LL, LL128, Simple): NCCL's hwLat for NVLink,
+  /// or for the network its NET hwLat plus the fabric's own hop latency (Simple pays the hop
+  /// twice: its flush).
+  std::array<Time, 3> step_latency{};
+  /// The Simple ring's bus bandwidth over the link's line rate per direction (the device's
+  /// intra_node bandwidth, or the NIC's inter_node bandwidth times the devices of a node). (0, 1].
+  double efficiency = 1;
+  /// Point-to-point (send/recv) bandwidth over the link's line rate. (0, 1].
+  double p2p_efficiency = 1;
+  /// LL's bus bandwidth ceiling (NCCL llMaxBws): the intra fabric's within a node; a network
+  /// fabric's (optional, zero: none) also applies to collectives spanning nodes.
+  Bandwidth ll_max_busbw;
+  /// Network fabrics: whether NCCL runs LL128 across this network (it enables LL128 only over
+  /// paths it trusts to keep 128-byte stores in order).
+  bool ll128 = true;
+  // Intra-node fabrics only (a network fabric leaves them unset):
+  int channels = 0;               // NCCL channels (rings) a collective spreads over, >= 1
+  Bandwidth ll128_channel_busbw;  // LL128's ceiling per channel (NCCL perChMaxRingLL128Bws)
+  /// One channel's Simple bus bandwidth (one SM's copy rate; LL128 0.92, LL 1/2 of it): what
+  /// limits a message too small to use every channel. Zero: no limit.
+  Bandwidth channel_busbw;
+  /// NVLink SHARP: the switch's reduction rate over the link's line rate; 0: it does not reduce.
+  double nvls_efficiency = 0;
+  Time nvls_latency;  // NVLS's whole latency (NCCL counts no steps for it)
+};
+
+/// The NCCL-structured collective model (sim/nccl_model.hpp) a cluster opts into.
+struct NcclSettings {
+  NcclFabric intra;    // NVLink (or PCIe) inside a node
+  NcclFabric network;  // between nodes
+};
+
 struct CollectiveSettings {
   /// Fraction of a link's bandwidth that collectives and point-to-point transfers reach (NCCL's
-  /// protocol overhead: ~0.82 on H100 NVLink, 0.8 on A100). In (0, 1].
+  /// protocol overhead: ~0.82 on H100 NVLink, 0.8 on A100). In (0, 1]. Used by the alpha-beta
+  /// model only (without `nccl`).
   double protocol_efficiency = 1.0;
+  /// Present: collectives are costed by the NCCL-structured model (algorithm x protocol chosen
+  /// by least predicted time); absent: the alpha-beta schedules of sim/collectives.hpp.
+  std::optional<NcclSettings> nccl;
   /// A fixed algorithm per collective kind (index: kCollectiveKindNames); automatic: the rule.
   std::vector<CollectiveAlgorithm> algorithm = std::vector<CollectiveAlgorithm>(
       std::size(kCollectiveKindNames), CollectiveAlgorithm::automatic);

@@ -5,6 +5,7 @@
 
 #include "sim/collectives.hpp"
 #include "sim/flow_network.hpp"
+#include "sim/nccl_model.hpp"
 #include "traces/bus_bandwidth.hpp"
 
 namespace stratasim::sim {
@@ -36,6 +37,12 @@ std::vector<CollectiveMeasurement> measure_collective(
     m.algbw = traces::algbw(bytes, time);
     m.busbw = traces::busbw(kind, n, bytes, time);
     m.algorithm = a;
+    if (c.collectives.nccl) {
+      const NcclEstimate e = nccl_choose(kind, nccl_group(ranks, c), bytes, *c.collectives.nccl,
+                                         c.collectives.algorithm[static_cast<std::size_t>(kind)]);
+      m.protocol = e.protocol;
+      m.channels = e.channels;
+    }
     out.push_back(m);
   };
   if (c.network_model == hw::NetworkModel::analytical) {

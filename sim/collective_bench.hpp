@@ -18,6 +18,9 @@ struct CollectiveMeasurement {
   double algbw = 0;  // bytes / s: S / t
   double busbw = 0;  // bytes / s: algbw times nccl-tests' factor (2(n-1)/n for all-reduce)
   hw::CollectiveAlgorithm algorithm = hw::CollectiveAlgorithm::ring;  // the one that ran
+  /// With the NCCL model (sim/nccl_model.hpp): the protocol chosen and the channels it uses.
+  std::optional<hw::NcclProtocol> protocol;
+  int channels = 0;
 };
 
 /// Simulates one `kind` over `ranks` alone on the cluster's network model (analytical or

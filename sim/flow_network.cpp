@@ -30,7 +30,8 @@ std::uint64_t flow_key(TransferId id, std::uint64_t index) {
 FlowNetwork::FlowNetwork(const hw::ClusterSpec& cluster, hw::Topology topology,
                          const strategies::Program& program)
     : cluster_(cluster), topology_(std::move(topology)) {
-  const double efficiency = cluster_.collectives.protocol_efficiency;
+  const double efficiency =
+      cluster_.collectives.nccl ? 1.0 : cluster_.collectives.protocol_efficiency;
   for (int l = 0; l < topology_.link_count(); ++l) {
     solver_.add_link(topology_.link(l).bandwidth.bytes_per_second() * efficiency);
   }
@@ -48,6 +49,7 @@ FlowNetwork::FlowNetwork(const hw::ClusterSpec& cluster, hw::Topology topology,
     info.shape = shape_of(info.ranks, cluster_);
     info.members = member_links(info.ranks, cluster_);
     for (const auto& m : info.members) info.nodes.push_back(m.node);
+    info.nccl = nccl_group(info.ranks, cluster_);
     info.switch_reduces = info.ranks.size() > 1 && topology_.reducing_switch(info.ranks) >= 0;
   }
 }
@@ -60,6 +62,11 @@ CollectiveAlgorithm FlowNetwork::algorithm(CollectiveKind kind, std::uint32_t gr
                                 " groups");
   }
   const GroupInfo& info = groups_[group];
+  if (cluster_.collectives.nccl) {
+    return nccl_choose(kind, info.nccl, bytes, *cluster_.collectives.nccl,
+                       cluster_.collectives.algorithm[static_cast<std::size_t>(kind)])
+        .algorithm;
+  }
   return choose_algorithm(
       kind, info.shape, bytes, cluster_, info.switch_reduces, [&](CollectiveAlgorithm a) {
         auto& slot =
@@ -134,6 +141,18 @@ const FlowNetwork::Plan& FlowNetwork::plan(std::uint32_t group, CollectiveKind k
   return *slot;
 }
 
+Time FlowNetwork::schedule_bandwidth_time(std::uint32_t group, CollectiveKind kind,
+                                          CollectiveAlgorithm algorithm, Bytes bytes) const {
+  const GroupInfo& info = groups_[group];
+  auto& slot = info.costs[static_cast<std::size_t>(kind) * kAlgorithms +
+                          static_cast<std::size_t>(algorithm)];
+  if (!slot) {
+    slot =
+        std::make_unique<CollectiveCost>(build_schedule(kind, algorithm, info.nodes), info.members);
+  }
+  return slot->time(bytes) - slot->time(Bytes(0));
+}
+
 void FlowNetwork::schedule(int transfer, Time at) {
   timers_.push_back(Timer{at, sequence_++, transfer});
   std::push_heap(timers_.begin(), timers_.end(), Later{});
@@ -159,6 +178,35 @@ void FlowNetwork::start(TransferId id, const TransferRequest& request, Time now)
   t.phase = 0;
   t.outstanding = 0;
   t.route.clear();
+  t.scale = 1;
+  t.nccl = false;
+  if (request.collective && cluster_.collectives.nccl) {
+    (void)algorithm(request.kind, request.group, request.bytes);  // throws for an unknown group
+    const GroupInfo& info = groups_[request.group];
+    const NcclEstimate e =
+        nccl_choose(request.kind, info.nccl, request.bytes, *cluster_.collectives.nccl,
+                    cluster_.collectives.algorithm[static_cast<std::size_t>(request.kind)]);
+    const bool spans = info.shape.nodes > 1 && info.shape.max_ranks_per_node > 1;
+    const bool rs_ag = request.kind == CollectiveKind::all_reduce ||
+                       request.kind == CollectiveKind::reduce_scatter ||
+                       request.kind == CollectiveKind::all_gather;
+    CollectiveAlgorithm carrier = CollectiveAlgorithm::ring;
+    if (e.algorithm == CollectiveAlgorithm::nvls && info.switch_reduces) {
+      carrier = CollectiveAlgorithm::nvls;
+    } else if (spans && rs_ag && e.algorithm != CollectiveAlgorithm::nvls) {
+      carrier = CollectiveAlgorithm::hierarchical;
+    } else if (e.algorithm == CollectiveAlgorithm::tree) {
+      carrier = CollectiveAlgorithm::tree;
+    }
+    const Plan& p = plan(request.group, request.kind, carrier);
+    t.plan = &p;
+    t.nccl = true;
+    const Time own = schedule_bandwidth_time(request.group, request.kind, carrier, request.bytes);
+    const Time model = e.time - e.latency;
+    if (own > Time::zero()) t.scale = model.seconds() / own.seconds();
+    schedule(slot, now + e.latency);
+    return;
+  }
   if (request.collective) {
     const CollectiveAlgorithm a = algorithm(request.kind, request.group, request.bytes);
     const Plan& p = plan(request.group, request.kind, a);
@@ -168,6 +216,8 @@ void FlowNetwork::start(TransferId id, const TransferRequest& request, Time now)
     return;
   }
   t.plan = nullptr;
+  t.src = request.src;
+  t.dst = request.dst;
   for (std::int32_t r : {request.src, request.dst}) {
     if (r < 0 || r >= topology_.device_count()) {
       throw std::invalid_argument("point-to-point transfer " + std::to_string(id) + " names rank " +
@@ -193,7 +243,9 @@ void FlowNetwork::on_timer(int slot, std::vector<TransferId>& finished) {
     if (t.phase == 0) {
       t.phase = 1;
       if (t.bytes.count() > 0 && !t.route.empty()) {
-        solver_.start_flow(t.route, static_cast<double>(t.bytes.count()), now_,
+        const double scale =
+            cluster_.collectives.nccl ? 1.0 / nccl_p2p_efficiency(t.src, t.dst, cluster_) : 1.0;
+        solver_.start_flow(t.route, static_cast<double>(t.bytes.count()) * scale, now_,
                            static_cast<std::uint64_t>(slot));
         ++flows_started_;
         t.outstanding = 1;
@@ -228,7 +280,7 @@ void FlowNetwork::on_timer(int slot, std::vector<TransferId>& finished) {
       topology_.route(f.src_vertex, f.dst_vertex, flow_key(t.id, first + i), route_);
       route = route_;
     }
-    solver_.start_flow(route, static_cast<double>(bytes.count()), now_,
+    solver_.start_flow(route, static_cast<double>(bytes.count()) * t.scale, now_,
                        static_cast<std::uint64_t>(slot));
     ++flows_started_;
     ++t.outstanding;
@@ -244,7 +296,7 @@ void FlowNetwork::phase_done(int slot) {
   }
   ++t.phase;
   const auto& phases = t.plan->plan.phases;
-  const Time latency = t.phase < phases.size() ? phases[t.phase].latency : Time::zero();
+  const Time latency = t.phase < phases.size() && !t.nccl ? phases[t.phase].latency : Time::zero();
   schedule(slot, now_ + latency);
 }
 

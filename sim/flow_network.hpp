@@ -11,6 +11,16 @@
 // same inputs always give the same paths. A link's capacity is its bandwidth times the
 // cluster's protocol efficiency.
 //
+// With the NCCL model (the cluster's `collectives.nccl`, sim/nccl_model.hpp) a collective runs
+// the schedule that carries the chosen algorithm's traffic (ring: the ring on one node, the
+// hierarchical schedule across nodes, whose inter-node flows spread over every member's NIC as
+// NCCL's channels do; tree: the hierarchical schedule across nodes; nvls: nvls where the topology
+// has a reducing switch, else the ring), each flow's bytes scaled by the model's bandwidth time
+// over the schedule's own (so the protocol's bandwidth fraction, the fabric's efficiency and
+// the channels in use act on every flow, and a collective alone takes the model's time), and
+// waits the model's whole latency (the chosen protocol's per-step latencies) before its first
+// phase. A point-to-point message carries its bytes over the pair's p2p efficiency.
+//
 // Cost: the plan of each (group, kind, algorithm) is made once, with the route of every flow
 // whose path is the only shortest one (inside a node, under one leaf switch); per transfer the
 // network routes only the flows that ECMP can spread (a table lookup per hop) and hands the
@@ -29,6 +39,7 @@
 #include "hw_models/topology.hpp"
 #include "sim/collectives.hpp"
 #include "sim/max_min.hpp"
+#include "sim/nccl_model.hpp"
 #include "sim/network.hpp"
 #include "strategies/program.hpp"
 
@@ -78,6 +89,7 @@ class FlowNetwork final : public Network {
     bool switch_reduces = false;
     std::vector<MemberLinks> members;  // for the rule's alpha-beta comparisons
     std::vector<int> nodes;
+    NcclGroup nccl;  // with the NCCL model
     std::array<std::unique_ptr<Plan>, kKinds * kAlgorithms> plans;
     // Alpha-beta costs the rule compares (the tree's test), made on first use.
     mutable std::array<std::unique_ptr<CollectiveCost>, kKinds * kAlgorithms> costs;
@@ -88,7 +100,12 @@ class FlowNetwork final : public Network {
     Bytes bytes;
     std::size_t phase = 0;
     std::int64_t outstanding = 0;  // flows of the current phase still running
-    std::vector<int> route;        // point to point: its route
+    /// The NCCL model: each flow carries its share times this (the model's bandwidth time over
+    /// the schedule's), and only the first phase waits, for the model's whole latency.
+    double scale = 1;
+    bool nccl = false;
+    std::int32_t src = 0, dst = 0;  // point to point: its ranks
+    std::vector<int> route;         // point to point: its route
   };
   struct Timer {
     Time at;
@@ -103,6 +120,9 @@ class FlowNetwork final : public Network {
 
   const Plan& plan(std::uint32_t group, strategies::CollectiveKind kind,
                    hw::CollectiveAlgorithm algorithm);
+  /// The schedule's bandwidth time (no latencies) of `algorithm` over the group's links.
+  Time schedule_bandwidth_time(std::uint32_t group, strategies::CollectiveKind kind,
+                               hw::CollectiveAlgorithm algorithm, Bytes bytes) const;
   /// The only shortest route between two vertices (an id for fixed_route_links), or -1 where
   /// there are several (equal-cost next hops somewhere along it). Found once per pair.
   int fixed_route(int src, int dst);

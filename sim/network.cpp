@@ -6,6 +6,7 @@
 #include <string>
 
 #include "sim/flow_network.hpp"
+#include "sim/nccl_model.hpp"
 
 namespace stratasim::sim {
 
@@ -51,6 +52,7 @@ AnalyticalNetwork::AnalyticalNetwork(const hw::ClusterSpec& cluster,
     info.nodes.reserve(ranks.size());
     for (const auto& m : info.members) info.nodes.push_back(m.node);
     info.shape = shape_of(ranks, cluster_);
+    info.nccl = nccl_group(ranks, cluster_);
     info.switch_reduces =
         graph
             ? info.shape.nodes <= 1 && ranks.size() > 1 &&
@@ -99,6 +101,17 @@ Time AnalyticalNetwork::collective_time(CollectiveKind kind, const GroupShape& s
     const auto it = nominal_measured_.find({static_cast<std::size_t>(kind), shape.size});
     if (it != nominal_measured_.end()) return hw::interpolate_collective(*it->second, bytes);
   }
+  if (cluster_.collectives.nccl) {
+    NcclGroup g;
+    g.ranks = shape.size;
+    g.nodes = shape.nodes;
+    g.ranks_per_node = shape.max_ranks_per_node;
+    g.intra = cluster_.intra_node.bandwidth;
+    g.nic = cluster_.inter_node.bandwidth;
+    return nccl_choose(kind, g, bytes, *cluster_.collectives.nccl,
+                       cluster_.collectives.algorithm[static_cast<std::size_t>(kind)])
+        .time;
+  }
   const auto members = nominal_members(shape, cluster_);
   std::vector<int> nodes;
   nodes.reserve(members.size());
@@ -122,6 +135,7 @@ const CollectiveCost& AnalyticalNetwork::cost(std::uint32_t g, CollectiveKind ki
 CollectiveAlgorithm AnalyticalNetwork::algorithm(CollectiveKind kind, std::uint32_t g,
                                                  Bytes bytes) const {
   const GroupInfo& info = group(g);
+  if (cluster_.collectives.nccl) return nccl_estimate(kind, g, bytes).algorithm;
   return choose_algorithm(kind, info.shape, bytes, cluster_, info.switch_reduces,
                           [&](CollectiveAlgorithm a) { return cost(g, kind, a).time(bytes); });
 }
@@ -132,6 +146,7 @@ Time AnalyticalNetwork::collective_time(CollectiveKind kind, std::uint32_t g, By
   if (const hw::CollectiveCurve* measured = info.measured[static_cast<std::size_t>(kind)]) {
     return hw::interpolate_collective(*measured, bytes);
   }
+  if (cluster_.collectives.nccl) return nccl_estimate(kind, g, bytes).time;
   const CollectiveAlgorithm a = algorithm(kind, g, bytes);
   if (a == CollectiveAlgorithm::nvls && !info.switch_reduces) {
     throw std::invalid_argument(
@@ -143,7 +158,14 @@ Time AnalyticalNetwork::collective_time(CollectiveKind kind, std::uint32_t g, By
   return cost(g, kind, a).time(bytes);
 }
 
+NcclEstimate AnalyticalNetwork::nccl_estimate(CollectiveKind kind, std::uint32_t g,
+                                              Bytes bytes) const {
+  return nccl_choose(kind, group(g).nccl, bytes, *cluster_.collectives.nccl,
+                     cluster_.collectives.algorithm[static_cast<std::size_t>(kind)]);
+}
+
 Time AnalyticalNetwork::p2p_time(std::int32_t src, std::int32_t dst, Bytes bytes) const {
+  if (cluster_.collectives.nccl) return nccl_p2p_time(src, dst, bytes, cluster_);
   const bool same_node = cluster_.node_of(src) == cluster_.node_of(dst);
   const auto& a = same_node ? cluster_.intra_link_of(src) : cluster_.inter_link_of(src);
   const auto& b = same_node ? cluster_.intra_link_of(dst) : cluster_.inter_link_of(dst);

@@ -15,6 +15,7 @@
 
 #include "hw_models/cluster.hpp"
 #include "sim/collectives.hpp"
+#include "sim/nccl_model.hpp"
 #include "strategies/program.hpp"
 
 namespace stratasim::sim {
@@ -66,6 +67,10 @@ class Network {
 std::unique_ptr<Network> make_network(const hw::ClusterSpec& cluster,
                                       const strategies::Program& program);
 
+/// With the cluster's `collectives.nccl` (intra_fabric / network_fabric), collectives and
+/// point-to-point messages take the NCCL-structured model's time instead (sim/nccl_model.hpp:
+/// algorithm x protocol of least predicted time); measured profile rows still come first.
+///
 /// Alpha-beta costs per collective algorithm (sim/collectives.hpp), with no contention between
 /// transfers: each collective takes its algorithm's time (the cluster's fixed choice or the
 /// NCCL-like rule of choose_algorithm) over its members' own links, bandwidths times the
@@ -96,6 +101,10 @@ class AnalyticalNetwork final : public Network {
   hw::CollectiveAlgorithm algorithm(strategies::CollectiveKind kind, std::uint32_t group,
                                     Bytes bytes) const;
   Time p2p_time(std::int32_t src, std::int32_t dst, Bytes bytes) const;
+  /// The NCCL model's choice for a collective over program group `group` (the cluster must have
+  /// `collectives.nccl`).
+  NcclEstimate nccl_estimate(strategies::CollectiveKind kind, std::uint32_t group,
+                             Bytes bytes) const;
 
   void start(TransferId id, const TransferRequest& request, Time now) override;
   Time next_completion() const override;
@@ -134,6 +143,7 @@ class AnalyticalNetwork final : public Network {
   static constexpr std::size_t kAlgorithms = 7;
   struct GroupInfo {
     GroupShape shape;
+    NcclGroup nccl;
     std::vector<MemberLinks> members;
     std::vector<int> nodes;
     bool switch_reduces = false;

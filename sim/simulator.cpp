@@ -630,13 +630,20 @@ class Simulator {
     t.f_hbm = 1;
     const bool inter = spans_nodes(request);
     const double traffic = cluster_.interference.memory_traffic_per_byte;
+    // The share of the link a transfer reaches: the NCCL model's fabric efficiency, else the
+    // cluster's protocol efficiency.
+    const double efficiency =
+        cluster_.collectives.nccl
+            ? (inter ? cluster_.collectives.nccl->network : cluster_.collectives.nccl->intra)
+                  .efficiency
+            : cluster_.collectives.protocol_efficiency;
     for (const OpId member : matching_.ops_of(instance)) {
       const std::int32_t rank = program_.op(member).rank;
       const auto r = static_cast<std::size_t>(rank);
       const hw::LinkSpec& link =
           inter ? cluster_.inter_link_of(rank) : cluster_.intra_link_of(rank);
       const auto demand = static_cast<std::int64_t>(std::llround(
-          traffic * link.bandwidth.bytes_per_second() * cluster_.collectives.protocol_efficiency));
+          traffic * link.bandwidth.bytes_per_second() * efficiency));
       t.ranks.push_back(rank);
       t.demand.push_back(demand);
       t.f_hbm = std::min(

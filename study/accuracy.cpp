@@ -14,6 +14,7 @@
 #include "strategies/program.hpp"
 #include "study/calibration_set.hpp"
 #include "study/catalog.hpp"
+#include "study/collective_fit.hpp"
 #include "study/fit.hpp"
 #include "study/study.hpp"
 
@@ -585,6 +586,44 @@ void compare_kernels(const fs::path& calibration, Devices& devices, AccuracyRepo
   }
 }
 
+/// The collective table: every point of the collective sweeps (study/collective_fit.hpp).
+void compare_collectives(const fs::path& calibration, AccuracyReport& out) {
+  const auto overheads = tool_overheads(config_dir() / "hardware" / "nccl");
+  std::map<std::string, hw::ClusterSpec> clusters;
+  for (const auto& p : collective_points(calibration)) {
+    if (!p.excluded.empty()) {
+      out.unexpressed.push_back({AccuracyLevel::collective, p.id, p.source, p.excluded});
+      continue;
+    }
+    auto it = clusters.find(p.cluster);
+    if (it == clusters.end()) {
+      it = clusters.emplace(p.cluster, hw::load_cluster(resolve_cluster(p.cluster))).first;
+    }
+    const auto tool = overheads.find(p.tool);
+    const Time overhead = tool == overheads.end() ? Time::zero() : tool->second;
+    const CollectivePrediction predicted = predict(p, it->second, overhead);
+    AccuracyRow row;
+    row.level = AccuracyLevel::collective;
+    row.id = p.id;
+    row.source = p.source;
+    row.series = p.series;
+    row.device = p.system;
+    row.mapped_to = p.cluster;
+    row.quantity = "busbw (GB/s)";
+    row.published = p.published_busbw / 1e9;
+    row.predicted = predicted.busbw / 1e9;
+    row.error = row.predicted / row.published - 1;
+    row.bytes = p.bytes.count();
+    row.note = p.p2p ? std::string("send/recv")
+                     : std::string(hw::name_of(predicted.algorithm)) +
+                           (predicted.protocol ? "/" + std::string(hw::name_of(*predicted.protocol))
+                                               : std::string());
+    if (p.fixed != hw::CollectiveAlgorithm::automatic) row.note += " (ring fixed)";
+    if (overhead > Time::zero()) row.note += ", +" + to_string(overhead) + " " + p.tool;
+    out.rows.push_back(std::move(row));
+  }
+}
+
 }  // namespace
 
 std::string_view name_of(AccuracyLevel level) {
@@ -595,6 +634,8 @@ std::string_view name_of(AccuracyLevel level) {
       return "gemm";
     case AccuracyLevel::attention:
       return "attention";
+    case AccuracyLevel::collective:
+      return "collective";
   }
   return "?";
 }
@@ -617,11 +658,14 @@ AccuracyReport accuracy(const fs::path& calibration, const AccuracyOptions& opti
       if (options.e2e) compare_e2e(c, source, training_by_framework, out);
     } else if (category == "gemm" || category == "attention_kernel") {
       continue;  // compare_kernels, below
+    } else if (category == "collective" && options.collectives) {
+      continue;  // compare_collectives, below
     } else {
       ++others[category];
     }
   }
   if (options.kernels) compare_kernels(calibration, devices, out);
+  if (options.collectives) compare_collectives(calibration, out);
   out.other_categories.assign(others.begin(), others.end());
   return out;
 }
@@ -665,6 +709,7 @@ json to_json(const AccuracyReport& report) {
                     {"error", r.error},
                     {"note", r.note},
                     {"peak_memory_fraction", r.peak_memory_fraction},
+                    {"bytes", r.bytes},
                     {"experiment", r.experiment}});
   }
   json unexpressed = json::array();
@@ -673,7 +718,8 @@ json to_json(const AccuracyReport& report) {
         {{"level", name_of(u.level)}, {"id", u.id}, {"source", u.source}, {"reason", u.reason}});
   }
   json summary = json::object();
-  for (AccuracyLevel level : {AccuracyLevel::e2e, AccuracyLevel::gemm, AccuracyLevel::attention}) {
+  for (AccuracyLevel level : {AccuracyLevel::e2e, AccuracyLevel::gemm, AccuracyLevel::attention,
+                              AccuracyLevel::collective}) {
     json groups = json::array();
     for (const auto& s : summaries(report, level)) {
       groups.push_back({{"group", s.group},
@@ -692,7 +738,9 @@ json to_json(const AccuracyReport& report) {
           {"bounds",
            {{"e2e_mean_abs_error", kE2eMeanErrorBound},
             {"e2e_max_abs_error", kE2eMaxErrorBound},
-            {"kernel_max_abs_error", kKernelMaxError}}},
+            {"kernel_max_abs_error", kKernelMaxError},
+            {"collective_max_abs_error_from_1MiB", kCollectiveLargeMaxError},
+            {"collective_max_abs_error_below_1MiB", kCollectiveSmallMaxError}}},
           {"rows", rows},
           {"unexpressed", unexpressed},
           {"other_categories", others},

@@ -14,6 +14,11 @@
 //   FlashAttention 1, 2, 3 and cuDNN), costed by study::predicted_seconds (work time, launch
 //   excluded) on the first shipped GPU whose published_names list the case's GPU. Published
 //   TFLOP/s count FLOPs as the source does (KernelCase::flops).
+// - Collectives (with AccuracyOptions::collectives): every point of the calibration set's
+//   collective sweeps (study/collective_fit.hpp says how cases map to shipped clusters and
+//   points), the bus bandwidth the cluster's network model predicts (the NCCL model where the
+//   cluster opts in) plus the measuring tool's fitted overhead, against the published busbw
+//   (GB/s). Disturbed points and unmapped systems are listed as not compared.
 //
 // Error: signed, (predicted - published) / published; summaries use |error|.
 #pragma once
@@ -34,9 +39,19 @@ namespace stratasim::study {
 inline constexpr double kE2eMeanErrorBound = 0.05;
 inline constexpr double kE2eMaxErrorBound = 0.15;
 inline constexpr double kKernelMaxError = 0.10;
+/// Collective points (bus bandwidth): within kCollectiveLargeMaxError from kCollectiveLargeFrom
+/// bytes up, within kCollectiveSmallMaxError below.
+inline constexpr double kCollectiveLargeMaxError = 0.10;
+inline constexpr double kCollectiveSmallMaxError = 0.25;
+inline constexpr std::int64_t kCollectiveLargeFrom = 1 << 20;
+/// The bound a collective row of `bytes` is held to.
+constexpr double collective_bound(std::int64_t bytes) {
+  return bytes >= kCollectiveLargeFrom ? kCollectiveLargeMaxError : kCollectiveSmallMaxError;
+}
 
-enum class AccuracyLevel { e2e, gemm, attention };
-std::string_view name_of(AccuracyLevel level);  // "e2e", "gemm", "attention"
+enum class AccuracyLevel { e2e, gemm, attention, collective };
+/// "e2e", "gemm", "attention", "collective"
+std::string_view name_of(AccuracyLevel level);
 
 /// One compared row: a case (end to end, GEMM) or one point of an attention series.
 struct AccuracyRow {
@@ -59,6 +74,8 @@ struct AccuracyRow {
   /// End to end: the predicted peak memory of the fullest device over its capacity (above 1:
   /// predicted out of memory); 0 for kernel rows.
   double peak_memory_fraction = 0;
+  /// Collective rows: the message size (bytes), which sets the row's bound (collective_bound).
+  std::int64_t bytes = 0;
   /// End to end: the experiment the case was mapped to (the document study::from_json read),
   /// so a reader can simulate it alone; null for kernel rows.
   nlohmann::json experiment;
@@ -73,8 +90,9 @@ struct Unexpressed {
 };
 
 struct AccuracyOptions {
-  bool e2e = true;       // the end-to-end table
-  bool kernels = false;  // the GEMM and attention tables
+  bool e2e = true;           // the end-to-end table
+  bool kernels = false;      // the GEMM and attention tables
+  bool collectives = false;  // the collective table
 };
 
 struct AccuracyReport {
@@ -111,7 +129,8 @@ AccuracyReport accuracy(const std::filesystem::path& calibration,
 std::vector<ErrorSummary> summaries(const AccuracyReport& report, AccuracyLevel level);
 
 /// The report as JSON: {"calibration", "cases", "bounds", "rows", "unexpressed",
-/// "other_categories", "summary": {"e2e": [...], "gemm": [...], "attention": [...]}}; field
+/// "other_categories", "summary": {"e2e": [...], "gemm": [...], "attention": [...],
+/// "collective": [...]}}; field
 /// names as the structs above. The notebook (notebooks/accuracy.ipynb) reads this.
 nlohmann::json to_json(const AccuracyReport& report);
 

@@ -1,5 +1,6 @@
 // The accuracy gate: the accuracy table of the shipped calibration set held to the bounds of
-// study/accuracy.hpp (kE2eMeanErrorBound, kE2eMaxErrorBound, kKernelMaxError). Registered with
+// study/accuracy.hpp (kE2eMeanErrorBound, kE2eMaxErrorBound, kKernelMaxError, and the
+// collective points' collective_bound). Registered with
 // ctest label "accuracy" and disabled unless the build is configured with
 // -DSTRATASIM_ACCURACY_GATE=ON (tests/CMakeLists.txt), until the cost model meets the bounds.
 // Run it at any time as build/tests/test_accuracy.
@@ -19,6 +20,7 @@ namespace {
 constexpr int kE2eRowsAtLeast = 147;
 constexpr int kGemmRowsAtLeast = 32;
 constexpr int kAttentionPointsAtLeast = 223;
+constexpr int kCollectivePointsAtLeast = 128;  // the collective sweeps' points compared
 
 study::AccuracyReport table() {
   static const study::AccuracyReport report =
@@ -67,6 +69,24 @@ TEST_CASE("end to end: mean |error| and every row within their bounds") {
 
 TEST_CASE("GEMM: every case within the kernel bound") {
   check_kernels(study::AccuracyLevel::gemm, kGemmRowsAtLeast);
+}
+
+TEST_CASE("collectives: every point within its bound (10% from 1 MiB, 25% below)") {
+  const auto report =
+      study::accuracy(testing::source_dir() / "tests" / "reference" / "calibration.json",
+                      {.e2e = false, .collectives = true});
+  int rows = 0;
+  std::string out;
+  for (const auto& r : report.rows) {
+    if (r.level != study::AccuracyLevel::collective) continue;
+    ++rows;
+    if (std::abs(r.error) <= study::collective_bound(r.bytes)) continue;
+    out += "\n  " + r.id + ": published " + std::to_string(r.published) + " GB/s, predicted " +
+           std::to_string(r.predicted) + ", error " + std::to_string(r.error * 100) + "%";
+  }
+  CHECK(rows >= kCollectivePointsAtLeast);
+  INFO("beyond the bound:" << out);
+  CHECK(out.empty());
 }
 
 TEST_CASE("FlashAttention: every point within the kernel bound") {

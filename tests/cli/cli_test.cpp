@@ -83,6 +83,32 @@ TEST_CASE("bad inputs exit 2 naming the file and the JSON path") {
       {f, "parallelism.micro_bach", "did you mean 'micro_batch'"});
 }
 
+TEST_CASE("bad inputs: a cluster's NCCL fabric") {
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("bad-fabric");
+  // dgx-h100-1 with its intra fabric inline and an efficiency beyond 1.
+  auto cluster = nlohmann::json::parse(read(stratasim::testing::source_dir() / "configs" /
+                                            "hardware" / "clusters" / "dgx-h100-1.json"));
+  cluster["device"] = (stratasim::testing::source_dir() / "configs" / "hardware" / "devices" /
+                       "h100-sxm5-80gb.json")
+                          .string();
+  auto fabric = nlohmann::json::parse(read(stratasim::testing::source_dir() / "configs" /
+                                           "hardware" / "nccl" / "nvlink4-nvswitch3.json"));
+  fabric["efficiency"] = 1.5;
+  cluster["collectives"]["intra_fabric"] = fabric;
+  cluster["collectives"]["network_fabric"] =
+      (stratasim::testing::source_dir() / "configs" / "hardware" / "nccl" / "ib-ndr400.json")
+          .string();
+  const auto file = dir / "cluster.json";
+  std::ofstream(file) << cluster.dump(2);
+  check_bad_input("collective " + file.string(),
+                  {file.string(), "collectives.intra_fabric.efficiency", "(0, 1]"});
+  // A fabric file that is not there.
+  cluster["collectives"]["network_fabric"] = "no-such-fabric.json";
+  std::ofstream(file) << cluster.dump(2);
+  check_bad_input("collective " + file.string(), {"collectives.network_fabric", "does not exist"});
+}
+
 TEST_CASE("bad inputs: types and strategy checks") {
   const TempDir tmp("cli");
   auto dir = tmp.subdir("bad2");
@@ -253,6 +279,12 @@ TEST_CASE("memory techniques: bad settings exit 2 at the key to change") {
     auto cluster = nlohmann::json::parse(read(configs_dir() / "hardware/clusters/dgx-a100-1.json"));
     cluster.erase("host");
     cluster["device"] = (configs_dir() / "hardware/devices/a100-sxm4-80gb.json").string();
+    for (const char* fabric : {"intra_fabric", "network_fabric"}) {  // relative to the cluster
+      cluster["collectives"][fabric] =
+          (configs_dir() / "hardware/clusters" / cluster["collectives"][fabric].get<std::string>())
+              .lexically_normal()
+              .string();
+    }
     j["cluster"] = cluster;
   });
   check_bad_input("simulate " + no_host.string() + " --zero 1 --offload optimizer",
@@ -435,19 +467,40 @@ TEST_CASE("bad multi-job input is a clear error with exit code 2") {
 }
 
 TEST_CASE("collective: nccl-tests figures for one collective on a cluster") {
-  // nccl-h100-nvlink: ring all-reduce on 8 H100s reaches ~370 GB/s busbw with the 0.82
-  // protocol efficiency the cluster configures; 2 GiB is on the plateau.
+  // nccl-h100-nvlink: ring all-reduce on 8 H100s reaches ~370 GB/s busbw (the NCCL model's
+  // fitted NVLink efficiency); 2 GiB is on the plateau.
   auto r = run("collective dgx-h100-1-nvls --op all_reduce --algorithm ring --sizes 2G");
   REQUIRE(r.status == 0);
   CAPTURE(r.output);
-  const auto line = r.output.find("2 GiB");
+  // nccl-tests' columns: size (B), count (float32 elements), type, redop, time (us), algbw,
+  // busbw (GB/s), then the algorithm (and, with the NCCL model, protocol and channels).
+  const auto line = r.output.find(" 2147483648 ");
   REQUIRE(line != std::string::npos);
-  std::istringstream in(r.output.substr(line + 5));
-  std::string time_value, time_unit;
-  double algbw = 0, busbw = 0;
-  in >> time_value >> time_unit >> algbw >> busbw;
+  std::istringstream in(r.output.substr(line));
+  std::int64_t size = 0, count = 0;
+  std::string type, redop, algorithm, protocol;
+  double time_us = 0, algbw = 0, busbw = 0;
+  in >> size >> count >> type >> redop >> time_us >> algbw >> busbw >> algorithm >> protocol;
+  CHECK(count == size / 4);
+  CHECK(type == "float");
   CHECK(busbw == doctest::Approx(370).epsilon(0.1));
   CHECK(busbw == doctest::Approx(algbw * 1.75).epsilon(0.01));  // 2(n-1)/n for n = 8
+  CHECK(algbw == doctest::Approx(2147483648 / time_us / 1e3).epsilon(0.01));
+  CHECK(algorithm == "ring");
+  CHECK(protocol == "Simple");  // the NCCL model's choice at 2 GiB (with the alpha-beta one: -)
+  // With the NCCL model (dgx-h100-1 opts in): the protocol it chose; 1 KiB runs LL, latency-bound
+  // (NCCL's ring LL: 6.6 us + 14 steps x ~0.6 us).
+  auto nccl = run("collective dgx-h100-1 --op all_reduce --sizes 1K,16G");
+  REQUIRE(nccl.status == 0);
+  CAPTURE(nccl.output);
+  CHECK(nccl.output.find("NCCL model: nvlink4-nvswitch3") != std::string::npos);
+  const auto small = nccl.output.find(" 1024 ");
+  REQUIRE(small != std::string::npos);
+  std::istringstream row(nccl.output.substr(small));
+  row >> size >> count >> type >> redop >> time_us >> algbw >> busbw >> algorithm >> protocol;
+  CHECK(protocol == "LL");
+  CHECK(time_us > 10);
+  CHECK(time_us < 25);
   const TempDir tmp("cli");
   auto dir = tmp.subdir("collective");
   auto csv =

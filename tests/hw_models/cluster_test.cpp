@@ -147,4 +147,62 @@ TEST_CASE("interference: defaults, the figures read, bad values named by their p
   CHECK(error_path(j) == "interference.communication_unit");
   j["interference"] = 3;
   CHECK(error_path(j) == "interference");
+namespace {
+
+nlohmann::json nvlink_fabric() {
+  return {{"name", "nvlink"},
+          {"step_latency", {{"LL", "0.6 us"}, {"LL128", "1.9 us"}, {"Simple", "3.4 us"}}},
+          {"efficiency", 0.8},
+          {"channels", 32},
+          {"channel_busbw", "40 GB/s"},
+          {"ll_max_busbw", "141 GB/s"},
+          {"ll128_channel_busbw", "36.7 GB/s"},
+          {"nvls", {{"efficiency", 0.68}, {"latency", "25 us"}}}};
+}
+nlohmann::json net_fabric() {
+  return {{"name", "net"},
+          {"step_latency", {{"LL", "2.7 us"}, {"LL128", "4 us"}, {"Simple", "14 us"}}},
+          {"efficiency", 0.9},
+          {"ll128", false}};
+}
+
+}  // namespace
+
+TEST_CASE("the NCCL model's fabrics are read, and bad ones name their JSON path") {
+  auto j = base_cluster();
+  j["collectives"] = {{"intra_fabric", nvlink_fabric()}, {"network_fabric", net_fabric()}};
+  const auto c = read(j);
+  REQUIRE(c.collectives.nccl);
+  CHECK(c.collectives.nccl->intra.step_latency[2].seconds() == doctest::Approx(3.4e-6));
+  CHECK(c.collectives.nccl->intra.nvls_efficiency == doctest::Approx(0.68));
+  CHECK(c.collectives.nccl->intra.p2p_efficiency == doctest::Approx(0.8));  // efficiency's
+  CHECK_FALSE(c.collectives.nccl->network.ll128);
+  // Both fabrics or neither.
+  j = base_cluster();
+  j["collectives"] = {{"intra_fabric", nvlink_fabric()}};
+  CHECK(error_path(j) == "collectives.network_fabric");
+  // An efficiency beyond 1.
+  j = base_cluster();
+  auto bad = nvlink_fabric();
+  bad["efficiency"] = 1.5;
+  j["collectives"] = {{"intra_fabric", bad}, {"network_fabric", net_fabric()}};
+  CHECK(error_path(j) == "collectives.intra_fabric.efficiency");
+  // A latency without a unit, an unknown key, a protocol missing.
+  bad = nvlink_fabric();
+  bad["nvls"]["latency"] = 25;
+  j["collectives"] = {{"intra_fabric", bad}, {"network_fabric", net_fabric()}};
+  CHECK(error_path(j) == "collectives.intra_fabric.nvls.latency");
+  bad = nvlink_fabric();
+  bad["efficency"] = 0.8;
+  j["collectives"] = {{"intra_fabric", bad}, {"network_fabric", net_fabric()}};
+  CHECK(error_path(j) == "collectives.intra_fabric.efficency");
+  auto net = net_fabric();
+  net["step_latency"].erase("LL128");
+  j["collectives"] = {{"intra_fabric", nvlink_fabric()}, {"network_fabric", net}};
+  CHECK(error_path(j) == "collectives.network_fabric.step_latency.LL128");
+  // The alpha-beta model's protocol efficiency beside the NCCL model's own.
+  j["collectives"] = {{"intra_fabric", nvlink_fabric()},
+                      {"network_fabric", net_fabric()},
+                      {"protocol_efficiency", 0.8}};
+  CHECK(error_path(j) == "collectives.protocol_efficiency");
 }

@@ -1,0 +1,111 @@
+// The NCCL-structured collective cost model: for one collective, every algorithm x protocol that
+// NCCL could run gets a latency and a bandwidth, and the one of least predicted time runs, as
+// NCCL's tuner chooses (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel and
+// ncclTopoGetAlgoTime; the channel count per message size from src/enqueue.cc). Our own code
+// with that structure; the per-fabric figures (hw::NcclFabric) are fitted to the published
+// collective sweeps (study/collective_fit.hpp), NCCL's own constants are named below.
+//
+// A group: n ranks on N nodes, at most k on a node; B_in each member's intra-node link (the
+// slowest member's), B_net each member's NIC (per direction, line rate); I and E the cluster's
+// intra-node and network fabrics. Times in seconds, bandwidths in bytes/s, S the collective's
+// size (nccl-tests' size: the buffer of every rank).
+//
+// Bus bandwidth of the Simple protocol (busbw, nccl-tests' definition):
+// - ring: N = 1: I.eff B_in; N > 1: min(I.eff B_in, E.eff k B_net) (each channel's ring leaves
+//   every node once, and the channels spread over the node's k NICs, so the node's NICs
+//   together carry the ring's bandwidth);
+// - tree (all-reduce spanning nodes: a chain inside each node, a double binary tree between
+//   nodes; the busiest node's NICs carry S each way for N = 2, 2 S for N > 2; each chain link S):
+//   2 x 0.92 x min(I.eff B_in, E.eff k B_net / (N = 2 ? 1 : 2)) (0.92: NCCL's tree factor);
+// - nvls (all-reduce, reduce-scatter, all-gather within one node whose switch reduces:
+//   I.nvls_efficiency > 0, at least 2 ranks; Simple only): the switch moves (n+1)/n S through
+//   each member's link for an all-reduce, S for the others, at I.nvls_efficiency B_in.
+// Protocols scale the Simple figure as NCCL's model refinements do: ring LL
+// min(busbw / 2, I.ll_max_busbw), ring LL128 min(0.92 busbw, C I.ll128_channel_busbw), tree LL
+// min(busbw / 3.8, I.ll_max_busbw), tree LL128 min(120/128 busbw, C I.ll128_channel_busbw),
+// C = I.channels. Spanning nodes, LL's ceiling is the smaller of I's and E's (E.ll_max_busbw,
+// NCCL's multi-node llMaxBws), and LL128 runs only where E.ll128.
+// Algorithm bandwidth (S / time without latency): ring busbw n / nsteps (nsteps: all-reduce
+// 2(n-1), reduce-scatter and all-gather n-1, broadcast and reduce n, all-to-all n-1); tree
+// busbw / 2; nvls all-reduce I.nvls_efficiency B_in n/(n+1), reduce-scatter and all-gather
+// I.nvls_efficiency B_in.
+// Channels (message-size dependence, src/enqueue.cc): ring and tree use c of the C channels,
+// c = clamp(floor(S / (threads x threshold)), 1, C) with NCCL's threads and per-thread
+// thresholds (Simple 512 x 64 B, LL128 640 x 8 B, LL 512 x 8 B, times n for the ring), and a
+// channel moves at most I.channel_busbw of bus bandwidth (times 0.92 for LL128, 1/2 for LL: one
+// SM's copy rate), so a small message reaches min(busbw, c x that) (algbw in proportion); NVLS
+// always runs its channels at full rate.
+// Latency: ring base[p] + (nsteps - nInter) I.step[p] + nInter E.step[p], nInter = 0 on one
+// node, else 2(N-1) for all-reduce and N-1 otherwise; tree base[p] + 2((k-1) I.step[p] +
+// floor(log2 N) E.step[p]); nvls I.nvls_latency. base (NCCL's baseLat, us): ring LL 6.6, LL128
+// 14, Simple 8.4; tree 6.8, 14, 8.4. All-to-all (NCCL runs it as point-to-point sends) is costed
+// as a ring of n-1 steps with the Simple protocol at the fabrics' p2p efficiency.
+// Time: latency + S / algbw (the channels' ceiling applied); the chosen (algorithm, protocol) is
+// the least time among the candidates that apply (ties: ring before tree before nvls, Simple before
+// LL128 before LL). A fixed algorithm (the cluster's `collectives.algorithm`, or --algorithm)
+// restricts the candidates to it where it applies (ring, tree, nvls; hierarchical means the tree);
+// elsewhere the choice is free, except that a fixed nvls that cannot run is an error.
+//
+// Point to point: the larger latency of the two ends' links plus S / (p2p_efficiency x the
+// smaller bandwidth), the intra fabric's p2p efficiency within a node, the network's between.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "hw_models/cluster.hpp"
+#include "strategies/program.hpp"
+
+namespace stratasim::sim {
+
+/// The figures of a group the model needs.
+struct NcclGroup {
+  int ranks = 1;
+  int nodes = 1;
+  int ranks_per_node = 1;  // the most on one node (k)
+  Bandwidth intra;         // B_in: the slowest member's intra-node link
+  Bandwidth nic;           // B_net: the slowest member's NIC
+};
+
+/// One candidate's (or the chosen) prediction.
+struct NcclEstimate {
+  hw::CollectiveAlgorithm algorithm = hw::CollectiveAlgorithm::ring;
+  hw::NcclProtocol protocol = hw::NcclProtocol::simple;
+  Time latency;
+  double busbw = 0;  // bytes/s, all channels, as above
+  double algbw = 0;  // bytes/s, all channels
+  int channels = 1;  // c: the channels this size uses
+  Time time;         // latency + S / algbw, the channels' ceiling applied
+};
+
+/// NCCL's base latency of `algorithm` (ring or tree; seconds) and protocol.
+Time nccl_base_latency(hw::CollectiveAlgorithm algorithm, hw::NcclProtocol protocol);
+
+/// The channels a message of `bytes` uses (ring and tree).
+int nccl_channels(hw::CollectiveAlgorithm algorithm, hw::NcclProtocol protocol, int ranks,
+                  Bytes bytes, int max_channels);
+
+/// One candidate, or nullopt where it does not apply (see above).
+std::optional<NcclEstimate> nccl_candidate(strategies::CollectiveKind kind,
+                                           hw::CollectiveAlgorithm algorithm,
+                                           hw::NcclProtocol protocol, const NcclGroup& group,
+                                           Bytes bytes, const hw::NcclSettings& settings);
+
+/// The least-time candidate, restricted to `fixed` where given and applicable (automatic: all).
+/// A group of one rank moves nothing: zero time. Throws std::invalid_argument for a fixed nvls
+/// that cannot run (see above).
+NcclEstimate nccl_choose(strategies::CollectiveKind kind, const NcclGroup& group, Bytes bytes,
+                         const hw::NcclSettings& settings,
+                         hw::CollectiveAlgorithm fixed = hw::CollectiveAlgorithm::automatic);
+
+/// The group's figures from the cluster (overrides applied) for `ranks`.
+NcclGroup nccl_group(std::span<const std::int32_t> ranks, const hw::ClusterSpec& cluster);
+
+/// Point to point between two ranks (see above); the cluster must have `collectives.nccl`.
+Time nccl_p2p_time(std::int32_t src, std::int32_t dst, Bytes bytes, const hw::ClusterSpec& cluster);
+
+/// The p2p efficiency between two ranks (intra fabric within a node, network across).
+double nccl_p2p_efficiency(std::int32_t src, std::int32_t dst, const hw::ClusterSpec& cluster);
+
+}  // namespace stratasim::sim
