@@ -642,8 +642,8 @@ class Simulator {
       const auto r = static_cast<std::size_t>(rank);
       const hw::LinkSpec& link =
           inter ? cluster_.inter_link_of(rank) : cluster_.intra_link_of(rank);
-      const auto demand = static_cast<std::int64_t>(std::llround(
-          traffic * link.bandwidth.bytes_per_second() * efficiency));
+      const auto demand = static_cast<std::int64_t>(
+          std::llround(traffic * link.bandwidth.bytes_per_second() * efficiency));
       t.ranks.push_back(rank);
       t.demand.push_back(demand);
       t.f_hbm = std::min(

@@ -147,6 +147,8 @@ TEST_CASE("interference: defaults, the figures read, bad values named by their p
   CHECK(error_path(j) == "interference.communication_unit");
   j["interference"] = 3;
   CHECK(error_path(j) == "interference");
+}
+
 namespace {
 
 nlohmann::json nvlink_fabric() {
