@@ -78,12 +78,12 @@ FrameworkDefaults framework_defaults(Framework framework, DType dtype, int zero_
 
 /// The fitted values of configs/frameworks.json (scripts/fit-profiles writes the file; copy its
 /// figures here when they change: tests/reference/frameworks_test.cpp compares them).
-inline constexpr double kGenericComputeEfficiency = 0.9321;
+inline constexpr double kGenericComputeEfficiency = 0.9334;
 inline constexpr double kGenericElementwiseTraffic = 1.0;
-inline constexpr double kFsdpComputeEfficiency = 0.7734;
-inline constexpr double kFsdpElementwiseTraffic = 1.0004;
+inline constexpr double kFsdpComputeEfficiency = 0.7929;
+inline constexpr double kFsdpElementwiseTraffic = 1.0508;
 inline constexpr double kGenericAttentionEfficiency = 1.0;
-inline constexpr double kFsdpAttentionEfficiency = 1.6386;
+inline constexpr double kFsdpAttentionEfficiency = 1.5934;
 
 /// Device memory held back from the tensors (memory breakdown `other`).
 inline constexpr Bytes kDefaultCudaContext = Bytes(512LL << 20);
