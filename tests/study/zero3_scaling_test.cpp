@@ -28,10 +28,7 @@ namespace {
 double tflops_per_gpu(const std::vector<strategies::Override>& overrides) {
   auto e = strategies::load_experiment(
       testing::configs_dir() / "experiments/gpt3-175b-a100-1024.json", overrides);
-  study::Options options;
-  options.record_spans = false;
-  options.record_memory = false;
-  const auto r = study::simulate(std::move(e), options);
+  const auto r = study::simulate(std::move(e));
   REQUIRE(r.report.completed);
   REQUIRE(r.report.fits);
   return r.report.model_tflops_per_device;
