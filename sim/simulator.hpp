@@ -2,6 +2,14 @@
 // model's time; collectives and sends rendezvous with their peers and then take the network's
 // time; memory effects are accounted per rank and tier, with peaks by category and
 // out-of-memory verdicts. A deadlock ends the run with the waiting ops named, never a hang.
+//
+// Interference (cluster.interference, hw_models/interference.hpp): with it enabled, a compute
+// op progresses at a rate below 1 while its rank has a transfer in flight (NCCL's channels hold
+// SMs; its copies share device memory), and a transfer at a rate below 1 while its members run
+// memory-bound kernels (through Network::set_rate; a network that cannot re-time transfers
+// slows only compute). Rates change when a compute op or a transfer starts or ends; the time an
+// op loses is recorded in Timeline::interference. Disabled, every op takes its own time, as
+// before interference was modelled.
 #pragma once
 
 #include <vector>
