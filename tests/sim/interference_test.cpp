@@ -2,12 +2,15 @@
 // simulator applying them to a compute op and an all-reduce that overlap.
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "hw_models/interference.hpp"
 #include "sim/helpers.hpp"
 #include "sim/simulator.hpp"
+#include "traces/export.hpp"
 #include "traces/report.hpp"
 
 using namespace stratasim;
@@ -127,6 +130,21 @@ TEST_CASE("interference: a memory-bound op and an all-reduce share device memory
   CHECK(report.interference_s[static_cast<std::size_t>(Stream::compute)] == doctest::Approx(60e-6));
   CHECK(report.interference_s[static_cast<std::size_t>(Stream::dp_comm)] ==
         doctest::Approx(120e-6));
+
+  // The Chrome trace (Perfetto) carries each slowed op's loss: 120 us for rank 0's elementwise
+  // op and for both all-reduce calls.
+  std::ostringstream out;
+  traces::write_chrome_trace(out, p, t);
+  const auto trace = nlohmann::json::parse(out.str());
+  int slowed = 0;
+  for (const auto& event : trace.at("traceEvents")) {
+    if (event.value("ph", "") != "X") continue;
+    const auto& args = event.at("args");
+    if (!args.contains("interference_us")) continue;
+    CHECK(args.at("interference_us").get<double>() == doctest::Approx(120.0));
+    ++slowed;
+  }
+  CHECK(slowed == 3);
 }
 
 TEST_CASE("interference off reproduces free overlap, and runs are deterministic") {
