@@ -340,6 +340,8 @@ hw::WorkMix DeviceCostModel::work_mix(const std::vector<strategies::Kernel>& ker
     const Cost c = kernel_cost(k);
     const double work = static_cast<double>(scaled(c.work, slowdown_).picoseconds());
     total += static_cast<double>(c.overhead.picoseconds() + c.off_device.picoseconds()) + work;
+    // A measured duration already holds whatever slowed it when it was measured.
+    if (std::holds_alternative<strategies::Measured>(k.work)) continue;
     const bool memory_bound = std::holds_alternative<strategies::Elementwise>(k.work) ||
                               std::holds_alternative<strategies::OptimizerStep>(k.work) ||
                               std::holds_alternative<strategies::Copy>(k.work);

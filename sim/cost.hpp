@@ -78,8 +78,9 @@ class DeviceCostModel {
   Time kernels_time(const std::vector<strategies::Kernel>& kernels) const;
   /// The shares of kernels_time(kernels) that communication beside them can slow
   /// (hw_models/interference.hpp): on-device work of compute-bound kernels (GEMMs, fused
-  /// attention, roofline work, measured kernels) and of memory-bound ones (elementwise, the
-  /// optimizer step, device copies). Launch overheads and work off the device are neither.
+  /// attention, roofline work) and of memory-bound ones (elementwise, the optimizer step, device
+  /// copies). Launch overheads, work off the device and measured kernels (whose durations were
+  /// measured with whatever ran beside them) are neither.
   hw::WorkMix work_mix(const std::vector<strategies::Kernel>& kernels) const;
   /// The memory bandwidth a streaming kernel reaches: the profile's measured figure, else the
   /// device's bandwidth times efficiency.memory.

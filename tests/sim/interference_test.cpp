@@ -56,7 +56,8 @@ Program overlap(const strategies::Kernel& work) {
   return p;
 }
 
-const strategies::Kernel kMeasured100us{strategies::Measured{Time::us(100)}, "gemm-like"};
+// 5e9 FLOPs at 1e14 x 0.5 (the test device's bf16 peak and roofline efficiency): 100 us alone.
+const strategies::Kernel kCompute100us{strategies::RooflineWork{Flops(5e9), Bytes(0)}, "gemm-like"};
 // 1e8 bytes read at B = 500 GB/s: 200 us alone.
 const strategies::Kernel kStream200us{strategies::Elementwise{1, Bytes(100'000'000), Bytes(0)},
                                       "elementwise"};
@@ -88,7 +89,7 @@ TEST_CASE("interference rates by hand") {
 }
 
 TEST_CASE("interference: a compute-bound op beside an all-reduce loses the SMs NCCL holds") {
-  const Program p = overlap(kMeasured100us);
+  const Program p = overlap(kCompute100us);
   const auto t = sim::simulate(p, interfering(16));
   REQUIRE(t.completed);
   // f_sm = (108 - 16) / 108: 100 us of work takes 100 x 108 / 92 us. The all-reduce is not
@@ -164,9 +165,13 @@ TEST_CASE("interference off reproduces free overlap, and runs are deterministic"
     CHECK(a.spans[i].end == b.spans[i].end);
   }
   // No communication units and no memory traffic: nothing to lose.
-  const auto none = sim::simulate(overlap(kMeasured100us), interfering(0, 0.0));
+  const auto none = sim::simulate(overlap(kCompute100us), interfering(0, 0.0));
   CHECK(none.spans[0].end == Time::us(100));
   CHECK(none.interference.empty());
+  // A measured kernel (a replayed trace) already holds the interference it met: not slowed.
+  const strategies::Kernel measured{strategies::Measured{Time::us(100)}, "measured"};
+  const auto replayed = sim::simulate(overlap(measured), interfering());
+  CHECK(replayed.spans[0].end == Time::us(100));
 }
 
 TEST_CASE("interference: compute that starts after the transfer ended is not slowed") {
@@ -176,7 +181,7 @@ TEST_CASE("interference: compute that starts after the transfer ended is not slo
   const Collective ar{CollectiveKind::all_reduce, DType::bf16, g, Bytes(100'000'000)};
   p.begin_rank(0);
   const OpId c = p.add(ar, on(Stream::dp_comm));
-  p.add(strategies::Compute{p.add_kernels({kMeasured100us})}, on(Stream::compute),
+  p.add(strategies::Compute{p.add_kernels({kCompute100us})}, on(Stream::compute),
         std::vector<OpId>{c});
   p.begin_rank(1);
   p.add(ar, on(Stream::dp_comm));
