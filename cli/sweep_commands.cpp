@@ -278,6 +278,16 @@ void add_search_options(CLI::App* cmd, SweepArgs& args) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--out", args.out,
                   "Write every combination to this CSV, with rank and pareto columns");
+  cmd->add_option("--schedules", args.schedules,
+                  "Pipeline schedules tried, e.g. 1f1b,interleaved (default: the experiment's)");
+  cmd->add_option("--interleave", args.interleave,
+                  "Virtual stages (model chunks per device) tried with the interleaved "
+                  "schedule, e.g. 2,4 (default 2)");
+  cmd->add_option("--sequence-parallel", args.search_sp,
+                  "Sequence parallelism tried: 0, 1 or 0,1 (with tp > 1; default: the "
+                  "experiment's)");
+  cmd->add_flag("--try-fsdp", args.try_fsdp,
+                "Also try PyTorch FSDP (training.framework fsdp, FULL_SHARD) where pp is 1");
 }
 
 // --resume trusts a file only if it was written by this experiment with these flags: the grid
@@ -439,6 +449,17 @@ int search_command(const SweepArgs& args) {
       parsed([&] { return search::parse_positive_list(args.micro_batch, "--micro-batch"); });
   space.fewer_gpus = *objective == search::Objective::cost;
   space.min_gpus = args.min_gpus;
+  if (!args.schedules.empty()) {
+    space.schedules =
+        parsed([&] { return search::parse_schedules(args.schedules, "--schedules"); });
+  }
+  space.virtual_stages =
+      parsed([&] { return search::parse_virtual_stages(args.interleave, "--interleave"); });
+  if (!args.search_sp.empty()) {
+    space.sequence_parallel = parsed(
+        [&] { return search::parse_sequence_parallel(args.search_sp, "--sequence-parallel"); });
+  }
+  space.fsdp = args.try_fsdp;
   if (args.min_gpus > args.gpus) {
     throw BadInput("--min-gpus " + std::to_string(args.min_gpus) + ": more than --gpus " +
                    std::to_string(args.gpus));
@@ -507,17 +528,22 @@ int search_command(const SweepArgs& args) {
     if (failed > 0) out << ", " << failed << " failed";
     out << "; " << std::fixed << std::setprecision(1) << wall << " s\n";
     auto table = [&](const std::vector<std::size_t>& which) {
-      out << "  rank  gpus   tp  pp    dp  zero  recompute   mb  iteration s     tokens/s    MFU  "
-             "peak GiB  GPU-h/Btok  pareto\n";
+      out << "  rank  gpus   tp  pp    dp  zero  sharding  schedule     v  sp  recompute   mb  "
+             "iteration s     tokens/s    MFU  peak GiB  GPU-h/Btok  pareto\n";
       for (std::size_t i : which) {
         const auto& c = combos[i];
         const auto& r = results[i];
         out << "  " << std::setw(4) << rank_of[i] << std::setw(6) << r.gpus << std::setw(5) << c.tp
             << std::setw(4) << c.pp << std::setw(6) << r.dp << std::setw(6) << c.zero << "  "
-            << std::left << std::setw(10) << c.recompute << std::right << std::setw(4)
-            << c.micro_batch << std::setw(13) << std::setprecision(3) << r.iteration_time_s
-            << std::setw(13) << with_commas(r.tokens_per_s) << std::setw(6) << std::setprecision(1)
-            << 100 * r.mfu << "%" << std::setw(10) << gib(static_cast<double>(r.peak_memory_bytes))
+            << std::left << std::setw(10) << (c.framework == "fsdp" ? "fsdp" : "zero")
+            << std::setw(11) << r.schedule << std::right << std::setw(3)
+            << (c.virtual_stages > 0 ? c.virtual_stages
+                                     : evaluator.base().parallelism.virtual_stages)
+            << std::setw(4) << (r.sequence_parallel ? "yes" : "no") << "  " << std::left
+            << std::setw(10) << c.recompute << std::right << std::setw(4) << c.micro_batch
+            << std::setw(13) << std::setprecision(3) << r.iteration_time_s << std::setw(13)
+            << with_commas(r.tokens_per_s) << std::setw(6) << std::setprecision(1) << 100 * r.mfu
+            << "%" << std::setw(10) << gib(static_cast<double>(r.peak_memory_bytes))
             << std::setw(12) << std::setprecision(2)
             << search::objective_value(search::Objective::cost, r) * 1e9 / 3600 << "  "
             << (frontier[i] ? "yes" : "") << "\n";

@@ -33,6 +33,10 @@ struct SweepArgs {
   int min_gpus = 0;  // cost: the fewest GPUs tried (0: gpus / 4)
   std::string objective = "throughput";
   int top = 10;
+  std::string schedules;         // search: schedules tried; empty: the experiment's
+  std::string interleave = "2";  // search: virtual stages tried with interleaved
+  std::string search_sp;         // search: sequence parallelism tried; empty: the experiment's
+  bool try_fsdp = false;         // search: also PyTorch FSDP where pp is 1
 };
 
 /// Registers the experiment positional argument and the experiment flags that a sweep does not

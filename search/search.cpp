@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <numeric>
 #include <stdexcept>
+#include <utility>
+
+#include "strategies/schedule.hpp"
 
 namespace stratasim::search {
 
@@ -22,6 +25,59 @@ std::string_view name_of(Objective o) {
 std::optional<Objective> objective_from_name(std::string_view name) {
   for (Objective o : {Objective::throughput, Objective::memory, Objective::cost}) {
     if (name_of(o) == name) return o;
+  }
+  return std::nullopt;
+}
+
+Combination with_schedule(Combination c, strategies::ScheduleKind kind, int virtual_stages) {
+  c.schedule = std::string(strategies::name_of(kind));
+  c.virtual_stages = kind == strategies::ScheduleKind::interleaved ? virtual_stages : 1;
+  c.sequence_slices = kind == strategies::ScheduleKind::terapipe ? 4 : 1;
+  return c;
+}
+
+std::optional<std::string> excluded_because(const strategies::Experiment& base,
+                                            const SearchSpace& s, const Combination& c) {
+  const auto& p = base.parallelism;
+  const strategies::ScheduleKind kind =
+      c.schedule.empty() ? p.schedule
+                         : strategies::schedule_from_name(c.schedule).value_or(p.schedule);
+  const int virtual_stages = c.virtual_stages > 0 ? c.virtual_stages : p.virtual_stages;
+  const int slices = c.sequence_slices > 0 ? c.sequence_slices : p.sequence_slices;
+  const bool sp = c.sequence_parallel >= 0 ? c.sequence_parallel == 1 : p.sequence_parallel;
+  const bool fsdp = c.framework == "fsdp";
+  const int parts = strategies::schedule_parts(kind, c.pp, {virtual_stages, slices});
+  if (kind == strategies::ScheduleKind::interleaved && c.pp == 1) {
+    return "the interleaved schedule needs pp > 1";
+  }
+  // Whole layers per stage (per model chunk with interleaving), as Megatron-LM requires of its
+  // pipeline (uneven splits are valid experiments, but slower than a neighbouring even one and
+  // costly to simulate).
+  if (parts > 0 && base.model.layers % parts != 0) {
+    const std::string layers = "layers (" + std::to_string(base.model.layers) + ")";
+    if (kind == strategies::ScheduleKind::interleaved) {
+      return layers + " not divisible by pp x virtual stages (" + std::to_string(c.pp) + " x " +
+             std::to_string(virtual_stages) + ")";
+    }
+    if (parts == c.pp) return layers + " not divisible by pp (" + std::to_string(c.pp) + ")";
+    return layers + " not divisible by the " + std::to_string(parts) + " model chunks of " +
+           std::string(strategies::name_of(kind)) + " at pp " + std::to_string(c.pp);
+  }
+  if (c.pp == 1 && !c.schedule.empty()) {
+    // Without a pipeline the schedules coincide: only the first one listed that applies.
+    for (const auto& name : s.schedules) {
+      if (name == "interleaved") continue;
+      if (name != c.schedule) return "pp 1: the schedules coincide (" + name + " is tried)";
+      break;
+    }
+  }
+  if (sp && c.tp == 1) return "sequence parallelism needs tp > 1";
+  if (fsdp && c.pp > 1) return "FSDP needs pp 1 (its runtime is modelled without a pipeline)";
+  if (fsdp && c.dp == 1) return "FSDP needs dp > 1 (nothing to shard)";
+  // ZeRO shards over the data-parallel group: with dp 1 every stage is the same strategy, so
+  // only the first stage listed is tried.
+  if (!fsdp && c.dp == 1 && !s.zero.empty() && c.zero != s.zero.front()) {
+    return "dp 1: the ZeRO stages coincide (" + std::to_string(s.zero.front()) + " is tried)";
   }
   return std::nullopt;
 }
@@ -49,29 +105,50 @@ std::vector<Combination> search_space(const strategies::Experiment& base, const 
     if (!s.fewer_gpus || !resizable || g % 2 != 0) break;
   }
   const int per_node = std::max(1, base.cluster.devices_per_node);
+  // The sharding axis: the ZeRO stages, then PyTorch FSDP (FULL_SHARD, ZeRO-3's states).
+  std::vector<std::pair<int, std::string>> sharding;
+  for (int zero : s.zero) sharding.emplace_back(zero, "");
+  if (s.fsdp) sharding.emplace_back(3, "fsdp");
+  // The schedule axis: the experiment's, or each listed (interleaved once per virtual-stage
+  // count).
+  std::vector<Combination> schedules;
+  if (s.schedules.empty()) schedules.push_back({});
+  for (const auto& name : s.schedules) {
+    const auto kind = strategies::schedule_from_name(name);
+    if (!kind) throw std::invalid_argument("unknown pipeline schedule \"" + name + "\"");
+    if (*kind != strategies::ScheduleKind::interleaved) {
+      schedules.push_back(with_schedule({}, *kind, 1));
+      continue;
+    }
+    for (int v : s.virtual_stages) schedules.push_back(with_schedule({}, *kind, v));
+  }
+  const std::vector<int> sps =
+      s.sequence_parallel.empty() ? std::vector<int>{-1} : s.sequence_parallel;
   std::vector<Combination> out;
   for (int gpus : budgets) {
     for (int tp = 1; tp <= std::min(per_node, gpus); tp *= 2) {
       for (int pp = 1; pp <= std::max(1, base.model.layers) && tp * pp <= gpus; pp *= 2) {
-        // Whole layers per stage, as Megatron-LM requires of its pipeline (uneven splits are
-        // valid experiments, but slower than a neighbouring even one and costly to simulate).
-        if (gpus % (tp * pp) != 0 || base.model.layers % pp != 0) continue;
+        if (gpus % (tp * pp) != 0) continue;
         const int dp = gpus / (tp * pp);
-        for (int zero : s.zero) {
-          // ZeRO shards over the data-parallel group: with dp 1 every stage is the same
-          // strategy, so only the first stage listed is tried.
-          if (dp == 1 && zero != s.zero.front()) continue;
-          for (const auto& recompute : s.recompute) {
-            for (int mb : s.micro_batch) {
-              out.push_back({.tp = tp,
-                             .pp = pp,
-                             .dp = dp,
-                             .zero = zero,
-                             .recompute = recompute,
-                             .micro_batch = mb,
-                             .schedule = "",
-                             .sequence_parallel = -1,
-                             .gpus = gpus});
+        for (const auto& [zero, framework] : sharding) {
+          for (const auto& schedule : schedules) {
+            for (int sp : sps) {
+              Combination c = schedule;
+              c.tp = tp;
+              c.pp = pp;
+              c.dp = dp;
+              c.zero = zero;
+              c.framework = framework;
+              c.sequence_parallel = sp;
+              c.gpus = gpus;
+              if (excluded_because(base, s, c)) continue;
+              for (const auto& recompute : s.recompute) {
+                for (int mb : s.micro_batch) {
+                  c.recompute = recompute;
+                  c.micro_batch = mb;
+                  out.push_back(c);
+                }
+              }
             }
           }
         }
@@ -155,12 +232,7 @@ std::vector<Combination> schedule_combinations(const strategies::Experiment& bas
       c.zero = p.zero;
       c.recompute = std::string(strategies::name_of(p.recompute));
       c.micro_batch = mb;
-      c.schedule = std::string(strategies::name_of(kind));
-      c.virtual_stages = kind != strategies::ScheduleKind::interleaved ? 1
-                         : p.virtual_stages > 1                        ? p.virtual_stages
-                                                                       : 2;
-      c.sequence_slices = kind == strategies::ScheduleKind::terapipe ? 4 : 1;
-      out.push_back(std::move(c));
+      out.push_back(with_schedule(std::move(c), kind, p.virtual_stages > 1 ? p.virtual_stages : 2));
     }
   }
   return out;
@@ -203,12 +275,14 @@ Ranking rank_results(Objective objective, const std::vector<Result>& results) {
 
 std::string search_csv(const std::vector<Combination>& combos, const std::vector<Result>& results,
                        const Ranking& ranking) {
-  std::string text = csv_header({"gpus", "rank", "pareto"});
+  std::string text = csv_header({"gpus", "rank", "pareto", "virtual_stages", "framework"});
   for (std::size_t i = 0; i < combos.size(); ++i) {
-    text += csv_row(combos[i], results[i],
-                    {std::to_string(combos[i].gpus),
-                     ranking.rank_of[i] > 0 ? std::to_string(ranking.rank_of[i]) : "",
-                     ranking.frontier[i] ? "true" : "false"});
+    const auto& c = combos[i];
+    text += csv_row(
+        c, results[i],
+        {std::to_string(c.gpus), ranking.rank_of[i] > 0 ? std::to_string(ranking.rank_of[i]) : "",
+         ranking.frontier[i] ? "true" : "false",
+         c.virtual_stages > 0 ? std::to_string(c.virtual_stages) : "", c.framework});
   }
   return text;
 }

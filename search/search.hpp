@@ -36,17 +36,41 @@ struct SearchSpace {
   /// The fewest GPUs tried with fewer_gpus (0: gpus / 4). Fewer GPUs mean more microbatches
   /// per pipeline for the same global batch, so their simulations are the longest.
   int min_gpus = 0;
+  /// Pipeline schedules tried (names of strategies::kAllSchedules); empty: the experiment's.
+  std::vector<std::string> schedules;
+  /// Virtual stages (model chunks per device) tried with the interleaved schedule (each >= 2).
+  std::vector<int> virtual_stages = {2};
+  /// Sequence parallelism tried (0 off, 1 on); empty: the experiment's.
+  std::vector<int> sequence_parallel;
+  /// Also try PyTorch FSDP (training.framework "fsdp", FULL_SHARD as ZeRO-3) where it applies.
+  bool fsdp = false;
 };
 
-/// The combinations of the search, in a fixed order (GPU count from N down, then tp, pp, zero,
-/// recompute, micro batch): tp in powers of two up to a node's devices (tensor parallelism
-/// stays inside a node, as Megatron-LM places it), pp in powers of two that divide the layers
-/// (whole layers per stage, as Megatron-LM requires), dp the
-/// GPUs left, so tp * pp * dp = the GPU count; with dp 1 only the first ZeRO stage listed (ZeRO
-/// shards over data parallelism, so the stages coincide). Each sets `gpus`, so the cluster is
-/// resized to it (resize_overrides). A cluster with an explicit topology or per-device overrides is
-/// not resized: std::invalid_argument unless gpus is its size.
+/// Why a point of the space is left out of the search before any evaluation, or nullopt when
+/// it is searched: sequence parallelism needs tp > 1 (with tp 1 it is the same strategy);
+/// interleaved needs pp > 1 and layers divisible by pp x virtual stages (whole layers per
+/// model chunk, as Megatron-LM requires); PyTorch FSDP needs pp 1 (its runtime is modelled
+/// without pipeline parallelism) and dp > 1 (nothing to shard otherwise); with dp 1 only the
+/// first ZeRO stage listed (ZeRO shards over data parallelism, so the stages coincide).
+/// `c` carries tp, pp, dp, zero, schedule ("" the experiment's), virtual_stages,
+/// sequence_parallel and framework as search_space sets them.
+std::optional<std::string> excluded_because(const strategies::Experiment& base,
+                                            const SearchSpace& s, const Combination& c);
+
+/// The combinations of the search, in a fixed order (GPU count from N down, then tp, pp,
+/// sharding (ZeRO stages, then FSDP), schedule (interleaved once per virtual-stage count),
+/// sequence parallelism, recompute, micro batch), those excluded_because() leaves out omitted: tp
+/// in powers of two up to a node's devices (tensor parallelism stays inside a node, as Megatron-LM
+/// places it), pp in powers of two that divide the layers (whole layers per stage, as Megatron-LM
+/// requires), dp the GPUs left, so tp * pp * dp = the GPU count; with dp 1 only the first ZeRO
+/// stage listed (ZeRO shards over data parallelism, so the stages coincide). Each sets `gpus`, so
+/// the cluster is resized to it (resize_overrides). A cluster with an explicit topology or
+/// per-device overrides is not resized: std::invalid_argument unless gpus is its size.
 std::vector<Combination> search_space(const strategies::Experiment& base, const SearchSpace& s);
+
+/// `c` under schedule `kind` with its own knobs: interleaved `virtual_stages` model chunks per
+/// device, TeraPipe 4 sequence slices, every other schedule 1 virtual stage and 1 slice.
+Combination with_schedule(Combination c, strategies::ScheduleKind kind, int virtual_stages);
 
 /// The value `objective` ranks by (lower is better) for a feasible result.
 double objective_value(Objective objective, const Result& r);
@@ -74,8 +98,9 @@ struct Ranking {
 };
 Ranking rank_results(Objective objective, const std::vector<Result>& results);
 
-/// The search's CSV: csv_header() with the columns gpus, rank (empty when unranked) and pareto,
-/// one row per combination in enumeration order.
+/// The search's CSV: csv_header() with the columns gpus, rank (empty when unranked), pareto,
+/// virtual_stages and framework (empty: the experiment's), one row per combination in
+/// enumeration order.
 std::string search_csv(const std::vector<Combination>& combos, const std::vector<Result>& results,
                        const Ranking& ranking);
 

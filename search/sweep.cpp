@@ -116,6 +116,7 @@ std::vector<strategies::Override> overrides_of(const Combination& c,
   if (c.sequence_slices > 0) {
     flag("sequence_slices", "parallelism.sequence_slices", c.sequence_slices);
   }
+  if (!c.framework.empty()) flag("--try-fsdp", "training.framework", c.framework);
   return o;
 }
 
@@ -666,20 +667,41 @@ Grid parse_grid(const GridText& t) {
   g.zero = parse_zero_stages(t.zero);
   g.recompute = parse_recompute_modes(t.recompute);
   g.micro_batch = parse_positive_list(t.micro_batch, "--micro-batch");
-  if (!t.schedule.empty()) {
-    std::vector<std::string> names;
-    for (auto kind : strategies::kAllSchedules) names.emplace_back(strategies::name_of(kind));
-    g.schedule = parse_name_list(t.schedule, "--schedule", names);
-  }
+  if (!t.schedule.empty()) g.schedule = parse_schedules(t.schedule, "--schedule");
   if (!t.sequence_parallel.empty()) {
-    g.sequence_parallel = parse_int_list(t.sequence_parallel, "--sequence-parallel");
-    for (int v : g.sequence_parallel) {
-      if (v < 0 || v > 1) {
-        throw std::invalid_argument("--sequence-parallel expects 0 (off) and/or 1 (on)");
-      }
-    }
+    g.sequence_parallel = parse_sequence_parallel(t.sequence_parallel, "--sequence-parallel");
   }
   return g;
+}
+
+std::vector<std::string> parse_schedules(std::string_view text, std::string_view flag) {
+  std::vector<std::string> names;
+  for (auto kind : strategies::kAllSchedules) names.emplace_back(strategies::name_of(kind));
+  return parse_name_list(text, flag, names);
+}
+
+std::vector<int> parse_sequence_parallel(std::string_view text, std::string_view flag) {
+  auto values = parse_int_list(text, flag);
+  for (int v : values) {
+    if (v < 0 || v > 1) {
+      throw std::invalid_argument(std::string(flag) + " expects 0 (off) and/or 1 (on), got " +
+                                  std::to_string(v));
+    }
+  }
+  return values;
+}
+
+std::vector<int> parse_virtual_stages(std::string_view text, std::string_view flag) {
+  auto values = parse_int_list(text, flag);
+  for (int v : values) {
+    if (v < 2) {
+      throw std::invalid_argument(std::string(flag) +
+                                  " expects model chunks per device of 2 or more (1 is the "
+                                  "plain 1F1B schedule), got " +
+                                  std::to_string(v));
+    }
+  }
+  return values;
 }
 
 }  // namespace stratasim::search

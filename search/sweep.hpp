@@ -38,6 +38,8 @@ struct Combination {
   /// interleaved's model chunks per device and TeraPipe's sequence slices.
   int virtual_stages = 0;
   int sequence_slices = 0;
+  /// training.framework (the search's FSDP axis sets "fsdp"); empty: the experiment's.
+  std::string framework = {};
 };
 
 /// Lists of values per axis. Empty optional axes (dp, schedule, sequence_parallel) keep the
@@ -196,6 +198,11 @@ std::vector<int> parse_positive_list(std::string_view text, std::string_view fla
 std::vector<int> parse_zero_stages(std::string_view text, std::string_view flag = "--zero");
 std::vector<std::string> parse_recompute_modes(std::string_view text,
                                                std::string_view flag = "--recompute");
+/// Pipeline schedule names (strategies::kAllSchedules), sequence parallelism (0 and/or 1) and
+/// interleaved virtual stages (each >= 2); std::invalid_argument naming `flag` otherwise.
+std::vector<std::string> parse_schedules(std::string_view text, std::string_view flag);
+std::vector<int> parse_sequence_parallel(std::string_view text, std::string_view flag);
+std::vector<int> parse_virtual_stages(std::string_view text, std::string_view flag);
 
 /// Parses "1,2,4", "0..3" or "1,2,8..16" (ranges step by one) for flag `flag`; throws
 /// std::invalid_argument naming the flag and the item.

@@ -137,9 +137,9 @@ TEST_CASE("search: pruning counts, top-k, the Pareto frontier and a CSV") {
   CHECK(r.output.find("top 3 by throughput") != std::string::npos);
   CHECK(r.output.find("Pareto frontier") != std::string::npos);
   const std::string csv = read(dir / "search.csv");
-  CHECK(csv.substr(0, csv.find('\n')).ends_with(",fits,gpus,rank,pareto"));
+  CHECK(csv.substr(0, csv.find('\n')).ends_with(",fits,gpus,rank,pareto,virtual_stages,framework"));
   CHECK(lines(csv) == 252 + 1);  // every combination of the space (search_test counts them)
-  CHECK(csv.find(",1,true\n") != std::string::npos);  // the best is on the frontier
+  CHECK(csv.find(",1,true,,\n") != std::string::npos);  // the best is on the frontier
   // Deterministic: the same bytes again with another thread count.
   REQUIRE(run("search " + exp +
               " --gpus 8 --set cluster.device.memory.capacity=\"16 GiB\" --quiet --jobs 1 --out " +
@@ -154,6 +154,35 @@ TEST_CASE("search: pruning counts, top-k, the Pareto frontier and a CSV") {
   const auto cost = run("search " + exp + " --gpus 8 --objective cost --top 1");
   CHECK(cost.status == 0);
   CHECK(cost.output.find("top 1 by cost") != std::string::npos);
+}
+
+TEST_CASE("search: schedules, virtual stages, sequence parallelism and FSDP as columns") {
+  const TempDir tmp("cli");
+  const auto dir = tmp.subdir("search-axes");
+  const std::string exp = std::string(STRATASIM_SOURCE_DIR) +
+                          "/configs/experiments/gpt3-1.7b-a100-8.json --gpus 8 --zero 1 "
+                          "--recompute full --micro-batch 1";
+  const auto r = run("search " + exp +
+                     " --schedules 1f1b,interleaved --interleave 2 --sequence-parallel 0,1 "
+                     "--try-fsdp --top 100 --out " +
+                     (dir / "search.csv").string());
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("sharding  schedule     v  sp") != std::string::npos);
+  CHECK(r.output.find("interleaved  2 ") != std::string::npos);
+  CHECK(r.output.find(" yes ") != std::string::npos);  // sequence parallelism on
+  CHECK(r.output.find("fsdp") != std::string::npos);
+  const std::string csv = read(dir / "search.csv");
+  // (tp, pp) pairs with one ZeRO stage (as search_test counts them, with zero 1 only):
+  // sharding 1 + FSDP where pp 1 and dp > 1: (1,1) 2, (1,2) 2 (1f1b, x2), (1,4) 2, (1,8) 1,
+  // (2,1) 2*2, (2,2) 2*2, (2,4) 2*2, (4,1) 2*2, (4,2) 2*2, (8,1) 1*2 = 29 rows.
+  CHECK(lines(csv) == 29 + 1);
+  CHECK(csv.find(",fsdp\n") != std::string::npos);
+  for (const auto& bad : {std::string("--schedules 1f1b,gpipe2"), std::string("--interleave 1"),
+                          std::string("--sequence-parallel 2")}) {
+    const auto b = run("search " + exp + " " + bad);
+    CHECK(b.status == 2);
+    CHECK(b.output.find(bad.substr(0, bad.find(' '))) != std::string::npos);
+  }
 }
 
 TEST_CASE("sweep under mpirun: rank 0 gathers the same CSV as a threaded run") {

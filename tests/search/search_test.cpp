@@ -45,6 +45,90 @@ TEST_CASE("the search space: tp inside a node, pp powers of two, dp the GPUs lef
   CHECK_THROWS_AS(search_space(e, s), std::invalid_argument);
 }
 
+TEST_CASE("the search space with schedules, virtual stages, sequence parallelism and FSDP") {
+  const auto e = strategies::load_experiment(kConfigs + "gpt3-1.7b-a100-8.json");  // 24 layers
+  SearchSpace s;
+  s.gpus = 8;
+  s.schedules = {"1f1b", "interleaved"};
+  s.virtual_stages = {2, 4};
+  s.sequence_parallel = {0, 1};
+  s.fsdp = true;
+  const auto combos = search_space(e, s);
+  // Per (tp, pp) pair, by hand (24 layers; schedule entries 1f1b, interleaved x2, x4):
+  //   schedules: pp 1 -> 1 (interleaved needs pp > 1); pp 2 -> 3 (24 % 4, 24 % 8 == 0);
+  //              pp 4 -> 2 (24 % 8 == 0, 24 % 16 != 0); pp 8 -> 1 (24 % 16, 24 % 32 != 0)
+  //   sequence parallelism: tp 1 -> 1 (off only), tp > 1 -> 2
+  //   sharding: dp > 1 -> 4 ZeRO stages, + FSDP when pp 1; dp 1 -> 1
+  //   (1,1) dp 8: 1*1*5 = 5    (1,2) dp 4: 3*1*4 = 12   (1,4) dp 2: 2*1*4 = 8
+  //   (1,8) dp 1: 1*1*1 = 1    (2,1) dp 4: 1*2*5 = 10   (2,2) dp 2: 3*2*4 = 24
+  //   (2,4) dp 1: 2*2*1 = 4    (4,1) dp 2: 1*2*5 = 10   (4,2) dp 1: 3*2*1 = 6
+  //   (8,1) dp 1: 1*2*1 = 2    sum 82, each times 3 recomputations and 3 micro-batch sizes.
+  CHECK(combos.size() == 82 * 3 * 3);
+  int interleaved = 0, fsdp = 0, sp = 0;
+  for (const auto& c : combos) {
+    CHECK(c.tp * c.pp * c.dp == 8);
+    CHECK(!excluded_because(e, s, c));
+    if (c.schedule == "interleaved") {
+      ++interleaved;
+      CHECK(c.pp > 1);
+      CHECK(24 % (c.pp * c.virtual_stages) == 0);
+    } else {
+      CHECK(c.schedule == "1f1b");
+      CHECK(c.virtual_stages == 1);
+    }
+    if (c.framework == "fsdp") {
+      ++fsdp;
+      CHECK(c.pp == 1);
+      CHECK(c.zero == 3);  // FULL_SHARD keeps ZeRO-3's model states
+    }
+    if (c.sequence_parallel == 1) {
+      ++sp;
+      CHECK(c.tp > 1);
+    }
+  }
+  // interleaved: (1,2) x2,x4: 2*4; (1,4) x2: 1*4; (2,2): 2*2*4; (2,4): 1*2*1; (4,2): 2*2*1
+  //   = 8 + 4 + 16 + 2 + 4 = 34 points; FSDP: (1,1) (2,1)x2 sp (4,1)x2 sp = 5 points;
+  // sequence parallelism on: half the tp > 1 points, (10 + 24 + 4 + 10 + 6 + 2) / 2 = 28.
+  CHECK(interleaved == 34 * 9);
+  CHECK(fsdp == 5 * 9);
+  CHECK(sp == 28 * 9);
+
+  // The reasons for what is left out.
+  auto why = [&](Combination c) { return excluded_because(e, s, c).value_or(""); };
+  auto point = [](int tp, int pp, int dp, int zero = 0) {
+    Combination p;
+    p.tp = tp;
+    p.pp = pp;
+    p.dp = dp;
+    p.zero = zero;
+    return p;
+  };
+  Combination c = with_schedule(point(1, 2, 4), strategies::ScheduleKind::one_f_one_b, 1);
+  c.sequence_parallel = 1;
+  CHECK(why(c) == "sequence parallelism needs tp > 1");
+  c = with_schedule(point(2, 4, 1), strategies::ScheduleKind::interleaved, 4);
+  CHECK(why(c) == "layers (24) not divisible by pp x virtual stages (4 x 4)");
+  c = with_schedule(point(2, 1, 4), strategies::ScheduleKind::interleaved, 2);
+  CHECK(why(c) == "the interleaved schedule needs pp > 1");
+  c = with_schedule(point(2, 2, 2, 3), strategies::ScheduleKind::one_f_one_b, 1);
+  c.framework = "fsdp";
+  CHECK(why(c) == "FSDP needs pp 1 (its runtime is modelled without a pipeline)");
+  c.pp = 1;
+  c.dp = 4;
+  CHECK(why(c).empty());
+  c.tp = 8;
+  c.dp = 1;
+  CHECK(why(c) == "FSDP needs dp > 1 (nothing to shard)");
+
+  // Bad values name the flag.
+  CHECK_THROWS_WITH_AS(parse_schedules("1f1b,gpipe2", "--schedules"),
+                       doctest::Contains("--schedules"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_virtual_stages("1,2", "--interleave"),
+                       doctest::Contains("--interleave"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(parse_sequence_parallel("0,2", "--sequence-parallel"),
+                       doctest::Contains("--sequence-parallel"), std::invalid_argument);
+}
+
 TEST_CASE("a strategy pruned by memory does not fit when simulated") {
   // The 1.7B GPT on 8 GPUs with 16 GiB each: without ZeRO its model states (16 bytes per
   // parameter, 1.7e9 * 16 = 27 GB) exceed a device, so the cheap check prunes them; with ZeRO
