@@ -217,6 +217,7 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
   p.dp_bucket_size = r.bytes_or("dp_bucket_size", p.dp_bucket_size);
   if (p.dp_bucket_size.count() <= 0) r.fail("dp_bucket_size", "expected a positive size");
   p.dp_overlap = r.boolean_or("dp_overlap", true);
+  p.overlap_param_gather = r.boolean_or("overlap_param_gather", false);
   p.grad_compression = read_grad_compression(r);
 
   p.zero = static_cast<int>(r.integer_in_or("zero", 0, 3, 0));
@@ -525,6 +526,23 @@ void apply_framework_zero(const config::Document& doc, Experiment& e) {
   }
 }
 
+// Megatron's overlap_param_gather: the distributed optimizer's (ZeRO stage 1's) post-step
+// all-gathers moved into the next forward; nothing to move without them or with optimizer
+// offload (whose copies back to the device come after the step).
+void check_overlap_param_gather(const config::Document& doc, const Experiment& e) {
+  if (!e.parallelism.overlap_param_gather) return;
+  if (effective_zero_stage(e) != 1 || e.training.fsdp) {
+    doc.fail("parallelism.overlap_param_gather",
+             "overlaps the parameter all-gathers of Megatron's distributed optimizer (ZeRO "
+             "stage 1); set training.distributed_optimizer or parallelism.zero 1 (ZeRO stage is " +
+                 std::to_string(effective_zero_stage(e)) + ")");
+  }
+  if (e.parallelism.offload.optimizer) {
+    doc.fail("parallelism.overlap_param_gather",
+             "is not modelled with optimizer offload (parallelism.offload)");
+  }
+}
+
 // PyTorch FSDP's runtime against the rest of the experiment: one pipeline stage, no ZeRO
 // offload or compressed gradients (FSDP's own CPU offload is not modelled), Megatron's
 // distributed optimizer off, and HYBRID_SHARD's shard group (a node's data-parallel ranks)
@@ -819,6 +837,7 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
   check_tensor_parallel(doc, e);
   resolve_data_parallel(doc, e);
   check_fsdp(doc, e);
+  check_overlap_param_gather(doc, e);
   resolve_batch(doc, e, accumulation);
   check_seq_len(doc, e);
   check_memory_techniques(doc, e);

@@ -105,6 +105,11 @@ struct ParallelismSpec {
   /// the last microbatch's backward has produced them (as DDP and Megatron do).
   Bytes dp_bucket_size = Bytes(25 * 1024 * 1024);
   bool dp_overlap = true;  // overlap the bucket all-reduces with backward (else after it)
+  /// Megatron's --overlap-param-gather (distributed optimizer / ZeRO stage 1 only): the
+  /// updated parameters' all-gathers are issued at the iteration's start, bucket by bucket in
+  /// layer order, and each bucket's first forward op waits for its gather, instead of after
+  /// the optimizer step (ZeroSettings::overlap_param_gather).
+  bool overlap_param_gather = false;
   /// Compressed data-parallel gradient synchronisation (strategies/grad_compression.hpp).
   GradCompression grad_compression;
 

@@ -628,6 +628,7 @@ const std::vector<std::string> kMegatronFlags = {"--sequence-parallel",
                                                  "--use-flash-attn",
                                                  "--use-distributed-optimizer",
                                                  "--overlap-grad-reduce",
+                                                 "--overlap-param-gather",
                                                  "--accumulate-allreduce-grads-in-fp32"};
 // Common arguments that do not change what is simulated (hyper-parameters, data, logging,
 // checkpoints, fusions): accepted silently, whatever values follow them.
@@ -701,7 +702,6 @@ const std::vector<std::string> kMegatronIgnored = {"--lr",
                                                    "--no-gradient-accumulation-fusion",
                                                    "--apply-layernorm-1p",
                                                    "--attention-softmax-in-fp32",
-                                                   "--overlap-param-gather",
                                                    "--use-checkpoint-args",
                                                    "--no-load-optim",
                                                    "--no-load-rng",
@@ -921,6 +921,9 @@ class MegatronReader {
       set("training.grad_accumulation_dtype", "fp32", "--accumulate-allreduce-grads-in-fp32");
     }
     if (flag("--overlap-grad-reduce")) set("parallelism.dp_overlap", true, "--overlap-grad-reduce");
+    if (flag("--overlap-param-gather")) {
+      set("parallelism.overlap_param_gather", true, "--overlap-param-gather");
+    }
     if (has("--optimizer")) {
       // Megatron's sgd is torch.optim.SGD with momentum --sgd-momentum (default 0.9).
       const bool sgd = choice("--optimizer", {"adam", "sgd"}) == "sgd";

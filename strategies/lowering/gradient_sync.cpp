@@ -64,6 +64,23 @@ ZeroGradientSync::ZeroGradientSync(Assembly& assembly)
            program.intern_label("grad to host bucket " + index)});
     }
     if (zero.stage != 1 && zero.stage != 2) continue;
+    if (zero.overlap_param_gather) {
+      // Megatron's buckets, in layer order; each waited for by its first forward segment.
+      const UnitBuckets gather = bucket_units(st.plan.grad_units, 1, zero.allgather_bucket_size);
+      std::vector<int> first(gather.buckets.size(), -1);
+      for (const Use& use : parameter_uses(st.plan.forward, st.plan.grad_units, true)) {
+        int& f =
+            first[static_cast<std::size_t>(gather.of_unit[static_cast<std::size_t>(use.unit)])];
+        if (f < 0 || use.first < f) f = use.first;
+      }
+      for (std::size_t i = gather.buckets.size(); i-- > 0;) {
+        const std::string index = std::to_string(out.gather.size());
+        out.gather.push_back({gather.buckets[i].parameters,
+                              program.intern_label("param all-gather bucket " + index), 0, 0,
+                              first[i]});
+      }
+      continue;
+    }
     for (std::int64_t left = st.plan.parameters; left > 0;) {
       const std::int64_t elements = std::min(left, zero.allgather_bucket_size);
       const std::string index = std::to_string(out.gather.size());
@@ -115,8 +132,28 @@ OpId ZeroGradientSync::emit_bucket(RankEmitter& rank, const Bucket& b, OpId dep,
   return last;
 }
 
+OpId ZeroGradientSync::emit_gather(RankEmitter& rank, std::int64_t elements, std::uint32_t label,
+                                   std::span<const OpId> deps) {
+  OpInfo gather{Stream::dp_comm, Phase::other, -1, -1, -1, {}};
+  gather.label_id = label;
+  return rank.program.add(
+      Collective{CollectiveKind::all_gather, assembly_.spec.dtype, assembly_.groups.dp(rank.rank),
+                 Bytes(elements * assembly_.element_size)},
+      gather, deps);
+}
+
 void ZeroGradientSync::rank_begins(RankEmitter& rank) {
   pool_.reset();
+  gathered_.assign(rank.held.size(), {});
+  forwarded_.assign(rank.held.size(), 0);
+  if (assembly_.spec.zero.overlap_param_gather && assembly_.spec.layout.dp > 1) {
+    // The previous iteration's updated parameters, gathered from the iteration's start.
+    for (std::size_t slot = 0; slot < rank.held.size(); ++slot) {
+      for (const Gather& g : buckets_[assembly_.index_of(rank.held[slot], 0)].gather) {
+        gathered_[slot].push_back(emit_gather(rank, g.elements, g.label, {}));
+      }
+    }
+  }
   if (!per_microbatch_) return;
   // The staging pool, held from the start: buffers of reduce_bucket_size elements (of the
   // largest bucket where a gradient unit makes one larger) in the gradient buffers' dtype.
@@ -143,6 +180,15 @@ bool ZeroGradientSync::reduces(const PassState& ps, const SegmentState& seg) con
 }
 
 void ZeroGradientSync::before_segment(RankEmitter&, const PassState& ps, SegmentState& seg) {
+  const std::vector<OpId>& gathered = gathered_[ps.slot];
+  if (!gathered.empty() && ps.phase == Phase::forward && !forwarded_[ps.slot]) {
+    // The chunk's first forward: a segment first using a bucket's parameters waits for it.
+    const auto& gather = buckets_[assembly_.index_of(ps.pass.chunk, 0)].gather;
+    const auto index = static_cast<int>(ps.range.begin) + seg.index;
+    for (std::size_t g = 0; g < gather.size() && g < gathered.size(); ++g) {
+      if (gather[g].first_forward == index) seg.deps.push_back(gathered[g]);
+    }
+  }
   if (!reduces(ps, seg)) return;
   // A bucket's gradients start to exist with its first unit's.
   const Buckets& buckets = buckets_[assembly_.index_of(ps.pass.chunk, ps.pass.microbatch)];
@@ -169,6 +215,7 @@ void ZeroGradientSync::after_segment(RankEmitter& rank, const PassState& ps,
 }
 
 void ZeroGradientSync::pass_ends(RankEmitter& rank, const PassState& ps, OpId last) {
+  if (ps.phase == Phase::forward && !ps.grad_pass) forwarded_[ps.slot] = 1;
   if (!ps.grad_pass) return;
   // Buckets not reduced yet (no overlap, or units no step completes) go after the pass.
   const Buckets& buckets = buckets_[assembly_.index_of(ps.pass.chunk, ps.pass.microbatch)];
@@ -192,7 +239,9 @@ void ZeroGradientSync::gradients_complete(RankEmitter& rank, std::size_t slot) {
 }
 
 void ZeroGradientSync::after_optimizer_step(RankEmitter& rank, std::size_t slot, OpId step) {
-  // Stages 1 and 2: the updated parameters (copied back from the host) all-gathered.
+  // Stages 1 and 2: the updated parameters (copied back from the host) all-gathered; with
+  // overlap_param_gather, at the next iteration's start instead (rank_begins).
+  if (assembly_.spec.zero.overlap_param_gather) return;
   const std::array<OpId, 1> after_step = {step};
   for (const Gather& g : buckets_[assembly_.index_of(rank.held[slot], 0)].gather) {
     std::array<OpId, 1> dep = after_step;
@@ -201,14 +250,7 @@ void ZeroGradientSync::after_optimizer_step(RankEmitter& rank, std::size_t slot,
       copy.label_id = g.copy_label;
       dep[0] = rank.program.add(Compute{g.copy}, copy, after_step);
     }
-    if (assembly_.spec.layout.dp > 1) {
-      OpInfo gather{Stream::dp_comm, Phase::other, -1, -1, -1, {}};
-      gather.label_id = g.label;
-      rank.program.add(
-          Collective{CollectiveKind::all_gather, assembly_.spec.dtype,
-                     assembly_.groups.dp(rank.rank), Bytes(g.elements * assembly_.element_size)},
-          gather, dep);
-    }
+    if (assembly_.spec.layout.dp > 1) emit_gather(rank, g.elements, g.label, dep);
   }
 }
 

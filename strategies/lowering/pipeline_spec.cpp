@@ -60,6 +60,7 @@ ZeroSettings zero_settings(const Experiment& e) {
   z.offload_params = p.offload.params;
   z.nvme = p.offload.nvme;
   z.offload_activations = p.offload.activations;
+  z.overlap_param_gather = p.overlap_param_gather && z.stage == 1;
   return z;
 }
 

@@ -95,6 +95,12 @@ struct ZeroSettings {
   bool offload_params = false;
   bool nvme = false;
   bool offload_activations = false;  // recomputation checkpoints wait on the host
+  /// Megatron's overlap_param_gather (stage 1 only): the parameter all-gather buckets are the
+  /// gradient buckets (units, allgather_bucket_size elements), issued at the iteration's
+  /// start in layer order — Megatron-core dispatches each bucket's all-gather from the next
+  /// iteration's forward pre-hooks (param_and_grad_buffer.py, start_param_sync) — and the
+  /// first forward op touching a bucket's units waits for its gather; none after the step.
+  bool overlap_param_gather = false;
   /// Ranks one shard spans: 0 for the whole data-parallel group; FSDP's HYBRID_SHARD, the
   /// data-parallel ranks of a node (the replicas of a shard are all-reduced across nodes).
   int shard_group = 0;

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -287,6 +288,12 @@ class DataParallelAllReduce : public TechniqueHook {
 /// Stages 1 and 2: after_optimizer_step all-gathers the updated parameters in buckets of
 ///   allgather_bucket_size elements ("param all-gather bucket <i>", e bytes each), with optimizer
 ///   offload each bucket's shard first copied to the device ("params to device bucket <i>").
+/// With overlap_param_gather (stage 1, Megatron's --overlap-param-gather) the gather buckets
+///   are bucket_units of the gradient units by allgather_bucket_size elements, in layer order
+///   (the reverse of backward's): rank_begins issues every held chunk's gathers with no
+///   dependency (the previous iteration's step precedes this one), before_segment makes the
+///   chunk's first forward pass's first segment touching a bucket's units (parameter_uses)
+///   wait for that bucket's gather, and after_optimizer_step issues none.
 class ZeroGradientSync : public TechniqueHook {
  public:
   explicit ZeroGradientSync(Assembly& assembly);
@@ -301,6 +308,8 @@ class ZeroGradientSync : public TechniqueHook {
   void after_optimizer_step(RankEmitter&, std::size_t slot, OpId step) override;
 
  private:
+  OpId emit_gather(RankEmitter& rank, std::int64_t elements, std::uint32_t label,
+                   std::span<const OpId> deps);
   struct Bucket {
     UnitBucket units;
     std::uint32_t copy_kernels;  // the reduced shard to the host (optimizer offload)
@@ -309,6 +318,7 @@ class ZeroGradientSync : public TechniqueHook {
   struct Gather {  // a post-step all-gather bucket
     std::int64_t elements;
     std::uint32_t label, copy, copy_label;
+    int first_forward = -1;  // overlap_param_gather: the first forward segment using it
   };
   struct Buckets {  // per template
     std::vector<Bucket> reduce;
@@ -324,6 +334,9 @@ class ZeroGradientSync : public TechniqueHook {
   StagingPool pool_;     // the rank's reduce buffers (strategies/lowering/staging.hpp)
   std::vector<Buckets> buckets_;
   std::vector<std::uint8_t> allocated_, emitted_;  // this gradient pass's buckets
+  // overlap_param_gather, per chunk held: its gathers, and whether a forward pass has run.
+  std::vector<std::vector<OpId>> gathered_;
+  std::vector<std::uint8_t> forwarded_;
 };
 
 /// Tied embeddings split over the first and last device (Megatron's embedding group).

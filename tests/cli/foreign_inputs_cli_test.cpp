@@ -144,6 +144,10 @@ TEST_CASE("bad foreign inputs exit 2 naming the file or argument and the key") {
             {"--megatron-args: at --tensor-model-parallel-size: expected an integer"});
   check_bad("simulate gpt3-1.7b-a100-8 --megatron-args=\"--tensor-model-parallel-size 5\"",
             {"--megatron-args (--tensor-model-parallel-size 5): at parallelism.tp: must divide"});
+  // --overlap-param-gather needs the distributed optimizer (ZeRO stage 1).
+  check_bad("simulate gpt3-1.7b-a100-8 --megatron-args \"--overlap-param-gather\"",
+            {"--megatron-args (--overlap-param-gather): at parallelism.overlap_param_gather",
+             "distributed optimizer"});
   const auto hf = dir / "config.json";
   std::ofstream(hf) << R"({"model_type": "t5", "d_model": 512})";
   check_bad("simulate gpt3-1.7b-a100-8 --model " + hf.string(),

@@ -240,6 +240,13 @@ std::vector<Case> cases() {
                                                           {"parallelism.schedule", "interleaved"},
                                                           {"parallelism.virtual_stages", 2}});
   }
+  add("distributed optimizer overlap param gather",
+      {{"training.distributed_optimizer", true}, {"parallelism.overlap_param_gather", true}});
+  add("distributed optimizer overlap param gather interleaved",
+      {{"training.distributed_optimizer", true},
+       {"parallelism.overlap_param_gather", true},
+       {"parallelism.schedule", "interleaved"},
+       {"parallelism.virtual_stages", 2}});
   add("zero 3 prefetch 0", {{"parallelism.zero", 3}, {"parallelism.zero_prefetch_layers", 0}});
   add("zero 3 prefetch 3", {{"parallelism.zero", 3}, {"parallelism.zero_prefetch_layers", 3}});
   add("zero 3 full recompute", {{"parallelism.zero", 3}, {"parallelism.recompute", "full"}});

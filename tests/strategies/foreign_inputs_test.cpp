@@ -81,6 +81,7 @@ void check_same_experiment(const Experiment& a, const Experiment& b) {
   CHECK(p.micro_batch == q.micro_batch);
   CHECK(p.dp_bucket_size == q.dp_bucket_size);
   CHECK(p.dp_overlap == q.dp_overlap);
+  CHECK(p.overlap_param_gather == q.overlap_param_gather);
   CHECK(p.zero == q.zero);
   CHECK(p.zero_prefetch_layers == q.zero_prefetch_layers);
   CHECK(p.reduce_bucket_size == q.reduce_bucket_size);
@@ -404,6 +405,22 @@ TEST_CASE("Megatron arguments set the framework, gradient buffers and optimizer"
   CHECK_FALSE(distributed_optimizer(e));
   const auto adam = load("gpt3-1.7b-a100-8", megatron_from_args("--optimizer adam").overrides);
   CHECK(adam.training.optimizer == OptimizerKind::adam);
+}
+
+TEST_CASE("Megatron's --overlap-param-gather sets parallelism.overlap_param_gather") {
+  // Megatron-LM's --overlap-grad-reduce and --overlap-param-gather (with
+  // --use-distributed-optimizer): both overlaps on, no note (the flag is mapped, not ignored).
+  const auto mg = megatron_from_args(
+      "--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather "
+      "--global-batch-size 32");
+  CHECK(mg.notes.empty());
+  const auto e = load("gpt3-1.7b-a100-8", mg.overrides);
+  CHECK(e.parallelism.overlap_param_gather);
+  CHECK(e.parallelism.dp_overlap);
+  const auto plain =
+      load("gpt3-1.7b-a100-8",
+           megatron_from_args("--use-distributed-optimizer --global-batch-size 32").overrides);
+  CHECK_FALSE(plain.parallelism.overlap_param_gather);
 }
 
 TEST_CASE("Megatron pipeline communication flags") {
