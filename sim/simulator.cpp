@@ -3,16 +3,16 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <variant>
 #include <vector>
 
-#include "hw_models/interference.hpp"
-#include "sim/collectives.hpp"
 #include "sim/cost.hpp"
 #include "sim/engine.hpp"
+#include "sim/interference_tracker.hpp"
 #include "sim/memory.hpp"
 #include "strategies/matching.hpp"
 
@@ -88,7 +88,10 @@ class Simulator {
                                         },
             options.memory_sample_ranks),
         interfere_(cluster.interference.enabled) {
-    if (interfere_) network_rates_ = network_.enable_rates();
+    if (interfere_) {
+      interference_.emplace(program_, cluster_, network_, engine_, matching_,
+                            timeline_.interference);
+    }
   }
 
   Timeline run() {
@@ -150,7 +153,8 @@ class Simulator {
         const OpId id = e.target;
         if (interfere_) {
           Time start;
-          if (!end_compute(id, e.kind, start)) continue;  // a rescheduled op's old end
+          if (!interference_->end_compute(id, e.kind, now_, start))
+            continue;  // a rescheduled op's old end
           finish_op(id, start);
         } else {
           finish_op(id, now_ - list_time_[ops_[id].payload]);
@@ -226,7 +230,9 @@ class Simulator {
     }
     list_time_.assign(lists * costs.size(), Time());
     std::vector<std::uint8_t> list_known(list_time_.size(), 0);
-    if (interfere_) setup_interference(costs, class_of, lists);
+    if (interfere_) {
+      interference_->setup(costs, class_of, lists);
+    }
 
     // One pass, rank by rank: stream order, dependency counts, effects, kernel costs, and the
     // numbering of the communication ops (strategies::Matching, the Program's rule, built
@@ -280,7 +286,8 @@ class Simulator {
           if (!list_known[slot]) {
             list_time_[slot] = costs[cost_class].kernels_time(program_.kernel_lists()[c.kernels]);
             if (interfere_) {
-              list_mix_[slot] = costs[cost_class].work_mix(program_.kernel_lists()[c.kernels]);
+              interference_->set_mix(
+                  slot, costs[cost_class].work_mix(program_.kernel_lists()[c.kernels]));
             }
             list_known[slot] = 1;
           }
@@ -307,7 +314,7 @@ class Simulator {
     }
 
     instances_.assign(matching_.rendezvous_count(), Instance{});
-    if (interfere_) transfer_slot_.assign(matching_.rendezvous_count(), kNone);
+    if (interfere_) interference_->size_transfers(matching_.rendezvous_count());
     for (std::uint32_t i = 0; i < matching_.rendezvous_count(); ++i) {
       instances_[i].expected = matching_.expected(i);
     }
@@ -341,7 +348,7 @@ class Simulator {
     if (st.kind == kCompute) {
       if (st.flags & kStartEffects) memory_.apply(id, false, now_);
       if (interfere_) {
-        start_compute(id);
+        interference_->start_compute(id, st.payload, list_time_[st.payload], now_);
       } else {
         engine_.schedule(now_ + list_time_[st.payload], 0, id);
       }
@@ -377,7 +384,7 @@ class Simulator {
       }
     }
     network_.start(instance, request, now_);
-    if (interfere_) begin_transfer(instance, request);
+    if (interfere_) interference_->begin_transfer(instance, request, now_);
   }
 
   void complete_instance(TransferId instance) {
@@ -393,7 +400,7 @@ class Simulator {
     inst.arrived = kNone;  // finished: never again
     const Time start = inst.start;
     const auto members = matching_.ops_of(instance);
-    if (interfere_) end_transfer(instance);
+    if (interfere_) interference_->end_transfer(instance, now_);
     // Every member ends now: record them all before anything they release starts.
     for (const OpId member : members) finish_op(member, start);
     for (const OpId member : members) release_successors(member);
@@ -420,269 +427,6 @@ class Simulator {
       const OpId s = succ_[i];
       if (--ops_[s].pending == 0) start_op(s);
     }
-  }
-
-  // ---- Interference (hw_models/interference.hpp): compute and transfers as rates.
-
-  /// A compute op running on one (rank, stream): its work left at full speed, its rate now.
-  struct Running {
-    OpId op = kNone;
-    std::uint32_t version = 0;  // of its scheduled end: older end events are stale
-    Time start;
-    Time last;             // when remaining and lost were last brought up to date
-    double remaining = 0;  // picoseconds of work at full speed
-    double lost = 0;       // picoseconds lost to interference so far
-    double rate = 1;
-    hw::WorkMix mix;
-  };
-  /// A rank's share in interference: the transfers it takes part in and what it computes.
-  // Sums are kept in integers (shares in units of 2^-30, demands in bytes/s), so that they do not
-  // depend on the order of their terms: a mirrored run and an exact one agree to the picosecond.
-  static constexpr double kShareUnit = 1073741824.0;  // 2^30
-  static std::int64_t share_units(double share) {
-    return static_cast<std::int64_t>(std::llround(share * kShareUnit));
-  }
-  struct RankLoad {
-    std::int64_t demand = 0;  // bytes/s of device memory its transfers demand
-    std::uint32_t transfers = 0;
-    std::uint32_t computing = 0;
-    std::int64_t memory_bound = 0;      // sum of the running compute ops' memory-bound shares
-    std::vector<std::uint32_t> active;  // slots of transfer_ it takes part in
-  };
-  /// A transfer in flight.
-  struct TransferLoad {
-    std::uint32_t instance = kNone;
-    std::vector<std::int32_t> ranks;   // issuing members
-    std::vector<std::int64_t> demand;  // per member: bytes/s of its device memory
-    double f_hbm = 1;                  // the transfer's own share of memory beside compute
-    std::uint32_t computing = 0;       // members computing
-    std::int64_t memory_bound = 0;     // sum of their memory-bound shares (kShareUnit)
-    double rate = 1;
-    Time last;
-    double lost = 0;  // picoseconds
-  };
-
-  void setup_interference(const std::vector<DeviceCostModel>& costs,
-                          const std::vector<std::uint32_t>& class_of, std::size_t lists) {
-    list_mix_.assign(lists * costs.size(), hw::WorkMix{});
-    running_.assign(static_cast<std::size_t>(world_) * kStreamCount, Running{});
-    rank_load_.assign(static_cast<std::size_t>(world_), RankLoad{});
-    f_sm_.resize(static_cast<std::size_t>(world_));
-    memory_bw_.resize(static_cast<std::size_t>(world_));
-    for (int r = 0; r < world_; ++r) {
-      const DeviceCostModel& cost = costs[class_of[static_cast<std::size_t>(r)]];
-      if (cost.device().is_fpga()) {  // its network ports are apart from its compute
-        f_sm_[static_cast<std::size_t>(r)] = 1.0;
-        memory_bw_[static_cast<std::size_t>(r)] = Bandwidth(0);  // memory_share_rate: 1
-        continue;
-      }
-      f_sm_[static_cast<std::size_t>(r)] = hw::compute_units_rate(
-          cluster_.interference.communication_units, cost.device().compute_units);
-      memory_bw_[static_cast<std::size_t>(r)] = cost.streaming_bandwidth();
-    }
-    group_spans_nodes_.assign(program_.groups().size(), -1);
-  }
-
-  double rank_compute_rate(std::int32_t rank, const hw::WorkMix& mix) const {
-    const RankLoad& load = rank_load_[static_cast<std::size_t>(rank)];
-    if (load.transfers == 0) return 1.0;
-    const auto r = static_cast<std::size_t>(rank);
-    return hw::compute_rate(
-        mix, f_sm_[r],
-        hw::memory_share_rate(Bandwidth(static_cast<double>(load.demand)), memory_bw_[r]));
-  }
-
-  Running& running_of(OpId id) {
-    const Op& o = program_.op(id);
-    return running_[static_cast<std::size_t>(o.rank) * kStreamCount +
-                    static_cast<std::size_t>(o.stream)];
-  }
-
-  void schedule_end(Running& run) {
-    const double left = run.remaining / run.rate;
-    ++run.version;
-    engine_.schedule(now_ + Time::ps(static_cast<std::int64_t>(std::llround(left))), run.version,
-                     run.op);
-  }
-
-  /// Brings a running op's work up to now at its old rate, then gives it `rate`.
-  void rerate(Running& run, double rate) {
-    const double dt = static_cast<double>((now_ - run.last).picoseconds());
-    run.remaining = std::max(0.0, run.remaining - dt * run.rate);
-    run.lost += dt * (1 - run.rate);
-    run.last = now_;
-    if (rate == run.rate) return;
-    run.rate = rate;
-    schedule_end(run);
-  }
-
-  void rerate_rank(std::int32_t rank) {
-    const std::size_t base = static_cast<std::size_t>(rank) * kStreamCount;
-    for (std::size_t s = 0; s < kStreamCount; ++s) {
-      Running& run = running_[base + s];
-      if (run.op != kNone) rerate(run, rank_compute_rate(rank, run.mix));
-    }
-  }
-
-  void rerate_transfer(TransferLoad& t) {
-    const double rate =
-        t.computing == 0
-            ? 1.0
-            : hw::transfer_rate(static_cast<double>(t.memory_bound / t.computing) / kShareUnit,
-                                t.f_hbm);
-    const double dt = static_cast<double>((now_ - t.last).picoseconds());
-    t.lost += dt * (1 - t.rate);
-    t.last = now_;
-    if (rate == t.rate) return;
-    t.rate = rate;
-    if (network_rates_) network_.set_rate(t.instance, rate, now_);
-  }
-
-  /// Adds (sign +1) or removes (-1) a compute op's share from its rank's transfers.
-  void count_compute(std::int32_t rank, double memory_bound, int sign) {
-    RankLoad& load = rank_load_[static_cast<std::size_t>(rank)];
-    const std::int64_t share = share_units(memory_bound);
-    // What the rank's transfers see of it: the mean share of its running ops.
-    const std::int64_t before = load.computing == 0 ? 0 : load.memory_bound / load.computing;
-    const bool was_computing = load.computing > 0;
-    load.computing = static_cast<std::uint32_t>(static_cast<int>(load.computing) + sign);
-    load.memory_bound += sign * share;
-    const std::int64_t after = load.computing == 0 ? 0 : load.memory_bound / load.computing;
-    const bool is_computing = load.computing > 0;
-    if (was_computing == is_computing && before == after) return;
-    for (const std::uint32_t slot : load.active) {
-      TransferLoad& t = transfers_[slot];
-      rerate_transfer(t);  // up to now at the old rate first
-      t.computing = t.computing - (was_computing ? 1 : 0) + (is_computing ? 1 : 0);
-      t.memory_bound += after - before;
-      rerate_transfer(t);
-    }
-  }
-
-  static bool touches_device(const hw::WorkMix& mix) {
-    return mix.compute_bound + mix.memory_bound > 0;
-  }
-
-  void start_compute(OpId id) {
-    const OpState& st = ops_[id];
-    Running& run = running_of(id);
-    run.op = id;
-    run.start = now_;
-    run.last = now_;
-    run.remaining = static_cast<double>(list_time_[st.payload].picoseconds());
-    run.lost = 0;
-    run.mix = list_mix_[st.payload];
-    const std::int32_t rank = program_.op(id).rank;
-    run.rate = rank_compute_rate(rank, run.mix);
-    schedule_end(run);
-    // Work off the device (host optimizer steps, PCIe copies) neither holds SMs nor streams
-    // device memory: it does not slow the rank's transfers.
-    if (touches_device(run.mix)) count_compute(rank, run.mix.memory_bound, +1);
-  }
-
-  /// The end event (op `id`, version `version`) of a compute op: false when stale; else the op
-  /// leaves its rank's load and `start` is when it began.
-  bool end_compute(OpId id, std::uint32_t version, Time& start) {
-    Running& run = running_of(id);
-    if (run.op != id || run.version != version) return false;
-    rerate(run, run.rate);  // up to now: its lost time
-    start = run.start;
-    if (run.lost >= 0.5) {
-      timeline_.interference.push_back(
-          {id, Time::ps(static_cast<std::int64_t>(std::llround(run.lost)))});
-    }
-    const std::int32_t rank = program_.op(id).rank;
-    const double memory_bound = run.mix.memory_bound;
-    const bool counted = touches_device(run.mix);
-    run.op = kNone;
-    if (counted) count_compute(rank, memory_bound, -1);
-    return true;
-  }
-
-  bool spans_nodes(const TransferRequest& request) {
-    if (!request.collective) return cluster_.node_of(request.src) != cluster_.node_of(request.dst);
-    std::int8_t& known = group_spans_nodes_[request.group];
-    if (known < 0) {
-      known = shape_of(program_.groups()[request.group].ranks, cluster_).nodes > 1 ? 1 : 0;
-    }
-    return known == 1;
-  }
-
-  void begin_transfer(std::uint32_t instance, const TransferRequest& request) {
-    std::uint32_t slot;
-    if (!free_transfers_.empty()) {
-      slot = free_transfers_.back();
-      free_transfers_.pop_back();
-    } else {
-      slot = static_cast<std::uint32_t>(transfers_.size());
-      transfers_.emplace_back();
-    }
-    transfer_slot_[instance] = slot;
-    TransferLoad& t = transfers_[slot];
-    t.instance = instance;
-    t.ranks.clear();
-    t.demand.clear();
-    t.computing = 0;
-    t.memory_bound = 0;
-    t.rate = 1;
-    t.last = now_;
-    t.lost = 0;
-    t.f_hbm = 1;
-    const bool inter = spans_nodes(request);
-    const double traffic = cluster_.interference.memory_traffic_per_byte;
-    // The share of the link a transfer reaches: the NCCL model's fabric efficiency, else the
-    // cluster's protocol efficiency.
-    const double efficiency =
-        cluster_.collectives.nccl
-            ? (inter ? cluster_.collectives.nccl->network : cluster_.collectives.nccl->intra)
-                  .efficiency
-            : cluster_.collectives.protocol_efficiency;
-    for (const OpId member : matching_.ops_of(instance)) {
-      const std::int32_t rank = program_.op(member).rank;
-      const auto r = static_cast<std::size_t>(rank);
-      const hw::LinkSpec& link =
-          inter ? cluster_.inter_link_of(rank) : cluster_.intra_link_of(rank);
-      const auto demand = static_cast<std::int64_t>(
-          std::llround(traffic * link.bandwidth.bytes_per_second() * efficiency));
-      t.ranks.push_back(rank);
-      t.demand.push_back(demand);
-      t.f_hbm = std::min(
-          t.f_hbm, hw::memory_share_rate(Bandwidth(static_cast<double>(demand)), memory_bw_[r]));
-      RankLoad& load = rank_load_[r];
-      load.demand += demand;
-      ++load.transfers;
-      load.active.push_back(slot);
-      if (load.computing > 0) {
-        ++t.computing;
-        t.memory_bound += load.memory_bound / load.computing;
-      }
-    }
-    for (const std::int32_t rank : t.ranks) rerate_rank(rank);
-    rerate_transfer(t);
-  }
-
-  void end_transfer(std::uint32_t instance) {
-    const std::uint32_t slot = transfer_slot_[instance];
-    if (slot == kNone) return;
-    TransferLoad& t = transfers_[slot];
-    rerate_transfer(t);  // up to now: its lost time
-    if (t.lost >= 0.5) {
-      const Time lost = Time::ps(static_cast<std::int64_t>(std::llround(t.lost)));
-      for (const OpId member : matching_.ops_of(instance)) {
-        timeline_.interference.push_back({member, lost});
-      }
-    }
-    for (std::size_t i = 0; i < t.ranks.size(); ++i) {
-      const auto r = static_cast<std::size_t>(t.ranks[i]);
-      RankLoad& load = rank_load_[r];
-      load.demand -= t.demand[i];
-      --load.transfers;
-      load.active.erase(std::find(load.active.begin(), load.active.end(), slot));
-    }
-    for (const std::int32_t rank : t.ranks) rerate_rank(rank);
-    transfer_slot_[instance] = kNone;
-    t.instance = kNone;
-    free_transfers_.push_back(slot);
   }
 
   // ---- Deadlock report.
@@ -780,18 +524,9 @@ class Simulator {
   Time now_;
   std::uint32_t done_ = 0;
 
-  // Interference (only with it enabled on a GPU cluster).
+  // Interference (sim/interference_tracker.hpp), with it enabled.
   const bool interfere_;
-  bool network_rates_ = false;
-  std::vector<hw::WorkMix> list_mix_;           // per kernel list, as list_time_
-  std::vector<Running> running_;                // per (rank, stream)
-  std::vector<RankLoad> rank_load_;             // per rank
-  std::vector<double> f_sm_;                    // per rank
-  std::vector<Bandwidth> memory_bw_;            // per rank
-  std::vector<std::int8_t> group_spans_nodes_;  // per group: -1 unknown
-  std::vector<TransferLoad> transfers_;         // pool
-  std::vector<std::uint32_t> free_transfers_;
-  std::vector<std::uint32_t> transfer_slot_;  // per rendezvous: its slot, or kNone
+  std::optional<InterferenceTracker> interference_;
 };
 
 }  // namespace
