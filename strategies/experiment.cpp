@@ -226,6 +226,10 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
       r.integer_in_or("zero_prefetch_bucket_size", 0, std::int64_t{1} << 50, 0);
   p.zero_max_live_parameters =
       r.integer_in_or("zero_max_live_parameters", 0, std::int64_t{1} << 50, 0);
+  p.zero_quantized_weights = r.boolean_or("zero_quantized_weights", false);
+  p.zero_hpz_partition_size =
+      static_cast<int>(r.integer_in_or("zero_hpz_partition_size", 1, kMaxDegree, 1));
+  p.zero_quantized_gradients = r.boolean_or("zero_quantized_gradients", false);
   p.reduce_bucket_size =
       r.integer_in_or("reduce_bucket_size", 1, std::int64_t{1} << 50, p.reduce_bucket_size);
   p.allgather_bucket_size =
@@ -570,6 +574,14 @@ void check_fsdp(const config::Document& doc, const Experiment& e) {
     doc.fail("training.distributed_optimizer",
              "Megatron's distributed optimizer and PyTorch FSDP are two ways to shard: use one");
   }
+  for (auto [on, key] : {std::pair{p.zero_quantized_weights, "zero_quantized_weights"},
+                         std::pair{p.zero_hpz_partition_size > 1, "zero_hpz_partition_size"},
+                         std::pair{p.zero_quantized_gradients, "zero_quantized_gradients"}}) {
+    if (on) {
+      doc.fail(std::string("parallelism.") + key,
+               "is DeepSpeed's ZeRO++; it is not modelled with PyTorch FSDP's runtime");
+    }
+  }
   if (e.training.fsdp->sharding == FsdpSharding::hybrid_shard) {
     const int shard = fsdp_shard_group(e);
     if (p.dp % shard != 0) {
@@ -718,7 +730,7 @@ void check_memory_techniques(const config::Document& doc, const Experiment& e) {
   // ZeRO, offload, compressed gradients and the schedule: the rules of the lowering
   // (strategies/lowering/pipeline_spec.hpp), reported at their JSON paths.
   for (const SpecProblem& problem :
-       technique_problems(zero_settings(e), p.grad_compression, p.schedule)) {
+       technique_problems(zero_settings(e), p.grad_compression, p.schedule, p.dp)) {
     doc.fail(problem.path, problem.message);
   }
   if ((off.optimizer || off.params || off.activations) && !e.cluster.host) {

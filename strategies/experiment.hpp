@@ -123,6 +123,15 @@ struct ParallelismSpec {
   /// gathered parameters would exceed max_live (ZeroSettings says how).
   std::int64_t zero_prefetch_bucket_size = 0;
   std::int64_t zero_max_live_parameters = 0;
+  /// ZeRO++ (Wang et al., arXiv:2306.10209; DeepSpeed's keys of the same names), ZeRO-3 only
+  /// (ZeroSettings says what each runs): qwZ, the parameter all-gathers move int8 blockwise-
+  /// quantised weights; hpZ, a secondary copy of the parameters partitioned within groups of
+  /// zero_hpz_partition_size data-parallel ranks (1: off) serves the backward's all-gathers;
+  /// qgZ, gradients reduced by a hierarchical all-to-all of int4-quantised gradients instead of
+  /// a reduce-scatter.
+  bool zero_quantized_weights = false;
+  int zero_hpz_partition_size = 1;
+  bool zero_quantized_gradients = false;
   /// DeepSpeed's bucket sizes, in elements: gradients reduced per bucket (stages 1-3) and
   /// updated parameters all-gathered per bucket after the step (stages 1-2).
   std::int64_t reduce_bucket_size = 500'000'000;

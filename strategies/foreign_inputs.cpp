@@ -450,15 +450,15 @@ class DeepSpeedReader {
         note(at + "." + key + " is not modelled");
       }
     }
+    // ZeRO++ (ZeroSettings): hierarchical partitioning, quantised weights and gradients; the
+    // experiment's rules say that they need stage 3 and a partition size dividing dp.
     if (const json* v = member("zero_hpz_partition_size")) {
-      if (integer(*v, at + ".zero_hpz_partition_size", 1, 1 << 24) > 1) {
-        note(at + ".zero_hpz_partition_size (ZeRO++ hierarchical partitioning) is not modelled");
-      }
+      const std::string key = at + ".zero_hpz_partition_size";
+      set("parallelism.zero_hpz_partition_size", integer(*v, key, 1, 1 << 24), key);
     }
     for (const char* key : {"zero_quantized_weights", "zero_quantized_gradients"}) {
-      const json* v = member(key);
-      if (v != nullptr && boolean(*v, at + "." + key)) {
-        note(at + "." + key + " (ZeRO++ quantised communication) is not modelled");
+      if (const json* v = member(key)) {
+        set(std::string("parallelism.") + key, boolean(*v, at + "." + key), at + "." + key);
       }
     }
     if (const json* v = member("mics_shard_size")) {

@@ -1,5 +1,6 @@
 #include "strategies/grad_compression.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -61,6 +62,61 @@ Kernel elementwise(std::string name, std::int64_t elements, std::int64_t read,
 
 }  // namespace
 
+std::int64_t block_quantized_bytes(std::int64_t elements, int bits, std::int64_t block) {
+  if (elements <= 0) return 0;
+  const std::int64_t b = std::max<std::int64_t>(1, block);
+  return (elements * bits + 7) / 8 + 4 * ((elements + b - 1) / b);
+}
+
+Kernel qwz_quantize_kernel(std::int64_t elements, DType dtype) {
+  return elementwise("param.quantize_int8", elements, elements * size_of(dtype),
+                     zeropp_quantized_bytes(elements, 8));
+}
+
+std::int64_t qwz_gathered_bytes(std::int64_t elements, int pieces) {
+  const std::int64_t n = std::max(1, pieces);
+  return n * zeropp_quantized_bytes((elements + n - 1) / n, 8);
+}
+
+Kernel qwz_dequantize_kernel(std::int64_t elements, int pieces, DType dtype) {
+  return elementwise("param.dequantize_int8", elements, qwz_gathered_bytes(elements, pieces),
+                     elements * size_of(dtype));
+}
+
+CompressedSync qgz_sync(std::int64_t elements, int node_ranks, int nodes, DType dtype) {
+  const std::int64_t N = elements, g = size_of(dtype);
+  const std::int64_t L = std::max(1, node_ranks), M = std::max(1, nodes);
+  const std::int64_t per_node = (N + L - 1) / L, shard = (N + L * M - 1) / (L * M);
+  const std::int64_t q1 = zeropp_quantized_bytes(N, 4), q2 = zeropp_quantized_bytes(per_node, 4);
+  const std::string tag = " (qgZ int4)";
+  CompressedSync sync;
+  auto& steps = sync.steps;
+  steps.push_back(
+      compute_step("quantize", elementwise("grad.qgz_quantize_int4", N, N * g, q1), Bytes(2 * q1)));
+  if (L > 1) {
+    SyncStep intra = collective_step("intra-node all-to-all" + tag, CollectiveKind::all_to_all,
+                                     DType::fp8, Bytes(q1));
+    intra.group = SyncGroup::node;
+    steps.push_back(std::move(intra));
+    steps.push_back(compute_step("reduce",
+                                 elementwise("grad.qgz_reduce_int4", N, q1, M > 1 ? q2 : shard * g),
+                                 Bytes(M > 1 ? 2 * q2 : 0)));
+  }
+  if (M > 1) {
+    const std::int64_t sent = L > 1 ? q2 : q1;
+    SyncStep inter = collective_step("inter-node all-to-all" + tag, CollectiveKind::all_to_all,
+                                     DType::fp8, Bytes(sent));
+    inter.group = SyncGroup::cross_node;
+    steps.push_back(std::move(inter));
+    steps.push_back(compute_step(
+        "dequantize and reduce",
+        elementwise("grad.qgz_dequantize_reduce", L > 1 ? per_node : N, sent, shard * g)));
+  }
+  // The quantised buffers are freed when the last step ends.
+  steps.back().buffer_delta -= Bytes(2 * q1 + (L > 1 && M > 1 ? 2 * q2 : 0));
+  return sync;
+}
+
 CompressedSync compressed_sync(const GradCompression& c, std::int64_t elements, int ranks,
                                DType dtype) {
   if (!(c.density > 0.0 && c.density <= 1.0)) {
@@ -91,7 +147,8 @@ CompressedSync compressed_sync(const GradCompression& c, std::int64_t elements, 
       // n chunks of c elements, each 1 byte plus an fp32 scale: all-to-all of every chunk to
       // its owner, local reduce and requantise of the owned chunk, all-gather of the results.
       const std::int64_t chunk = (N + n - 1) / n;
-      const std::int64_t payload = n * (chunk + 4);  // what each rank sends and receives
+      // What each rank sends and receives: n chunks of chunk + 4 bytes.
+      const std::int64_t payload = n * block_quantized_bytes(chunk, 8, chunk);
       steps.push_back(compute_step("compress", elementwise("grad.quantize_int8", N, N * e, payload),
                                    Bytes(2 * payload)));
       steps.push_back(collective_step("all-to-all" + tag, CollectiveKind::all_to_all, DType::fp8,

@@ -49,7 +49,8 @@ std::vector<std::unique_ptr<TechniqueHook>> techniques(Assembly& a) {
 
 Program assemble_pipeline(const PipelineSpec& spec) {
   Assembly assembly(spec);
-  const auto problems = technique_problems(spec.zero, spec.grad_compression, spec.schedule);
+  const auto problems =
+      technique_problems(spec.zero, spec.grad_compression, spec.schedule, spec.layout.dp);
   if (!problems.empty()) {
     throw std::invalid_argument("assemble_pipeline: " + problems.front().message + " (" +
                                 problems.front().path + ")");

@@ -70,33 +70,58 @@ Communicators::Communicators(Program& program, const PipelineSpec& spec, const S
   if (shard > 1 && shard < layout.dp && layout.dp % shard == 0) {
     make_hybrid_groups(program, layout, shard);
   }
+  if (spec.zero.stage == 3 && !spec.fsdp && spec.zero.zeropp()) {
+    make_zeropp_groups(program, layout, spec.zero);
+  }
 }
 
 void Communicators::make_hybrid_groups(Program& program, const RankLayout& layout, int shard) {
+  make_block_groups(program, layout, shard, "fsdp shard", &shard_, "fsdp replicate", &replicate_);
+}
+
+void Communicators::make_block_groups(Program& program, const RankLayout& layout, int size,
+                                      const std::string& block_name,
+                                      std::vector<std::uint32_t>* blocks,
+                                      const std::string& strided_name,
+                                      std::vector<std::uint32_t>* strided) {
   const auto world = static_cast<std::size_t>(layout.world_size());
-  shard_.assign(world, kNoGroup);
-  replicate_.assign(world, kNoGroup);
+  if (blocks != nullptr) blocks->assign(world, kNoGroup);
+  if (strided != nullptr) strided->assign(world, kNoGroup);
   for (int stage = 0; stage < layout.pp; ++stage) {
     for (int t = 0; t < layout.tp; ++t) {
       const std::string where = " s" + std::to_string(stage) + " t" + std::to_string(t);
-      for (int block = 0; block < layout.dp / shard; ++block) {
+      for (int block = 0; blocks != nullptr && block < layout.dp / size; ++block) {
         std::vector<std::int32_t> ranks;
-        for (int d = block * shard; d < (block + 1) * shard; ++d) {
+        for (int d = block * size; d < (block + 1) * size; ++d) {
           ranks.push_back(layout.rank(t, d, stage));
         }
-        const auto id =
-            program.add_group(ranks, "fsdp shard" + where + " b" + std::to_string(block));
-        for (int r : ranks) shard_[static_cast<std::size_t>(r)] = id;
+        const auto id = program.add_group(ranks, block_name + where + " b" + std::to_string(block));
+        for (int r : ranks) (*blocks)[static_cast<std::size_t>(r)] = id;
       }
-      for (int offset = 0; offset < shard; ++offset) {
+      for (int offset = 0; strided != nullptr && offset < size; ++offset) {
         std::vector<std::int32_t> ranks;
-        for (int d = offset; d < layout.dp; d += shard) ranks.push_back(layout.rank(t, d, stage));
+        for (int d = offset; d < layout.dp; d += size) ranks.push_back(layout.rank(t, d, stage));
         const auto id =
-            program.add_group(ranks, "fsdp replicate" + where + " o" + std::to_string(offset));
-        for (int r : ranks) replicate_[static_cast<std::size_t>(r)] = id;
+            program.add_group(ranks, strided_name + where + " o" + std::to_string(offset));
+        for (int r : ranks) (*strided)[static_cast<std::size_t>(r)] = id;
       }
     }
   }
+}
+
+void Communicators::make_zeropp_groups(Program& program, const RankLayout& layout,
+                                       const ZeroSettings& zero) {
+  const int dp = layout.dp;
+  auto proper = [dp](int size) { return size > 1 && size < dp && dp % size == 0; };
+  const int hpz = zero.hpz_partition_size;
+  if (proper(hpz)) make_block_groups(program, layout, hpz, "zero++ hpz", &hpz_, "", nullptr);
+  const int node = zero.node_ranks;
+  if (!zero.quantized_gradients || node >= dp || dp % node != 0) return;
+  if (node == 1) return;  // one rank per node: the cross-node group is the dp group
+  const bool reuse = node == hpz && !hpz_.empty();
+  if (reuse) node_ = hpz_;
+  make_block_groups(program, layout, node, "zero++ node", reuse ? nullptr : &node_,
+                    "zero++ cross-node", &cross_node_);
 }
 
 std::uint32_t Communicators::shard(int rank) const {

@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "strategies/lowering/pipeline_spec.hpp"
@@ -51,17 +52,36 @@ class Communicators {
   /// the shard group is the dp group and there is no replicate group. Made after every other.
   std::uint32_t shard(int rank) const;
   std::optional<std::uint32_t> replicate(int rank) const;
+  /// ZeRO++ (spec.zero, stage 3): hpZ's group of `rank` (the hpz_partition_size consecutive
+  /// data-parallel ranks of its block, dp index / n), and qgZ's node group (the node_ranks
+  /// data-parallel ranks of its node) and cross-node group (the dp / node_ranks ranks with the
+  /// same dp index mod node_ranks). A size equal to the data-parallel group's is that group;
+  /// groups of the same ranks are made once. Made after every other.
+  std::uint32_t hpz(int rank) const { return pick(hpz_, rank); }
+  std::uint32_t node(int rank) const { return pick(node_, rank); }
+  std::uint32_t cross_node(int rank) const { return pick(cross_node_, rank); }
 
  private:
   void make_mesh_groups(Program& program, const RankLayout& layout);
   void make_grad_stats_groups(Program& program, const RankLayout& layout, bool sharded);
   void make_hybrid_groups(Program& program, const RankLayout& layout, int shard);
+  /// Per stage and tp index: when `blocks` is given, the blocks of `size` consecutive dp ranks
+  /// ("<block_name> s<stage> t<t> b<block>") into it, then, when `strided` is given, the ranks
+  /// of equal dp index mod `size` ("<strided_name> s<stage> t<t> o<offset>") into it.
+  void make_block_groups(Program& program, const RankLayout& layout, int size,
+                         const std::string& block_name, std::vector<std::uint32_t>* blocks,
+                         const std::string& strided_name, std::vector<std::uint32_t>* strided);
+  void make_zeropp_groups(Program& program, const RankLayout& layout, const ZeroSettings& zero);
+  std::uint32_t pick(const std::vector<std::uint32_t>& groups, int rank) const {
+    return groups.empty() ? dp(rank) : groups[static_cast<std::size_t>(rank)];
+  }
 
   TpMesh mesh_;
   int tp_size_ = 1;
   int dp_size_ = 1;
   bool shared_embedding_ = false;
   std::vector<std::uint32_t> tp_, dp_, embedding_, grad_stats_, shard_, replicate_;
+  std::vector<std::uint32_t> hpz_, node_, cross_node_;
   std::array<std::vector<std::uint32_t>, kTpAxisCount> axis_;
 };
 

@@ -44,6 +44,7 @@ ZeroGradientSync::ZeroGradientSync(Assembly& assembly)
   const ZeroSettings& zero = assembly.spec.zero;
   const bool offload = zero.offload_optimizer;
   per_microbatch_ = zero.stage >= 2 && (assembly.spec.layout.dp > 1 || offload);
+  qgz_ = zero.quantized_gradients && assembly.spec.layout.dp > 1;
   pool_ = StagingPool(assembly.spec.dp_overlap ? 2 : 1);
   const std::int64_t grad_bytes = assembly.grad_element_size;
   Program& program = assembly.program;
@@ -61,7 +62,21 @@ ZeroGradientSync::ZeroGradientSync(Assembly& assembly)
                                            MemoryTier::device, MemoryTier::host, "grad to host")
                    : 0,
            program.intern_label("grad reduce-scatter bucket " + index),
-           program.intern_label("grad to host bucket " + index)});
+           program.intern_label("grad to host bucket " + index),
+           {},
+           {},
+           {}});
+      if (qgz_) {
+        // ZeRO++'s qgZ: the bucket reduced by qgz_sync's steps instead of the reduce-scatter.
+        Bucket& bucket = out.reduce.back();
+        const int dp = assembly.spec.layout.dp, node = std::max(1, zero.node_ranks);
+        bucket.qgz = qgz_sync(b.parameters, node, dp / node, assembly.grad_dtype);
+        for (const SyncStep& step : bucket.qgz.steps) {
+          bucket.qgz_kernels.push_back(step.compute ? program.add_kernels(step.kernels) : 0);
+          bucket.qgz_labels.push_back(
+              program.intern_label("grad " + step.what + " bucket " + index));
+        }
+      }
     }
     if (zero.stage != 1 && zero.stage != 2) continue;
     if (zero.overlap_param_gather) {
@@ -98,12 +113,17 @@ ZeroGradientSync::ZeroGradientSync(Assembly& assembly)
 OpCount ZeroGradientSync::count_pass(const Pass& pass) const {
   if (!per_microbatch_) return {};
   const std::size_t n = buckets_[assembly_.index_of(pass.chunk, pass.microbatch)].reduce.size();
-  return {2 * n, 0};
+  return {ops_per_bucket() * n, (ops_per_bucket() - 1) * n};
 }
 
 OpCount ZeroGradientSync::count_chunk(int chunk) const {
   const Buckets& b = buckets_[assembly_.index_of(chunk, 0)];
-  return {2 * b.reduce.size() + 2 * b.gather.size(), 0};
+  return {ops_per_bucket() * b.reduce.size() + 2 * b.gather.size(), 0};
+}
+
+// The reduction (a reduce-scatter, or qgZ's at most 5 steps) and the copy to the host.
+std::size_t ZeroGradientSync::ops_per_bucket() const {
+  return qgz_ ? 6 : 2;
 }
 
 // A reduce bucket: reduce-scattered over the data-parallel group and, with optimizer offload,
@@ -113,7 +133,30 @@ OpId ZeroGradientSync::emit_bucket(RankEmitter& rank, const Bucket& b, OpId dep,
   const bool offload = assembly_.spec.zero.offload_optimizer;
   const Bytes bytes(b.units.parameters * assembly_.grad_element_size);
   OpId last = dep;
-  if (assembly_.spec.layout.dp > 1) {
+  if (qgz_) {
+    // qgZ's steps in order on the dp-comm stream (DeepSpeed's reduce stream), their collectives
+    // on the node or cross-node group.
+    for (std::size_t i = 0; i < b.qgz.steps.size(); ++i) {
+      const SyncStep& step = b.qgz.steps[i];
+      OpInfo info{Stream::dp_comm, Phase::other, microbatch, -1, -1, {}};
+      info.label_id = b.qgz_labels[i];
+      const MemoryEffect buffer{step.buffer_delta, MemoryCategory::comm_buffers, MemoryTier::device,
+                                step.buffer_delta.count() < 0};
+      const std::uint32_t group = step.group == SyncGroup::node ? assembly_.groups.node(rank.rank)
+                                  : step.group == SyncGroup::cross_node
+                                      ? assembly_.groups.cross_node(rank.rank)
+                                      : assembly_.groups.dp(rank.rank);
+      const Work work = step.compute
+                            ? Work(Compute{b.qgz_kernels[i]})
+                            : Work(Collective{step.collective, step.dtype, group, step.bytes});
+      const std::array<OpId, 1> dep1 = {last};
+      last = rank.program.add(
+          work, info, dep1,
+          std::span<const MemoryEffect>(&buffer, step.buffer_delta.count() != 0 ? 1 : 0));
+      if (!step.compute) rank.last_dp_comm = last;
+    }
+    rank.last_dp_comm = last;
+  } else if (assembly_.spec.layout.dp > 1) {
     OpInfo info{Stream::dp_comm, Phase::other, microbatch, -1, -1, {}};
     info.label_id = b.reduce_label;
     const std::array<OpId, 1> dep1 = {last};

@@ -1,6 +1,7 @@
 #include "strategies/lowering/pipeline_spec.hpp"
 
 #include <algorithm>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -61,6 +62,13 @@ ZeroSettings zero_settings(const Experiment& e) {
   z.nvme = p.offload.nvme;
   z.offload_activations = p.offload.activations;
   z.overlap_param_gather = p.overlap_param_gather && z.stage == 1;
+  z.quantized_weights = p.zero_quantized_weights;
+  z.hpz_partition_size = p.zero_hpz_partition_size;
+  z.quantized_gradients = p.zero_quantized_gradients;
+  if (z.quantized_gradients) {
+    z.node_ranks =
+        std::gcd(std::max(1, p.dp), std::max(1, e.cluster.devices_per_node / std::max(1, p.tp)));
+  }
   return z;
 }
 
@@ -73,9 +81,20 @@ DeviceModelStates device_model_states(const ZeroSettings& zero, const ModelState
   const std::int64_t params = zero.stage == 3 ? shard : parameters;
   std::int64_t grads = zero.stage <= 1 ? parameters : shard;
   if (zero.offload_optimizer && zero.stage >= 2) grads = 0;  // only transient buckets
-  return DeviceModelStates{
+  DeviceModelStates states{
       Bytes(params_off ? 0 : params * state.parameters), Bytes(grads * state.gradients),
-      zero.offload_optimizer ? Bytes(0) : optimizer_state_bytes(format, shard)};
+      zero.offload_optimizer ? Bytes(0) : optimizer_state_bytes(format, shard), Bytes(0)};
+  if (zero.stage == 3 && zero.hpz_partition_size > 1 && dp > 1) {
+    states.hpz_secondary = hpz_secondary_bytes(zero, parameters, size_of(format.dtype));
+  }
+  return states;
+}
+
+Bytes hpz_secondary_bytes(const ZeroSettings& zero, std::int64_t parameters,
+                          std::int64_t element_size) {
+  const std::int64_t n = std::max(1, zero.hpz_partition_size);
+  const std::int64_t slice = (parameters + n - 1) / n;
+  return Bytes(zero.quantized_weights ? zeropp_quantized_bytes(slice, 8) : slice * element_size);
 }
 
 int part_device(ScheduleKind kind, int part, int stages) {
@@ -204,8 +223,32 @@ PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_p
 
 std::vector<SpecProblem> technique_problems(const ZeroSettings& zero,
                                             const GradCompression& compression,
-                                            ScheduleKind schedule) {
+                                            ScheduleKind schedule, int dp) {
   std::vector<SpecProblem> problems;
+  // ZeRO++ refines ZeRO-3's collectives (DeepSpeed reads its keys in stage 3 only).
+  const std::pair<bool, const char*> zeropp[] = {
+      {zero.quantized_weights, "zero_quantized_weights"},
+      {zero.hpz_partition_size > 1, "zero_hpz_partition_size"},
+      {zero.quantized_gradients, "zero_quantized_gradients"}};
+  for (auto [on, key] : zeropp) {
+    if (on && zero.stage != 3) {
+      problems.push_back({std::string("parallelism.") + key,
+                          std::string("ZeRO++ (") + key +
+                              ") refines ZeRO-3's gathers and reductions: it needs "
+                              "parallelism.zero 3, got ZeRO stage " +
+                              std::to_string(zero.stage)});
+    }
+  }
+  if (zero.hpz_partition_size < 1) {
+    problems.push_back({"parallelism.zero_hpz_partition_size", "must be at least 1 (1: off)"});
+  } else if (zero.hpz_partition_size > 1 && dp > 0 && dp % zero.hpz_partition_size != 0) {
+    problems.push_back(
+        {"parallelism.zero_hpz_partition_size",
+         "hpZ partitions the parameters within groups of " +
+             std::to_string(zero.hpz_partition_size) +
+             " data-parallel ranks: it must divide the data-parallel degree (parallelism.dp " +
+             std::to_string(dp) + ")"});
+  }
   if (zero.stage < 0 || zero.stage > 3) {
     problems.push_back(
         {"parallelism.zero", "ZeRO stage " + std::to_string(zero.stage) + " (expected 0 to 3)"});

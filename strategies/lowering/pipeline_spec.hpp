@@ -101,6 +101,29 @@ struct ZeroSettings {
   /// iteration's forward pre-hooks (param_and_grad_buffer.py, start_param_sync) — and the
   /// first forward op touching a bucket's units waits for its gather; none after the step.
   bool overlap_param_gather = false;
+  /// ZeRO++ (Wang et al., "ZeRO++: Extremely Efficient Collective Communication for Giant
+  /// Model Training", arXiv:2306.10209), stage 3 only; formulas in strategies/grad_compression.hpp
+  /// (block_quantized_bytes, kZeroppBlock, qgz_sync).
+  /// qwZ (`quantized_weights`): each parameter all-gather moves int8 weights with one fp32 scale
+  /// per block of kZeroppBlock elements: every rank quantises its shard S (a memory-bound kernel
+  /// reading e S bytes), the group all-gathers ranks x zeropp_quantized_bytes(S, 8) bytes, and a
+  /// dequantise kernel writes the unit's e P bytes; the int8 buffers are comm_buffers.
+  /// hpZ (`hpz_partition_size` n > 1, dividing dp): after its forward all-gather (still over
+  /// the whole data-parallel group) every rank keeps 1/n of each unit (a secondary partition
+  /// within its group of n consecutive data-parallel ranks, typically a node's), held on the
+  /// device for the whole iteration: ceil(P / n) x e bytes, or zeropp_quantized_bytes(ceil(P/n),
+  /// 8) with qwZ (the secondary copy is kept quantised); the gathers of recompute and backward
+  /// passes run within that group of n from the secondary partition.
+  /// qgZ (`quantized_gradients`): each reduce bucket is reduced by qgz_sync's steps (an int4
+  /// all-to-all within the node, dequantise-reduce-requantise, an int4 all-to-all across
+  /// nodes, dequantise-reduce) on the dp-comm stream (DeepSpeed's reduce stream) instead of a
+  /// reduce-scatter; `node_ranks` is the node's share of the data-parallel group
+  /// (gcd(dp, devices_per_node / tp)).
+  bool quantized_weights = false;
+  int hpz_partition_size = 1;
+  bool quantized_gradients = false;
+  int node_ranks = 1;
+  bool zeropp() const { return quantized_weights || hpz_partition_size > 1 || quantized_gradients; }
   /// Ranks one shard spans: 0 for the whole data-parallel group; FSDP's HYBRID_SHARD, the
   /// data-parallel ranks of a node (the replicas of a shard are all-reduced across nodes).
   int shard_group = 0;
@@ -120,12 +143,18 @@ ZeroSettings zero_settings(const Experiment& experiment);
 /// first op: parameters eΨ (ZeRO-3: eΨ/dp, none when offloaded), gradients gΨ (ZeRO-2/3:
 /// gΨ/dp, none with optimizer offload), optimizer states KΨ (ZeRO-1+: K ceil(Ψ/dp), none when
 /// offloaded).
+/// With hpZ (ZeroSettings::hpz_partition_size n > 1) also the secondary partition,
+/// hpz_secondary: ceil(Ψ/n) parameters, e bytes each or int8-quantised with qwZ.
 struct DeviceModelStates {
-  Bytes parameters, gradients, optimizer;
-  Bytes total() const { return parameters + gradients + optimizer; }
+  Bytes parameters, gradients, optimizer, hpz_secondary;
+  Bytes total() const { return parameters + gradients + optimizer + hpz_secondary; }
 };
 DeviceModelStates device_model_states(const ZeroSettings& zero, const ModelStateFormat& format,
                                       std::int64_t parameters, int dp);
+/// hpZ's secondary partition of `parameters` (element_size bytes each): ceil(parameters / n)
+/// of them, e bytes each, or zeropp_quantized_bytes(ceil(parameters / n), 8) with qwZ.
+Bytes hpz_secondary_bytes(const ZeroSettings& zero, std::int64_t parameters,
+                          std::int64_t element_size);
 
 /// Everything the pipeline assembly needs: per-stage plans as data, the rank layout and the
 /// schedule. Stage plans may come from the transformer lowering or be written by hand (tests,
@@ -214,10 +243,12 @@ struct SpecProblem {
 /// ZeRO stage in 0..3; positive bucket sizes and a prefetch not negative; a schedule holding
 /// every stage twice (Chimera) only with stage 0; optimizer offload with stage >= 1; parameter
 /// offload with stage 3; NVMe only with optimizer or parameter offload; compressed gradients
-/// only with stage 0. Empty when the combination is modelled.
+/// only with stage 0; ZeRO++'s qwZ, hpZ and qgZ only with stage 3, hpZ's partition size
+/// dividing `dp` (the data-parallel degree; 0: not checked). Empty when the combination is
+/// modelled.
 std::vector<SpecProblem> technique_problems(const ZeroSettings& zero,
                                             const GradCompression& compression,
-                                            ScheduleKind schedule);
+                                            ScheduleKind schedule, int dp = 0);
 
 /// The schedule options of an experiment (virtual stages, sequence slices).
 ScheduleOptions schedule_options(const Experiment& experiment);

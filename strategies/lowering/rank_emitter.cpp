@@ -124,6 +124,10 @@ void RankEmitter::hold_chunk(int chunk) {
                              {MemoryCategory::gradients, MemoryTier::device, on_device.gradients});
   program.add_initial_memory(
       rank, {MemoryCategory::optimizer_states, MemoryTier::device, on_device.optimizer});
+  if (on_device.hpz_secondary.count() > 0) {  // ZeRO++'s hpZ: the secondary partition
+    program.add_initial_memory(
+        rank, {MemoryCategory::parameters, MemoryTier::device, on_device.hpz_secondary});
+  }
   if (schedule.weight_versions > 1) {  // PipeDream-2BW's stashed weight version
     program.add_initial_memory(
         rank, {MemoryCategory::parameters, MemoryTier::device,

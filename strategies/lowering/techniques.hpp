@@ -109,16 +109,22 @@ class Zero3ParameterFetch : public TechniqueHook {
   struct Units {  // per template
     std::vector<Use> forward_uses, backward_uses, recompute_uses;
     std::vector<std::uint32_t> gather_label, fetch_label, fetch_kernels;  // per unit
+    // ZeRO++, per unit: hpZ's gather label; qwZ's labels and kernels.
+    std::vector<std::uint32_t> secondary_label, quantize_label, dequantize_label, quantize_kernels,
+        dequantize_kernels, secondary_dequantize_kernels;
     std::uint32_t params_back = 0, params_back_label = 0;
     bool params_back_needed = false;
   };
   const std::vector<Use>& uses_of(const Pass& pass) const;
   void make_params_back(Units& units, std::int64_t shard);
   void emit_fetch(RankEmitter& rank);
+  OpId emit_quantized_gather(RankEmitter& rank, OpInfo info, const Units& units, std::size_t u,
+                             std::int64_t parameters, bool secondary);
   void try_prefetch(RankEmitter& rank);
 
   Assembly& assembly_;
   bool fetching_;  // dp > 1 or parameter offload: every unit is fetched before each use
+  bool hpz_;       // ZeRO++'s hpZ: a secondary partition serves recompute and backward gathers
   std::size_t ahead_;
   MemoryTier offload_tier_;
   std::vector<Units> units_;
@@ -314,6 +320,8 @@ class ZeroGradientSync : public TechniqueHook {
     UnitBucket units;
     std::uint32_t copy_kernels;  // the reduced shard to the host (optimizer offload)
     std::uint32_t reduce_label, copy_label;
+    CompressedSync qgz;  // ZeRO++'s qgZ: the steps replacing the reduce-scatter
+    std::vector<std::uint32_t> qgz_kernels, qgz_labels;  // per step
   };
   struct Gather {  // a post-step all-gather bucket
     std::int64_t elements;
@@ -328,9 +336,11 @@ class ZeroGradientSync : public TechniqueHook {
   };
   bool reduces(const PassState& ps, const SegmentState& seg) const;
   OpId emit_bucket(RankEmitter& rank, const Bucket& b, OpId dep, int microbatch);
+  std::size_t ops_per_bucket() const;
 
   Assembly& assembly_;
   bool per_microbatch_;  // stages 2 and 3: every microbatch's gradients through the staging pool
+  bool qgz_ = false;     // ZeRO++'s qgZ (quantized_gradients, dp > 1)
   StagingPool pool_;     // the rank's reduce buffers (strategies/lowering/staging.hpp)
   std::vector<Buckets> buckets_;
   std::vector<std::uint8_t> allocated_, emitted_;  // this gradient pass's buckets

@@ -13,6 +13,8 @@ constexpr OpId kNoOp = 0xFFFFFFFFu;
 Zero3ParameterFetch::Zero3ParameterFetch(Assembly& assembly)
     : assembly_(assembly),
       fetching_(assembly.spec.layout.dp > 1 || assembly.spec.zero.offload_params),
+      hpz_(assembly.spec.zero.hpz_partition_size > 1 && assembly.spec.layout.dp > 1 &&
+           assembly.spec.layout.dp % assembly.spec.zero.hpz_partition_size == 0),
       ahead_(static_cast<std::size_t>(assembly.spec.zero.prefetch_layers)),
       offload_tier_(assembly.spec.zero.nvme ? MemoryTier::nvme : MemoryTier::host),
       units_(assembly.templates.size()) {
@@ -28,9 +30,28 @@ Zero3ParameterFetch::Zero3ParameterFetch(Assembly& assembly)
     u.recompute_uses = parameter_uses(std::vector<Segment>(b, b + b_begin), units, true);
     u.backward_uses =
         parameter_uses(std::vector<Segment>(b + b_begin, st.plan.backward.end()), units, false);
+    const bool qwz = zero.quantized_weights;
     for (const auto& unit : units) {
-      u.gather_label.push_back(program.intern_label("param all-gather " + unit.name));
+      u.gather_label.push_back(program.intern_label(
+          (qwz ? "param all-gather (int8) " : "param all-gather ") + unit.name));
       u.fetch_label.push_back(program.intern_label("param fetch " + unit.name));
+      if (hpz_) {
+        u.secondary_label.push_back(program.intern_label(
+            (qwz ? "param all-gather (hpz int8) " : "param all-gather (hpz) ") + unit.name));
+      }
+      if (qwz) {
+        u.quantize_label.push_back(program.intern_label("param quantize " + unit.name));
+        u.dequantize_label.push_back(program.intern_label("param dequantize " + unit.name));
+        u.quantize_kernels.push_back(program.add_kernels(
+            {qwz_quantize_kernel(assembly.shard_of(unit.parameters), assembly.spec.dtype)}));
+        const DType dtype = assembly.spec.dtype;
+        u.dequantize_kernels.push_back(program.add_kernels(
+            {qwz_dequantize_kernel(unit.parameters, assembly.spec.layout.dp, dtype)}));
+        if (hpz_) {
+          u.secondary_dequantize_kernels.push_back(program.add_kernels(
+              {qwz_dequantize_kernel(unit.parameters, zero.hpz_partition_size, dtype)}));
+        }
+      }
       u.fetch_kernels.push_back(
           zero.offload_params
               ? assembly.copy_kernels(assembly.shard_of(unit.parameters) * assembly.element_size,
@@ -81,10 +102,11 @@ const std::vector<Use>& Zero3ParameterFetch::uses_of(const Pass& pass) const {
 
 OpCount Zero3ParameterFetch::count_pass(const Pass& pass) const {
   const ZeroSettings& zero = assembly_.spec.zero;
+  const std::size_t gather_ops = zero.quantized_weights ? 3 : 1;  // quantise, gather, dequantise
   const std::size_t fetch_ops =
-      (zero.offload_params ? 1 : 0) + (assembly_.spec.layout.dp > 1 ? 1 : 0);
+      (zero.offload_params ? 1 : 0) + (assembly_.spec.layout.dp > 1 ? gather_ops : 0);
   const std::size_t uses = uses_of(pass).size();
-  return {uses * fetch_ops, 3 * uses};
+  return {uses * fetch_ops, (2 + fetch_ops) * uses};
 }
 
 void Zero3ParameterFetch::chunk_held(RankEmitter& rank, int chunk) {
@@ -158,6 +180,9 @@ void Zero3ParameterFetch::emit_fetch(RankEmitter& rank) {
   const StageTemplate& st = assembly_.of(pass);
   const Units& units = units_[assembly_.index_of(pass.chunk, pass.microbatch)];
   const bool forward = pass.kind == PassKind::forward || pass.kind == PassKind::recompute;
+  // hpZ: recompute and backward passes gather from the secondary partition (the forward pass
+  // made it), within the rank's hpZ group.
+  const bool secondary = hpz_ && pass.kind != PassKind::forward;
   const Use& use = uses_of(pass)[j - pass_offset_[p]];
   const auto u = static_cast<std::size_t>(use.unit);
   const GradUnit& unit = st.plan.grad_units[u];
@@ -184,19 +209,66 @@ void Zero3ParameterFetch::emit_fetch(RankEmitter& rank) {
     rank.last_copy = ready;
     fetch_deps_.assign(1, ready);
   }
-  if (dp > 1) {
+  if (dp > 1 && zero.quantized_weights) {
+    ready = emit_quantized_gather(rank, info, units, u, unit.parameters, secondary);
+  } else if (dp > 1) {
     info.stream = Stream::dp_comm;
-    info.label_id = units.gather_label[u];
+    info.label_id = secondary ? units.secondary_label[u] : units.gather_label[u];
     const std::array<MemoryEffect, 2> fx = {
         MemoryEffect{full, MemoryCategory::parameters, MemoryTier::device, false},
         MemoryEffect{-shard, MemoryCategory::parameters, MemoryTier::device, true}};
-    ready = rank.program.add(Collective{CollectiveKind::all_gather, assembly_.spec.dtype,
-                                        assembly_.groups.dp(rank.rank), full},
-                             info, fetch_deps_,
-                             std::span<const MemoryEffect>(fx.data(), zero.offload_params ? 2 : 1));
+    ready = rank.program.add(
+        Collective{CollectiveKind::all_gather, assembly_.spec.dtype,
+                   secondary ? assembly_.groups.hpz(rank.rank) : assembly_.groups.dp(rank.rank),
+                   full},
+        info, fetch_deps_, std::span<const MemoryEffect>(fx.data(), zero.offload_params ? 2 : 1));
     rank.last_dp_comm = ready;
   }
   fetched_[j] = ready;
+}
+
+// qwZ: the rank's int8 piece (its shard quantised now, or its hpZ secondary slice, kept
+// quantised) all-gathered, then dequantised into the unit's parameters; all on the dp-comm
+// stream (DeepSpeed quantises and dequantises on its all-gather stream).
+OpId Zero3ParameterFetch::emit_quantized_gather(RankEmitter& rank, OpInfo info, const Units& units,
+                                                std::size_t u, std::int64_t parameters,
+                                                bool secondary) {
+  const ZeroSettings& zero = assembly_.spec.zero;
+  const int ranks = secondary ? zero.hpz_partition_size : assembly_.spec.layout.dp;
+  const Bytes piece(zeropp_quantized_bytes((parameters + ranks - 1) / ranks, 8));
+  const Bytes gathered(qwz_gathered_bytes(parameters, ranks));
+  info.stream = Stream::dp_comm;
+  if (!secondary) {
+    info.label_id = units.quantize_label[u];
+    const MemoryEffect buffer{piece, MemoryCategory::comm_buffers, MemoryTier::device, false};
+    const OpId quantized = rank.program.add(Compute{units.quantize_kernels[u]}, info, fetch_deps_,
+                                            std::span<const MemoryEffect>(&buffer, 1));
+    fetch_deps_.assign(1, quantized);
+  }
+  info.label_id = secondary ? units.secondary_label[u] : units.gather_label[u];
+  std::array<MemoryEffect, 3> fx{};
+  std::size_t n = 0;
+  fx[n++] = {gathered, MemoryCategory::comm_buffers, MemoryTier::device, false};
+  if (!secondary) fx[n++] = {-piece, MemoryCategory::comm_buffers, MemoryTier::device, true};
+  if (zero.offload_params) {
+    fx[n++] = {-Bytes(assembly_.shard_of(parameters) * assembly_.element_size),
+               MemoryCategory::parameters, MemoryTier::device, true};
+  }
+  const OpId gather = rank.program.add(
+      Collective{CollectiveKind::all_gather, DType::fp8,
+                 secondary ? assembly_.groups.hpz(rank.rank) : assembly_.groups.dp(rank.rank),
+                 gathered},
+      info, fetch_deps_, std::span<const MemoryEffect>(fx.data(), n));
+  rank.last_dp_comm = gather;
+  info.label_id = units.dequantize_label[u];
+  const std::array<MemoryEffect, 2> out = {
+      MemoryEffect{Bytes(parameters * assembly_.element_size), MemoryCategory::parameters,
+                   MemoryTier::device, false},
+      MemoryEffect{-gathered, MemoryCategory::comm_buffers, MemoryTier::device, true}};
+  const std::array<OpId, 1> after = {gather};
+  return rank.program.add(
+      Compute{secondary ? units.secondary_dequantize_kernels[u] : units.dequantize_kernels[u]},
+      info, after, out);
 }
 
 void Zero3ParameterFetch::try_prefetch(RankEmitter& rank) {
