@@ -89,6 +89,13 @@ class ActivationOffload : public TechniqueHook {
 ///   "param all-gather <unit>", +e * parameters, the copied shard freed). Fetches have
 ///   Phase::forward for forward and recompute passes, Phase::backward for backward ones, the
 ///   microbatch of the pass using them and the unit's layer (GradUnit::layer).
+///   ZeRO++ (ZeroSettings): with qwZ the all-gather is "param all-gather (int8) <unit>" of
+///   dp x zeropp_quantized_bytes(shard, 8) bytes (DType::fp8), preceded by "param quantize
+///   <unit>" (the shard to int8, +its bytes comm_buffers) and followed by "param dequantize
+///   <unit>" (+e * parameters, the gathered int8 freed), all on the dp-comm stream; with hpZ the
+///   fetches of recompute and backward passes gather "param all-gather (hpz[ int8]) <unit>"
+///   over the rank's hpZ group (Communicators::hpz) from the secondary partition (held from the
+///   start: DeviceModelStates::hpz_secondary), without a quantise kernel.
 /// before_segment: a segment first using a unit waits for its fetch (issued now if not yet);
 ///   a segment last computing with it releases e * parameters.
 /// after_segment: records the releases and issues the fetches they allow.
@@ -279,7 +286,10 @@ class DataParallelAllReduce : public TechniqueHook {
 /// ZeRO stages 1 to 3: gradients (g bytes each, in the buffers' dtype) reduce-scattered in
 /// buckets of reduce_bucket_size elements ("grad reduce-scatter bucket <i>", dp-comm, with
 /// dp > 1), each bucket's shard copied to the
-/// host with optimizer offload ("grad to host bucket <i>", copy stream).
+/// host with optimizer offload ("grad to host bucket <i>", copy stream). With ZeRO++'s qgZ
+/// (ZeroSettings::quantized_gradients, stage 3) qgz_sync's steps replace the reduce-scatter,
+/// all on the dp-comm stream ("grad <step> bucket <i>"), the all-to-alls on the rank's node
+/// and cross-node groups (Communicators::node, cross_node), their buffers comm_buffers.
 /// Stages 2 and 3 (with dp > 1 or optimizer offload), every gradient pass, through the rank's
 /// staging pool (strategies/lowering/staging.hpp: 2 buffers with dp_overlap, else 1):
 ///   rank_begins: the pool held from the start (comm_buffers, device): buffers of

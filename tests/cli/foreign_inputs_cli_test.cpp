@@ -153,3 +153,31 @@ TEST_CASE("bad foreign inputs exit 2 naming the file or argument and the key") {
   check_bad("simulate gpt3-1.7b-a100-8 --model " + hf.string(),
             {hf.string(), "model_type", "llama, mistral, gpt2, gpt_neox"});
 }
+
+TEST_CASE("bad ZeRO++ keys of a DeepSpeed config exit 2 naming the file and the key") {
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("zeropp-bad");
+  const auto ds = dir / "ds.json";
+  auto check_bad = [&ds](const std::string& text, const std::string& expected) {
+    std::ofstream(ds) << text;
+    auto r = run("simulate gpt3-1.7b-a100-8 --deepspeed " + ds.string());
+    CAPTURE(text);
+    CAPTURE(r.output);
+    CHECK(r.status == 2);
+    CHECK(has(r.output,
+              "ds.json (zero_optimization.zero_hpz_partition_size): at "
+              "parallelism.zero_hpz_partition_size"));
+    CHECK(has(r.output, expected));
+  };
+  // gpt3-1.7b-a100-8 has dp 8: a partition of 3 ranks does not divide it.
+  check_bad(R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 3}})",
+            "must divide the data-parallel degree (parallelism.dp 8)");
+  check_bad(R"({"zero_optimization": {"stage": 2, "zero_hpz_partition_size": 4}})",
+            "needs parallelism.zero 3, got ZeRO stage 2");
+  // Valid, it simulates.
+  std::ofstream(ds) << R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 4,
+                            "zero_quantized_weights": true, "zero_quantized_gradients": true}})";
+  auto ok = run("simulate gpt3-1.7b-a100-8 --deepspeed " + ds.string() + " --quiet");
+  CAPTURE(ok.output);
+  CHECK(ok.status == 0);
+}
