@@ -213,6 +213,8 @@ TEST_CASE("ZeRO++ from a DeepSpeed config lowers to the Program of the typed key
   CHECK(a.parallelism.zero_quantized_weights);
   CHECK(a.parallelism.zero_quantized_gradients);
   const Program pa = lower(a), pb = lower(b);
+  // Every rank's collectives meet their group's (strategies/matching.hpp): throws otherwise.
+  CHECK_NOTHROW(validate(pa));
   REQUIRE(pa.op_count() == pb.op_count());
   REQUIRE(pa.op_count() > 0);
   for (OpId i = 0; i < pa.op_count(); ++i) {
