@@ -276,6 +276,9 @@ class InterferenceTracker {
   }
 
   void rerate_transfer(TransferLoad& t) {
+    // A network that takes no rates (the flow-level one without interference.flow_transfers)
+    // runs the transfer at its own speed: it loses nothing.
+    if (!network_rates_) return;
     const double rate =
         t.computing == 0
             ? 1.0

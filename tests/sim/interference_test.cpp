@@ -224,6 +224,10 @@ TEST_CASE("interference on the flow network: a lone transfer slows as on the ana
   const auto unslowed = sim::simulate(p, flow);
   CHECK(unslowed.spans[0].end == Time::us(320));
   CHECK(std::abs((unslowed.spans[1].end - Time::us(1000)).picoseconds()) <= 2);
+  // ... and reports no loss for the all-reduce, which did not slow: only the op's 120 us.
+  REQUIRE(unslowed.interference.size() == 1);
+  CHECK(unslowed.interference[0].op == 0);
+  CHECK(unslowed.interference[0].lost == Time::us(120));
 }
 
 TEST_CASE("interference: collectives.max_channels caps the SMs communication holds") {
