@@ -202,6 +202,11 @@ void ClusterSpec::validate() const {
                                   "expected a fraction in (0, 1]");
   }
   interference.validate();
+  if (collectives.max_channels < 0) {
+    throw config::ValidationError("collectives.max_channels",
+                                  "expected a channel count >= 1 (NCCL_MAX_NCHANNELS), or 0 for "
+                                  "no limit");
+  }
   if (collectives.nccl && collectives.protocol_efficiency != 1.0) {
     throw config::ValidationError(
         "collectives.protocol_efficiency",
@@ -317,6 +322,8 @@ ClusterSpec read_cluster(config::Document& doc, const std::string& path) {
       c.collectives.nccl = NcclSettings{read_fabric(doc, coll.path_of("intra_fabric"), true),
                                         read_fabric(doc, coll.path_of("network_fabric"), false)};
     }
+    c.collectives.max_channels =
+        static_cast<int>(coll.integer_in_or("max_channels", 0, 1 << 16, 0));
     if (coll.has("algorithm")) {
       auto alg = coll.object("algorithm", "a fixed algorithm per collective kind");
       for (std::size_t k = 0; k < std::size(kCollectiveKindNames); ++k) {

@@ -126,7 +126,19 @@ struct CollectiveSettings {
   /// A fixed algorithm per collective kind (index: kCollectiveKindNames); automatic: the rule.
   std::vector<CollectiveAlgorithm> algorithm = std::vector<CollectiveAlgorithm>(
       std::size(kCollectiveKindNames), CollectiveAlgorithm::automatic);
+  /// NCCL_MAX_NCHANNELS: at most this many channels per collective (0: no limit, NCCL's
+  /// default). It caps the channels the NCCL model spreads a collective over (the intra fabric's
+  /// `channels`: fewer channels, less bandwidth where one channel's copy rate limits it) and the
+  /// SMs communication holds beside compute (`interference.communication_units`): see
+  /// channel_limit(). The alpha-beta model has no channels: there it changes only the SMs.
+  int max_channels = 0;
 };
+
+/// `channels` under a max_channels limit (NCCL_MAX_NCHANNELS; 0: none): min(channels, limit).
+/// The one rule for both what a collective can use and the SMs it holds.
+constexpr int channel_limit(int channels, int max_channels) {
+  return max_channels > 0 && max_channels < channels ? max_channels : channels;
+}
 
 /// Changes to some devices of the cluster: another device type (mixed generations, GPUs and
 /// FPGAs), a straggler's slowdown, degraded links.
@@ -171,6 +183,12 @@ struct ClusterSpec {
   /// True when every device is the same type with no slowdown and no link override.
   bool homogeneous() const { return overrides.empty(); }
 };
+
+/// The SMs communication holds beside compute on a GPU (hw_models/interference.hpp's f_sm):
+/// interference.communication_units under collectives.max_channels (channel_limit).
+inline int communication_units(const ClusterSpec& cluster) {
+  return channel_limit(cluster.interference.communication_units, cluster.collectives.max_channels);
+}
 
 /// Device ranges as configs and flags write them, "0-7,16,18-19", within [0, world): the
 /// listed devices in the order given. Throws std::invalid_argument saying what is wrong.

@@ -25,6 +25,7 @@ InterferenceSpec read_interference(config::ObjectReader reader) {
   if (!(spec.memory_traffic_per_byte >= 0)) {
     reader.fail("memory_traffic_per_byte", "expected a factor >= 0 (NCCL: 2 to 3)");
   }
+  spec.flow_transfers = reader.boolean_or("flow_transfers", spec.flow_transfers);
   reader.finish();
   return spec;
 }

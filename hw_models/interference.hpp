@@ -34,17 +34,22 @@ struct InterferenceSpec {
   /// False: communication and compute overlap for free (the model before interference).
   bool enabled = true;
   /// SMs the communication kernels hold while a transfer of the device runs: NCCL's channel
-  /// count (one thread block, one SM per channel; NCCL_MAX_NCHANNELS caps it). >= 0.
+  /// count (one thread block, one SM per channel). >= 0. The cluster's
+  /// collectives.max_channels (NCCL_MAX_NCHANNELS) caps it: hw::communication_units().
   int communication_units = 16;
   /// Device-memory bytes moved per byte a transfer moves over its link (NCCL: 2 to 3). >= 0.
   double memory_traffic_per_byte = 3.0;
+  /// The flow-level network's transfers slow too (their flows are capped at the transfer's rate
+  /// times what they would get alone, sim/flow_network.hpp). Off: only compute is slowed there,
+  /// as before the option existed (the analytical network always slows transfers).
+  bool flow_transfers = false;
 
   /// Throws config::ValidationError ("interference.communication_units").
   void validate() const;
 };
 
 /// Reads an `interference` object: {"enabled", "communication_units",
-/// "memory_traffic_per_byte"}.
+/// "memory_traffic_per_byte", "flow_transfers"}.
 InterferenceSpec read_interference(config::ObjectReader reader);
 
 /// The shares of a kernel list's time that interference can slow (see above), each in [0, 1]

@@ -39,7 +39,8 @@ std::vector<CollectiveMeasurement> measure_collective(
     m.algorithm = a;
     if (c.collectives.nccl) {
       const NcclEstimate e = nccl_choose(kind, nccl_group(ranks, c), bytes, *c.collectives.nccl,
-                                         c.collectives.algorithm[static_cast<std::size_t>(kind)]);
+                                         c.collectives.algorithm[static_cast<std::size_t>(kind)],
+                                         c.collectives.max_channels);
       m.protocol = e.protocol;
       m.channels = e.channels;
     }

@@ -64,7 +64,8 @@ CollectiveAlgorithm FlowNetwork::algorithm(CollectiveKind kind, std::uint32_t gr
   const GroupInfo& info = groups_[group];
   if (cluster_.collectives.nccl) {
     return nccl_choose(kind, info.nccl, bytes, *cluster_.collectives.nccl,
-                       cluster_.collectives.algorithm[static_cast<std::size_t>(kind)])
+                       cluster_.collectives.algorithm[static_cast<std::size_t>(kind)],
+                       cluster_.collectives.max_channels)
         .algorithm;
   }
   return choose_algorithm(
@@ -174,6 +175,12 @@ void FlowNetwork::start(TransferId id, const TransferRequest& request, Time now)
   }
   Transfer& t = transfers_[static_cast<std::size_t>(slot)];
   t.id = id;
+  t.rate = 1;
+  t.flows.clear();
+  if (rates_) {
+    if (slot_of_.size() <= id) slot_of_.resize(static_cast<std::size_t>(id) + 1, -1);
+    slot_of_[id] = slot;
+  }
   t.bytes = request.bytes;
   t.phase = 0;
   t.outstanding = 0;
@@ -185,7 +192,8 @@ void FlowNetwork::start(TransferId id, const TransferRequest& request, Time now)
     const GroupInfo& info = groups_[request.group];
     const NcclEstimate e =
         nccl_choose(request.kind, info.nccl, request.bytes, *cluster_.collectives.nccl,
-                    cluster_.collectives.algorithm[static_cast<std::size_t>(request.kind)]);
+                    cluster_.collectives.algorithm[static_cast<std::size_t>(request.kind)],
+                    cluster_.collectives.max_channels);
     const bool spans = info.shape.nodes > 1 && info.shape.max_ranks_per_node > 1;
     const bool rs_ag = request.kind == CollectiveKind::all_reduce ||
                        request.kind == CollectiveKind::reduce_scatter ||
@@ -245,24 +253,25 @@ void FlowNetwork::on_timer(int slot, std::vector<TransferId>& finished) {
       if (t.bytes.count() > 0 && !t.route.empty()) {
         const double scale =
             cluster_.collectives.nccl ? 1.0 / nccl_p2p_efficiency(t.src, t.dst, cluster_) : 1.0;
-        solver_.start_flow(t.route, static_cast<double>(t.bytes.count()) * scale, now_,
-                           static_cast<std::uint64_t>(slot));
-        ++flows_started_;
+        start_flow(slot, t.route, static_cast<double>(t.bytes.count()) * scale);
         t.outstanding = 1;
         return;
       }
     }
     finished.push_back(t.id);
+    if (rates_) slot_of_[t.id] = -1;
     free_transfers_.push_back(slot);
     return;
   }
   const auto& phases = t.plan->plan.phases;
   if (t.phase >= phases.size()) {
     finished.push_back(t.id);
+    if (rates_) slot_of_[t.id] = -1;
     t.plan = nullptr;
     free_transfers_.push_back(slot);
     return;
   }
+  t.flows.clear();
   // The plan's flows are numbered phase by phase: this phase's first one.
   std::size_t first = 0;
   for (std::size_t p = 0; p < t.phase; ++p) first += phases[p].flows.size();
@@ -280,12 +289,40 @@ void FlowNetwork::on_timer(int slot, std::vector<TransferId>& finished) {
       topology_.route(f.src_vertex, f.dst_vertex, flow_key(t.id, first + i), route_);
       route = route_;
     }
-    solver_.start_flow(route, static_cast<double>(bytes.count()) * t.scale, now_,
-                       static_cast<std::uint64_t>(slot));
-    ++flows_started_;
+    start_flow(slot, route, static_cast<double>(bytes.count()) * t.scale);
     ++t.outstanding;
   }
   if (t.outstanding == 0) phase_done(slot);
+}
+
+void FlowNetwork::start_flow(int slot, std::span<const int> route, double bytes) {
+  const int flow = solver_.start_flow(route, bytes, now_, static_cast<std::uint64_t>(slot));
+  ++flows_started_;
+  if (!rates_) return;
+  Transfer& t = transfers_[static_cast<std::size_t>(slot)];
+  t.flows.emplace_back(flow, solver_.sequence(flow));
+  if (t.rate < 1) solver_.set_rate_factor(flow, t.rate);
+}
+
+bool FlowNetwork::enable_rates() {
+  rates_ = cluster_.interference.flow_transfers;
+  return rates_;
+}
+
+void FlowNetwork::set_rate(TransferId id, double rate, Time now) {
+  if (!rates_ || id >= slot_of_.size() || slot_of_[id] < 0) return;
+  if (now < now_) {
+    throw std::logic_error("flow network: transfer " + std::to_string(id) + " re-rated at " +
+                           to_string(now) + ", before the network's time " + to_string(now_));
+  }
+  now_ = now;
+  Transfer& t = transfers_[static_cast<std::size_t>(slot_of_[id])];
+  t.rate = rate;
+  for (const auto& [flow, sequence] : t.flows) {
+    if (solver_.active(flow) && solver_.sequence(flow) == sequence) {
+      solver_.set_rate_factor(flow, rate);
+    }
+  }
 }
 
 void FlowNetwork::phase_done(int slot) {

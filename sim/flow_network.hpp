@@ -33,6 +33,7 @@
 #include <memory>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "hw_models/cluster.hpp"
@@ -60,6 +61,17 @@ class FlowNetwork final : public Network {
   void start(TransferId id, const TransferRequest& request, Time now) override;
   Time next_completion() const override;
   void advance_to(Time t, std::vector<TransferId>& finished) override;
+  /// Interference on flows: with the cluster's interference.flow_transfers only (off, a
+  /// transfer's flows are paced by the links alone, as before it existed).
+  bool enable_rates() override;
+  /// A transfer at `rate` of its own speed: each of its flows in flight, and each it starts
+  /// later, is capped at rate x the smallest link capacity on its route (what it would get
+  /// alone; MaxMinSolver::set_rate_factor) and the max-min rates are solved again, so a flow
+  /// already slowed more by its links' sharing is not slowed further and what a capped flow
+  /// leaves goes to the others. Phase latencies are not stretched (the analytical network
+  /// stretches all that remains): for a transfer alone on its links, the flows' time grows by
+  /// 1 / rate, as on the analytical network.
+  void set_rate(TransferId id, double rate, Time now) override;
 
   /// Called for every flow as it ends (nullptr: none).
   void set_observer(FlowObserver* observer) { observer_ = observer; }
@@ -106,6 +118,10 @@ class FlowNetwork final : public Network {
     bool nccl = false;
     std::int32_t src = 0, dst = 0;  // point to point: its ranks
     std::vector<int> route;         // point to point: its route
+    /// With rates enabled: its rate (set_rate) and its current phase's flows (solver id, start
+    /// sequence: the id alone may have been reused by then).
+    double rate = 1;
+    std::vector<std::pair<int, std::uint64_t>> flows;
   };
   struct Timer {
     Time at;
@@ -131,6 +147,8 @@ class FlowNetwork final : public Network {
   /// The current phase's latency has passed: start its flows (or finish the transfer).
   void on_timer(int transfer, std::vector<TransferId>& finished);
   void phase_done(int transfer);
+  /// Hands a flow of transfer slot `transfer` to the solver (and, with rates, caps it).
+  void start_flow(int transfer, std::span<const int> route, double bytes);
 
   hw::ClusterSpec cluster_;
   hw::Topology topology_;
@@ -148,6 +166,8 @@ class FlowNetwork final : public Network {
   std::vector<int> route_links_;
   std::vector<std::uint64_t> done_tags_;  // scratch
   FlowObserver* observer_ = nullptr;
+  bool rates_ = false;        // enable_rates was called (and flow_transfers is on)
+  std::vector<int> slot_of_;  // with rates_: per transfer id, its slot or -1
   Time now_;
   std::uint64_t sequence_ = 0;
   std::uint64_t flows_started_ = 0;

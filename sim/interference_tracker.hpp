@@ -73,8 +73,8 @@ class InterferenceTracker {
         memory_bw_[static_cast<std::size_t>(r)] = Bandwidth(0);  // memory_share_rate: 1
         continue;
       }
-      f_sm_[static_cast<std::size_t>(r)] = hw::compute_units_rate(
-          cluster_.interference.communication_units, cost.device().compute_units);
+      f_sm_[static_cast<std::size_t>(r)] =
+          hw::compute_units_rate(hw::communication_units(cluster_), cost.device().compute_units);
       memory_bw_[static_cast<std::size_t>(r)] = cost.streaming_bandwidth();
     }
     group_spans_nodes_.assign(program_.groups().size(), -1);
@@ -276,6 +276,9 @@ class InterferenceTracker {
   }
 
   void rerate_transfer(TransferLoad& t) {
+    // A network that takes no rates (the flow-level one without interference.flow_transfers)
+    // runs the transfer at its own speed: it loses nothing.
+    if (!network_rates_) return;
     const double rate =
         t.computing == 0
             ? 1.0

@@ -45,6 +45,7 @@ int MaxMinSolver::start_flow(std::span<const int> route, double bytes, Time now,
   f.bytes = bytes > 0 ? bytes : 0;
   f.remaining = f.bytes;
   f.rate = 0;
+  f.cap = 0;
   f.updated = now;
   f.start = now;
   f.completion = Time::infinity();
@@ -93,6 +94,22 @@ void MaxMinSolver::finish_flow(int id, Time at) {
   ++f.version;
   --active_;
   free_.push_back(id);
+}
+
+void MaxMinSolver::set_rate_factor(int id, double factor) {
+  Flow& f = flows_[static_cast<std::size_t>(id)];
+  if (!f.active || f.route.empty()) return;
+  double cap = 0;
+  if (factor < 1) {
+    double bottleneck = links_[static_cast<std::size_t>(f.route.front())].capacity;
+    for (int link : f.route) {
+      bottleneck = std::min(bottleneck, links_[static_cast<std::size_t>(link)].capacity);
+    }
+    cap = std::max(factor, 1e-9) * bottleneck;
+  }
+  if (cap == f.cap) return;
+  f.cap = cap;
+  dirty_links_.push_back(f.route.front());  // its component is refilled at the next settle
 }
 
 void MaxMinSolver::pop_heap_entry() {
@@ -173,34 +190,49 @@ void MaxMinSolver::settle(Time now) {
     l.unfrozen = static_cast<int>(l.flows.size());
     if (l.unfrozen > 0) shares_.push_back(Share{l.left / l.unfrozen, link});
   }
+  // A capped flow's cap is a private link of its own: an entry with link -1 - flow.
+  for (int id : component_flows_) {
+    const Flow& f = flows_[static_cast<std::size_t>(id)];
+    if (f.cap > 0) shares_.push_back(Share{f.cap, -1 - id});
+  }
   std::make_heap(shares_.begin(), shares_.end(), ShareLater{});
   rate_next_.resize(flows_.size());
   double floor = 0;
+  auto freeze = [&](int id, double share) {
+    Flow& f = flows_[static_cast<std::size_t>(id)];
+    f.frozen = true;
+    rate_next_[static_cast<std::size_t>(id)] = share;
+    for (int other : f.route) {
+      Link& m = links_[static_cast<std::size_t>(other)];
+      m.left -= share;
+      --m.unfrozen;
+      if (m.touch != touch_epoch_) {
+        m.touch = touch_epoch_;
+        touched_.push_back(other);
+      }
+    }
+  };
   while (!shares_.empty()) {
     std::pop_heap(shares_.begin(), shares_.end(), ShareLater{});
     const Share top = shares_.back();
     shares_.pop_back();
-    Link& l = links_[static_cast<std::size_t>(top.link)];
-    if (l.unfrozen <= 0) continue;
-    const double current = std::max(l.left, 0.0) / l.unfrozen;
-    if (current != top.share) continue;  // stale: a newer entry holds the current share
-    const double share = std::max(current, floor);
-    floor = share;
     ++touch_epoch_;
     touched_.clear();
-    for (const LinkEntry& e : l.flows) {
-      Flow& f = flows_[static_cast<std::size_t>(e.flow)];
-      if (f.frozen) continue;
-      f.frozen = true;
-      rate_next_[static_cast<std::size_t>(e.flow)] = share;
-      for (int other : f.route) {
-        Link& m = links_[static_cast<std::size_t>(other)];
-        m.left -= share;
-        --m.unfrozen;
-        if (m.touch != touch_epoch_) {
-          m.touch = touch_epoch_;
-          touched_.push_back(other);
-        }
+    if (top.link < 0) {  // a flow's cap
+      const int id = -1 - top.link;
+      if (flows_[static_cast<std::size_t>(id)].frozen) continue;
+      const double share = std::max(top.share, floor);
+      floor = share;
+      freeze(id, share);
+    } else {
+      Link& l = links_[static_cast<std::size_t>(top.link)];
+      if (l.unfrozen <= 0) continue;
+      const double current = std::max(l.left, 0.0) / l.unfrozen;
+      if (current != top.share) continue;  // stale: a newer entry holds the current share
+      const double share = std::max(current, floor);
+      floor = share;
+      for (const LinkEntry& e : l.flows) {
+        if (!flows_[static_cast<std::size_t>(e.flow)].frozen) freeze(e.flow, share);
       }
     }
     for (int other : touched_) {

@@ -12,6 +12,12 @@
 // next settle() (or next_completion()) walks the components reachable from dirty links and
 // refills only those. Flows whose rate comes out unchanged keep their completion time.
 //
+// Rate caps: a flow may be held to a share of the rate it would get alone (set_rate_factor:
+// factor x the smallest capacity on its route), as a transfer is when the device memory it streams
+// through is shared with kernels beside it (hw_models/interference.hpp). A capped flow is a
+// flow with a private link of that capacity: water-filling freezes it at its cap when the
+// filling level reaches it, and what it leaves goes to the other flows on its links.
+//
 // Time is integer picoseconds. A flow's remaining bytes are tracked lazily (as of its last rate
 // change, plus rate times elapsed time); its completion is the current time plus remaining /
 // rate rounded up to a whole picosecond (never early), kept in a heap with lazy invalidation.
@@ -39,6 +45,15 @@ class MaxMinSolver {
   /// back on completion. Returns the flow's id (ids are reused after completion). A flow of no
   /// bytes or an empty route completes at `now`.
   int start_flow(std::span<const int> route, double bytes, Time now, std::uint64_t tag = 0);
+
+  /// Caps an active flow's rate at `factor` x the smallest capacity on its route from the next
+  /// settle on (which must be at the time the cap takes effect); factor >= 1 removes the cap.
+  /// Its component is refilled at that settle.
+  void set_rate_factor(int flow, double factor);
+  /// The start order of a flow (unique over the solver's life, unlike flow ids): to tell a
+  /// flow from a later one that reuses its id.
+  std::uint64_t sequence(int flow) const { return flows_[static_cast<std::size_t>(flow)].sequence; }
+  bool active(int flow) const { return flows_[static_cast<std::size_t>(flow)].active; }
 
   /// Recomputes the rates of the components touched since the last settle, at time `now`.
   void settle(Time now);
@@ -84,6 +99,7 @@ class MaxMinSolver {
     double bytes = 0;        // total
     double remaining = 0;    // as of `updated`
     double rate = 0;         // bytes per second
+    double cap = 0;          // rate cap in bytes per second; 0: none (set_rate_factor)
     Time updated;            // when `remaining` was last brought up to date
     Time start;              // when the flow started
     Time completion = Time::infinity();

@@ -92,7 +92,8 @@ int nccl_channels(CollectiveAlgorithm algorithm, NcclProtocol protocol, int rank
 
 std::optional<NcclEstimate> nccl_candidate(CollectiveKind kind, CollectiveAlgorithm algorithm,
                                            NcclProtocol protocol, const NcclGroup& group,
-                                           Bytes bytes, const hw::NcclSettings& settings) {
+                                           Bytes bytes, const hw::NcclSettings& settings,
+                                           int max_channels) {
   const hw::NcclFabric& in = settings.intra;
   const hw::NcclFabric& net = settings.network;
   const int n = group.ranks;
@@ -104,7 +105,7 @@ std::optional<NcclEstimate> nccl_candidate(CollectiveKind kind, CollectiveAlgori
   const bool all_to_all = kind == CollectiveKind::all_to_all;
   const double e_in = all_to_all ? in.p2p_efficiency : in.efficiency;
   const double e_net = all_to_all ? net.p2p_efficiency : net.efficiency;
-  const int channels = std::max(1, in.channels);
+  const int channels = std::max(1, hw::channel_limit(in.channels, max_channels));
   double ll_max = in.ll_max_busbw.bytes_per_second();
   if (nodes > 1 && net.ll_max_busbw.bytes_per_second() > 0) {
     ll_max = std::min(ll_max, net.ll_max_busbw.bytes_per_second());
@@ -176,7 +177,8 @@ std::optional<NcclEstimate> nccl_candidate(CollectiveKind kind, CollectiveAlgori
 }
 
 NcclEstimate nccl_choose(CollectiveKind kind, const NcclGroup& group, Bytes bytes,
-                         const hw::NcclSettings& settings, CollectiveAlgorithm fixed) {
+                         const hw::NcclSettings& settings, CollectiveAlgorithm fixed,
+                         int max_channels) {
   NcclEstimate zero;
   if (group.ranks <= 1) return zero;
   if (fixed == CollectiveAlgorithm::hierarchical) fixed = CollectiveAlgorithm::tree;
@@ -185,7 +187,7 @@ NcclEstimate nccl_choose(CollectiveKind kind, const NcclGroup& group, Bytes byte
     for (CollectiveAlgorithm a : kAlgorithms) {
       if (restrict && a != fixed) continue;
       for (NcclProtocol p : kProtocols) {
-        const auto c = nccl_candidate(kind, a, p, group, bytes, settings);
+        const auto c = nccl_candidate(kind, a, p, group, bytes, settings, max_channels);
         if (c && (!best || c->time < best->time)) best = c;
       }
     }

@@ -86,18 +86,22 @@ Time nccl_base_latency(hw::CollectiveAlgorithm algorithm, hw::NcclProtocol proto
 int nccl_channels(hw::CollectiveAlgorithm algorithm, hw::NcclProtocol protocol, int ranks,
                   Bytes bytes, int max_channels);
 
-/// One candidate, or nullopt where it does not apply (see above).
+/// One candidate, or nullopt where it does not apply (see above). `max_channels` is the
+/// cluster's collectives.max_channels (NCCL_MAX_NCHANNELS; 0: none): C = hw::channel_limit(
+/// I.channels, max_channels) everywhere C appears above.
 std::optional<NcclEstimate> nccl_candidate(strategies::CollectiveKind kind,
                                            hw::CollectiveAlgorithm algorithm,
                                            hw::NcclProtocol protocol, const NcclGroup& group,
-                                           Bytes bytes, const hw::NcclSettings& settings);
+                                           Bytes bytes, const hw::NcclSettings& settings,
+                                           int max_channels = 0);
 
 /// The least-time candidate, restricted to `fixed` where given and applicable (automatic: all).
 /// A group of one rank moves nothing: zero time. Throws std::invalid_argument for a fixed nvls
 /// that cannot run (see above).
 NcclEstimate nccl_choose(strategies::CollectiveKind kind, const NcclGroup& group, Bytes bytes,
                          const hw::NcclSettings& settings,
-                         hw::CollectiveAlgorithm fixed = hw::CollectiveAlgorithm::automatic);
+                         hw::CollectiveAlgorithm fixed = hw::CollectiveAlgorithm::automatic,
+                         int max_channels = 0);
 
 /// The group's figures from the cluster (overrides applied) for `ranks`.
 NcclGroup nccl_group(std::span<const std::int32_t> ranks, const hw::ClusterSpec& cluster);

@@ -109,7 +109,8 @@ Time AnalyticalNetwork::collective_time(CollectiveKind kind, const GroupShape& s
     g.intra = cluster_.intra_node.bandwidth;
     g.nic = cluster_.inter_node.bandwidth;
     return nccl_choose(kind, g, bytes, *cluster_.collectives.nccl,
-                       cluster_.collectives.algorithm[static_cast<std::size_t>(kind)])
+                       cluster_.collectives.algorithm[static_cast<std::size_t>(kind)],
+                       cluster_.collectives.max_channels)
         .time;
   }
   const auto members = nominal_members(shape, cluster_);
@@ -161,7 +162,8 @@ Time AnalyticalNetwork::collective_time(CollectiveKind kind, std::uint32_t g, By
 NcclEstimate AnalyticalNetwork::nccl_estimate(CollectiveKind kind, std::uint32_t g,
                                               Bytes bytes) const {
   return nccl_choose(kind, group(g).nccl, bytes, *cluster_.collectives.nccl,
-                     cluster_.collectives.algorithm[static_cast<std::size_t>(kind)]);
+                     cluster_.collectives.algorithm[static_cast<std::size_t>(kind)],
+                     cluster_.collectives.max_channels);
 }
 
 Time AnalyticalNetwork::p2p_time(std::int32_t src, std::int32_t dst, Bytes bytes) const {

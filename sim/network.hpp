@@ -50,8 +50,8 @@ class Network {
   /// Advances to `t` and appends the transfers finished by then (see above).
   virtual void advance_to(Time t, std::vector<TransferId>& finished) = 0;
   /// Interference (hw_models/interference.hpp): asks the network to accept set_rate for the
-  /// transfers started from now on; false when it cannot (the flow-level network, whose flows
-  /// are paced by the links they share): set_rate is then ignored.
+  /// transfers started from now on; false when it does not (the flow-level network without
+  /// the cluster's interference.flow_transfers): set_rate is then ignored.
   virtual bool enable_rates() { return false; }
   /// From `now` on, transfer `id` (started, not finished) moves at `rate` in (0, 1] of its own
   /// speed: what remains of it takes 1 / rate times longer than it would alone.

@@ -212,6 +212,7 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
   p.virtual_stages = static_cast<int>(r.integer_in_or("virtual_stages", 1, 1 << 12, 1));
   p.sequence_slices = static_cast<int>(r.integer_in_or("sequence_slices", 1, 1 << 16, 1));
   p.tp_overlap = static_cast<int>(r.integer_in_or("tp_overlap", 1, 64, 1));
+  p.tp_comm_overlap = r.boolean_or("tp_comm_overlap", false);
   p.partition = read_partition(r);
   p.micro_batch = static_cast<int>(r.integer_in_or("micro_batch", 1, kMaxDegree, 1));
   p.dp_bucket_size = r.bytes_or("dp_bucket_size", p.dp_bucket_size);
@@ -827,6 +828,29 @@ void check_tp_overlap(const config::Document& doc, const Experiment& e) {
     doc.fail("parallelism.tp_overlap", "must divide parallelism.micro_batch (" +
                                            number(p.micro_batch) + "), got " +
                                            number(p.tp_overlap));
+  }
+  if (p.tp_comm_overlap) {
+    const char* problem = nullptr;
+    if (p.tp < 2) {
+      problem = "overlaps the tensor-parallel collectives with their GEMMs: it needs tp >= 2";
+    } else if (!p.sequence_parallel) {
+      problem =
+          "pipelines the sequence-parallel all-gathers and reduce-scatters with their GEMMs "
+          "(Megatron-LM requires --sequence-parallel with --tp-comm-overlap): set "
+          "parallelism.sequence_parallel";
+    } else if (p.tp_overlap > 1) {
+      problem =
+          "and Merak's sub-pipelining (parallelism.tp_overlap > 1) both overlap the "
+          "tensor-parallel collectives: choose one";
+    } else if (e.layer_table) {
+      problem = "splits the GEMMs of transformer layers; a layer-table model has none";
+    } else if (p.schedule == ScheduleKind::zb_h1 || p.schedule == ScheduleKind::zb_h2 ||
+               p.schedule == ScheduleKind::zb_v) {
+      problem =
+          "is not modelled with the split backward of the zb-* schedules (its chunked "
+          "weight-gradient GEMMs would move to the W pass without their collectives)";
+    }
+    if (problem != nullptr) doc.fail("parallelism.tp_comm_overlap", problem);
   }
   if (p.tp_overlap > 1 && e.layer_table) {
     doc.fail("parallelism.tp_overlap",

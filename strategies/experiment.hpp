@@ -100,6 +100,10 @@ struct ParallelismSpec {
   /// Merak's sub-pipelined tensor parallelism: each microbatch is split into this many
   /// sub-batches so that one sub-batch's TP collective overlaps the next one's compute (1: off).
   int tp_overlap = 1;
+  /// Megatron-LM's --tp-comm-overlap (Transformer Engine userbuffers): with sequence
+  /// parallelism, each tensor-parallel all-gather and reduce-scatter is split into tp chunks
+  /// pipelined with the GEMM beside it (strategies/tp_overlap.hpp, tp_comm_overlap()).
+  bool tp_comm_overlap = false;
   int micro_batch = 1;  // samples per microbatch
   /// Gradients are all-reduced in buckets of at least this many bytes, launched as soon as
   /// the last microbatch's backward has produced them (as DDP and Megatron do).

@@ -629,6 +629,7 @@ const std::vector<std::string> kMegatronFlags = {"--sequence-parallel",
                                                  "--use-distributed-optimizer",
                                                  "--overlap-grad-reduce",
                                                  "--overlap-param-gather",
+                                                 "--tp-comm-overlap",
                                                  "--accumulate-allreduce-grads-in-fp32"};
 // Common arguments that do not change what is simulated (hyper-parameters, data, logging,
 // checkpoints, fusions): accepted silently, whatever values follow them.
@@ -713,7 +714,6 @@ const std::vector<std::string> kMegatronIgnored = {"--lr",
                                                    "--no-query-key-layer-scaling",
                                                    "--use-cpu-initialization",
                                                    "--empty-unused-memory-level",
-                                                   "--tp-comm-overlap",
                                                    "--manual-gc",
                                                    "--bf16-param-gather",
                                                    "--rampup-batch-size",
@@ -890,6 +890,9 @@ class MegatronReader {
     }
     if (flag("--sequence-parallel"))
       set("parallelism.sequence_parallel", true, "--sequence-parallel");
+    if (flag("--tp-comm-overlap")) {
+      set("parallelism.tp_comm_overlap", true, "--tp-comm-overlap");
+    }
     if (flag("--no-overlap-p2p-communication")) {
       set("parallelism.pipeline_batched_p2p", true, "--no-overlap-p2p-communication");
     }

@@ -211,10 +211,12 @@ PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_p
       LayerSetting sliced = setting;
       sliced.seq_len = setting.seq_len / slices;
       sliced.context_len = slice * sliced.seq_len;
-      spec.stages.push_back(
-          sub_batches > 1 ? plan_transformer_stage_sub_pipelined(e.model, sliced, part, parts,
-                                                                 begin, end, r, sub_batches)
-                          : plan_transformer_stage(e.model, sliced, part, parts, begin, end, r));
+      StagePlan plan = sub_batches > 1
+                           ? plan_transformer_stage_sub_pipelined(e.model, sliced, part, parts,
+                                                                  begin, end, r, sub_batches)
+                           : plan_transformer_stage(e.model, sliced, part, parts, begin, end, r);
+      if (e.parallelism.tp_comm_overlap) plan = tp_comm_overlap(plan, setting.tp);
+      spec.stages.push_back(std::move(plan));
     }
     begin = end;
   }

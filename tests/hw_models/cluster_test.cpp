@@ -149,6 +149,27 @@ TEST_CASE("interference: defaults, the figures read, bad values named by their p
   CHECK(error_path(j) == "interference");
 }
 
+TEST_CASE("channel limits and flow transfers: read, defaults, bad values by their path") {
+  const auto plain = read(base_cluster());
+  CHECK(plain.collectives.max_channels == 0);
+  CHECK_FALSE(plain.interference.flow_transfers);
+  CHECK(hw::communication_units(plain) == 16);
+  auto j = base_cluster();
+  j["collectives"] = {{"max_channels", 4}};
+  j["interference"] = {{"flow_transfers", true}, {"communication_units", 24}};
+  const auto c = read(j);
+  CHECK(c.collectives.max_channels == 4);
+  CHECK(c.interference.flow_transfers);
+  CHECK(hw::communication_units(c) == 4);  // min(24, 4)
+  j["collectives"] = {{"max_channels", -1}};
+  CHECK(error_path(j) == "collectives.max_channels");
+  j["collectives"] = {{"max_channel", 4}};  // a typo: unknown key
+  CHECK(error_path(j) == "collectives.max_channel");
+  j["collectives"] = nlohmann::json::object();
+  j["interference"] = {{"flow_transfers", "yes"}};
+  CHECK(error_path(j) == "interference.flow_transfers");
+}
+
 namespace {
 
 nlohmann::json nvlink_fabric() {

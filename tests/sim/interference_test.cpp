@@ -191,3 +191,55 @@ TEST_CASE("interference: compute that starts after the transfer ended is not slo
   CHECK(t.spans[1].end == Time::us(1102));
   CHECK(t.interference.empty());
 }
+
+TEST_CASE("interference on the flow network: a lone transfer slows as on the analytical one") {
+  // No link latency, so that the transfer is all bandwidth time: the two-member all-reduce
+  // takes 2(n-1)/n S / B = 1e8 / 1e11 s = 1000 us alone on either network. Beside the 200 us
+  // memory-bound op it runs at f_hbm = 500 / (500 + 3 x 100) = 0.625 (interference.hpp:
+  // transfer_rate(1, f_hbm)), the op too: the op ends at 320 us, the all-reduce has done
+  // 0.625 x 320 = 200 us of its work by then and ends 800 us later, at 1120 us.
+  hw::ClusterSpec analytical = interfering(16, 3.0);
+  analytical.intra_node.latency = Time::zero();
+  hw::ClusterSpec flow = analytical;
+  flow.network_model = hw::NetworkModel::flow;
+  flow.interference.flow_transfers = true;
+  const Program p = overlap(kStream200us);
+  const auto a = sim::simulate(p, analytical);
+  const auto f = sim::simulate(p, flow);
+  REQUIRE(a.completed);
+  REQUIRE(f.completed);
+  // The flows' completions round up to the picosecond: equal within a few.
+  for (const auto* t : {&a, &f}) {
+    CHECK(t->spans[0].end == Time::us(320));
+    CHECK(std::abs((t->spans[1].end - Time::us(1120)).picoseconds()) <= 2);
+    CHECK(std::abs((t->spans[2].end - Time::us(1120)).picoseconds()) <= 2);
+  }
+  // Deterministic: the same inputs, the same picoseconds.
+  const auto again = sim::simulate(p, flow);
+  for (std::size_t i = 0; i < f.spans.size(); ++i) CHECK(again.spans[i].end == f.spans[i].end);
+
+  // Without flow_transfers (the default) the flow network slows only the compute: the
+  // all-reduce ends at 1000 us.
+  flow.interference.flow_transfers = false;
+  const auto unslowed = sim::simulate(p, flow);
+  CHECK(unslowed.spans[0].end == Time::us(320));
+  CHECK(std::abs((unslowed.spans[1].end - Time::us(1000)).picoseconds()) <= 2);
+  // ... and reports no loss for the all-reduce, which did not slow: only the op's 120 us.
+  REQUIRE(unslowed.interference.size() == 1);
+  CHECK(unslowed.interference[0].op == 0);
+  CHECK(unslowed.interference[0].lost == Time::us(120));
+}
+
+TEST_CASE("interference: collectives.max_channels caps the SMs communication holds") {
+  // communication_units 16, NCCL_MAX_NCHANNELS 4: the collective holds 4 of 108 SMs, so the
+  // 100 us compute-bound op takes 100 x 108 / 104 us beside it (16 SMs: 100 x 108 / 92 us).
+  hw::ClusterSpec c = interfering(16);
+  c.collectives.max_channels = 4;
+  CHECK(hw::communication_units(c) == 4);
+  const auto t = sim::simulate(overlap(kCompute100us), c);
+  CHECK(t.spans[0].end == ps_of(100.0 * 108.0 / 104.0));
+  // A limit above communication_units changes nothing.
+  c.collectives.max_channels = 32;
+  CHECK(hw::communication_units(c) == 16);
+  CHECK(sim::simulate(overlap(kCompute100us), c).spans[0].end == ps_of(100.0 * 108.0 / 92.0));
+}

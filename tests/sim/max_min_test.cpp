@@ -212,3 +212,39 @@ TEST_CASE("max-min: deterministic") {
   CHECK(a.size() == 40);
   CHECK(a == once());
 }
+
+TEST_CASE("max-min: a capped flow leaves the rest of its link to the others") {
+  sim::MaxMinSolver s;
+  const int link = s.add_link(1 * kGB);
+  const int narrow = s.add_link(0.5 * kGB);
+  const std::vector<int> wide_route{link};
+  const std::vector<int> both{link, narrow};
+  const int a = s.start_flow(wide_route, 1e9, Time::zero(), 1);
+  const int b = s.start_flow(both, 1e9, Time::zero(), 2);
+  // b alone would get its bottleneck, 0.5 GB/s; capped at 0.25 of it: 0.125 GB/s. a takes the
+  // rest of the 1 GB/s link: 0.875 GB/s (uncapped, the two would share it 0.5 / 0.5).
+  s.set_rate_factor(b, 0.25);
+  s.settle(Time::zero());
+  CHECK(s.rate(b) == doctest::Approx(0.125e9));
+  CHECK(s.rate(a) == doctest::Approx(0.875e9));
+  // Factor 0.9: a cap of 0.45 GB/s, under b's fair share of 0.5 GB/s (a and b split the 1 GB/s
+  // link): b is held at 0.45 and a gets 0.55. At 1 s, a has carried 0.875e9 B, b 0.125e9 B.
+  s.set_rate_factor(b, 0.9);
+  s.settle(Time::ms(1000));
+  CHECK(s.rate(b) == doctest::Approx(0.45e9));
+  CHECK(s.rate(a) == doctest::Approx(0.55e9));
+  CHECK(s.remaining(a, Time::ms(1000)) == doctest::Approx(0.125e9));
+  // Removing the cap (factor 1) gives back the fair shares exactly.
+  s.set_rate_factor(b, 1.0);
+  s.settle(Time::ms(1000));
+  CHECK(s.rate(a) == 0.5e9);
+  CHECK(s.rate(b) == 0.5e9);
+  // a: 0.125e9 B at 0.5 GB/s = 0.25 s more; b then alone on its 0.5 GB/s bottleneck: at 1.25 s
+  // it has 0.875e9 - 0.125e9 = 0.75e9 B left, 1.5 s more: 2.75 s.
+  const auto done = run(s, Time::ms(1000));
+  REQUIRE(done.size() == 2);
+  CHECK(done[0].tag == 1);
+  CHECK(done[0].at == Time::ms(1250));
+  CHECK(done[1].tag == 2);
+  CHECK(done[1].at == Time::ms(2750));
+}

@@ -230,3 +230,31 @@ TEST_CASE("nccl model: both network models take its time for a collective alone"
   CHECK(network.p2p_time(0, 1, Bytes(1 << 30)).seconds() ==
         doctest::Approx(1e-6 + 1073741824 / 70e9));
 }
+
+TEST_CASE("nccl model: collectives.max_channels (NCCL_MAX_NCHANNELS) trades bandwidth for SMs") {
+  const auto s = settings(false);
+  const auto g = one_node(8);
+  const Bytes gib(1 << 30);
+  // Unlimited: 32 channels x 40 GB/s > busbw 360 GB/s: 56 us + 2^30 / 205.714 GB/s.
+  const auto all = sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::ring,
+                                       NcclProtocol::simple, g, gib, s);
+  CHECK(all->channels == 32);
+  // 4 channels: the channels' ceiling 4 x 40 = 160 GB/s of busbw under 360: algbw
+  // 205.714 x 160 / 360 = 91.4286 GB/s, 56 us + 2^30 / 91.4286e9 s = 56 + 11743.99 us.
+  const auto four = sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::ring,
+                                        NcclProtocol::simple, g, gib, s, 4);
+  CHECK(four->channels == 4);
+  CHECK(seconds_of(four) == doctest::Approx(56e-6 + 1073741824 / 91.4286e9).epsilon(1e-5));
+  CHECK(four->time > all->time);
+  // 9 channels: 360 GB/s, no longer under busbw: the unlimited time. A limit above the
+  // fabric's 32 channels changes nothing.
+  CHECK(sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::ring,
+                            NcclProtocol::simple, g, gib, s, 9)
+            ->time == all->time);
+  CHECK(sim::nccl_choose(CollectiveKind::all_reduce, g, gib, s, CollectiveAlgorithm::automatic, 64)
+            .time == sim::nccl_choose(CollectiveKind::all_reduce, g, gib, s).time);
+  // The one rule the SM side shares.
+  CHECK(hw::channel_limit(32, 4) == 4);
+  CHECK(hw::channel_limit(32, 0) == 32);
+  CHECK(hw::channel_limit(16, 32) == 16);
+}

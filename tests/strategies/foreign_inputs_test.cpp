@@ -423,6 +423,22 @@ TEST_CASE("Megatron's --overlap-param-gather sets parallelism.overlap_param_gath
   CHECK_FALSE(plain.parallelism.overlap_param_gather);
 }
 
+TEST_CASE("Megatron's --tp-comm-overlap sets parallelism.tp_comm_overlap") {
+  // Megatron-LM asserts --sequence-parallel with --tp-comm-overlap (arguments.py); mapped, not
+  // ignored: no note.
+  const auto mg = megatron_from_args(
+      "--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap "
+      "--global-batch-size 32");
+  CHECK(mg.notes.empty());
+  const auto e = load("gpt3-1.7b-a100-8", mg.overrides);
+  CHECK(e.parallelism.tp_comm_overlap);
+  CHECK(e.parallelism.sequence_parallel);
+  const auto plain =
+      load("gpt3-1.7b-a100-8",
+           megatron_from_args("--tensor-model-parallel-size 2 --global-batch-size 32").overrides);
+  CHECK_FALSE(plain.parallelism.tp_comm_overlap);
+}
+
 TEST_CASE("Megatron pipeline communication flags") {
   // Megatron-LM scatters pipeline sends over the tp group and overlaps the interleaved
   // schedule's p2p by default; its --no-... flags turn each off.

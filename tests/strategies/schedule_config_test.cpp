@@ -78,6 +78,31 @@ TEST_CASE("schedule options and constraints are errors at the key to change") {
   // tp_overlap splits the micro batch.
   check_error(pipeline({cli("parallelism.tp_overlap", 2)}), "parallelism.tp_overlap",
               "must divide parallelism.micro_batch (1)");
+  // tp_comm_overlap (Megatron's --tp-comm-overlap) needs sequence parallelism, as Megatron does.
+  check_error(pipeline({cli("parallelism.tp_comm_overlap", true)}), "parallelism.tp_comm_overlap",
+              "set parallelism.sequence_parallel");
+  check_error(
+      pipeline({cli("parallelism.tp_comm_overlap", true),
+                cli("parallelism.sequence_parallel", true), cli("parallelism.schedule", "zb-h1")}),
+      "parallelism.tp_comm_overlap", "zb-*");
+  check_error(pipeline({cli("parallelism.tp_comm_overlap", "on")}), "parallelism.tp_comm_overlap",
+              "");
+  // With it, the stages' plans carry the chunks: tp 2, so each forward reduce-scatter becomes
+  // two of half its bytes.
+  const auto with = pipeline_spec(
+      load_experiment(kSmall, pipeline({cli("parallelism.tp_comm_overlap", true),
+                                        cli("parallelism.sequence_parallel", true)})));
+  const auto without = pipeline_spec(
+      load_experiment(kSmall, pipeline({cli("parallelism.sequence_parallel", true)})));
+  auto reductions = [](const PipelineSpec& spec) {
+    std::size_t n = 0;
+    for (const auto& s : spec.stages[1].forward) {
+      n += !s.compute && s.collective == CollectiveKind::reduce_scatter ? 1 : 0;
+    }
+    return n;
+  };
+  CHECK(reductions(without) > 0);
+  CHECK(reductions(with) == 2 * reductions(without));
 }
 
 TEST_CASE("partition: even, balanced or an explicit list with one entry per part") {

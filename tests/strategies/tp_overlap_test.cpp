@@ -411,3 +411,125 @@ TEST_CASE("sub-pipelining rejects a split that does not divide the microbatch") 
   CHECK_THROWS_WITH_AS(sub_pipeline(chained, 2), doctest::Contains("already on chain 1"),
                        std::invalid_argument);
 }
+
+// ---- Transformer Engine's userbuffers overlap (Megatron --tp-comm-overlap): tp_comm_overlap().
+
+namespace {
+
+// A middle stage of one layer of a GPT with h = 1024, 16 heads, tp 8 with sequence parallelism
+// (no embedding or head: only the layer's collectives).
+StagePlan sp_layer(bool recompute_full = false) {
+  StageRecompute r;
+  if (recompute_full) r = {false, 1, 1};
+  return plan_transformer_stage(gpt(16, 1024, 3), setting(8, true), 1, 3, 1, 2, r);
+}
+
+std::string base_name(const std::string& name) {
+  return name.substr(0, name.find(" ["));
+}
+
+}  // namespace
+
+TEST_CASE("tp comm overlap: every sp gather and reduce-scatter in tp chunks beside its GEMM") {
+  for (bool recompute : {false, true}) {
+    CAPTURE(recompute);
+    const StagePlan plain = sp_layer(recompute);
+    const StagePlan plan = tp_comm_overlap(plain, 8);
+    for (std::size_t p = 0; p < 3; ++p) {
+      CAPTURE(std::string(passes(plan)[p].first));
+      const auto& before = *passes(plain)[p].second;
+      const auto& after = *passes(plan)[p].second;
+      // The same work: FLOPs per kernel, collective bytes per kind, activations, gradients.
+      std::map<std::string, double> flops_before, flops_after;
+      for (const auto& s : before) {
+        for (const auto& k : s.kernels) flops_before[k.name] += matmul_flops(k).count();
+      }
+      for (const auto& s : after) {
+        for (const auto& k : s.kernels) flops_after[base_name(k.name)] += matmul_flops(k).count();
+      }
+      CHECK(flops_after.size() == flops_before.size());
+      for (const auto& [name, f] : flops_before) {
+        CAPTURE(name);
+        CHECK(flops_after[name] == doctest::Approx(f));
+      }
+      std::map<int, std::int64_t> bytes_before, bytes_after;
+      std::vector<int> grads_before, grads_after;
+      for (const auto& s : before) {
+        if (!s.compute) bytes_before[static_cast<int>(s.collective)] += s.bytes.count();
+        grads_before.insert(grads_before.end(), s.grads_done.begin(), s.grads_done.end());
+      }
+      for (const auto& s : after) {
+        if (!s.compute) bytes_after[static_cast<int>(s.collective)] += s.bytes.count();
+        grads_after.insert(grads_after.end(), s.grads_done.begin(), s.grads_done.end());
+      }
+      CHECK(bytes_after == bytes_before);
+      CHECK(grads_after == grads_before);
+      CHECK(activations(after) == activations(before));
+      // Every sp all-gather becomes tp - 1 = 7 ring steps of 1/7 of its bytes, every
+      // reduce-scatter 8 chunks of 1/8, except the backward's bulk-overlapped reduce-scatters,
+      // which stay whole (one per weight-gradient GEMM after a regather). The layer's sp
+      // collectives are all of s b h x 2 = 1024 x 4 x 1024 x 2 = 8 MiB.
+      const std::int64_t S = 1024 * 4 * 1024 * 2;
+      std::size_t gathers_before = 0, reductions_before = 0;
+      for (const auto& s : before) {
+        if (s.compute) continue;
+        (s.collective == CollectiveKind::all_gather ? gathers_before : reductions_before) += 1;
+      }
+      std::size_t steps = 0, chunks = 0, whole = 0;
+      for (const auto& s : after) {
+        if (s.compute) continue;
+        if (s.collective == CollectiveKind::all_gather) {
+          ++steps;
+          CHECK((s.bytes == Bytes(S / 7) || s.bytes == Bytes(S / 7 + 1)));
+        } else if (s.label.find("[chunk") == std::string::npos) {
+          ++whole;
+          CHECK(s.bytes == Bytes(S));
+        } else {
+          ++chunks;
+          CHECK(s.bytes == Bytes(S / 8));
+        }
+      }
+      CHECK(steps == 7 * gathers_before);
+      CHECK(whole == (p == 1 ? 2u : 0u));
+      CHECK(chunks + whole * 8 == 8 * reductions_before);
+      // What follows the last chunk (on chain 0) is the rest of the pass, on chain 0.
+      if (!after.empty()) CHECK(after.back().chain == 0);
+    }
+  }
+}
+
+TEST_CASE("tp comm overlap: the forward of an sp layer, piece by piece") {
+  const StagePlan plan = tp_comm_overlap(sp_layer(), 8);
+  const auto& f = plan.forward;
+  // ln1 | 7 ring steps | qkv x8 | core | proj, reduce-scatter x8 | residual + ln2 | 7 steps |
+  // fc1 x8 | gelu | fc2, reduce-scatter x8 | residual.
+  REQUIRE(f.size() == 1 + 7 + 8 + 1 + 16 + 1 + 7 + 8 + 1 + 16 + 1);
+  CHECK(f[0].label == "L1 ln1");
+  // Step j brings shard j for GEMM chunk j, on the same chain: step 1 and chunk 1 on chain 0
+  // (after ln1), step and chunk j >= 2 on chain j; chunk 0, the rank's own shard, on chain 8.
+  for (int j = 1; j < 8; ++j) {
+    const Segment& step = f[static_cast<std::size_t>(j)];
+    CHECK(step.collective == CollectiveKind::all_gather);
+    CHECK(step.chain == (j == 1 ? 0 : j));
+  }
+  for (int j = 0; j < 8; ++j) {
+    const Segment& qkv = f[static_cast<std::size_t>(8 + j)];
+    CHECK(qkv.chain == (j == 0 ? 8 : j == 1 ? 0 : j));
+    REQUIRE(qkv.kernels.size() == 1);
+    // m: the b s = 4096 tokens of the microbatch, 512 per chunk.
+    CHECK(std::get<Gemm>(qkv.kernels[0].work).m == 512);
+    const Segment& proj = f[static_cast<std::size_t>(17 + 2 * j)];
+    const Segment& rs = f[static_cast<std::size_t>(18 + 2 * j)];
+    CHECK(proj.kernels.at(0).name == "proj [chunk " + std::to_string(j) + "]");
+    CHECK(proj.chain == 7 - j);
+    CHECK(rs.collective == CollectiveKind::reduce_scatter);
+    CHECK(rs.chain == 7 - j);
+  }
+  CHECK(f[16].chain == 0);  // the attention core between the chunks
+  CHECK(f[16].kernels.front().name == "attention.qk");
+  // The attention block's activations are stored when its last GEMM chunk ends.
+  CHECK(f[31].activation_delta == sp_layer().forward[2].activation_delta);
+  CHECK(tp_comm_overlap(sp_layer(), 1).forward.size() == sp_layer().forward.size());
+  CHECK_THROWS_AS(tp_comm_overlap(sp_layer(), 0), std::invalid_argument);
+  CHECK_THROWS_AS(tp_comm_overlap(sub_pipeline(sp_layer(), 2), 8), std::invalid_argument);
+}
