@@ -243,8 +243,9 @@ void FlowNetwork::on_timer(int slot, std::vector<TransferId>& finished) {
     if (t.phase == 0) {
       t.phase = 1;
       if (t.bytes.count() > 0 && !t.route.empty()) {
-        const double scale =
-            cluster_.collectives.nccl ? 1.0 / nccl_p2p_efficiency(t.src, t.dst, cluster_) : 1.0;
+        const double scale = cluster_.collectives.nccl
+                                 ? 1.0 / nccl_p2p_efficiency(t.src, t.dst, t.bytes, cluster_)
+                                 : 1.0;
         solver_.start_flow(t.route, static_cast<double>(t.bytes.count()) * scale, now_,
                            static_cast<std::uint64_t>(slot));
         ++flows_started_;

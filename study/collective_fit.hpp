@@ -19,7 +19,8 @@
 // Fit: which parameter is a property of what (never of a case or a point):
 // - intra-node fabric (hw::NcclFabric, a device generation's NVLink and switch): efficiency
 //   and one scale of its three step latencies (their proportions stay NCCL's) where it has
-//   collective points; nvls.efficiency and nvls.latency where it has NVLS; p2p_efficiency where
+//   collective points; nvls.efficiency and nvls.latency where it has NVLS; p2p_efficiency (and
+//   p2p_channel_bandwidth where the fabric gives one, the per-channel p2p limit) where
 //   it has send/recv points;
 // - network fabric: efficiency, its hop latency for LL and LL128, and its hop latency for
 //   Simple (NCCL's NET hwLat differs by protocol; Simple pays its hop twice, for the flush),
