@@ -344,7 +344,7 @@ int collective_command(const CollectiveArgs& args) {
     if (!algorithm) {
       throw BadInput(
           "--algorithm: expected auto, ring, tree, halving_doubling, direct, "
-          "hierarchical or nvls, got \"" +
+          "hierarchical, nvls, collnet_direct, collnet_chain or pat, got \"" +
           args.algorithm + "\"");
     }
   }
@@ -529,8 +529,8 @@ void add_collective_command(CLI::App& app, Commands& c) {
   c.collective->add_option("--sizes", c.coll_args.sizes, "Sizes, e.g. 1M,64M,1G (default 1M to 4G)")
       ->delimiter(',');
   c.collective->add_option("--algorithm", c.coll_args.algorithm,
-                           "ring, tree, halving_doubling, direct, hierarchical or nvls (default: "
-                           "the cluster's rule)");
+                           "ring, tree, halving_doubling, direct, hierarchical, nvls, "
+                           "collnet_direct, collnet_chain or pat (default: the cluster's rule)");
   c.collective->add_option("--network", c.coll_args.network,
                            "analytical or flow (default: the cluster's)");
   c.collective->add_option("--out", c.coll_args.out, "Write collective.csv here");

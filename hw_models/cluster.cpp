@@ -41,6 +41,9 @@ NcclFabric read_fabric(config::Document& doc, const std::string& path, bool intr
     f.ll_max_busbw = r.bandwidth("ll_max_busbw");
     f.ll128_channel_busbw = r.bandwidth("ll128_channel_busbw");
     f.channel_busbw = r.bandwidth("channel_busbw");
+    if (r.has("p2p_channel_bandwidth")) {
+      f.p2p_channel_bandwidth = r.bandwidth("p2p_channel_bandwidth");
+    }
     if (r.has("nvls")) {
       auto n = r.object("nvls", "NVLink SHARP figures");
       f.nvls_efficiency = n.number("efficiency");
@@ -49,7 +52,15 @@ NcclFabric read_fabric(config::Document& doc, const std::string& path, bool intr
     }
   } else {
     if (r.has("ll_max_busbw")) f.ll_max_busbw = r.bandwidth("ll_max_busbw");
+    f.ll = r.boolean_or("ll", true);
     f.ll128 = r.boolean_or("ll128", true);
+    f.pat = r.boolean_or("pat", true);
+    if (r.has("collnet")) {
+      auto n = r.object("collnet", "CollNet (SHARP in-network reduction) figures");
+      f.collnet_efficiency = n.number("efficiency");
+      f.collnet_latency = n.time("latency");
+      n.finish();
+    }
   }
   r.finish();
   return f;
@@ -57,7 +68,8 @@ NcclFabric read_fabric(config::Document& doc, const std::string& path, bool intr
 
 constexpr std::string_view kNetworkModelNames[] = {"analytical", "flow"};
 constexpr std::string_view kAlgorithmNames[] = {
-    "auto", "ring", "tree", "halving_doubling", "direct", "hierarchical", "nvls"};
+    "auto",         "ring", "tree",           "halving_doubling", "direct",
+    "hierarchical", "nvls", "collnet_direct", "collnet_chain",    "pat"};
 
 /// The override that applies to `rank` last, or nullptr.
 template <class Field>
@@ -248,6 +260,19 @@ void ClusterSpec::validate() const {
           "collectives.intra_fabric.nvls.efficiency",
           "expected a fraction in [0, 1] (0: the switch does not reduce)");
     }
+    if (!(in.p2p_channel_bandwidth.bytes_per_second() >= 0)) {
+      throw config::ValidationError("collectives.intra_fabric.p2p_channel_bandwidth",
+                                    "expected a bandwidth >= 0 (0: no limit)");
+    }
+    const NcclFabric& net = collectives.nccl->network;
+    if (!(net.collnet_efficiency >= 0 && net.collnet_efficiency <= 1)) {
+      throw config::ValidationError("collectives.network_fabric.collnet.efficiency",
+                                    "expected a fraction in [0, 1] (0: no CollNet)");
+    }
+    if (!(net.collnet_latency.seconds() >= 0)) {
+      throw config::ValidationError("collectives.network_fabric.collnet.latency",
+                                    "expected a latency >= 0");
+    }
     if (!(in.nvls_latency.seconds() >= 0)) {
       throw config::ValidationError("collectives.intra_fabric.nvls.latency",
                                     "expected a latency >= 0");
@@ -329,8 +354,9 @@ ClusterSpec read_cluster(config::Document& doc, const std::string& path) {
       for (std::size_t k = 0; k < std::size(kCollectiveKindNames); ++k) {
         const std::string key(kCollectiveKindNames[k]);
         if (!alg.has(key)) continue;
-        const std::string name = alg.choice(
-            key, {"auto", "ring", "tree", "halving_doubling", "direct", "hierarchical", "nvls"});
+        const std::string name =
+            alg.choice(key, {"auto", "ring", "tree", "halving_doubling", "direct", "hierarchical",
+                             "nvls", "collnet_direct", "collnet_chain", "pat"});
         c.collectives.algorithm[k] = *collective_algorithm_from_name(name);
       }
       alg.finish();

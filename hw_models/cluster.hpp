@@ -56,6 +56,11 @@ enum class CollectiveAlgorithm : std::uint8_t {
   direct,            // every rank to every rank at once (all-to-all's natural form)
   hierarchical,      // intra-node reduce-scatter, inter-node all-reduce, intra-node all-gather
   nvls,              // NVLink SHARP: the NVSwitch reduces
+  // NCCL-model only (sim/nccl_model.hpp); the alpha-beta schedules run them as their nearest
+  // schedule (collnet: hierarchical, pat: ring):
+  collnet_direct,  // CollNet (SHARP in-network reduction), every GPU to its node's NICs
+  collnet_chain,   // CollNet through a chain inside each node
+  pat,             // PAT (NCCL 2.23+ Parallel Aggregated Trees), one GPU per node
 };
 std::string_view name_of(CollectiveAlgorithm a);
 std::optional<CollectiveAlgorithm> collective_algorithm_from_name(std::string_view name);
@@ -98,12 +103,28 @@ struct NcclFabric {
   /// Network fabrics: whether NCCL runs LL128 across this network (it enables LL128 only over
   /// paths it trusts to keep 128-byte stores in order).
   bool ll128 = true;
+  /// Network fabrics: whether NCCL runs LL across this network (aws-ofi-nccl sets
+  /// NCCL_PROTO=simple where EFA cannot deliver 128-byte writes in order: then neither runs).
+  bool ll = true;
+  /// Network fabrics: whether NCCL may run PAT (NCCL_PAT_ENABLE; off where the network offloads
+  /// to the device). PAT applies only to groups of one GPU per node.
+  bool pat = true;
+  /// Network fabrics: CollNet (SHARP: the switches reduce; NCCL_COLLNET_ENABLE=1 with the SHARP
+  /// plugin). collnet_efficiency: the reduction's rate over the NICs' line rate; 0: no CollNet.
+  /// collnet_latency: the network part of one CollNet all-reduce (NCCL's NET hwLat for CollNet,
+  /// 30-31 us, plus the fabric's hop, twice for Simple's flush).
+  double collnet_efficiency = 0;
+  Time collnet_latency;
   // Intra-node fabrics only (a network fabric leaves them unset):
   int channels = 0;               // NCCL channels (rings) a collective spreads over, >= 1
   Bandwidth ll128_channel_busbw;  // LL128's ceiling per channel (NCCL perChMaxRingLL128Bws)
   /// One channel's Simple bus bandwidth (one SM's copy rate; LL128 0.92, LL 1/2 of it): what
   /// limits a message too small to use every channel. Zero: no limit.
   Bandwidth channel_busbw;
+  /// One point-to-point channel's rate per direction (a channel's warps split between the send
+  /// and the receive it carries): what limits a send/recv that NCCL spreads over few channels
+  /// (sim/nccl_model.hpp, nccl_p2p_channels). Zero: no limit.
+  Bandwidth p2p_channel_bandwidth;
   /// NVLink SHARP: the switch's reduction rate over the link's line rate; 0: it does not reduce.
   double nvls_efficiency = 0;
   Time nvls_latency;  // NVLS's whole latency (NCCL counts no steps for it)

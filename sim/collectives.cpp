@@ -357,6 +357,12 @@ CollectiveAlgorithm resolve_algorithm(CollectiveKind kind, CollectiveAlgorithm r
                                   kind == CollectiveKind::reduce_scatter ||
                                   kind == CollectiveKind::all_gather;
   switch (requested) {
+    case CollectiveAlgorithm::collnet_direct:
+    case CollectiveAlgorithm::collnet_chain:
+      // No schedule of its own: the switches' reduction is the NCCL model's (nccl_model.hpp).
+      return resolve_algorithm(kind, CollectiveAlgorithm::hierarchical, shape);
+    case CollectiveAlgorithm::pat:
+      return CollectiveAlgorithm::ring;
     case CollectiveAlgorithm::tree:
       return kind == CollectiveKind::all_reduce ? requested : CollectiveAlgorithm::ring;
     case CollectiveAlgorithm::halving_doubling:
@@ -416,6 +422,7 @@ Schedule build_schedule(CollectiveKind kind, CollectiveAlgorithm algorithm,
   switch (out.algorithm) {
     case CollectiveAlgorithm::automatic:
     case CollectiveAlgorithm::ring:
+    case CollectiveAlgorithm::pat:  // resolved to ring above
       ring_schedule(kind, n, out);
       break;
     case CollectiveAlgorithm::tree:
@@ -428,6 +435,8 @@ Schedule build_schedule(CollectiveKind kind, CollectiveAlgorithm algorithm,
       direct_schedule(kind, n, out);
       break;
     case CollectiveAlgorithm::hierarchical:
+    case CollectiveAlgorithm::collnet_direct:  // resolved to hierarchical above
+    case CollectiveAlgorithm::collnet_chain:
       hierarchical_schedule(kind, member_nodes, out);
       break;
     case CollectiveAlgorithm::nvls:

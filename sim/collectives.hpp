@@ -74,6 +74,10 @@
 //   or multicast: std::invalid_argument. Needs a reducing switch (cluster topology `nvswitch`
 //   with `sharp`, or an explicit graph vertex with `reduces`): plan_collective and the
 //   analytical network throw std::invalid_argument without one.
+// - collnet_direct, collnet_chain (SHARP: the network's switches reduce) and pat (NCCL's
+//   Parallel Aggregated Trees) are the NCCL model's (sim/nccl_model.hpp); these schedules run
+//   them as hierarchical and ring (the traffic inside a node is the same; what the switches
+//   save is the NCCL model's to cost).
 // A group of one member moves nothing: no phases, zero time.
 //
 // The rule that chooses (choose_algorithm with the cluster's choice `automatic`), like NCCL's

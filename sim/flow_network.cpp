@@ -251,8 +251,9 @@ void FlowNetwork::on_timer(int slot, std::vector<TransferId>& finished) {
     if (t.phase == 0) {
       t.phase = 1;
       if (t.bytes.count() > 0 && !t.route.empty()) {
-        const double scale =
-            cluster_.collectives.nccl ? 1.0 / nccl_p2p_efficiency(t.src, t.dst, cluster_) : 1.0;
+        const double scale = cluster_.collectives.nccl
+                                 ? 1.0 / nccl_p2p_efficiency(t.src, t.dst, t.bytes, cluster_)
+                                 : 1.0;
         start_flow(slot, t.route, static_cast<double>(t.bytes.count()) * scale);
         t.outstanding = 1;
         return;

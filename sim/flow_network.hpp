@@ -88,7 +88,7 @@ class FlowNetwork final : public Network {
 
  private:
   static constexpr std::size_t kKinds = 6;
-  static constexpr std::size_t kAlgorithms = 7;
+  static constexpr std::size_t kAlgorithms = 10;
   /// A plan and, per flow (phase by phase), its fixed route (fixed_route's id) or -1 where
   /// ECMP has a choice and each transfer routes the flow by its own key.
   struct Plan {

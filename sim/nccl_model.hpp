@@ -20,11 +20,21 @@
 // - nvls (all-reduce, reduce-scatter, all-gather within one node whose switch reduces:
 //   I.nvls_efficiency > 0, at least 2 ranks; Simple only): the switch moves (n+1)/n S through
 //   each member's link for an all-reduce, S for the others, at I.nvls_efficiency B_in.
+// - collnet_direct / collnet_chain (CollNet: the network's switches reduce, SHARP; all-reduce
+//   spanning nodes with E.collnet_efficiency > 0 and k <= 8; Simple only): algbw =
+//   min(E.collnet_efficiency k B_net (each node's NICs send S up, receive the reduced S),
+//   inside), inside = I.eff B_in k / (2(k-1)) for direct (a reduce-scatter to and an all-gather
+//   from the k heads), I.eff B_in for the chain (infinite for k = 1); busbw = algbw 2(n-1)/n.
+//   Latency E.collnet_latency + 2(min(1, k-1) 3.7 + (k-1) 0.4) us (direct) or + 2(k-1) 2.8 us
+//   (chain): NCCL's NVLink CollNet hwLat and arity serialization.
+// - pat (NCCL 2.23+ Parallel Aggregated Trees: reduce-scatter and all-gather with one rank per
+//   node on N >= 2 nodes, where E.pat; Simple only): algbw 0.75 x the Simple ring's busbw
+//   (NCCL's own conversion: none), latency 8 us + 2.8 us n + floor(log2 N) E.tree_step / 3.5.
 // Protocols scale the Simple figure as NCCL's model refinements do: ring LL
 // min(busbw / 2, I.ll_max_busbw), ring LL128 min(0.92 busbw, C I.ll128_channel_busbw), tree LL
 // min(busbw / 3.8, I.ll_max_busbw), tree LL128 min(120/128 busbw, C I.ll128_channel_busbw),
 // C = I.channels. Spanning nodes, LL's ceiling is the smaller of I's and E's (E.ll_max_busbw,
-// NCCL's multi-node llMaxBws), and LL128 runs only where E.ll128.
+// NCCL's multi-node llMaxBws), and LL128 runs only where E.ll128, LL only where E.ll.
 // Algorithm bandwidth (S / time without latency): ring busbw n / nsteps (nsteps: all-reduce
 // 2(n-1), reduce-scatter and all-gather n-1, broadcast and reduce n, all-to-all n-1); tree
 // busbw / 2; nvls all-reduce I.nvls_efficiency B_in n/(n+1), reduce-scatter and all-gather
@@ -36,18 +46,32 @@
 // SM's copy rate), so a small message reaches min(busbw, c x that) (algbw in proportion); NVLS
 // always runs its channels at full rate.
 // Latency: ring base[p] + (nsteps - nInter) I.step[p] + nInter E.step[p], nInter = 0 on one
-// node, else 2(N-1) for all-reduce and N-1 otherwise; tree base[p] + 2((k-1) I.step[p] +
-// floor(log2 N) E.step[p]); nvls I.nvls_latency. base (NCCL's baseLat, us): ring LL 6.6, LL128
-// 14, Simple 8.4; tree 6.8, 14, 8.4. All-to-all (NCCL runs it as point-to-point sends) is costed
-// as a ring of n-1 steps with the Simple protocol at the fabrics' p2p efficiency.
-// Time: latency + S / algbw (the channels' ceiling applied); the chosen (algorithm, protocol) is
-// the least time among the candidates that apply (ties: ring before tree before nvls, Simple before
-// LL128 before LL). A fixed algorithm (the cluster's `collectives.algorithm`, or --algorithm)
-// restricts the candidates to it where it applies (ring, tree, nvls; hierarchical means the tree);
-// elsewhere the choice is free, except that a fixed nvls that cannot run is an error.
+// node, else 2(N-1) for all-reduce and N-1 otherwise, an intra step spanning nodes costing at
+// least NCCL's net overhead, 1 us (3 us for Simple; Intel hosts) (times 1.4 for a Simple all-reduce
+// spanning nodes with S / (C n) >= 64 B: NCCL's ring plateau); tree base[p] + 2((k-1)
+// I.tree_step[p] + floor(log2 N) E.tree_step[p]); nvls I.nvls_latency. The tree's steps are NCCL's
+// tree hwLat (nccl_tree_step_latency): NVLink I.step scaled by tree/ring
+// {0.6, 1.25, 4.0}/{0.6, 1.9, 3.4}, the network E.step plus {5.0, 8.5, 14} - {2.7, 4.0, 14} us;
+// with one rank per node (k = 1) every algorithm's network steps are the tree's (NCCL: ppn = 1
+// exposes the latencies). Tree correction: the tree all-reduce's bandwidth times NCCL's
+// treeCorrectionFactor[p][floor( log2(S / 64))] (0.4 to 1 between 64 B and 256 MiB: trees fall
+// short of their model there). base (NCCL's baseLat, us): ring LL 6.6, LL128 14, Simple 8.4;
+// tree 6.8, 14, 8.4. All-to-all (NCCL runs it as point-to-point sends) is costed as a ring of n-1
+// steps with the Simple protocol at the fabrics' p2p efficiency. Time: latency + S / algbw (the
+// channels' ceiling applied); the chosen (algorithm, protocol) is the least time among the
+// candidates that apply (ties: ring before tree before nvls, Simple before LL128 before LL). A
+// fixed algorithm (the cluster's `collectives.algorithm`, or --algorithm) restricts the candidates
+// to it where it applies (ring, tree, nvls; hierarchical means the tree); elsewhere the choice is
+// free, except that a fixed nvls that cannot run is an error.
 //
 // Point to point: the larger latency of the two ends' links plus S / (p2p_efficiency x the
 // smaller bandwidth), the intra fabric's p2p efficiency within a node, the network's between.
+// Within a node NCCL spreads a send over c channels (src/enqueue.cc addP2pToPlan, nccl-tests'
+// sendrecv: every rank sends S to the next): P = pow2up(C) p2p channels, c starts at P halved
+// until c n <= P and doubles while S / c exceeds 32 NVLink chunks (32 x 512 KiB = 16 MiB), up to
+// P; each channel moves at most I.p2p_channel_bandwidth (its warps split between the send and
+// the receive), so the rate is min(p2p_efficiency B, c I.p2p_channel_bandwidth). E.g. C = 16,
+// n = 8: c = 2 -> 8 for 128 MiB, 16 from 256 MiB.
 #pragma once
 
 #include <cstdint>
@@ -79,6 +103,23 @@ struct NcclEstimate {
   Time time;         // latency + S / algbw, the channels' ceiling applied
 };
 
+/// NCCL's hardware latency per pipeline step (tuning.cc hwLat, us; LL, LL128, Simple): NVLink and
+/// the network (NET), ring and tree. The fabrics' step_latency are the ring's; the tree's follow
+/// (nccl_tree_step_latency).
+inline constexpr double kNcclNvlinkRingStepUs[3] = {0.6, 1.9, 3.4};
+inline constexpr double kNcclNvlinkTreeStepUs[3] = {0.6, 1.25, 4.0};
+inline constexpr double kNcclNetRingStepUs[3] = {2.7, 4.0, 14.0};
+inline constexpr double kNcclNetTreeStepUs[3] = {5.0, 8.5, 14.0};
+/// CollNet runs with at most this many ranks on a node (NCCL_MAX_DIRECT_ARITY + 1).
+inline constexpr int kCollnetMaxLocalRanks = 8;
+
+/// The tree's step latency on `fabric`: NVLink, the ring's scaled by NCCL's tree/ring hwLat; the
+/// network, the ring's plus NCCL's tree-minus-ring NET hwLat (the fabric's hop is the same).
+Time nccl_tree_step_latency(const hw::NcclFabric& fabric, bool network, hw::NcclProtocol protocol);
+
+/// NCCL's tree correction factor for an all-reduce of `bytes` (see above).
+double nccl_tree_correction(hw::NcclProtocol protocol, Bytes bytes);
+
 /// NCCL's base latency of `algorithm` (ring or tree; seconds) and protocol.
 Time nccl_base_latency(hw::CollectiveAlgorithm algorithm, hw::NcclProtocol protocol);
 
@@ -109,7 +150,14 @@ NcclGroup nccl_group(std::span<const std::int32_t> ranks, const hw::ClusterSpec&
 /// Point to point between two ranks (see above); the cluster must have `collectives.nccl`.
 Time nccl_p2p_time(std::int32_t src, std::int32_t dst, Bytes bytes, const hw::ClusterSpec& cluster);
 
-/// The p2p efficiency between two ranks (intra fabric within a node, network across).
-double nccl_p2p_efficiency(std::int32_t src, std::int32_t dst, const hw::ClusterSpec& cluster);
+/// The channels NCCL spreads a send of `bytes` over within a node whose communicator has
+/// `ranks` ranks and `channels` collective channels (see above).
+int nccl_p2p_channels(Bytes bytes, int ranks, int channels);
+
+/// The p2p bandwidth between two ranks over the smaller line rate of their links (see above):
+/// across nodes the network's p2p_efficiency; within a node the intra fabric's, capped by the
+/// channels a transfer of `bytes` uses (communicator: the node's devices).
+double nccl_p2p_efficiency(std::int32_t src, std::int32_t dst, Bytes bytes,
+                           const hw::ClusterSpec& cluster);
 
 }  // namespace stratasim::sim

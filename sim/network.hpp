@@ -140,7 +140,7 @@ class AnalyticalNetwork final : public Network {
     }
   };
   static constexpr std::size_t kKinds = 6;
-  static constexpr std::size_t kAlgorithms = 7;
+  static constexpr std::size_t kAlgorithms = 10;
   struct GroupInfo {
     GroupShape shape;
     NcclGroup nccl;

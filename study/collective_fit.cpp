@@ -44,8 +44,7 @@ std::string lower(std::string s) {
 
 // NCCL's NVLink ring step latencies and NET ring step latencies (us), LL, LL128, Simple
 // (src/graph/tuning.cc hwLat): the proportions the fit keeps.
-constexpr double kNvlinkStep[] = {0.6, 1.9, 3.4};
-constexpr double kNetStep[] = {2.7, 4.0, 14.0};
+constexpr const double (&kNetStep)[3] = sim::kNcclNetRingStepUs;
 
 const json* at(const config::Document& doc, const std::string& path) {
   return doc.find(path);
@@ -271,9 +270,6 @@ struct FitPoint {
   double published_busbw;
 };
 
-void set_nvlink_scale(hw::NcclFabric& f, double scale) {
-  for (std::size_t p = 0; p < 3; ++p) f.step_latency[p] = seconds(kNvlinkStep[p] * 1e-6 * scale);
-}
 void set_hop_latency(hw::NcclFabric& f, double hop) {
   for (std::size_t p = 0; p < 2; ++p) f.step_latency[p] = seconds(kNetStep[p] * 1e-6 + hop);
 }
@@ -351,13 +347,22 @@ std::vector<FabricFit> fit_collectives(const fs::path& calibration, const fs::pa
     if (p.p2p) {
       add(i, "p2p_efficiency", true, in.p2p_efficiency,
           [i](Model& m, double v) { m.fabrics.at(i).p2p_efficiency = v; });
+      if (in.p2p_channel_bandwidth.bytes_per_second() > 0) {
+        add(i, "p2p_channel_bandwidth", false, in.p2p_channel_bandwidth.bytes_per_second() / 1e9,
+            [i](Model& m, double v) {
+              m.fabrics.at(i).p2p_channel_bandwidth = Bandwidth(v * 1e9);
+            });
+      }
     } else {
       add(i, "efficiency", true, in.efficiency,
           [i](Model& m, double v) { m.fabrics.at(i).efficiency = v; });
       add(i, "channel_busbw", false, in.channel_busbw.bytes_per_second() / 1e9,
           [i](Model& m, double v) { m.fabrics.at(i).channel_busbw = Bandwidth(v * 1e9); });
-      add(i, "latency_scale", false, in.step_latency[2].seconds() / (kNvlinkStep[2] * 1e-6),
-          [i](Model& m, double v) { set_nvlink_scale(m.fabrics.at(i), v); });
+      for (std::size_t q = 0; q < 3; ++q) {
+        add(i, "step_latency." + std::string(hw::kNcclProtocolNames[q]), false,
+            in.step_latency[q].seconds() * 1e6,
+            [i, q](Model& m, double v) { m.fabrics.at(i).step_latency[q] = seconds(v * 1e-6); });
+      }
       if (in.nvls_efficiency > 0 && fp.group.nodes == 1) {
         add(i, "nvls.efficiency", true, in.nvls_efficiency,
             [i](Model& m, double v) { m.fabrics.at(i).nvls_efficiency = v; });
@@ -371,8 +376,11 @@ std::vector<FabricFit> fit_collectives(const fs::path& calibration, const fs::pa
       cases_of[n].insert(p.case_id);
       add(n, "efficiency", true, net.efficiency,
           [n](Model& m, double v) { m.fabrics.at(n).efficiency = v; });
-      add(n, "hop_latency", false, std::max(1.0, net.step_latency[0].seconds() * 1e6 - kNetStep[0]),
-          [n](Model& m, double v) { set_hop_latency(m.fabrics.at(n), v * 1e-6); });
+      if (net.ll || net.ll128) {  // else no point pays it
+        add(n, "hop_latency", false,
+            std::max(1.0, net.step_latency[0].seconds() * 1e6 - kNetStep[0]),
+            [n](Model& m, double v) { set_hop_latency(m.fabrics.at(n), v * 1e-6); });
+      }
       add(n, "simple_hop_latency", false,
           std::max(1.0, (net.step_latency[2].seconds() * 1e6 - kNetStep[2]) / 2),
           [n](Model& m, double v) { set_simple_hop_latency(m.fabrics.at(n), v * 1e-6); });
@@ -462,9 +470,15 @@ std::vector<FabricFit> fit_collectives(const fs::path& calibration, const fs::pa
         std::snprintf(buf, sizeof buf, "%.4g GB/s", value);
         j["channel_busbw"] = buf;
       }
+      if (field == "p2p_channel_bandwidth") {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.4g GB/s", value);
+        j["p2p_channel_bandwidth"] = buf;
+      }
       if (field == "nvls.efficiency") j["nvls"]["efficiency"] = round_to(value, 1e-4);
       if (field == "nvls.latency") j["nvls"]["latency"] = us_text(value * 1e-6);
-      if (field == "latency_scale" || field == "hop_latency" || field == "simple_hop_latency") {
+      if (field.starts_with("step_latency.") || field == "hop_latency" ||
+          field == "simple_hop_latency") {
         j["step_latency"] = {{"LL", us_text(v.step_latency[0].seconds())},
                              {"LL128", us_text(v.step_latency[1].seconds())},
                              {"Simple", us_text(v.step_latency[2].seconds())}};

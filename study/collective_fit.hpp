@@ -17,13 +17,14 @@
 // within 25% of both).
 //
 // Fit: which parameter is a property of what (never of a case or a point):
-// - intra-node fabric (hw::NcclFabric, a device generation's NVLink and switch): efficiency
-//   and one scale of its three step latencies (their proportions stay NCCL's) where it has
-//   collective points; nvls.efficiency and nvls.latency where it has NVLS; p2p_efficiency where
-//   it has send/recv points;
-// - network fabric: efficiency, its hop latency for LL and LL128, and its hop latency for
-//   Simple (NCCL's NET hwLat differs by protocol; Simple pays its hop twice, for the flush),
-//   where it has points spanning nodes;
+// - intra-node fabric (hw::NcclFabric, a device generation's NVLink and switch): efficiency,
+//   channel_busbw and its ring step latency of each protocol (LL, LL128, Simple; the tree's
+//   follow by NCCL's tree/ring proportions, sim::nccl_tree_step_latency) where it has
+//   collective points; nvls.efficiency and nvls.latency where it has NVLS; p2p_efficiency (and
+//   p2p_channel_bandwidth where the fabric gives one) where it has send/recv points;
+// - network fabric: efficiency, its hop latency for LL and LL128 (where it runs either), and
+//   its hop latency for Simple (NCCL's NET hwLat differs by protocol; Simple pays its hop
+//   twice, for the flush), where it has points spanning nodes;
 // - measuring tool (tools.json beside the fabrics): the fixed time the tool adds to every call
 //   (all_reduce_bench.py times torch.distributed calls from Python), where a tool other than
 //   nccl-tests has points.

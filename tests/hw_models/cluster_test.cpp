@@ -223,6 +223,39 @@ TEST_CASE("the NCCL model's fabrics are read, and bad ones name their JSON path"
   net["step_latency"].erase("LL128");
   j["collectives"] = {{"intra_fabric", nvlink_fabric()}, {"network_fabric", net}};
   CHECK(error_path(j) == "collectives.network_fabric.step_latency.LL128");
+  // CollNet, PAT, LL and the p2p channel rate: defaults (no CollNet, PAT and LL on, no p2p
+  // channel limit), then read; a CollNet efficiency beyond 1 and a bare latency are named.
+  CHECK(c.collectives.nccl->network.collnet_efficiency == 0);
+  CHECK(c.collectives.nccl->network.pat);
+  CHECK(c.collectives.nccl->network.ll);
+  CHECK(c.collectives.nccl->intra.p2p_channel_bandwidth.bytes_per_second() == 0);
+  net = net_fabric();
+  net["collnet"] = {{"efficiency", 0.9}, {"latency", "35 us"}};
+  net["pat"] = false;
+  net["ll"] = false;
+  auto in = nvlink_fabric();
+  in["p2p_channel_bandwidth"] = "13.9 GB/s";
+  j["collectives"] = {{"intra_fabric", in}, {"network_fabric", net}};
+  const auto with = read(j);
+  CHECK(with.collectives.nccl->network.collnet_efficiency == doctest::Approx(0.9));
+  CHECK(with.collectives.nccl->network.collnet_latency.seconds() == doctest::Approx(35e-6));
+  CHECK_FALSE(with.collectives.nccl->network.pat);
+  CHECK_FALSE(with.collectives.nccl->network.ll);
+  CHECK(with.collectives.nccl->intra.p2p_channel_bandwidth.bytes_per_second() ==
+        doctest::Approx(13.9e9));
+  net["collnet"]["efficiency"] = 1.2;
+  j["collectives"] = {{"intra_fabric", nvlink_fabric()}, {"network_fabric", net}};
+  CHECK(error_path(j) == "collectives.network_fabric.collnet.efficiency");
+  net["collnet"] = {{"efficiency", 0.9}, {"latency", 35}};
+  j["collectives"] = {{"intra_fabric", nvlink_fabric()}, {"network_fabric", net}};
+  CHECK(error_path(j) == "collectives.network_fabric.collnet.latency");
+  // The new algorithms by name.
+  j["collectives"] = {{"intra_fabric", nvlink_fabric()},
+                      {"network_fabric", net_fabric()},
+                      {"algorithm", {{"all_reduce", "collnet_direct"}, {"all_gather", "pat"}}}};
+  const auto fixed = read(j);
+  CHECK(fixed.collectives.algorithm[0] == hw::CollectiveAlgorithm::collnet_direct);
+  CHECK(fixed.collectives.algorithm[2] == hw::CollectiveAlgorithm::pat);
   // The alpha-beta model's protocol efficiency beside the NCCL model's own.
   j["collectives"] = {{"intra_fabric", nvlink_fabric()},
                       {"network_fabric", net_fabric()},

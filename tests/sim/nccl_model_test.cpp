@@ -7,7 +7,9 @@
 #include <numeric>
 #include <vector>
 
+#include "hw_models/topology.hpp"
 #include "sim/collective_bench.hpp"
+#include "sim/flow_network.hpp"
 #include "sim/helpers.hpp"
 #include "sim/nccl_model.hpp"
 #include "sim/network.hpp"
@@ -159,23 +161,39 @@ TEST_CASE("nccl model: tree and ring across two nodes, by hand") {
                          .intra = Bandwidth(450e9),
                          .nic = Bandwidth(50e9)};
   const Bytes gib(1 << 30);
-  // Tree Simple: 2 x 0.92 x min(0.8 x 450, 0.9 x 8 x 50 / 1) = 662.4 GB/s busbw, algbw 331.2;
-  // latency 8.4 + 2 (7 x 3.4 + log2(2) x 14) = 84 us.
+  // Tree Simple: 2 x 0.92 x min(0.8 x 450, 0.9 x 8 x 50 / 1) = 662.4 GB/s busbw, algbw 331.2
+  // (1 GiB: floor(log2(2^30 / 64)) = 24, past the correction table); the tree's steps are NCCL's
+  // tree hwLat, NVLink 3.4 x 4.0 / 3.4 = 4.0 us, NET 14 + (14 - 14) = 14 us: latency
+  // 8.4 + 2 (7 x 4.0 + log2(2) x 14) = 92.4 us.
   const auto tree = sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::tree,
                                         NcclProtocol::simple, g, gib, s);
   REQUIRE(tree);
   CHECK(tree->algbw == doctest::Approx(331.2e9));
-  CHECK(tree->latency.seconds() == doctest::Approx(84e-6));
+  CHECK(tree->latency.seconds() == doctest::Approx(92.4e-6));
   // Ring Simple: busbw min(360, 360) = 360, algbw 360 x 16 / 30 = 192 GB/s; 30 steps, 2 of them
-  // between nodes: 8.4 + 28 x 3.4 + 2 x 14 = 131.6 us.
+  // between nodes, the others max(3.4, 3 x 1 us net overhead) = 3.4 us: 8.4 + 28 x 3.4 + 2 x 14 =
+  // 131.6 us, times the ring plateau 1.4 (1 GiB / (32 channels x 16 ranks) >= 64 B): 184.24 us.
   const auto ring = sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::ring,
                                         NcclProtocol::simple, g, gib, s);
   CHECK(ring->algbw == doctest::Approx(192e9));
-  CHECK(ring->latency.seconds() == doctest::Approx(131.6e-6));
-  // 1 GiB: tree 84 + 3242.0 us < ring 131.6 + 5592.4 us.
+  CHECK(ring->latency.seconds() == doctest::Approx(184.24e-6));
+  // 1 GiB: tree 92.4 + 3242.0 us < ring 184.24 + 5592.4 us.
   const auto chosen = sim::nccl_choose(CollectiveKind::all_reduce, g, gib, s);
   CHECK(chosen.algorithm == CollectiveAlgorithm::tree);
-  CHECK(chosen.time.seconds() == doctest::Approx(84e-6 + 1073741824 / 331.2e9).epsilon(1e-6));
+  CHECK(chosen.time.seconds() == doctest::Approx(92.4e-6 + 1073741824 / 331.2e9).epsilon(1e-6));
+  // Ring LL: 30 steps, the 28 inside the nodes at max(0.6, 1 us net overhead) = 1 us:
+  // 6.6 + 28 x 1 + 2 x 2.7 = 40 us.
+  CHECK(sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::ring, NcclProtocol::ll,
+                            g, gib, s)
+            ->latency.seconds() == doctest::Approx(40e-6));
+  // Tree LL128 at 1 MiB: NCCL's correction 0.6 (LL128, floor(log2(2^20 / 64)) = 14):
+  // min(120/128 x 662.4, 32 x 36.7) x 0.6 = 621 x 0.6 = 372.6 GB/s busbw, algbw 186.3; latency
+  // 14 + 2 (7 x 1.9 x 1.25 / 1.9 + 1 x (4 + 8.5 - 4)) = 14 + 2 (8.75 + 8.5) = 48.5 us.
+  const auto tree128 = sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::tree,
+                                           NcclProtocol::ll128, g, Bytes(1 << 20), s);
+  CHECK(tree128->busbw == doctest::Approx(372.6e9));
+  CHECK(tree128->algbw == doctest::Approx(186.3e9));
+  CHECK(tree128->latency.seconds() == doctest::Approx(48.5e-6));
   // Four nodes: the busiest node's NICs carry 2 S, so min(360, 360 / 2) = 180.
   const sim::NcclGroup four{.ranks = 32,
                             .nodes = 4,
@@ -185,6 +203,16 @@ TEST_CASE("nccl model: tree and ring across two nodes, by hand") {
   CHECK(sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::tree,
                             NcclProtocol::simple, four, gib, s)
             ->algbw == doctest::Approx(0.92 * 180e9));
+  // One rank per node: every step crosses the network at the tree's NET latency (LL: 2.7 + 2.3 =
+  // 5 us): a ring LL all-reduce of 2 ranks on 2 nodes, 2 steps, 6.6 + 2 x 5 = 16.6 us.
+  const sim::NcclGroup pair{.ranks = 2,
+                            .nodes = 2,
+                            .ranks_per_node = 1,
+                            .intra = Bandwidth(450e9),
+                            .nic = Bandwidth(50e9)};
+  CHECK(sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::ring, NcclProtocol::ll,
+                            pair, gib, s)
+            ->latency.seconds() == doctest::Approx(16.6e-6));
   // No tree within one node, nor for an all-gather.
   CHECK_FALSE(sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::tree,
                                   NcclProtocol::simple, one_node(8), gib, s));
@@ -201,6 +229,187 @@ TEST_CASE("nccl model: tree and ring across two nodes, by hand") {
   CHECK(sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::tree, NcclProtocol::ll,
                             g, gib, no_ll128)
             ->busbw == doctest::Approx(39e9));
+  // A network that runs only Simple (ll and ll128 false): no LL candidate spanning nodes, LL
+  // still within one.
+  auto simple_only = no_ll128;
+  simple_only.network.ll = false;
+  CHECK_FALSE(sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::ring,
+                                  NcclProtocol::ll, g, gib, simple_only));
+  CHECK(sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::ring, NcclProtocol::ll,
+                            one_node(8), gib, simple_only));
+}
+
+TEST_CASE("nccl model: NCCL's tree correction factor and tree step latencies") {
+  // treeCorrectionFactor[protocol][floor(log2(S / 64))] for 64 B to 256 MiB, 1 elsewhere.
+  CHECK(sim::nccl_tree_correction(NcclProtocol::ll, Bytes(32)) == 1.0);
+  CHECK(sim::nccl_tree_correction(NcclProtocol::ll, Bytes(64)) == 1.0);           // index 0
+  CHECK(sim::nccl_tree_correction(NcclProtocol::ll, Bytes(1 << 19)) == 0.4);      // index 13
+  CHECK(sim::nccl_tree_correction(NcclProtocol::ll128, Bytes(1 << 20)) == 0.6);   // index 14
+  CHECK(sim::nccl_tree_correction(NcclProtocol::simple, Bytes(1 << 28)) == 0.9);  // index 22
+  CHECK(sim::nccl_tree_correction(NcclProtocol::simple, Bytes(1 << 29)) == 1.0);  // index 23
+  const auto s = settings(false);
+  // NVLink: the ring's step times NCCL's tree/ring hwLat: LL128 1.9 x 1.25 / 1.9 = 1.25 us.
+  CHECK(sim::nccl_tree_step_latency(s.intra, false, NcclProtocol::ll128).seconds() ==
+        doctest::Approx(1.25e-6));
+  // Network: the ring's plus NCCL's tree - ring NET hwLat: LL 2.7 + (5.0 - 2.7) = 5 us.
+  CHECK(sim::nccl_tree_step_latency(s.network, true, NcclProtocol::ll).seconds() ==
+        doctest::Approx(5e-6));
+  auto hop = s.network;
+  hop.step_latency[0] = us(2.7 + 40);  // a 40 us hop
+  CHECK(sim::nccl_tree_step_latency(hop, true, NcclProtocol::ll).seconds() ==
+        doctest::Approx(45e-6));
+}
+
+TEST_CASE("nccl model: CollNet where the network's switches reduce, by hand") {
+  auto s = settings(false);
+  const sim::NcclGroup g{.ranks = 16,
+                         .nodes = 2,
+                         .ranks_per_node = 8,
+                         .intra = Bandwidth(450e9),
+                         .nic = Bandwidth(50e9)};
+  const Bytes gib(1 << 30);
+  // No CollNet on a network without it.
+  CHECK_FALSE(sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::collnet_direct,
+                                  NcclProtocol::simple, g, gib, s));
+  s.network.collnet_efficiency = 0.9;
+  s.network.collnet_latency = us(35);
+  // Direct: through the switches 0.9 x 8 x 50 = 360 GB/s; inside the node 0.8 x 450 x 8 / 14 =
+  // 205.714 GB/s: algbw 205.714, busbw x 2 x 15 / 16 = 385.714; latency 35 + 2 (1 x 3.7 +
+  // 7 x 0.4) = 48 us.
+  const auto direct =
+      sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::collnet_direct,
+                          NcclProtocol::simple, g, gib, s);
+  REQUIRE(direct);
+  CHECK(direct->algbw == doctest::Approx(0.8 * 450e9 * 8 / 14));
+  CHECK(direct->busbw == doctest::Approx(0.8 * 450e9 * 8 / 14 * 30 / 16));
+  CHECK(direct->latency.seconds() == doctest::Approx(48e-6));
+  // Chain: inside 0.8 x 450 = 360, algbw min(360, 360) = 360 GB/s; latency 35 + 2 x 7 x 2.8 =
+  // 74.2 us.
+  const auto chain =
+      sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::collnet_chain,
+                          NcclProtocol::simple, g, gib, s);
+  REQUIRE(chain);
+  CHECK(chain->algbw == doctest::Approx(360e9));
+  CHECK(chain->latency.seconds() == doctest::Approx(74.2e-6));
+  // 1 GiB: chain 74.2 + 2982.6 us beats the tree's 92.4 + 3242.0 us and direct's 48 + 5219.6 us.
+  const auto chosen = sim::nccl_choose(CollectiveKind::all_reduce, g, gib, s);
+  CHECK(chosen.algorithm == CollectiveAlgorithm::collnet_chain);
+  CHECK(chosen.time.seconds() == doctest::Approx(74.2e-6 + 1073741824 / 360e9).epsilon(1e-6));
+  // One rank per node: direct moves 0.9 x 50 = 45 GB/s after 35 us (no steps inside a node).
+  const sim::NcclGroup pair{.ranks = 2,
+                            .nodes = 2,
+                            .ranks_per_node = 1,
+                            .intra = Bandwidth(450e9),
+                            .nic = Bandwidth(50e9)};
+  const auto lone =
+      sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::collnet_direct,
+                          NcclProtocol::simple, pair, gib, s);
+  CHECK(lone->algbw == doctest::Approx(45e9));
+  CHECK(lone->latency.seconds() == doctest::Approx(35e-6));
+  // Only all-reduce, only Simple, only spanning nodes, at most 8 ranks on a node.
+  CHECK_FALSE(sim::nccl_candidate(CollectiveKind::all_gather, CollectiveAlgorithm::collnet_direct,
+                                  NcclProtocol::simple, g, gib, s));
+  CHECK_FALSE(sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::collnet_chain,
+                                  NcclProtocol::ll, g, gib, s));
+  CHECK_FALSE(sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::collnet_direct,
+                                  NcclProtocol::simple, one_node(8), gib, s));
+  auto nine = g;
+  nine.ranks = 18;
+  nine.ranks_per_node = 9;
+  CHECK_FALSE(sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::collnet_chain,
+                                  NcclProtocol::simple, nine, gib, s));
+  // A fixed algorithm is honoured.
+  CHECK(sim::nccl_choose(CollectiveKind::all_reduce, g, gib, s, CollectiveAlgorithm::collnet_direct)
+            .algorithm == CollectiveAlgorithm::collnet_direct);
+}
+
+TEST_CASE("nccl model: PAT for all-gather and reduce-scatter at one rank per node, by hand") {
+  auto s = settings(false);
+  // A network that runs only Simple, so that PAT meets the Simple ring alone.
+  s.network.ll = false;
+  s.network.ll128 = false;
+  const sim::NcclGroup g{.ranks = 4,
+                         .nodes = 4,
+                         .ranks_per_node = 1,
+                         .intra = Bandwidth(450e9),
+                         .nic = Bandwidth(50e9)};
+  const Bytes mib(1 << 20);
+  // The Simple ring's busbw min(0.8 x 450, 0.9 x 1 x 50) = 45 GB/s; PAT's algbw 0.75 x 45 =
+  // 33.75 GB/s, busbw x 3 / 4 = 25.3125; latency 8 + 2.8 x 4 + log2(4) x 14 / 3.5 = 27.2 us.
+  const auto pat = sim::nccl_candidate(CollectiveKind::all_gather, CollectiveAlgorithm::pat,
+                                       NcclProtocol::simple, g, mib, s);
+  REQUIRE(pat);
+  CHECK(pat->algbw == doctest::Approx(33.75e9));
+  CHECK(pat->busbw == doctest::Approx(25.3125e9));
+  CHECK(pat->latency.seconds() == doctest::Approx(27.2e-6));
+  // The ring: algbw 45 x 4 / 3 = 60 GB/s, 3 steps all across nodes at the tree's NET Simple
+  // step (one rank per node), 8.4 + 3 x 14 = 50.4 us. PAT wins while
+  // S (1/33.75 - 1/60) GB/s < 23.2 us, below 1.79 MB: 1 MiB PAT (27.2 + 31.07 = 58.27 us
+  // against 50.4 + 17.48 = 67.88 us), 16 MiB the ring.
+  const auto small = sim::nccl_choose(CollectiveKind::all_gather, g, mib, s);
+  CHECK(small.algorithm == CollectiveAlgorithm::pat);
+  CHECK(small.time.seconds() == doctest::Approx(27.2e-6 + 1048576 / 33.75e9).epsilon(1e-6));
+  CHECK(sim::nccl_choose(CollectiveKind::reduce_scatter, g, mib, s).algorithm ==
+        CollectiveAlgorithm::pat);
+  CHECK(sim::nccl_choose(CollectiveKind::all_gather, g, Bytes(16 << 20), s).algorithm ==
+        CollectiveAlgorithm::ring);
+  // Not for all-reduce, not with two ranks on a node, not where the network disables it.
+  CHECK_FALSE(sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::pat,
+                                  NcclProtocol::simple, g, mib, s));
+  const sim::NcclGroup two{.ranks = 8,
+                           .nodes = 4,
+                           .ranks_per_node = 2,
+                           .intra = Bandwidth(450e9),
+                           .nic = Bandwidth(50e9)};
+  CHECK_FALSE(sim::nccl_candidate(CollectiveKind::all_gather, CollectiveAlgorithm::pat,
+                                  NcclProtocol::simple, two, mib, s));
+  auto off = s;
+  off.network.pat = false;
+  CHECK_FALSE(sim::nccl_candidate(CollectiveKind::all_gather, CollectiveAlgorithm::pat,
+                                  NcclProtocol::simple, g, mib, off));
+  CHECK(sim::nccl_choose(CollectiveKind::all_gather, g, mib, off).algorithm ==
+        CollectiveAlgorithm::ring);
+}
+
+TEST_CASE("nccl model: point to point spreads over channels by size (addP2pToPlan)") {
+  // 16 channels, 8 ranks: P = 16, a send starts on 16 halved until 8 x c <= 16, c = 2, and
+  // doubles while S / c > 32 x 512 KiB = 16 MiB (and c <= 8).
+  CHECK(sim::nccl_p2p_channels(Bytes(128LL << 20), 8, 16) == 8);  // 64 -> 32 -> 16 MiB a part
+  CHECK(sim::nccl_p2p_channels(Bytes(256LL << 20), 8, 16) == 16);
+  CHECK(sim::nccl_p2p_channels(Bytes(1LL << 30), 8, 16) == 16);  // at most P
+  CHECK(sim::nccl_p2p_channels(Bytes(102400), 8, 16) == 2);
+  CHECK(sim::nccl_p2p_channels(Bytes(1000), 8, 16) == 1);  // at most ceil(S / 64 KiB)
+  // Within a node of 8 at 100 GB/s, 32 channels (P = 32, c from 4), 5 GB/s per p2p channel:
+  // 128 MiB on 8 channels, min(0.7, 8 x 5 / 100) = 0.4 of the link; 1 GiB on 32, 0.7.
+  auto cluster = testing::test_cluster(1, 8);
+  cluster.collectives.nccl = settings(false);
+  cluster.collectives.nccl->intra.p2p_channel_bandwidth = Bandwidth(5e9);
+  const Bytes mid(128LL << 20);
+  CHECK(sim::nccl_p2p_efficiency(0, 1, mid, cluster) == doctest::Approx(0.4));
+  CHECK(sim::nccl_p2p_efficiency(0, 1, Bytes(1LL << 30), cluster) == doctest::Approx(0.7));
+  const sim::AnalyticalNetwork analytical(cluster);
+  const double expected = 1e-6 + 134217728 / 40e9;
+  CHECK(analytical.p2p_time(0, 1, mid).seconds() == doctest::Approx(expected));
+  // The flow model: the same rate for a transfer alone.
+  auto flow_cluster = cluster;
+  flow_cluster.network_model = hw::NetworkModel::flow;
+  const strategies::Program program(8);
+  sim::FlowNetwork flow(flow_cluster, hw::build_topology(flow_cluster), program);
+  sim::TransferRequest r;
+  r.collective = false;
+  r.src = 0;
+  r.dst = 1;
+  r.bytes = mid;
+  flow.start(0, r, Time::zero());
+  // Its route's latency first, then the flow.
+  std::vector<sim::TransferId> finished;
+  Time end = Time::zero();
+  while (finished.empty() && flow.next_completion() != Time::infinity()) {
+    end = flow.next_completion();
+    flow.advance_to(end, finished);
+  }
+  CHECK(finished.size() == 1);
+  CHECK(end.seconds() == doctest::Approx(expected).epsilon(1e-3));
 }
 
 TEST_CASE("nccl model: both network models take its time for a collective alone") {
@@ -257,4 +466,39 @@ TEST_CASE("nccl model: collectives.max_channels (NCCL_MAX_NCHANNELS) trades band
   CHECK(hw::channel_limit(32, 4) == 4);
   CHECK(hw::channel_limit(32, 0) == 32);
   CHECK(hw::channel_limit(16, 32) == 16);
+}
+
+TEST_CASE("nccl model: both network models take CollNet's and PAT's times") {
+  struct Case {
+    int nodes, per_node;
+    CollectiveKind kind;
+    CollectiveAlgorithm expected;
+    Bytes bytes;
+  };
+  // CollNet across 2 nodes of 8 at 1 GiB (the CollNet case above, on the test cluster's
+  // 100 GB/s NVLink and 10 GB/s NICs: chain 0.9 x 8 x 10 = 72 GB/s beats the tree); PAT on 4
+  // nodes of one at 256 KiB.
+  for (const Case c :
+       {Case{2, 8, CollectiveKind::all_reduce, CollectiveAlgorithm::collnet_chain, Bytes(1 << 30)},
+        Case{4, 1, CollectiveKind::all_gather, CollectiveAlgorithm::pat, Bytes(256 << 10)}}) {
+    auto cluster = testing::test_cluster(c.nodes, c.per_node);
+    cluster.collectives.nccl = settings(false);
+    cluster.collectives.nccl->network.collnet_efficiency = 0.9;
+    cluster.collectives.nccl->network.collnet_latency = us(35);
+    cluster.collectives.nccl->network.ll = false;
+    cluster.collectives.nccl->network.ll128 = false;
+    std::vector<std::int32_t> ranks(static_cast<std::size_t>(c.nodes * c.per_node));
+    std::iota(ranks.begin(), ranks.end(), 0);
+    const std::vector<Bytes> sizes{c.bytes};
+    const auto expected = sim::nccl_choose(c.kind, sim::nccl_group(ranks, cluster), c.bytes,
+                                           *cluster.collectives.nccl);
+    CHECK(expected.algorithm == c.expected);
+    const auto analytical = sim::measure_collective(cluster, c.kind, ranks, sizes);
+    CHECK(analytical[0].algorithm == c.expected);
+    CHECK(analytical[0].time == expected.time);
+    auto flow_cluster = cluster;
+    flow_cluster.network_model = hw::NetworkModel::flow;
+    const auto flow = sim::measure_collective(flow_cluster, c.kind, ranks, sizes);
+    CHECK(flow[0].time.seconds() == doctest::Approx(expected.time.seconds()).epsilon(1e-3));
+  }
 }
