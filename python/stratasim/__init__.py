@@ -219,7 +219,7 @@ def search(experiment, gpus, objective="throughput", zero="0..3",
 
     - schedules: pipeline schedules tried ("1f1b,interleaved" or a list; `--schedules`);
     - interleave: virtual stages (model chunks per device, each >= 2) tried with the
-      interleaved schedule (default 2; `--interleave`);
+      interleaved schedule (default, or None: 2; `--interleave`);
     - sequence_parallel: Megatron's sequence parallelism tried, 0, 1 or both ((0, 1),
       (False, True) or "0,1"; `--sequence-parallel`), with tp > 1;
     - try_fsdp: also PyTorch FSDP (FULL_SHARD) where pp is 1 (`--try-fsdp`); its rows have
@@ -230,6 +230,6 @@ def search(experiment, gpus, objective="throughput", zero="0..3",
         raise TypeError(f"try_fsdp expects True or False, got {try_fsdp!r}")
     text = _core.search(_experiment_name(experiment), _sets(set), int(gpus), objective,
                         _text(zero), _text(recompute), _text(micro_batch), int(min_gpus),
-                        _text(schedules) or "", _text(interleave) or "",
+                        _text(schedules) or "", "2" if interleave is None else _text(interleave),
                         _text(sequence_parallel) or "", try_fsdp, jobs, exact)
     return _rows(text, frame)
