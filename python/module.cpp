@@ -216,7 +216,8 @@ std::string sweep(const std::string& experiment, const std::vector<std::string>&
 std::string search_(const std::string& experiment, const std::vector<std::string>& sets, int gpus,
                     const std::string& objective_name, const std::string& zero,
                     const std::string& recompute, const std::string& micro_batch, int min_gpus,
-                    int jobs, bool exact) {
+                    const std::string& schedules, const std::string& interleave,
+                    const std::string& sequence_parallel, bool try_fsdp, int jobs, bool exact) {
   py::gil_scoped_release release;
   const auto objective = search::objective_from_name(objective_name);
   if (!objective) {
@@ -229,6 +230,13 @@ std::string search_(const std::string& experiment, const std::vector<std::string
     space.zero = search::parse_zero_stages(zero);
     space.recompute = search::parse_recompute_modes(recompute);
     space.micro_batch = search::parse_positive_list(micro_batch, "--micro-batch");
+    // The opt-in axes, read and named as the CLI's flags (empty: the experiment's own).
+    if (!schedules.empty()) space.schedules = search::parse_schedules(schedules, "--schedules");
+    space.virtual_stages = search::parse_virtual_stages(interleave, "--interleave");
+    if (!sequence_parallel.empty()) {
+      space.sequence_parallel =
+          search::parse_sequence_parallel(sequence_parallel, "--sequence-parallel");
+    }
   } catch (const std::invalid_argument& e) {
     throw study::BadInput(e.what());
   }
@@ -239,6 +247,7 @@ std::string search_(const std::string& experiment, const std::vector<std::string
   }
   space.fewer_gpus = *objective == search::Objective::cost;
   space.min_gpus = min_gpus;
+  space.fsdp = try_fsdp;
   const search::Evaluator evaluator(study::resolve_experiment(experiment), overrides_of(sets),
                                     {.exact = exact, .prune = true});
   std::vector<search::Combination> combos;
@@ -317,6 +326,7 @@ PYBIND11_MODULE(_core, m) {
         py::arg("exact"));
   m.def("search", &search_, py::arg("experiment"), py::arg("sets"), py::arg("gpus"),
         py::arg("objective"), py::arg("zero"), py::arg("recompute"), py::arg("micro_batch"),
-        py::arg("min_gpus"), py::arg("jobs"), py::arg("exact"));
+        py::arg("min_gpus"), py::arg("schedules"), py::arg("interleave"),
+        py::arg("sequence_parallel"), py::arg("try_fsdp"), py::arg("jobs"), py::arg("exact"));
   m.attr("__version__") = STRATASIM_VERSION;
 }

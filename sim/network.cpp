@@ -161,9 +161,23 @@ Time AnalyticalNetwork::collective_time(CollectiveKind kind, std::uint32_t g, By
 
 NcclEstimate AnalyticalNetwork::nccl_estimate(CollectiveKind kind, std::uint32_t g,
                                               Bytes bytes) const {
-  return nccl_choose(kind, group(g).nccl, bytes, *cluster_.collectives.nccl,
-                     cluster_.collectives.algorithm[static_cast<std::size_t>(kind)],
-                     cluster_.collectives.max_channels);
+  const GroupInfo& info = group(g);
+  auto choose = [&] {
+    return nccl_choose(kind, info.nccl, bytes, *cluster_.collectives.nccl,
+                       cluster_.collectives.algorithm[static_cast<std::size_t>(kind)],
+                       cluster_.collectives.max_channels);
+  };
+  // Remembered per (kind, bytes) where the key holds both: kinds below 8, sizes below 2^60.
+  const auto k = static_cast<std::uint64_t>(kind);
+  if (bytes.count() < 0 || static_cast<std::uint64_t>(bytes.count()) >= (std::uint64_t{1} << 60) ||
+      k >= 8) {
+    return choose();
+  }
+  const std::uint64_t key = static_cast<std::uint64_t>(bytes.count()) << 3 | k;
+  auto& seen = groups_[g].nccl_choices;
+  const auto it = seen.find(key);
+  if (it != seen.end()) return it->second;
+  return seen.emplace(key, choose()).first->second;
 }
 
 Time AnalyticalNetwork::p2p_time(std::int32_t src, std::int32_t dst, Bytes bytes) const {

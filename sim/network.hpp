@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "hw_models/cluster.hpp"
@@ -151,6 +152,10 @@ class AnalyticalNetwork final : public Network {
     std::array<const hw::CollectiveCurve*, kKinds> measured{};
     // Compiled costs per (kind, algorithm), made on first use.
     std::array<std::unique_ptr<CollectiveCost>, kKinds * kAlgorithms> costs;
+    // The NCCL model's choices so far, per (kind, bytes): a pure function of those, the
+    // group and the cluster's settings, and a program repeats each collective every
+    // microbatch, so each is worked out once (its 15 algorithm x protocol candidates).
+    std::unordered_map<std::uint64_t, NcclEstimate> nccl_choices;
   };
   const GroupInfo& group(std::uint32_t group) const;
   const CollectiveCost& cost(std::uint32_t group, strategies::CollectiveKind kind,

@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include "strategies/foreign_reading.hpp"
+
 namespace stratasim::strategies {
 
 namespace {
@@ -18,11 +20,10 @@ using config::ConfigError;
 using nlohmann::json;
 
 // ---------------------------------------------------------------------------------------------
-// Shared pieces.
+// Shared pieces (shown and closest_mapped with the FSDP reader: strategies/foreign_reading.hpp).
 
-// An unknown name within two edits of a mapped one is most likely a typo of it, which would
-// silently change what is simulated: an error. Farther names are only noted.
-constexpr std::size_t kTypoDistance = 2;
+using foreign::closest_mapped;
+using foreign::shown;
 
 // Names longer than this get no suggestion: no key is that long, and edit distances to every
 // known name would cost time quadratic in the length.
@@ -31,27 +32,6 @@ constexpr std::size_t kSuggestLength = 64;
 // config::closest_match, for names of a sensible length.
 std::string suggestion(std::string_view name, const std::vector<std::string>& known) {
   return name.size() > kSuggestLength ? std::string() : config::closest_match(name, known);
-}
-
-std::string closest_mapped(std::string_view name, const std::vector<std::string>& mapped) {
-  if (name.size() > kSuggestLength) return {};
-  std::string best;
-  std::size_t best_distance = kTypoDistance + 1;
-  for (const auto& m : mapped) {
-    const std::size_t d = config::edit_distance(name, m);
-    if (d < best_distance) {
-      best_distance = d;
-      best = m;
-    }
-  }
-  return best;
-}
-
-// A value as users wrote it, short and always printable (invalid UTF-8 replaced).
-std::string shown(const json& v) {
-  std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (text.size() > 60) text = text.substr(0, 57) + "...";
-  return text;
 }
 
 std::string quote_text(std::string_view text) {
@@ -1455,6 +1435,26 @@ NoteSink& sink() {
 }
 
 }  // namespace
+
+std::string foreign::closest_mapped(std::string_view name, const std::vector<std::string>& mapped) {
+  if (name.size() > kSuggestLength) return {};
+  std::string best;
+  std::size_t best_distance = kTypoDistance + 1;
+  for (const auto& m : mapped) {
+    const std::size_t d = config::edit_distance(name, m);
+    if (d < best_distance) {
+      best_distance = d;
+      best = m;
+    }
+  }
+  return best;
+}
+
+std::string foreign::shown(const json& v) {
+  std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
 
 ForeignInput deepspeed_from_text(std::string_view text, const std::string& source) {
   return DeepSpeedReader(source).read(parse_json(text, source));

@@ -6,11 +6,15 @@
 #include <sstream>
 #include <vector>
 
+#include "strategies/foreign_reading.hpp"
+
 namespace stratasim::strategies {
 
 namespace {
 
 using config::ConfigError;
+using foreign::closest_mapped;
+using foreign::shown;
 using nlohmann::json;
 
 std::string trim(std::string_view s) {
@@ -79,11 +83,6 @@ json parse_yaml(std::string_view text, const std::string& source) {
     }
   }
   return root;
-}
-
-std::string shown(const json& v) {
-  std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  return text.size() > 60 ? text.substr(0, 57) + "..." : text;
 }
 
 class FsdpReader {
@@ -217,15 +216,7 @@ class FsdpReader {
     } else if (key == "activation_cpu_offload") {
       if (boolean(v, at)) note(at + " (activation CPU offload) is not modelled");
     } else if (std::find(ignored.begin(), ignored.end(), key) == ignored.end()) {
-      std::string typo;
-      std::size_t best = 3;
-      for (const auto& m : mapped) {
-        const std::size_t d = config::edit_distance(key, m);
-        if (d < best) {
-          best = d;
-          typo = m;
-        }
-      }
+      const std::string typo = closest_mapped(key, mapped);
       if (!typo.empty()) fail(at, "unknown key '" + key + "'; did you mean '" + typo + "'?");
       note("unknown key '" + at + "' ignored");
     }

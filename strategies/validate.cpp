@@ -103,6 +103,19 @@ void check_acyclic(const Program& p) {
     auto ops = p.ops_of(r);
     const OpId first = p.first_op(r);
     const std::size_t n = ops.size();
+    // Stream-order edges always point forward in issue order; when every dependency does too,
+    // each edge goes from a lower to a higher index and there is no cycle (the lowering
+    // depends only on ops already added, so this is the usual case and skips the sort).
+    bool forward = true;
+    for (std::size_t i = 0; i < n && forward; ++i) {
+      for (OpId dep : p.deps_of(ops[i])) {
+        if (dep < first || dep - first >= i) {
+          forward = false;
+          break;
+        }
+      }
+    }
+    if (forward) continue;
     indegree.assign(n, 0);
     offsets.assign(n + 1, 0);
     auto for_each_edge = [&](auto&& edge) {

@@ -179,9 +179,12 @@ def _experiment_name(experiment):
 
 
 def _text(values):
-    """A grid axis as the CLI writes it: "1,2,4", "0..3"; a list or a single value too."""
+    """A grid axis as the CLI writes it: "1,2,4", "0..3"; a list or a single value too (a bool
+    is 0 or 1, as sequence parallelism is written)."""
     if values is None:
         return None
+    if isinstance(values, bool):
+        return str(int(values))
     if isinstance(values, (str, int)):
         return str(values)
     return ",".join(str(int(v)) if isinstance(v, bool) else str(v) for v in values)
@@ -205,11 +208,28 @@ def sweep(experiment, tp=None, pp=None, zero=None, recompute=None, micro_batch=N
 
 def search(experiment, gpus, objective="throughput", zero="0..3",
            recompute="none,selective,full", micro_batch="1,2,4", min_gpus=0, set=None, jobs=0,
-           exact=False, frame=True):
+           exact=False, frame=True, *, schedules=None, interleave="2", sequence_parallel=None,
+           try_fsdp=False):
     """The best strategies for a GPU budget (`stratasim search`): every combination with its
     rank by the objective (None where it does not fit) and whether it is on the Pareto
-    frontier of iteration time against peak memory. Defaults are the CLI's."""
+    frontier of iteration time against peak memory. Defaults are the CLI's.
+
+    The opt-in axes (keyword-only) are the CLI's flags of the same names (docs/sweep.md); left
+    out, the experiment's own setting is kept and the space is the default search's:
+
+    - schedules: pipeline schedules tried ("1f1b,interleaved" or a list; `--schedules`);
+    - interleave: virtual stages (model chunks per device, each >= 2) tried with the
+      interleaved schedule (default, or None: 2; `--interleave`);
+    - sequence_parallel: Megatron's sequence parallelism tried, 0, 1 or both ((0, 1),
+      (False, True) or "0,1"; `--sequence-parallel`), with tp > 1;
+    - try_fsdp: also PyTorch FSDP (FULL_SHARD) where pp is 1 (`--try-fsdp`); its rows have
+      framework "fsdp".
+
+    A bad value raises BadInput with the CLI's message, which names the flag."""
+    if not isinstance(try_fsdp, bool):
+        raise TypeError(f"try_fsdp expects True or False, got {try_fsdp!r}")
     text = _core.search(_experiment_name(experiment), _sets(set), int(gpus), objective,
-                        _text(zero), _text(recompute), _text(micro_batch), int(min_gpus), jobs,
-                        exact)
+                        _text(zero), _text(recompute), _text(micro_batch), int(min_gpus),
+                        _text(schedules) or "", "2" if interleave is None else _text(interleave),
+                        _text(sequence_parallel) or "", try_fsdp, jobs, exact)
     return _rows(text, frame)

@@ -303,6 +303,115 @@ class Search(unittest.TestCase):
                                  r["peak_memory_bytes"] < f["peak_memory_bytes"], (f, r))
 
 
+class SearchAxes(unittest.TestCase):
+    """The opt-in axes (`--schedules`, `--interleave`, `--sequence-parallel`, `--try-fsdp`) as
+    keywords: the same rows as the CLI's, and each axis adds the strategies it names."""
+
+    # One sharding, recomputation and micro batch, so that the rows are the plans: on 8 GPUs
+    # tp 1,2,4,8 (a node) x pp powers of two dividing 24 layers with tp * pp <= 8:
+    # tp 1: pp 1,2,4,8; tp 2: pp 1,2,4; tp 4: pp 1,2; tp 8: pp 1 -- 10 plans.
+    AXES = dict(zero=0, recompute="none", micro_batch=1)
+    PLANS = 10
+
+    @staticmethod
+    def key(r):
+        return (r["tp"], r["pp"], r["dp"], r["zero"], r["recompute"], r["micro_batch"])
+
+    def test_rows_equal_the_cli_with_every_axis(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "search.csv")
+            run_cli("search", SMALL, "--gpus", "8", "--zero", "0", "--recompute", "none",
+                    "--micro-batch", "1", "--schedules", "1f1b,interleaved", "--interleave",
+                    "2,4", "--sequence-parallel", "0,1", "--try-fsdp", "--quiet", "--out", path)
+            expected = read_csv(path)
+        rows = stratasim.search(SMALL, gpus=8, schedules=["1f1b", "interleaved"],
+                                interleave=[2, 4], sequence_parallel=[False, True],
+                                try_fsdp=True, frame=False, **self.AXES)
+        self.assertEqual(len(rows), len(expected))
+        for i, (row, want) in enumerate(zip(rows, expected)):
+            self.assertEqual(list(row), list(want), f"row {i}: columns")
+            for key, text in want.items():
+                self.assertTrue(same_cell(text, row[key]), f"row {i} {key}: {text!r} != {row[key]!r}")
+
+    def test_the_default_search_has_none_of_the_opt_in_strategies(self):
+        rows = stratasim.search(SMALL, gpus=8, frame=False, **self.AXES)
+        self.assertEqual(len(rows), self.PLANS)
+        self.assertEqual({r["schedule"] for r in rows}, {"1f1b"})  # the experiment's
+        self.assertEqual({r["framework"] for r in rows}, {None})
+        self.assertEqual({r["sequence_parallel"] for r in rows}, {False})
+
+    def test_schedules_and_interleave_add_interleaved_plans(self):
+        plain = {self.key(r): r for r in stratasim.search(SMALL, gpus=8, frame=False,
+                                                          **self.AXES)}
+        rows = stratasim.search(SMALL, gpus=8, schedules="1f1b,interleaved", frame=False,
+                                **self.AXES)
+        # interleaved (2 chunks per device) needs pp > 1 and 24 layers divisible by 2 pp:
+        # tp 1 pp 2,4; tp 2 pp 2,4; tp 4 pp 2 -- 5 plans beside the 10 of 1F1B.
+        interleaved = [r for r in rows if r["schedule"] == "interleaved"]
+        self.assertEqual(len(rows), self.PLANS + 5)
+        self.assertEqual(sorted((r["tp"], r["pp"]) for r in interleaved),
+                         [(1, 2), (1, 4), (2, 2), (2, 4), (4, 2)])
+        self.assertEqual({r["virtual_stages"] for r in interleaved}, {2})
+        ranked = [r for r in interleaved if r["rank"] is not None]
+        self.assertTrue(ranked, "an interleaved plan fits and is ranked")
+        # Interleaving v chunks per device shrinks the pipeline bubble, (p - 1) / m of the
+        # ideal time for 1F1B to (p - 1) / (v m) (Narayanan et al., SC'21, section 2.2).
+        for r in ranked:
+            with self.subTest(plan=self.key(r)):
+                same = plain[self.key(r)]
+                self.assertEqual(same["schedule"], "1f1b")
+                self.assertLess(r["bubble_fraction"], same["bubble_fraction"])
+        # 4 chunks per device too where 24 layers divide into 4 pp: pp 2 (tp 1, 2, 4).
+        deeper = stratasim.search(SMALL, gpus=8, schedules=("1f1b", "interleaved"),
+                                  interleave=(2, 4), frame=False, **self.AXES)
+        self.assertEqual(sorted((r["tp"], r["pp"]) for r in deeper
+                                if r["schedule"] == "interleaved" and r["virtual_stages"] == 4),
+                         [(1, 2), (2, 2), (4, 2)])
+
+    def test_try_fsdp_adds_fsdp_plans(self):
+        rows = stratasim.search(SMALL, gpus=8, try_fsdp=True, frame=False, **self.AXES)
+        # FSDP needs pp 1 and dp > 1: tp 1 dp 8, tp 2 dp 4, tp 4 dp 2 (tp 8 leaves dp 1).
+        fsdp = [r for r in rows if r["framework"] == "fsdp"]
+        self.assertEqual(len(rows), self.PLANS + 3)
+        self.assertEqual(sorted((r["tp"], r["pp"], r["dp"]) for r in fsdp),
+                         [(1, 1, 8), (2, 1, 4), (4, 1, 2)])
+        self.assertEqual({r["zero"] for r in fsdp}, {3})  # FULL_SHARD: ZeRO-3's states
+        self.assertTrue(any(r["rank"] is not None for r in fsdp), "an FSDP plan is ranked")
+
+    def test_sequence_parallel_adds_plans_with_less_memory(self):
+        rows = stratasim.search(SMALL, gpus=8, sequence_parallel=(0, 1), frame=False,
+                                **self.AXES)
+        # on with tp > 1 only: tp 2 (pp 1,2,4), tp 4 (pp 1,2), tp 8 (pp 1) -- 6 plans.
+        on = [r for r in rows if r["sequence_parallel"]]
+        self.assertEqual(len(rows), self.PLANS + 6)
+        self.assertTrue(all(r["tp"] > 1 for r in on))
+        off = {self.key(r): r for r in rows if not r["sequence_parallel"]}
+        # Sequence parallelism divides the activations kept outside the tensor-parallel
+        # blocks by tp as well: sbh(10 + 24/t) -> sbh(34/t) per layer without the attention
+        # scores (Korthikanti et al., MLSys'23, table 2), so less memory at the same plan.
+        for r in on:
+            with self.subTest(plan=self.key(r)):
+                self.assertLess(r["peak_memory_bytes"], off[self.key(r)]["peak_memory_bytes"])
+        # on alone: the 6 plans with tp > 1, all with sequence parallelism
+        only = stratasim.search(SMALL, gpus=8, sequence_parallel=True, frame=False, **self.AXES)
+        self.assertEqual(sorted(self.key(r) for r in only), sorted(self.key(r) for r in on))
+        self.assertTrue(all(r["sequence_parallel"] for r in only))
+
+    def test_bad_axes_say_what_the_cli_says(self):
+        for kwargs, flags in (({"schedules": "1f1b,nope"}, ["--schedules", "1f1b,nope"]),
+                              ({"interleave": 1}, ["--interleave", "1"]),
+                              ({"sequence_parallel": (0, 2)}, ["--sequence-parallel", "0,2"])):
+            with self.subTest(flags=flags):
+                expected = cli_error("search", SMALL, "--gpus", "8", *flags)
+                self.assertIn(flags[0], expected)
+                with self.assertRaises(stratasim.BadInput) as caught:
+                    stratasim.search(SMALL, gpus=8, **kwargs)
+                self.assertEqual(str(caught.exception), expected)
+        with self.assertRaises(TypeError) as caught:
+            stratasim.search(SMALL, gpus=8, try_fsdp="yes")
+        self.assertIn("try_fsdp", str(caught.exception))
+
+
 class Timeline(unittest.TestCase):
     def check_spans(self, r, ranks):
         t = r.timeline(frame=False)

@@ -502,3 +502,44 @@ TEST_CASE("nccl model: both network models take CollNet's and PAT's times") {
     CHECK(flow[0].time.seconds() == doctest::Approx(expected.time.seconds()).epsilon(1e-3));
   }
 }
+
+TEST_CASE("nccl model: the analytical network's remembered choices are nccl_choose's") {
+  // AnalyticalNetwork works out each (group, kind, size) once and reuses it: every answer,
+  // asked in any order and again, must be the one nccl_choose gives for that group and size.
+  auto cluster = testing::test_cluster(2, 8);
+  cluster.collectives.nccl = settings(true);
+  strategies::Program program(16);
+  std::vector<std::int32_t> node(8), both(16);
+  std::iota(node.begin(), node.end(), 0);
+  std::iota(both.begin(), both.end(), 0);
+  const std::uint32_t inside = program.add_group(node, "tp 0");
+  const std::uint32_t across = program.add_group(both, "dp 0");
+  const sim::AnalyticalNetwork network(cluster, program);
+  const std::vector<CollectiveKind> kinds{CollectiveKind::all_reduce, CollectiveKind::all_gather,
+                                          CollectiveKind::reduce_scatter};
+  const std::vector<Bytes> sizes{Bytes(4096), Bytes(1 << 20), Bytes(256 << 20), Bytes(4096)};
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const std::uint32_t g : {inside, across}) {
+      const auto group = sim::nccl_group(g == inside ? node : both, cluster);
+      for (const Bytes bytes : sizes) {
+        for (const CollectiveKind kind : kinds) {
+          const auto expected = sim::nccl_choose(kind, group, bytes, *cluster.collectives.nccl);
+          const auto got = network.nccl_estimate(kind, g, bytes);
+          CAPTURE(pass);
+          CAPTURE(bytes.count());
+          CHECK(got.time == expected.time);
+          CHECK(got.algorithm == expected.algorithm);
+          CHECK(got.protocol == expected.protocol);
+          CHECK(network.collective_time(kind, g, bytes) == expected.time);
+        }
+      }
+    }
+  }
+  // The answers differ between the kinds and between the sizes (so a mixed-up entry would
+  // show): an all-reduce moves twice an all-gather's bytes (2 (n-1)/n against (n-1)/n).
+  const Bytes big(256 << 20);
+  CHECK(network.nccl_estimate(CollectiveKind::all_gather, inside, big).time <
+        network.nccl_estimate(CollectiveKind::all_reduce, inside, big).time);
+  CHECK(network.nccl_estimate(CollectiveKind::all_reduce, inside, Bytes(4096)).time <
+        network.nccl_estimate(CollectiveKind::all_reduce, inside, big).time);
+}
