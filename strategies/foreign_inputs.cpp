@@ -98,9 +98,9 @@ json parse_json(std::string_view text, const std::string& source) {
 // ---------------------------------------------------------------------------------------------
 // DeepSpeed.
 
-class DeepSpeedReader {
+class DeepSpeedReader : foreign::Reader {
  public:
-  explicit DeepSpeedReader(std::string source) : source_(std::move(source)) {}
+  explicit DeepSpeedReader(std::string source) : Reader(std::move(source)) {}
 
   ForeignInput read(const json& root) {
     if (!root.is_object())
@@ -170,14 +170,6 @@ class DeepSpeedReader {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& key, const std::string& message) const {
-    throw ConfigError(source_, key, message);
-  }
-  void set(const std::string& path, json value, const std::string& key) {
-    out_.overrides.push_back({path, std::move(value), source_ + " (" + key + ")"});
-  }
-  void note(const std::string& text) { out_.notes.push_back(source_ + ": " + text); }
-
   // Unknown keys of the object at `path`: an error when within two edits of a mapped key, a note
   // otherwise. `mapped` keys change the experiment; `ignored` ones are accepted silently.
   void check_keys(const json& object, const std::string& path,
@@ -219,10 +211,6 @@ class DeepSpeedReader {
                    ", got " + shown(v));
     }
     return *i;
-  }
-  bool boolean(const json& v, const std::string& at) {
-    if (!v.is_boolean()) fail(at, "expected true or false, got " + shown(v));
-    return v.get<bool>();
   }
   void auto_kept(const std::string& key, const std::string& ours) {
     note(key + " is \"auto\" (filled in by the Hugging Face Trainer): the experiment's " + ours +
@@ -545,8 +533,6 @@ class DeepSpeedReader {
     set("training.optimizer", kind, "optimizer.type");
   }
 
-  std::string source_;
-  ForeignInput out_;
   std::set<std::string> offload_;
   bool offload_given_ = false;
   std::string offload_origin_;
@@ -732,9 +718,9 @@ std::vector<MegatronArg> parse_megatron(const std::vector<std::string>& words,
   return args;
 }
 
-class MegatronReader {
+class MegatronReader : foreign::Reader {
  public:
-  explicit MegatronReader(std::string source) : source_(std::move(source)) {}
+  explicit MegatronReader(std::string source) : Reader(std::move(source)) {}
 
   ForeignInput read(std::string_view text) {
     const auto args = parse_megatron(split_shell_words(text, source_), source_, out_);
@@ -770,15 +756,11 @@ class MegatronReader {
   static bool contains(const std::vector<std::string>& list, const std::string& name) {
     return std::find(list.begin(), list.end(), name) != list.end();
   }
-  [[noreturn]] void fail(const std::string& arg, const std::string& message) const {
-    throw ConfigError(source_, arg, message);
-  }
+  /// Reader::set, its origin the argument with its value ("--tp 8").
   void set(const std::string& path, json value, const std::string& arg) {
     auto it = values_.find(arg);
-    const std::string shown_arg = it == values_.end() ? arg : arg + " " + it->second;
-    out_.overrides.push_back({path, std::move(value), source_ + " (" + shown_arg + ")"});
+    Reader::set(path, std::move(value), it == values_.end() ? arg : arg + " " + it->second);
   }
-  void note(const std::string& text) { out_.notes.push_back(source_ + ": " + text); }
   bool has(const std::string& arg) const { return values_.contains(arg); }
   bool flag(const std::string& arg) const { return flags_.contains(arg); }
 
@@ -1053,8 +1035,6 @@ class MegatronReader {
     if (flag("--add-bias-linear")) set("model.bias", true, "--add-bias-linear");
   }
 
-  std::string source_;
-  ForeignInput out_;
   std::map<std::string, std::string> values_;
   std::set<std::string> flags_;
 };

@@ -85,9 +85,9 @@ json parse_yaml(std::string_view text, const std::string& source) {
   return root;
 }
 
-class FsdpReader {
+class FsdpReader : foreign::Reader {
  public:
-  explicit FsdpReader(std::string source) : source_(std::move(source)) {}
+  explicit FsdpReader(std::string source) : Reader(std::move(source)) {}
 
   ForeignInput read(const json& file) {
     if (!file.is_object()) fail("", "expected an FSDP config object");
@@ -108,17 +108,6 @@ class FsdpReader {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& path, const std::string& message) const {
-    throw ConfigError(source_, path, message);
-  }
-  void set(const std::string& path, json value, const std::string& key) {
-    out_.overrides.push_back({path, std::move(value), source_ + " (" + key + ")"});
-  }
-  void note(const std::string& text) { out_.notes.push_back(source_ + ": " + text); }
-  bool boolean(const json& v, const std::string& at) {
-    if (!v.is_boolean()) fail(at, "expected true or false, got " + shown(v));
-    return v.get<bool>();
-  }
   std::string name(const json& v, const std::string& at, const std::vector<std::string>& options) {
     if (!v.is_string()) fail(at, "expected a string, got " + shown(v));
     const std::string u = upper(v.get<std::string>());
@@ -221,9 +210,6 @@ class FsdpReader {
       note("unknown key '" + at + "' ignored");
     }
   }
-
-  std::string source_;
-  ForeignInput out_;
 };
 
 }  // namespace
