@@ -25,7 +25,8 @@ void add_fit_options(CLI::App* cmd, FitArgs& args) {
   cmd->add_option("--out-dir", args.out_dir, "Folder to write <device>.kernel-model.json into");
   cmd->add_option("--frameworks", args.frameworks,
                   "After the kernel models, fit each training framework's compute efficiency, "
-                  "elementwise traffic and attention efficiency to the calibration file's "
+                  "elementwise traffic and attention efficiency, and each GPU die's GEMM and "
+                  "attention factors relative to the reference die, to the calibration file's "
                   "end-to-end runs (with the devices' shipped kernel models) and write them to "
                   "this JSON file");
   cmd->add_option("--max-evaluations", args.options.max_evaluations,
@@ -33,8 +34,8 @@ void add_fit_options(CLI::App* cmd, FitArgs& args) {
                   "a block that has not converged within them is an error")
       ->check(CLI::Range(1, 100000000));
   cmd->add_option("--max-framework-evaluations", args.options.max_framework_evaluations,
-                  "The same for each framework's fit (default 600; each evaluation simulates "
-                  "the framework's end-to-end runs)")
+                  "The same for the fit of the frameworks and dies (default 2000; each "
+                  "evaluation simulates the end-to-end runs)")
       ->check(CLI::Range(1, 1000000));
   cmd->add_option("--residuals", args.residuals,
                   "Also write every case's measured and fitted time to this CSV file");
@@ -66,15 +67,21 @@ int fit_collectives(const std::string& file, const FitArgs& args) {
 }
 
 int fit_frameworks(const std::string& file, const FitArgs& args) {
-  const auto fits = study::fit_frameworks(file, args.options);
-  files::write_atomically(args.frameworks, study::to_json(fits).dump(2) + "\n");
+  const auto fit = study::fit_frameworks(file, args.options);
+  files::write_atomically(args.frameworks, study::to_json(fit).dump(2) + "\n");
   if (!args.quiet) {
-    for (const auto& f : fits) {
+    for (const auto& f : fit.frameworks) {
       std::printf(
           "framework %-8s compute_efficiency %.3f  elementwise_traffic %.2f  "
           "attention_efficiency %.2f  (%zu runs: mean |error| %.1f%%, max %.1f%%)\n",
           f.framework.c_str(), f.compute_efficiency, f.elementwise_traffic, f.attention_efficiency,
           f.cases.size(), 100 * f.mean_abs_error, 100 * f.max_abs_error);
+    }
+    for (const auto& d : fit.dies) {
+      std::printf(
+          "die %-8s gemm %.3f  attention %.3f%s  (%zu runs: mean |error| %.1f%%, max %.1f%%)\n",
+          d.die.c_str(), d.gemm, d.attention, d.die == fit.reference_die ? " (reference)" : "",
+          d.cases.size(), 100 * d.mean_abs_error, 100 * d.max_abs_error);
     }
     std::cout << "wrote " << args.frameworks << "\n";
   }

@@ -297,6 +297,7 @@ DeviceSpec read_device(const config::Document& doc, const std::string& path) {
     if (r.has("compute_units")) {
       r.fail("compute_units", "GPU-only (SMs); an FPGA's parallelism is fpga.dsp_count");
     }
+    if (r.has("die")) r.fail("die", "GPU-only (the GPU's compute die, e.g. \"GH100\")");
     d = make_fpga_device(name, read_fpga(r.object("fpga", "the FPGA's figures")));
   } else {
     d.name = name;
@@ -318,6 +319,7 @@ DeviceSpec read_device(const config::Document& doc, const std::string& path) {
     memory.finish();
     d.compute_units =
         static_cast<int>(r.integer_in_or("compute_units", 1, 1 << 20, d.compute_units));
+    d.die = r.string_or("die", "");
   }
   d.source = r.string_or("source", "");
   if (r.has("published_names")) {

@@ -45,6 +45,13 @@ struct DeviceEfficiency {
   double framework_compute = 1.0;
   double framework_memory_traffic = 1.0;
   double framework_attention = 1.0;
+  /// Also set from the experiment, not from device files: the share of the calibrated kernel
+  /// model's GEMM and fused-attention rates this device's die holds inside training steps,
+  /// relative to the reference die's (strategies::die_training: fitted with the frameworks to
+  /// the end-to-end runs, docs/frameworks.md). Applied only where the kernel model (not a
+  /// measured profile) sets the rate. > 0.
+  double die_gemm = 1.0;
+  double die_attention = 1.0;
 };
 
 /// A memory of an FPGA card: on-chip SRAM, in-package HBM or on-board DDR.
@@ -101,6 +108,10 @@ struct DeviceSpec {
   /// `stratasim accuracy` maps cases by. A device with another device's compute die (H200's is
   /// H100's) may list that device's names too.
   std::vector<std::string> published_names;
+  /// The GPU's compute die ("GA100", "GH100", ...; empty when not given, and on FPGAs): devices
+  /// with one die (A100 40 GB and 80 GB; H100 and H200) share what the end-to-end fit learns
+  /// of it (DeviceEfficiency::die_gemm, die_attention).
+  std::string die;
   /// Dense peak rate per dtype (FLOP/s); absent when the device has no such unit. Derived
   /// from the DSP array for FPGAs.
   std::array<std::optional<FlopRate>, std::size(kAllDTypes)> peak_flops{};

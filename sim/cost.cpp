@@ -238,9 +238,18 @@ Time DeviceCostModel::gemm_work(const Gemm& w, const strategies::Kernel& kernel)
   if (const hw::DeviceProfile* profile = device_.profile.get()) {
     if (const auto* row = profile->find_gemm(w.m, w.n, w.k, w.batch, w.dtype)) return row->time;
   }
+  // The calibrated model, where it (not a measured profile) sets the cost: its per-kernel
+  // latency and what the device's die holds of its rate inside training steps.
+  const hw::GemmModel* model = device_.kernel_model && !device_.is_fpga()
+                                   ? device_.kernel_model->gemm_for(w.dtype, w.scaling)
+                                   : nullptr;
+  const bool calibrated =
+      model != nullptr && !(device_.profile && device_.profile->has_gemm(w.dtype));
+  const double die = calibrated ? device_.efficiency.die_gemm : 1.0;
   const Flops flops = strategies::matmul_flops(kernel);
-  const Time t_flop = compute_time(
-      flops, device_.peak(w.dtype) * (gemm_efficiency(w) * device_.efficiency.framework_compute));
+  const Time t_flop =
+      compute_time(flops, device_.peak(w.dtype) *
+                              (gemm_efficiency(w) * device_.efficiency.framework_compute * die));
   const std::int64_t bytes = (w.m * w.k + w.k * w.n + w.m * w.n) * w.batch * size;
   Bandwidth bandwidth = streaming_bandwidth();
   if (device_.is_fpga()) {
@@ -251,12 +260,7 @@ Time DeviceCostModel::gemm_work(const Gemm& w, const strategies::Kernel& kernel)
     }
   }
   Time t = std::max(t_flop, transfer_time(Bytes(bytes), bandwidth));
-  // The calibrated model's per-kernel latency, where it (not a measured profile) sets the cost.
-  const hw::GemmModel* model = device_.kernel_model && !device_.is_fpga()
-                                   ? device_.kernel_model->gemm_for(w.dtype, w.scaling)
-                                   : nullptr;
-  const bool measured = device_.profile && device_.profile->has_gemm(w.dtype);
-  if (model != nullptr && !measured) t += Time::from_seconds(model->latency);
+  if (calibrated) t += Time::from_seconds(model->latency);
   return t;
 }
 
@@ -271,9 +275,12 @@ DeviceCostModel::Cost DeviceCostModel::kernel_cost(const strategies::Kernel& ker
           return {launch, gemm_work(w, kernel), {}};
         } else if constexpr (std::is_same_v<W, Attention>) {
           const Flops flops = strategies::attention_flops(w);
+          const bool calibrated = device_.kernel_model && !device_.is_fpga() &&
+                                  device_.kernel_model->attention_for(w.impl) != nullptr;
           FlopRate rate = device_.peak(w.dtype) *
                           (attention_efficiency(w) * device_.efficiency.framework_compute *
-                           device_.efficiency.framework_attention);
+                           device_.efficiency.framework_attention *
+                           (calibrated ? device_.efficiency.die_attention : 1.0));
           if (device_.profile) {
             if (const auto& measured =
                     device_.profile->attention[static_cast<std::size_t>(w.dtype)]) {

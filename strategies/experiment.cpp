@@ -360,6 +360,9 @@ void apply_framework_efficiency(Experiment& e) {
     d.efficiency.framework_compute = compute;
     d.efficiency.framework_memory_traffic = traffic;
     d.efficiency.framework_attention = attention;
+    const DieTraining die = die_training(d.die);
+    d.efficiency.die_gemm = die.gemm;
+    d.efficiency.die_attention = die.attention;
   };
   apply(e.cluster.device);
   for (auto& o : e.cluster.overrides) {

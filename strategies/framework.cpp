@@ -59,6 +59,11 @@ FrameworkDefaults framework_defaults(Framework framework, DType dtype, int zero_
   return d;
 }
 
+DieTraining die_training(std::string_view die) {
+  if (die == "GH100") return kGH100Training;
+  return {};
+}
+
 Bytes held_back_memory(Bytes cuda_context, Bytes nccl_buffers, int communicators) {
   return cuda_context + nccl_buffers * static_cast<std::int64_t>(communicators);
 }

@@ -80,10 +80,29 @@ FrameworkDefaults framework_defaults(Framework framework, DType dtype, int zero_
 /// figures here when they change: tests/reference/frameworks_test.cpp compares them).
 inline constexpr double kGenericComputeEfficiency = 0.9334;
 inline constexpr double kGenericElementwiseTraffic = 1.0;
-inline constexpr double kFsdpComputeEfficiency = 0.7929;
-inline constexpr double kFsdpElementwiseTraffic = 1.0508;
+inline constexpr double kFsdpComputeEfficiency = 0.8216;
+inline constexpr double kFsdpElementwiseTraffic = 1.0531;
 inline constexpr double kGenericAttentionEfficiency = 1.0;
-inline constexpr double kFsdpAttentionEfficiency = 1.5934;
+inline constexpr double kFsdpAttentionEfficiency = 1.4921;
+
+/// What a GPU die's kernels reach inside training steps, relative to the reference die's
+/// (kReferenceDie): multiples of the calibrated kernel model's GEMM and fused-attention rates
+/// (hw::DeviceEfficiency::die_gemm, die_attention). The kernel models are fitted to kernel
+/// benchmarks (the best shape of a sweep, seconds-long runs); the end-to-end runs show how
+/// much of that each die holds over a training step's shapes, clocks under sustained load and
+/// kernels the calibration set does not measure on it (the H100's Triton attention is derived
+/// from the A100's). The runs can only tell dies apart: every framework factor multiplies all
+/// of them, so the die with the most runs is the reference and keeps 1. Fitted with the
+/// frameworks by `stratasim fit --frameworks` (configs/frameworks.json "dies"; docs/frameworks.md).
+struct DieTraining {
+  double gemm = 1.0;
+  double attention = 1.0;
+};
+inline constexpr std::string_view kReferenceDie = "GA100";
+/// The fitted values of configs/frameworks.json "dies" (copy them here when they change).
+inline constexpr DieTraining kGH100Training{.gemm = 0.8601, .attention = 1.1195};
+/// The fitted factors of `die`; 1 and 1 for the reference die, an unfitted die or none ("").
+DieTraining die_training(std::string_view die);
 
 /// Device memory held back from the tensors (memory breakdown `other`).
 inline constexpr Bytes kDefaultCudaContext = Bytes(512LL << 20);

@@ -462,12 +462,12 @@ E2eMapping map_e2e(const CaseReader& c, const std::string& source) {
   return m;
 }
 
-void compare_e2e(const CaseReader& c, const std::string& source,
-                 const std::map<std::string, json>& training_by_framework, AccuracyReport& out) {
+void compare_e2e(const CaseReader& c, const std::string& source, const TrainingOverrides& overrides,
+                 AccuracyReport& out) {
   E2eMapping m = map_e2e(c, source);
   const std::string framework = framework_of(source);
   if (m.reasons.empty()) {
-    if (auto it = training_by_framework.find(framework); it != training_by_framework.end()) {
+    if (auto it = overrides.by_framework.find(framework); it != overrides.by_framework.end()) {
       m.experiment["training"].update(it->second);
     }
   }
@@ -485,6 +485,11 @@ void compare_e2e(const CaseReader& c, const std::string& source,
                                std::string("the experiment loader rejects it: ") + e.what()});
     return;
   }
+  const std::string die = experiment.cluster.device.die;
+  if (auto it = overrides.by_die.find(die); it != overrides.by_die.end()) {
+    experiment.cluster.device.efficiency.die_gemm = it->second.gemm;
+    experiment.cluster.device.efficiency.die_attention = it->second.attention;
+  }
   Options options;
   options.record_memory = false;  // peaks and verdicts are kept without the samples
   options.mirror_tensor_parallel = true;
@@ -501,6 +506,7 @@ void compare_e2e(const CaseReader& c, const std::string& source,
   row.framework = framework;
   row.series = source;
   row.device = gpu;
+  row.die = die;
   row.mapped_to = m.cluster;
   row.quantity = m.quantity;
   row.published = m.published;
@@ -641,7 +647,7 @@ std::string_view name_of(AccuracyLevel level) {
 }
 
 AccuracyReport accuracy(const fs::path& calibration, const AccuracyOptions& options,
-                        const std::map<std::string, json>& training_by_framework) {
+                        const TrainingOverrides& overrides) {
   const config::Document doc = config::Document::load(calibration);
   const json* cases = doc.find("cases");
   if (cases == nullptr || !cases->is_array()) doc.fail("cases", "expected a list of cases");
@@ -655,7 +661,7 @@ AccuracyReport accuracy(const fs::path& calibration, const AccuracyOptions& opti
     const std::string category = c.required_string("category");
     const std::string source = c.required_string("source.ref");
     if (category == "e2e_training") {
-      if (options.e2e) compare_e2e(c, source, training_by_framework, out);
+      if (options.e2e) compare_e2e(c, source, overrides, out);
     } else if (category == "gemm" || category == "attention_kernel") {
       continue;  // compare_kernels, below
     } else if (category == "collective" && options.collectives) {

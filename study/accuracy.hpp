@@ -31,6 +31,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "strategies/framework.hpp"
+
 namespace stratasim::study {
 
 /// The bounds the accuracy gate (tests/accuracy/, ctest label "accuracy") holds the table to:
@@ -63,6 +65,7 @@ struct AccuracyRow {
   /// series ("FlashAttention-2 on A100-SXM4-80GB, fwd+bwd, causal, head dim 64").
   std::string series;
   std::string device;     // the GPU as the case names it
+  std::string die;        // end to end: the die of the device it was costed on (hw::DeviceSpec)
   std::string mapped_to;  // the catalog cluster (end to end) or device (kernels) simulated
   std::string quantity;   // "tokens/s per GPU", "step time (s)" or "TFLOP/s"
   double published = 0;
@@ -114,15 +117,22 @@ struct ErrorSummary {
   int within_10 = 0;  // rows with |error| <= 10%
 };
 
-/// Reads `calibration` and compares what `options` asks for. Throws config::ConfigError naming
-/// the file and the JSON path of anything malformed (a missing or mistyped field the mapping
-/// needs, a shape that does not parse).
-/// `training_by_framework`: training settings set on the end-to-end experiments of a framework
-/// ("fsdp", "generic", "megatron": AccuracyRow::framework) before they are loaded, e.g.
-/// {"fsdp": {"compute_efficiency": 0.9}}; what the framework fit (study/fit.hpp) varies.
+/// What the framework fit (study/fit.hpp) varies, set on the end-to-end experiments.
+struct TrainingOverrides {
+  /// Training settings set on the experiments of a framework ("fsdp", "generic", "megatron":
+  /// AccuracyRow::framework) before they are loaded, e.g. {"fsdp": {"compute_efficiency": 0.9}}.
+  std::map<std::string, nlohmann::json> by_framework;
+  /// The die factors (strategies::DieTraining) of the devices of a die ("GH100"), in place of
+  /// the fitted ones, once the experiments are loaded.
+  std::map<std::string, strategies::DieTraining> by_die;
+};
+
+/// Reads `calibration` and compares what `options` asks for, end-to-end experiments changed as
+/// `overrides` says. Throws config::ConfigError naming the file and the JSON path of anything
+/// malformed (a missing or mistyped field the mapping needs, a shape that does not parse).
 AccuracyReport accuracy(const std::filesystem::path& calibration,
                         const AccuracyOptions& options = {},
-                        const std::map<std::string, nlohmann::json>& training_by_framework = {});
+                        const TrainingOverrides& overrides = {});
 
 /// The rows of `level`: "all" first, then one summary per group (the source for end to end and
 /// GEMM, the series for attention), in order of first appearance.

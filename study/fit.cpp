@@ -366,75 +366,156 @@ FitResult fit_kernel_models(const std::vector<hw::DeviceSpec>& devices,
   return result;
 }
 
-std::vector<FrameworkFit> fit_frameworks(const std::filesystem::path& calibration,
-                                         const FitOptions& options) {
-  std::map<std::string, std::vector<std::string>> rows_of;
+namespace {
+
+double round4(double v) {
+  return std::round(v * 1e4) / 1e4;
+}
+
+// The parameters of the joint fit, in the order of the vector Nelder-Mead varies: per fitted
+// framework logit(compute_efficiency), ln(elementwise_traffic - 1) and (when the runs span
+// enough sequence lengths) ln(attention_efficiency); per fitted die ln(gemm), ln(attention).
+struct Layout {
+  struct FrameworkSlot {
+    std::string name;
+    std::size_t at = 0;
+    bool attention_free = false;
+  };
+  std::vector<FrameworkSlot> frameworks;
+  std::vector<std::pair<std::string, std::size_t>> dies;
+  std::size_t size = 0;
+
+  std::tuple<double, double, double> framework(const FrameworkSlot& f,
+                                               const std::vector<double>& x) const {
+    return {1 / (1 + std::exp(-x[f.at])), 1 + std::exp(x[f.at + 1]),
+            f.attention_free ? std::clamp(std::exp(x[f.at + 2]), 0.1, 10.0) : 1.0};
+  }
+  strategies::DieTraining die(std::size_t at, const std::vector<double>& x) const {
+    return {.gemm = std::clamp(std::exp(x[at]), 0.2, 5.0),
+            .attention = std::clamp(std::exp(x[at + 1]), 0.2, 5.0)};
+  }
+  TrainingOverrides overrides(const std::vector<double>& x) const {
+    TrainingOverrides o;
+    for (const auto& f : frameworks) {
+      const auto [compute, traffic, attention] = framework(f, x);
+      o.by_framework[f.name] = {{"compute_efficiency", compute},
+                                {"elementwise_traffic", traffic},
+                                {"attention_efficiency", attention}};
+    }
+    for (const auto& [name, at] : dies) o.by_die[name] = die(at, x);
+    return o;
+  }
+};
+
+// |error| statistics of the rows `keep` selects.
+template <class Keep>
+std::tuple<double, double, std::vector<std::string>> errors_of(const AccuracyReport& report,
+                                                               Keep keep) {
+  double sum = 0, max = 0;
+  std::vector<std::string> ids;
+  for (const auto& r : report.rows) {
+    if (!keep(r)) continue;
+    sum += std::abs(r.error);
+    max = std::max(max, std::abs(r.error));
+    ids.push_back(r.id);
+  }
+  return {ids.empty() ? 0 : sum / static_cast<double>(ids.size()), max, ids};
+}
+
+}  // namespace
+
+TrainingFit fit_frameworks(const std::filesystem::path& calibration, const FitOptions& options) {
+  std::map<std::string, int> rows_of;
   std::map<std::string, std::set<std::int64_t>> seq_lens_of;
   for (const auto& r : accuracy(calibration).rows) {
-    rows_of[r.framework].push_back(r.id);
+    ++rows_of[r.framework];
     seq_lens_of[r.framework].insert(r.experiment.at("training").at("seq_len").get<std::int64_t>());
   }
-  std::vector<FrameworkFit> out;
-  for (const auto& [framework, ids] : rows_of) {
-    if (static_cast<int>(ids.size()) < kMinFrameworkRows) continue;
+  Layout layout;
+  std::set<std::string> fitted_frameworks;
+  for (const auto& [framework, rows] : rows_of) {
+    if (rows < kMinFrameworkRows) continue;
     // attention_efficiency is told apart from compute_efficiency only by how the attention
     // share of a step grows with the sequence: fitted when the runs span enough lengths, else 1.
     const auto& seqs = seq_lens_of[framework];
     const bool attention_free = static_cast<int>(seqs.size()) >= kMinAttentionSeqLens &&
                                 *seqs.rbegin() >= kMinAttentionSeqSpan * *seqs.begin();
-    auto values = [attention_free](const std::vector<double>& x) {
-      return std::tuple{1 / (1 + std::exp(-x[0])), 1 + std::exp(x[1]),
-                        attention_free ? std::clamp(std::exp(x[2]), 0.1, 10.0) : 1.0};
-    };
-    auto run = [&](const std::vector<double>& x) {
-      const auto [compute, traffic, attention] = values(x);
-      std::map<std::string, nlohmann::json> training;
-      training[framework] = {{"compute_efficiency", compute},
-                             {"elementwise_traffic", traffic},
-                             {"attention_efficiency", attention}};
-      std::vector<double> errors;
-      for (const auto& r : accuracy(calibration, {}, training).rows) {
-        if (r.framework == framework) errors.push_back(r.predicted / r.published);
-      }
-      return errors;
-    };
-    auto objective = [&](const std::vector<double>& x) {
-      double sum = 0;
-      for (double ratio : run(x)) sum += std::log(ratio) * std::log(ratio);
-      return sum;
-    };
-    // Start from compute 0.9 (logit 2.2), traffic 2 (ln 1 = 0) and attention as costed (ln 1).
-    std::vector<double> start = {2.2, 0.0};
-    if (attention_free) start.push_back(0.0);
-    const int budget = options.max_framework_evaluations;
-    Minimum m = nelder_mead(objective, start, 0.5, budget, 1e-8);
-    for (int restart = 0; restart < 3 && !m.converged; ++restart) {
-      m = nelder_mead(objective, m.x, 0.2, budget, 1e-8);
-    }
-    if (!m.converged) {
-      throw BadInput("the fit of framework " + framework + " did not converge within " +
-                     std::to_string(budget) + " evaluations per run (" +
-                     std::to_string(ids.size()) +
-                     " runs): check its runs, or give it more evaluations "
-                     "(--max-framework-evaluations)");
-    }
-    FrameworkFit f;
-    f.framework = framework;
-    std::tie(f.compute_efficiency, f.elementwise_traffic, f.attention_efficiency) = values(m.x);
-    f.cases = ids;
-    for (double ratio : run(m.x)) {
-      f.mean_abs_error += std::abs(ratio - 1) / static_cast<double>(ids.size());
-      f.max_abs_error = std::max(f.max_abs_error, std::abs(ratio - 1));
-    }
-    out.push_back(std::move(f));
+    layout.frameworks.push_back({framework, layout.size, attention_free});
+    layout.size += attention_free ? 3 : 2;
+    fitted_frameworks.insert(framework);
   }
+  // The dies of the fitted frameworks' runs: the one with the most runs is the reference (ties:
+  // the first by name), the others with enough runs get factors of their own.
+  std::map<std::string, int> rows_of_die;
+  for (const auto& r : accuracy(calibration).rows) {
+    if (fitted_frameworks.count(r.framework) != 0 && !r.die.empty()) ++rows_of_die[r.die];
+  }
+  TrainingFit out;
+  for (const auto& [die, rows] : rows_of_die) {
+    if (out.reference_die.empty() || rows > rows_of_die[out.reference_die]) {
+      out.reference_die = die;
+    }
+  }
+  for (const auto& [die, rows] : rows_of_die) {
+    if (die == out.reference_die || rows < kMinDieRows) continue;
+    layout.dies.emplace_back(die, layout.size);
+    layout.size += 2;
+  }
+  if (layout.frameworks.empty()) return out;
+
+  auto objective = [&](const std::vector<double>& x) {
+    double sum = 0;
+    for (const auto& r : accuracy(calibration, {}, layout.overrides(x)).rows) {
+      if (fitted_frameworks.count(r.framework) == 0) continue;
+      const double l = std::log(r.predicted / r.published);
+      sum += l * l;
+    }
+    return sum;
+  };
+  // Start from compute 0.9 (logit 2.2), traffic 2 (ln 1 = 0), attention as costed (ln 1) and
+  // every die as the reference (ln 1).
+  std::vector<double> start(layout.size, 0.0);
+  for (const auto& f : layout.frameworks) start[f.at] = 2.2;
+  const int budget = options.max_framework_evaluations;
+  Minimum m = nelder_mead(objective, start, 0.5, budget, 1e-8);
+  for (int restart = 0; restart < 3 && !m.converged; ++restart) {
+    m = nelder_mead(objective, m.x, 0.2, budget, 1e-8);
+  }
+  if (!m.converged) {
+    throw BadInput("the fit of the frameworks and dies did not converge within " +
+                   std::to_string(budget) + " evaluations per run (" + std::to_string(layout.size) +
+                   " parameters): check the runs, or give it more evaluations "
+                   "(--max-framework-evaluations)");
+  }
+  const AccuracyReport fitted = accuracy(calibration, {}, layout.overrides(m.x));
+  for (const auto& slot : layout.frameworks) {
+    FrameworkFit f;
+    f.framework = slot.name;
+    std::tie(f.compute_efficiency, f.elementwise_traffic, f.attention_efficiency) =
+        layout.framework(slot, m.x);
+    std::tie(f.mean_abs_error, f.max_abs_error, f.cases) =
+        errors_of(fitted, [&](const AccuracyRow& r) { return r.framework == slot.name; });
+    out.frameworks.push_back(std::move(f));
+  }
+  auto die_fit = [&](const std::string& name, strategies::DieTraining factors) {
+    DieFit d;
+    d.die = name;
+    d.gemm = factors.gemm;
+    d.attention = factors.attention;
+    std::tie(d.mean_abs_error, d.max_abs_error, d.cases) =
+        errors_of(fitted, [&](const AccuracyRow& r) {
+          return r.die == name && fitted_frameworks.count(r.framework) != 0;
+        });
+    return d;
+  };
+  out.dies.push_back(die_fit(out.reference_die, {}));
+  for (const auto& [name, at] : layout.dies) out.dies.push_back(die_fit(name, layout.die(at, m.x)));
   return out;
 }
 
-nlohmann::json to_json(const std::vector<FrameworkFit>& fits) {
+nlohmann::json to_json(const TrainingFit& fit) {
   nlohmann::json frameworks = nlohmann::json::object();
-  auto round4 = [](double v) { return std::round(v * 1e4) / 1e4; };
-  for (const auto& f : fits) {
+  for (const auto& f : fit.frameworks) {
     frameworks[f.framework] = {{"compute_efficiency", round4(f.compute_efficiency)},
                                {"elementwise_traffic", round4(f.elementwise_traffic)},
                                {"attention_efficiency", round4(f.attention_efficiency)},
@@ -443,11 +524,22 @@ nlohmann::json to_json(const std::vector<FrameworkFit>& fits) {
                                {"max_abs_error", round4(f.max_abs_error)},
                                {"cases", f.cases}};
   }
+  nlohmann::json dies = nlohmann::json::object();
+  for (const auto& d : fit.dies) {
+    dies[d.die] = {{"gemm", round4(d.gemm)},
+                   {"attention", round4(d.attention)},
+                   {"reference", d.die == fit.reference_die},
+                   {"runs", d.cases.size()},
+                   {"mean_abs_error", round4(d.mean_abs_error)},
+                   {"max_abs_error", round4(d.max_abs_error)},
+                   {"cases", d.cases}};
+  }
   return {{"source",
            "stratasim fit --frameworks (scripts/fit-profiles): the end-to-end runs of "
            "tests/reference/calibration.json, with the kernel models of "
            "configs/hardware/profiles"},
-          {"frameworks", frameworks}};
+          {"frameworks", frameworks},
+          {"dies", dies}};
 }
 
 }  // namespace stratasim::study

@@ -52,8 +52,8 @@ struct FitResult {
 /// point until a restart stops improving, at most 8 times for a kernel block, 4 for a
 /// framework). A fit that has not converged within it is an error (BadInput), never a result.
 struct FitOptions {
-  int max_evaluations = 20000;          // per run of a kernel block
-  int max_framework_evaluations = 600;  // per run of a framework's fit (each runs the e2e rows)
+  int max_evaluations = 20000;           // per run of a kernel block
+  int max_framework_evaluations = 2000;  // per run of the frameworks' fit (each runs the e2e rows)
 };
 
 /// Fits one kernel model per device to the cases measured on it (cases_for). `source` goes into
@@ -83,19 +83,43 @@ struct FrameworkFit {
   double max_abs_error = 0;
 };
 
+/// A GPU die's factors (strategies::DieTraining), fitted with the frameworks: the share of its
+/// calibrated kernel model's GEMM and fused-attention rates its kernels hold inside training
+/// steps, relative to the reference die (the die with the most runs, which keeps 1: a framework
+/// factor multiplies every die alike, so the runs tell only dies apart).
+struct DieFit {
+  std::string die;
+  double gemm = 1;
+  double attention = 1;
+  std::vector<std::string> cases;  // the runs on it (of the fitted frameworks)
+  double mean_abs_error = 0;       // over them, after the fit
+  double max_abs_error = 0;
+};
+
+struct TrainingFit {
+  std::vector<FrameworkFit> frameworks;
+  std::vector<DieFit> dies;  // the reference die first
+  std::string reference_die;
+};
+
 /// Fits every framework with at least kMinFrameworkRows expressible end-to-end rows in
-/// `calibration`. Throws BadInput when a fit does not converge.
-std::vector<FrameworkFit> fit_frameworks(const std::filesystem::path& calibration,
-                                         const FitOptions& options = {});
+/// `calibration`, and every die other than the reference with at least kMinDieRows of their
+/// rows, together: one Nelder-Mead over all parameters (FrameworkFit's, and ln of each die's
+/// two factors), minimising the sum over those rows of ln(predicted / published)^2. Throws
+/// BadInput when the fit does not converge.
+TrainingFit fit_frameworks(const std::filesystem::path& calibration,
+                           const FitOptions& options = {});
 inline constexpr int kMinFrameworkRows = 5;
+inline constexpr int kMinDieRows = 20;
 /// attention_efficiency is fitted only when the framework's runs have at least
 /// kMinAttentionSeqLens sequence lengths, the longest kMinAttentionSeqSpan times the shortest;
 /// otherwise it stays 1 (the kernel class as calibrated).
 inline constexpr int kMinAttentionSeqLens = 3;
 inline constexpr std::int64_t kMinAttentionSeqSpan = 4;
 
-/// The fits as JSON (configs/frameworks.json): {"source", "frameworks": {name: {...}}}.
-nlohmann::json to_json(const std::vector<FrameworkFit>& fits);
+/// The fit as JSON (configs/frameworks.json): {"source", "frameworks": {name: {...}},
+/// "dies": {name: {"gemm", "attention", "reference", "runs", ...}}}.
+nlohmann::json to_json(const TrainingFit& fit);
 
 /// The predicted duration of a case on `device` (its kernel model, profile and efficiency as
 /// they are): the work time of its kernels, launch overhead excluded.

@@ -180,6 +180,9 @@ TEST_CASE("FPGA: device file errors name the path") {
     j["compute_units"] = 10;
     CHECK(error_of([&] { read(j); }).path() == "compute_units");
     j = fpga_json();
+    j["die"] = "GH100";
+    CHECK(error_of([&] { read(j); }).path() == "die");
+    j = fpga_json();
     j["efficiency"]["tile_m"] = 64;
     CHECK(error_of([&] { read(j); }).path() == "efficiency.tile_m");
     j = fpga_json();

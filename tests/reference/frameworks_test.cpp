@@ -10,7 +10,9 @@
 #include <fstream>
 #include <vector>
 
+#include "hw_models/device.hpp"
 #include "reference/helpers.hpp"
+#include "sim/cost.hpp"
 #include "sim/memory.hpp"
 #include "strategies/framework.hpp"
 #include "study/study.hpp"
@@ -219,6 +221,51 @@ TEST_CASE("frameworks: the fitted defaults are configs/frameworks.json's figures
     CHECK(strategies::framework_defaults(f, DType::bf16, 0).attention_efficiency ==
           generic.attention_efficiency);
   }
+}
+
+TEST_CASE("frameworks: the fitted die factors are configs/frameworks.json's; the reference keeps 1") {
+  // scripts/fit-profiles writes the dies' factors beside the frameworks'; strategies/framework.hpp
+  // carries them (strategies::die_training).
+  std::ifstream in(std::filesystem::path(STRATASIM_SOURCE_DIR) / "configs" / "frameworks.json");
+  const auto dies = nlohmann::json::parse(in).at("dies");
+  REQUIRE(dies.contains(std::string(strategies::kReferenceDie)));
+  const auto& reference = dies.at(std::string(strategies::kReferenceDie));
+  CHECK(reference.at("reference").get<bool>());
+  CHECK(reference.at("gemm").get<double>() == 1.0);
+  CHECK(reference.at("attention").get<double>() == 1.0);
+  for (const auto& [name, d] : dies.items()) {
+    CAPTURE(name);
+    CHECK(strategies::die_training(name).gemm == d.at("gemm").get<double>());
+    CHECK(strategies::die_training(name).attention == d.at("attention").get<double>());
+    CHECK(d.at("cases").size() == d.at("runs").get<std::size_t>());
+  }
+  // A die without fitted runs, or none, keeps the kernel models' rates.
+  CHECK(strategies::die_training("GV100").gemm == 1.0);
+  CHECK(strategies::die_training("").attention == 1.0);
+}
+
+TEST_CASE("frameworks: a device's die factors reach it; a measured profile's GEMMs ignore them") {
+  // The H100's die (GH100) carries its fitted factors into the experiment's devices; the cost of
+  // a compute-bound GEMM on the calibrated model scales by 1 / die_gemm.
+  const auto file = configs_dir() / "experiments/gpt3-175b-a100-1024.json";
+  const auto a100 = strategies::load_experiment(file, {});
+  CHECK(a100.cluster.device.die == "GA100");
+  CHECK(a100.cluster.device.efficiency.die_gemm == 1.0);
+  CHECK(a100.cluster.device.efficiency.die_attention == 1.0);
+  auto h100 = hw::load_device(configs_dir() / "hardware/devices/h100-sxm5-80gb.json");
+  CHECK(h100.die == "GH100");
+  hw::DeviceSpec halved = h100;
+  halved.efficiency.die_gemm = 0.5;
+  // 8192^3 bf16: compute-bound by far (2 x 8192^3 FLOPs against 3 x 8192^2 x 2 bytes).
+  const strategies::Kernel gemm{strategies::Gemm{8192, 8192, 8192, 1, DType::bf16}, "g"};
+  const double full = (sim::DeviceCostModel(h100).kernel_time(gemm) -
+                       sim::DeviceCostModel(h100).launch_overhead())
+                          .seconds();
+  const double half = (sim::DeviceCostModel(halved).kernel_time(gemm) -
+                       sim::DeviceCostModel(halved).launch_overhead())
+                          .seconds();
+  const double latency = h100.kernel_model->gemm_for(DType::bf16)->latency;
+  CHECK(half - latency == doctest::Approx(2 * (full - latency)).epsilon(1e-9));
 }
 
 TEST_CASE("frameworks: training.attention_efficiency reaches every GPU; out of range is an error") {

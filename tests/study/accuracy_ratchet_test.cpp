@@ -27,12 +27,14 @@ study::ErrorSummary all(study::AccuracyLevel level) {
 
 }  // namespace
 
-TEST_CASE("accuracy today: end to end (147 runs: mean 5.6%, max 27.4%)") {
+TEST_CASE("accuracy today: end to end (147 runs: mean 4.7%, max 26.7%)") {
+  // The mean is within the bound (study::kE2eMeanErrorBound, 5%); the max is not.
   const auto s = all(study::AccuracyLevel::e2e);
   CHECK(s.rows >= 147);
-  CHECK(s.mean_abs_error <= 0.0565);
-  CHECK(s.max_abs_error <= 0.275);
-  CHECK(s.within_10 >= 120);
+  CHECK(s.mean_abs_error <= 0.0475);
+  CHECK(s.mean_abs_error <= study::kE2eMeanErrorBound);
+  CHECK(s.max_abs_error <= 0.267);
+  CHECK(s.within_10 >= 126);
 }
 
 TEST_CASE("accuracy today: GEMM (32 cases: 26 within 10%, 17 within 5%)") {

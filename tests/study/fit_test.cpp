@@ -199,6 +199,18 @@ TEST_CASE(
     }
     CHECK(f.at("cases").size() == f.at("runs").get<std::size_t>());
   }
+  // Its "dies": per GPU die, die-level keys only; exactly one is the reference.
+  int references = 0;
+  for (const auto& [name, d] : j.at("dies").items()) {
+    CAPTURE(name);
+    for (const auto& [key, value] : d.items()) {
+      CHECK(std::set<std::string>{"gemm", "attention", "reference", "runs", "mean_abs_error",
+                                  "max_abs_error", "cases"}
+                .count(key) == 1);
+    }
+    references += d.at("reference").get<bool>() ? 1 : 0;
+  }
+  CHECK(references == 1);
 }
 
 TEST_CASE("calibration set: DeepGEMM's block-scaled FP8 GEMMs are a kernel class of their own") {
