@@ -89,10 +89,10 @@ TEST_CASE("cli fit: a fit that does not converge within its budget exits 2 namin
       {"the fit of gemm bf16 did not converge within 3 evaluations", "--max-evaluations"});
   // Nothing half-written: no kernel model was written.
   CHECK(!std::filesystem::exists(out / "h100-sxm5-80gb.kernel-model.json"));
-  // A framework's fit: the same (its first evaluation already simulates every run).
+  // The frameworks' and dies' fit: the same (its first evaluation already simulates every run).
   check_bad_input(
       "fit --frameworks " + (out / "frameworks.json").string() + " --max-framework-evaluations 2",
-      {"the fit of framework", "did not converge within 2 evaluations",
+      {"the fit of the frameworks and dies", "did not converge within 2 evaluations",
        "--max-framework-evaluations"});
   CHECK(!std::filesystem::exists(out / "frameworks.json"));
   check_bad_input("fit --device h100-sxm5-80gb --max-evaluations 0 --out-dir " + out.string(),
