@@ -223,7 +223,8 @@ TEST_CASE("frameworks: the fitted defaults are configs/frameworks.json's figures
   }
 }
 
-TEST_CASE("frameworks: the fitted die factors are configs/frameworks.json's; the reference keeps 1") {
+TEST_CASE(
+    "frameworks: the fitted die factors are configs/frameworks.json's; the reference keeps 1") {
   // scripts/fit-profiles writes the dies' factors beside the frameworks'; strategies/framework.hpp
   // carries them (strategies::die_training).
   std::ifstream in(std::filesystem::path(STRATASIM_SOURCE_DIR) / "configs" / "frameworks.json");
@@ -258,9 +259,9 @@ TEST_CASE("frameworks: a device's die factors reach it; a measured profile's GEM
   halved.efficiency.die_gemm = 0.5;
   // 8192^3 bf16: compute-bound by far (2 x 8192^3 FLOPs against 3 x 8192^2 x 2 bytes).
   const strategies::Kernel gemm{strategies::Gemm{8192, 8192, 8192, 1, DType::bf16}, "g"};
-  const double full = (sim::DeviceCostModel(h100).kernel_time(gemm) -
-                       sim::DeviceCostModel(h100).launch_overhead())
-                          .seconds();
+  const double full =
+      (sim::DeviceCostModel(h100).kernel_time(gemm) - sim::DeviceCostModel(h100).launch_overhead())
+          .seconds();
   const double half = (sim::DeviceCostModel(halved).kernel_time(gemm) -
                        sim::DeviceCostModel(halved).launch_overhead())
                           .seconds();
