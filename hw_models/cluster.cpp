@@ -48,6 +48,10 @@ NcclFabric read_fabric(config::Document& doc, const std::string& path, bool intr
       auto n = r.object("nvls", "NVLink SHARP figures");
       f.nvls_efficiency = n.number("efficiency");
       f.nvls_latency = n.time("latency");
+      if (n.has("channels")) {
+        f.nvls_channels = static_cast<int>(n.integer_in("channels", 1, 64));
+        f.nvls_loop_latency = n.time("loop_latency");
+      }
       n.finish();
     }
   } else {
@@ -275,6 +279,10 @@ void ClusterSpec::validate() const {
     }
     if (!(in.nvls_latency.seconds() >= 0)) {
       throw config::ValidationError("collectives.intra_fabric.nvls.latency",
+                                    "expected a latency >= 0");
+    }
+    if (!(in.nvls_loop_latency.seconds() >= 0)) {
+      throw config::ValidationError("collectives.intra_fabric.nvls.loop_latency",
                                     "expected a latency >= 0");
     }
   }

@@ -128,6 +128,13 @@ struct NcclFabric {
   /// NVLink SHARP: the switch's reduction rate over the link's line rate; 0: it does not reduce.
   double nvls_efficiency = 0;
   Time nvls_latency;  // NVLS's whole latency (NCCL counts no steps for it)
+  /// NCCL's NVLS channels (comm->nvlsChannels, src/transport/nvls.cc: 16 on Hopper, 24 on one
+  /// Blackwell node, 32 spanning nodes): with the ranks they give the NVLS chunk size of a
+  /// message (sim::nccl_nvls_chunk). 0: no chunk cost (nvls_loop_latency unused).
+  int nvls_channels = 0;
+  /// The fixed cost of one NVLS loop (every channel reduces and multicasts one chunk per head),
+  /// paid once per chunk a channel moves: what makes small NVLS chunks slow. Fitted.
+  Time nvls_loop_latency;
 };
 
 /// The NCCL-structured collective model (sim/nccl_model.hpp) a cluster opts into.

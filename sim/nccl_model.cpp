@@ -53,6 +53,10 @@ constexpr double kNetOverheadUs = 1.0;
 // Point to point (src/init.cc, src/enqueue.cc addP2pToPlan): the chunk NCCL steps by over NVLink
 // (NCCL_P2P_NVL_CHUNKSIZE); a part of a transfer is at least 1/8 and at most 32 chunks.
 constexpr std::int64_t kP2pNvlChunk = 512 * 1024;
+// NVLS chunking (src/transport/nvls.cc NCCL_NVLS_CHUNKSIZE; src/enqueue.cc calcCollChunking):
+// the largest chunk, and the steps down to 64, 32 and 16 KiB below 64, 8 and 2 concurrent
+// operations' worth of the chunk then in force.
+constexpr std::int64_t kNvlsChunk = 128 * 1024;
 
 std::int64_t pow2_up(std::int64_t x) {
   std::int64_t p = 1;
@@ -131,6 +135,23 @@ int nccl_channels(CollectiveAlgorithm algorithm, NcclProtocol protocol, int rank
   return c;
 }
 
+std::int64_t nccl_nvls_chunk(Bytes bytes, int channels, int heads) {
+  const std::int64_t ops = static_cast<std::int64_t>(std::max(1, channels)) *
+                           static_cast<std::int64_t>(std::max(1, heads));
+  const std::int64_t n = bytes.count();
+  std::int64_t chunk = kNvlsChunk;
+  if (n < 64 * ops * chunk && chunk > 65536) chunk = 65536;
+  if (n < 8 * ops * chunk && chunk > 32768) chunk = 32768;
+  if (n < 2 * ops * chunk && chunk > 16384) chunk = 16384;
+  return chunk;
+}
+
+std::int64_t nccl_nvls_loops(Bytes bytes, int channels, int heads) {
+  const std::int64_t per_loop = static_cast<std::int64_t>(std::max(1, channels)) *
+                                std::max(1, heads) * nccl_nvls_chunk(bytes, channels, heads);
+  return std::max<std::int64_t>(1, (bytes.count() + per_loop - 1) / per_loop);
+}
+
 Time nccl_tree_step_latency(const hw::NcclFabric& fabric, bool network, NcclProtocol protocol) {
   const std::size_t p = index(protocol);
   const double ring = fabric.step_latency[p].seconds();
@@ -178,6 +199,11 @@ std::optional<NcclEstimate> nccl_candidate(CollectiveKind kind, CollectiveAlgori
   const double ring_simple = nodes == 1 ? e_in * b_in : std::min(e_in * b_in, e_net * k * b_net);
   // Channels: NVLS and CollNet run all theirs at full rate; the others the size's share.
   bool capped = true;
+  // What NCCL's tuner does not see of NVLS (where nvls_channels is set): the part of
+  // I.nvls_latency beyond its own NVLS latency, and the loops of chunks smaller than the full
+  // one (its NVLS bandwidth is that of full chunks: it charges S / (channels x heads x 128 KiB)
+  // loops of I.nvls_loop_latency, where the message really takes nccl_nvls_loops).
+  Time unseen;
 
   NcclEstimate e;
   e.algorithm = algorithm;
@@ -238,6 +264,19 @@ std::optional<NcclEstimate> nccl_candidate(CollectiveKind kind, CollectiveAlgori
     e.latency = in.nvls_latency;
     e.channels = channels;
     capped = false;
+    if (in.nvls_channels > 0) {
+      e.channels = in.nvls_channels;
+      const double tuner = kNcclNvlsTunerLatencyUs * 1e-6;
+      const double loop = in.nvls_loop_latency.seconds();
+      const double tuner_loops =
+          static_cast<double>(bytes.count()) /
+          (static_cast<double>(in.nvls_channels) * n * static_cast<double>(kNvlsChunk));
+      const auto loops = static_cast<double>(nccl_nvls_loops(bytes, in.nvls_channels, n));
+      unseen = Time::from_seconds(std::max(0.0, loops - tuner_loops) * loop +
+                                  std::max(0.0, in.nvls_latency.seconds() - tuner));
+      e.latency = Time::from_seconds(std::min(tuner, in.nvls_latency.seconds()) +
+                                     std::min(loops, tuner_loops) * loop);
+    }
   } else if (algorithm == CollectiveAlgorithm::collnet_direct ||
              algorithm == CollectiveAlgorithm::collnet_chain) {
     if (kind != CollectiveKind::all_reduce || nodes <= 1 || protocol != NcclProtocol::simple ||
@@ -284,7 +323,9 @@ std::optional<NcclEstimate> nccl_candidate(CollectiveKind kind, CollectiveAlgori
     const double cap = e.channels * in.channel_busbw.bytes_per_second() * fraction;
     if (cap < e.busbw) rate = e.algbw * cap / e.busbw;
   }
-  e.time = e.latency + Time::from_seconds(static_cast<double>(bytes.count()) / rate);
+  e.tuner_time = e.latency + Time::from_seconds(static_cast<double>(bytes.count()) / rate);
+  e.time = e.tuner_time + unseen;
+  e.latency = e.latency + unseen;
   return e;
 }
 
@@ -300,7 +341,7 @@ NcclEstimate nccl_choose(CollectiveKind kind, const NcclGroup& group, Bytes byte
       if (restrict && a != fixed) continue;
       for (NcclProtocol p : kProtocols) {
         const auto c = nccl_candidate(kind, a, p, group, bytes, settings, max_channels);
-        if (c && (!best || c->time < best->time)) best = c;
+        if (c && (!best || c->tuner_time < best->tuner_time)) best = c;
       }
     }
     return best;

@@ -19,7 +19,10 @@
 //   2 x 0.92 x min(I.eff B_in, E.eff k B_net / (N = 2 ? 1 : 2)) (0.92: NCCL's tree factor);
 // - nvls (all-reduce, reduce-scatter, all-gather within one node whose switch reduces:
 //   I.nvls_efficiency > 0, at least 2 ranks; Simple only): the switch moves (n+1)/n S through
-//   each member's link for an all-reduce, S for the others, at I.nvls_efficiency B_in.
+//   each member's link for an all-reduce, S for the others, at I.nvls_efficiency B_in. Where
+//   I.nvls_channels is set (NCCL's nvlsChannels), NVLS moves the message in loops of
+//   channels x heads chunks (heads: the node's ranks; the chunk by size, nccl_nvls_chunk) and
+//   every loop costs I.nvls_loop_latency: + nccl_nvls_loops(S) x I.nvls_loop_latency.
 // - collnet_direct / collnet_chain (CollNet: the network's switches reduce, SHARP; all-reduce
 //   spanning nodes with E.collnet_efficiency > 0 and k <= 8; Simple only): algbw =
 //   min(E.collnet_efficiency k B_net (each node's NICs send S up, receive the reduced S),
@@ -58,8 +61,12 @@
 // short of their model there). base (NCCL's baseLat, us): ring LL 6.6, LL128 14, Simple 8.4;
 // tree 6.8, 14, 8.4. All-to-all (NCCL runs it as point-to-point sends) is costed as a ring of n-1
 // steps with the Simple protocol at the fabrics' p2p efficiency. Time: latency + S / algbw (the
-// channels' ceiling applied); the chosen (algorithm, protocol) is the least time among the
-// candidates that apply (ties: ring before tree before nvls, Simple before LL128 before LL). A
+// channels' ceiling applied); the chosen (algorithm, protocol) is the least tuner time among the
+// candidates that apply (ties: ring before tree before nvls, Simple before LL128 before LL): the
+// time as NCCL's tuner sees it (ncclTopoGetAlgoTime), which is the time except for NVLS with
+// I.nvls_channels: there the tuner charges its own NVLS latency (kNcclNvlsTunerLatencyUs, 25 us)
+// for I.nvls_latency and S / (channels x heads x 128 KiB) loops (its bandwidth is that of full
+// chunks) for the loops the message takes; the chosen candidate then costs its real time. A
 // fixed algorithm (the cluster's `collectives.algorithm`, or --algorithm) restricts the candidates
 // to it where it applies (ring, tree, nvls; hierarchical means the tree); elsewhere the choice is
 // free, except that a fixed nvls that cannot run is an error.
@@ -100,8 +107,21 @@ struct NcclEstimate {
   double busbw = 0;  // bytes/s, all channels, as above
   double algbw = 0;  // bytes/s, all channels
   int channels = 1;  // c: the channels this size uses
-  Time time;         // latency + S / algbw, the channels' ceiling applied
+  Time time;         // latency + S / algbw, the channels' ceiling applied (+ NVLS's loops)
+  /// What NCCL's tuner compares (ncclTopoGetAlgoTime): `time` without NVLS's loop cost, which
+  /// the tuner does not model. nccl_choose picks the least of these.
+  Time tuner_time;
 };
+
+/// NVLS's chunk size for a message of `bytes` (src/enqueue.cc calcCollChunking, all-reduce):
+/// 128 KiB (NCCL_NVLS_CHUNKSIZE), concurrentOps = channels x heads (one head per rank of the
+/// node), then 64 KiB below 64 concurrentOps chunks, 32 KiB below 8, 16 KiB below 2, each test
+/// against the chunk then in force. E.g. 24 channels, 8 heads: 128 KiB from 1.5 GiB, 64 KiB from
+/// 96 MiB, 32 KiB from 12 MiB, 16 KiB below.
+std::int64_t nccl_nvls_chunk(Bytes bytes, int channels, int heads);
+
+/// The NVLS loops of a message: ceil(bytes / (channels x heads x chunk)) (at least 1).
+std::int64_t nccl_nvls_loops(Bytes bytes, int channels, int heads);
 
 /// NCCL's hardware latency per pipeline step (tuning.cc hwLat, us; LL, LL128, Simple): NVLink and
 /// the network (NET), ring and tree. The fabrics' step_latency are the ring's; the tree's follow
@@ -110,6 +130,9 @@ inline constexpr double kNcclNvlinkRingStepUs[3] = {0.6, 1.9, 3.4};
 inline constexpr double kNcclNvlinkTreeStepUs[3] = {0.6, 1.25, 4.0};
 inline constexpr double kNcclNetRingStepUs[3] = {2.7, 4.0, 14.0};
 inline constexpr double kNcclNetTreeStepUs[3] = {5.0, 8.5, 14.0};
+/// NCCL's latency of NVLS within one node (tuning.cc: baseLat 0, NVLink hwLat 25 us, Simple):
+/// what its tuner charges NVLS; the fabric's nvls.latency is what NVLS really takes.
+inline constexpr double kNcclNvlsTunerLatencyUs = 25.0;
 /// CollNet runs with at most this many ranks on a node (NCCL_MAX_DIRECT_ARITY + 1).
 inline constexpr int kCollnetMaxLocalRanks = 8;
 

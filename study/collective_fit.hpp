@@ -29,7 +29,9 @@
 //   (all_reduce_bench.py times torch.distributed calls from Python), where a tool other than
 //   nccl-tests has points.
 // Objective: the sum over the points kept of |ln(predicted / published busbw)| (least absolute
-// deviations, so that one disturbed point the rule above keeps pulls less), predicted by
+// deviations, so that one disturbed point the rule above keeps pulls less), plus kGatePenalty
+// times each point's relative error beyond 0.95 of its gate bound (study::collective_bound), and
+// a faint pull of the NVLink step latencies toward NCCL's hwLat (kPriorWeight), predicted by
 // the NCCL model alone (no contention) plus the tool's overhead. Nelder-Mead over logits of
 // fractions and logarithms of latencies, restarted until it stops improving.
 #pragma once
@@ -48,6 +50,16 @@
 namespace stratasim::study {
 
 inline constexpr double kDisturbedFactor = 1.25;
+/// The fit's objective adds this many times a point's relative error beyond its gate bound
+/// (study::collective_bound): least absolute deviations alone do not care which of two points
+/// it cannot both fit lies outside the bound.
+inline constexpr double kGatePenalty = 10.0;
+/// ... counted from this fraction of the bound, so that a point the fit can keep inside does
+/// not end on its edge.
+inline constexpr double kGateMargin = 0.95;
+/// ... plus this many times |ln(value / NCCL's figure)| of each NVLink step latency, so that a
+/// step latency no point's chosen candidate pays stays at NCCL's hwLat instead of drifting.
+inline constexpr double kPriorWeight = 1e-3;
 
 /// One published point of a collective sweep.
 struct CollectivePoint {

@@ -249,6 +249,23 @@ TEST_CASE("the NCCL model's fabrics are read, and bad ones name their JSON path"
   net["collnet"] = {{"efficiency", 0.9}, {"latency", 35}};
   j["collectives"] = {{"intra_fabric", nvlink_fabric()}, {"network_fabric", net}};
   CHECK(error_path(j) == "collectives.network_fabric.collnet.latency");
+  // NVLS's chunk model: absent, none; channels with a loop latency read; channels alone name
+  // the missing loop_latency, channels out of 1-64 name themselves.
+  CHECK(c.collectives.nccl->intra.nvls_channels == 0);
+  in = nvlink_fabric();
+  in["nvls"]["channels"] = 24;
+  in["nvls"]["loop_latency"] = "7.5 us";
+  j["collectives"] = {{"intra_fabric", in}, {"network_fabric", net_fabric()}};
+  const auto chunked = read(j);
+  CHECK(chunked.collectives.nccl->intra.nvls_channels == 24);
+  CHECK(chunked.collectives.nccl->intra.nvls_loop_latency.seconds() == doctest::Approx(7.5e-6));
+  in["nvls"].erase("loop_latency");
+  j["collectives"] = {{"intra_fabric", in}, {"network_fabric", net_fabric()}};
+  CHECK(error_path(j) == "collectives.intra_fabric.nvls.loop_latency");
+  in["nvls"]["loop_latency"] = "7.5 us";
+  in["nvls"]["channels"] = 0;
+  j["collectives"] = {{"intra_fabric", in}, {"network_fabric", net_fabric()}};
+  CHECK(error_path(j) == "collectives.intra_fabric.nvls.channels");
   // The new algorithms by name.
   j["collectives"] = {{"intra_fabric", nvlink_fabric()},
                       {"network_fabric", net_fabric()},

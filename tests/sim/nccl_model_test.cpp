@@ -153,6 +153,59 @@ TEST_CASE("nccl model: NVLS within one node, and its choice") {
                   std::invalid_argument);
 }
 
+TEST_CASE("nccl model: NVLS chunk size and loops (calcCollChunking), unseen by the tuner") {
+  // Blackwell, one node: 24 NVLS channels x 8 heads = 192 concurrent operations. NCCL starts
+  // from 128 KiB and drops to 64 KiB below 64 x 192 x 128 KiB = 1.5 GiB, to 32 KiB below
+  // 8 x 192 x 64 KiB = 96 MiB, to 16 KiB below 2 x 192 x 32 KiB = 12 MiB.
+  constexpr std::int64_t KiB = 1024;
+  constexpr std::int64_t MiB = 1024 * KiB;
+  CHECK(sim::nccl_nvls_chunk(Bytes(16 * 1024 * MiB), 24, 8) == 128 * KiB);
+  CHECK(sim::nccl_nvls_chunk(Bytes(1536 * MiB), 24, 8) == 128 * KiB);
+  CHECK(sim::nccl_nvls_chunk(Bytes(1536 * MiB - 1), 24, 8) == 64 * KiB);
+  CHECK(sim::nccl_nvls_chunk(Bytes(96 * MiB), 24, 8) == 64 * KiB);
+  CHECK(sim::nccl_nvls_chunk(Bytes(96 * MiB - 1), 24, 8) == 32 * KiB);
+  CHECK(sim::nccl_nvls_chunk(Bytes(12 * MiB), 24, 8) == 32 * KiB);
+  CHECK(sim::nccl_nvls_chunk(Bytes(12 * MiB - 1), 24, 8) == 16 * KiB);
+  // Hopper: 16 x 8 = 128 operations: 128 KiB from 1 GiB, 64 KiB from 64 MiB, 32 KiB from 8 MiB.
+  CHECK(sim::nccl_nvls_chunk(Bytes(1024 * MiB), 16, 8) == 128 * KiB);
+  CHECK(sim::nccl_nvls_chunk(Bytes(64 * MiB - 1), 16, 8) == 32 * KiB);
+  CHECK(sim::nccl_nvls_chunk(Bytes(8 * MiB - 1), 16, 8) == 16 * KiB);
+  // Loops: 8 MiB over 192 x 16 KiB = 3 MiB per loop: 3; 16 GiB over 24 MiB: ceil(682.7) = 683.
+  CHECK(sim::nccl_nvls_loops(Bytes(8 * MiB), 24, 8) == 3);
+  CHECK(sim::nccl_nvls_loops(Bytes(16 * 1024 * MiB), 24, 8) == 683);
+  CHECK(sim::nccl_nvls_loops(Bytes(1), 24, 8) == 1);
+
+  // The H100-like fabric with 24 NVLS channels and 10 us per loop. 8 MiB all-reduce over 8
+  // ranks: NVLS algbw 272 GB/s, the tuner's time 25 + 8388608 / 272e9 s = 25 + 30.840 us =
+  // 55.840 us, the real one 3 loops x 10 us more = 85.840 us. Ring LL128: busbw
+  // min(0.92 x 0.8 x 450, 32 x 36.7) = 331.2 GB/s, algbw x 8 / 14 = 189.26 GB/s, latency
+  // 14 + 14 x 1.9 = 40.6 us: 40.6 + 44.324 = 84.924 us, faster in truth, yet NCCL's tuner runs
+  // NVLS (55.840 < 84.924), and so does the model.
+  auto s = settings(true);
+  s.intra.nvls_channels = 24;
+  s.intra.nvls_loop_latency = us(10);
+  const auto g = one_node(8);
+  const auto nvls = sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::nvls,
+                                        NcclProtocol::simple, g, Bytes(8 * MiB), s);
+  REQUIRE(nvls);
+  CHECK(nvls->tuner_time.seconds() == doctest::Approx(55.840e-6).epsilon(1e-4));
+  CHECK(nvls->time.seconds() == doctest::Approx(85.840e-6).epsilon(1e-4));
+  CHECK(nvls->channels == 24);
+  const auto ll128 = sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::ring,
+                                         NcclProtocol::ll128, g, Bytes(8 * MiB), s);
+  REQUIRE(ll128);
+  CHECK(ll128->time.seconds() == doctest::Approx(84.924e-6).epsilon(1e-4));
+  CHECK(ll128->tuner_time == ll128->time);
+  const auto chosen = sim::nccl_choose(CollectiveKind::all_reduce, g, Bytes(8 * MiB), s);
+  CHECK(chosen.algorithm == CollectiveAlgorithm::nvls);
+  CHECK(chosen.time.seconds() == doctest::Approx(85.840e-6).epsilon(1e-4));
+  // Without nvls_channels there is no loop cost.
+  const auto plain = sim::nccl_candidate(CollectiveKind::all_reduce, CollectiveAlgorithm::nvls,
+                                         NcclProtocol::simple, g, Bytes(8 * MiB), settings(true));
+  REQUIRE(plain);
+  CHECK(plain->time.seconds() == doctest::Approx(55.840e-6).epsilon(1e-4));
+}
+
 TEST_CASE("nccl model: tree and ring across two nodes, by hand") {
   const auto s = settings(false);
   const sim::NcclGroup g{.ranks = 16,

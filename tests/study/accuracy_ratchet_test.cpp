@@ -53,16 +53,18 @@ TEST_CASE("accuracy today: fused attention (223 points: mean 3.0%, max 14.0%)") 
   CHECK(s.within_10 >= 220);
 }
 
-TEST_CASE("accuracy today: collectives (128 points: mean 3.7%, max 33.7%, 6 beyond the bound)") {
+TEST_CASE("accuracy today: collectives (128 points: mean 3.3%, max 20.6%, none beyond the bound)") {
   // The collective sweeps through the NCCL model with the fitted fabrics
   // (configs/hardware/nccl/). The bound: 10% from 1 MiB, 25% below (study::collective_bound).
+  // The largest error is A3 Mega's 64 KiB point (-20.6%, within its 25%).
   const auto r =
       study::accuracy(study::default_calibration_file(), {.e2e = false, .collectives = true});
   const auto s = study::summaries(r, study::AccuracyLevel::collective).front();
   CHECK(s.rows >= 128);
-  CHECK(s.mean_abs_error <= 0.038);
-  CHECK(s.max_abs_error <= 0.337);
-  CHECK(s.within_10 >= 114);
+  CHECK(s.mean_abs_error <= 0.033);
+  CHECK(s.max_abs_error <= 0.206);
+  CHECK(s.within_5 >= 100);
+  CHECK(s.within_10 >= 120);
   int beyond = 0;
   for (const auto& row : r.rows) {
     if (row.level == study::AccuracyLevel::collective &&
@@ -70,5 +72,5 @@ TEST_CASE("accuracy today: collectives (128 points: mean 3.7%, max 33.7%, 6 beyo
       ++beyond;
     }
   }
-  CHECK(beyond <= 6);
+  CHECK(beyond == 0);
 }
