@@ -59,6 +59,7 @@ class RankEmitter {
   void emit_pass(std::size_t index);
   void receive_input(const PassState& ps, int from_chunk);
   void emit_segment(PassState& ps, std::size_t i);
+  OpId emit_ring_step(const TemplateStep& step, OpInfo info);
   void send_output(const PassState& ps, int to_chunk);
   bool send_waits_for_next(std::size_t index) const;
   void flush_deferred_send(std::size_t index, std::optional<OpId> after);
