@@ -1,8 +1,11 @@
 // Compute-communication interference in a run (hw_models/interference.hpp gives the rates;
-// docs/network.md the model): the simulator reports compute ops and transfers starting and
-// ending, and the tracker keeps each rank's load, re-times running compute ops (rescheduling
-// their end events with a new version, so the old ones are stale) and re-rates transfers through
-// Network::set_rate. What each op lost goes into `losses` (Timeline::interference).
+// docs/network.md the model): each transfer holds the SMs its op says (Collective::sms,
+// Send::sms; NCCL's communication_units by default), and a rank's compute runs at the f_sm of
+// the most any of its running transfers holds. The simulator reports compute ops and transfers
+// starting and ending, and the tracker keeps each rank's load, re-times running compute ops
+// (rescheduling their end events with a new version, so the old ones are stale) and re-rates
+// transfers through Network::set_rate. What each op lost goes into `losses`
+// (Timeline::interference).
 //
 // Sums are kept in integers (shares in units of 2^-30, demands in bytes/s), so that they do not
 // depend on the order of their terms: a mirrored run and an exact one agree to the picosecond.
