@@ -193,6 +193,7 @@ void RankEmitter::emit_pass(std::size_t p) {
   for (const auto& hook : hooks_) hook->pass_begins(*this, ps);
   receive_input(ps, from_chunk);
   chain_last_.clear();
+  last_ring_recv_.reset();
   for (std::size_t i = ps.range.begin; i < ps.range.end; ++i) emit_segment(ps, i);
   if (!ps.previous) {  // a pass without segments passes its input on
     if (input_.empty()) return;
@@ -318,8 +319,10 @@ void RankEmitter::emit_segment(PassState& ps, std::size_t i) {
 // rank of the group's ring (tp-comm stream) and a Recv of as many from the previous one, on the
 // receive stream (pp-recv) so that the two, issued by every rank in the same order, run at once
 // (on one stream every rank's send would wait for its successor's, which waits for its own).
-// Both wait for the step's dependencies and carry its memory effects on the Recv; what follows
-// in the chain waits for the Recv (the shard it brings). Returns the Recv.
+// Both wait for the step's dependencies, the Send also for the pass's previous ring Recv (a step
+// forwards the shard the step before it brought; the previous exchange's last Recv, long done,
+// for a first step); the Recv carries its memory effects, and what follows in the chain waits
+// for it (the shard it brings). Returns the Recv.
 OpId RankEmitter::emit_ring_step(const TemplateStep& step, OpInfo info) {
   const Group& group = program.groups()[assembly.groups.tp(step.axis, rank)];
   const auto n = static_cast<std::ptrdiff_t>(group.ranks.size());
@@ -328,9 +331,12 @@ OpId RankEmitter::emit_ring_step(const TemplateStep& step, OpInfo info) {
   const std::int32_t next = group.ranks[static_cast<std::size_t>((at + 1) % n)];
   const std::int32_t prev = group.ranks[static_cast<std::size_t>((at + n - 1) % n)];
   info.stream = Stream::tp_comm;
-  program.add(Send{next, step.bytes, step.sms}, info, deps_);
+  ring_deps_.assign(deps_.begin(), deps_.end());
+  if (last_ring_recv_) ring_deps_.push_back(*last_ring_recv_);
+  program.add(Send{next, step.bytes, step.sms}, info, ring_deps_);
   info.stream = Stream::pp_recv;
-  return program.add(Recv{prev, step.bytes}, info, deps_, effects_);
+  last_ring_recv_ = program.add(Recv{prev, step.bytes}, info, deps_, effects_);
+  return *last_ring_recv_;
 }
 
 void RankEmitter::send_output(const PassState& ps, int to_chunk) {

@@ -74,6 +74,8 @@ class RankEmitter {
   std::vector<OpId> deps_, input_, received_;
   std::vector<MemoryEffect> effects_;
   std::vector<std::optional<OpId>> chain_last_;
+  std::optional<OpId> last_ring_recv_;  // the pass's last ring-step Recv
+  std::vector<OpId> ring_deps_;
   std::unordered_map<std::uint64_t, OpId> pass_end_;  // last op of each pass of the rank
   // Schedule::batched_p2p: a forward's send held until the backward after it, and the sends
   // the device's next pass waits for.
