@@ -8,7 +8,11 @@
 // The mechanism, from the way NCCL runs:
 // - NCCL launches one thread block per channel, each holding one SM for the whole collective, so
 //   compute-bound kernels (GEMMs, fused attention) beside it have `communication_units` fewer SMs:
-//   their rate is f_sm = 1 - communication_units / compute_units.
+//   their rate is f_sm = 1 - communication_units / compute_units. A transfer whose op says
+//   otherwise (strategies::Collective::sms, Send::sms) holds that many instead: Transformer
+//   Engine's userbuffers kernels their num_sm, a copy-engine transfer none (f_sm = 1); a rank
+//   with several transfers at once loses the SMs of the one holding most
+//   (sim/interference_tracker.hpp).
 // - NCCL's kernels move every byte they send or receive through device memory more than once
 //   (read the user buffer, write and read the FIFO of the peer's connection, write the result):
 //   NCCL's maintainers put it at 2 to 3 times the link's rate (NVIDIA/nccl#1428, #1433). A

@@ -224,6 +224,7 @@ void FlowNetwork::start(TransferId id, const TransferRequest& request, Time now)
     return;
   }
   t.plan = nullptr;
+  t.nccl = !request.copy_engine;  // NCCL's point-to-point efficiency applies
   t.src = request.src;
   t.dst = request.dst;
   for (std::int32_t r : {request.src, request.dst}) {
@@ -251,7 +252,7 @@ void FlowNetwork::on_timer(int slot, std::vector<TransferId>& finished) {
     if (t.phase == 0) {
       t.phase = 1;
       if (t.bytes.count() > 0 && !t.route.empty()) {
-        const double scale = cluster_.collectives.nccl
+        const double scale = cluster_.collectives.nccl && t.nccl
                                  ? 1.0 / nccl_p2p_efficiency(t.src, t.dst, t.bytes, cluster_)
                                  : 1.0;
         start_flow(slot, t.route, static_cast<double>(t.bytes.count()) * scale);

@@ -115,7 +115,7 @@ class FlowNetwork final : public Network {
     /// The NCCL model: each flow carries its share times this (the model's bandwidth time over
     /// the schedule's), and only the first phase waits, for the model's whole latency.
     double scale = 1;
-    bool nccl = false;
+    bool nccl = false;              // point to point: NCCL's send (not a copy-engine one)
     std::int32_t src = 0, dst = 0;  // point to point: its ranks
     std::vector<int> route;         // point to point: its route
     /// With rates enabled: its rate (set_rate) and its current phase's flows (solver id, start

@@ -1,8 +1,11 @@
 // Compute-communication interference in a run (hw_models/interference.hpp gives the rates;
-// docs/network.md the model): the simulator reports compute ops and transfers starting and
-// ending, and the tracker keeps each rank's load, re-times running compute ops (rescheduling
-// their end events with a new version, so the old ones are stale) and re-rates transfers through
-// Network::set_rate. What each op lost goes into `losses` (Timeline::interference).
+// docs/network.md the model): each transfer holds the SMs its op says (Collective::sms,
+// Send::sms; NCCL's communication_units by default), and a rank's compute runs at the f_sm of
+// the most any of its running transfers holds. The simulator reports compute ops and transfers
+// starting and ending, and the tracker keeps each rank's load, re-times running compute ops
+// (rescheduling their end events with a new version, so the old ones are stale) and re-rates
+// transfers through Network::set_rate. What each op lost goes into `losses`
+// (Timeline::interference).
 //
 // Sums are kept in integers (shares in units of 2^-30, demands in bytes/s), so that they do not
 // depend on the order of their terms: a mirrored run and an exact one agree to the picosecond.
@@ -12,6 +15,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <variant>
 #include <vector>
 
 #include "hw_models/cluster.hpp"
@@ -64,17 +68,16 @@ class InterferenceTracker {
     list_mix_.assign(lists * costs.size(), hw::WorkMix{});
     running_.assign(static_cast<std::size_t>(world_) * kStreamCount, Running{});
     rank_load_.assign(static_cast<std::size_t>(world_), RankLoad{});
-    f_sm_.resize(static_cast<std::size_t>(world_));
+    compute_units_.resize(static_cast<std::size_t>(world_));
     memory_bw_.resize(static_cast<std::size_t>(world_));
     for (int r = 0; r < world_; ++r) {
       const DeviceCostModel& cost = costs[class_of[static_cast<std::size_t>(r)]];
       if (cost.device().is_fpga()) {  // its network ports are apart from its compute
-        f_sm_[static_cast<std::size_t>(r)] = 1.0;
+        compute_units_[static_cast<std::size_t>(r)] = 0;         // f_sm: 1
         memory_bw_[static_cast<std::size_t>(r)] = Bandwidth(0);  // memory_share_rate: 1
         continue;
       }
-      f_sm_[static_cast<std::size_t>(r)] =
-          hw::compute_units_rate(hw::communication_units(cluster_), cost.device().compute_units);
+      compute_units_[static_cast<std::size_t>(r)] = cost.device().compute_units;
       memory_bw_[static_cast<std::size_t>(r)] = cost.streaming_bandwidth();
     }
     group_spans_nodes_.assign(program_.groups().size(), -1);
@@ -137,6 +140,7 @@ class InterferenceTracker {
     t.last = now_;
     t.lost = 0;
     t.f_hbm = 1;
+    t.units = units_of(instance);
     const bool inter = spans_nodes(request);
     const double traffic = cluster_.interference.memory_traffic_per_byte;
     // The share of the link a transfer reaches: the NCCL model's fabric efficiency, else the
@@ -232,14 +236,38 @@ class InterferenceTracker {
     double rate = 1;
     Time last;
     double lost = 0;  // picoseconds
+    int units = 0;    // SMs it holds on each member (strategies::Collective::sms resolved)
   };
+
+  /// The SMs rendezvous `instance`'s transfer holds on each member: its Collective's or Send's
+  /// `sms`, NCCL's channels (hw::communication_units) for kNcclSms.
+  int units_of(std::uint32_t instance) const {
+    std::int16_t sms = strategies::kNcclSms;
+    for (const OpId member : matching_.ops_of(instance)) {
+      const auto& work = program_.op(member).work;
+      if (const auto* c = std::get_if<strategies::Collective>(&work)) sms = c->sms;
+      if (const auto* s = std::get_if<strategies::Send>(&work)) sms = s->sms;
+    }
+    return sms == strategies::kNcclSms ? hw::communication_units(cluster_) : sms;
+  }
+
+  /// f_sm of `rank` now: the SMs held are the most any of its running transfers holds (NCCL's
+  /// kernels of concurrent collectives share the channels' SMs), none on an FPGA.
+  double rank_f_sm(std::int32_t rank) const {
+    const auto r = static_cast<std::size_t>(rank);
+    if (compute_units_[r] == 0) return 1.0;
+    int units = 0;
+    for (const std::uint32_t slot : rank_load_[r].active)
+      units = std::max(units, transfers_[slot].units);
+    return units == 0 ? 1.0 : hw::compute_units_rate(units, compute_units_[r]);
+  }
 
   double rank_compute_rate(std::int32_t rank, const hw::WorkMix& mix) const {
     const RankLoad& load = rank_load_[static_cast<std::size_t>(rank)];
     if (load.transfers == 0) return 1.0;
     const auto r = static_cast<std::size_t>(rank);
     return hw::compute_rate(
-        mix, f_sm_[r],
+        mix, rank_f_sm(rank),
         hw::memory_share_rate(Bandwidth(static_cast<double>(load.demand)), memory_bw_[r]));
   }
 
@@ -338,7 +366,7 @@ class InterferenceTracker {
   std::vector<hw::WorkMix> list_mix_;           // per kernel list slot
   std::vector<Running> running_;                // per (rank, stream)
   std::vector<RankLoad> rank_load_;             // per rank
-  std::vector<double> f_sm_;                    // per rank
+  std::vector<int> compute_units_;              // per rank: SMs, 0 on an FPGA
   std::vector<Bandwidth> memory_bw_;            // per rank
   std::vector<std::int8_t> group_spans_nodes_;  // per group: -1 unknown
   std::vector<TransferLoad> transfers_;         // pool

@@ -180,8 +180,9 @@ NcclEstimate AnalyticalNetwork::nccl_estimate(CollectiveKind kind, std::uint32_t
   return seen.emplace(key, choose()).first->second;
 }
 
-Time AnalyticalNetwork::p2p_time(std::int32_t src, std::int32_t dst, Bytes bytes) const {
-  if (cluster_.collectives.nccl) return nccl_p2p_time(src, dst, bytes, cluster_);
+Time AnalyticalNetwork::p2p_time(std::int32_t src, std::int32_t dst, Bytes bytes,
+                                 bool copy_engine) const {
+  if (cluster_.collectives.nccl && !copy_engine) return nccl_p2p_time(src, dst, bytes, cluster_);
   const bool same_node = cluster_.node_of(src) == cluster_.node_of(dst);
   const auto& a = same_node ? cluster_.intra_link_of(src) : cluster_.inter_link_of(src);
   const auto& b = same_node ? cluster_.intra_link_of(dst) : cluster_.inter_link_of(dst);
@@ -191,9 +192,9 @@ Time AnalyticalNetwork::p2p_time(std::int32_t src, std::int32_t dst, Bytes bytes
 }
 
 void AnalyticalNetwork::start(TransferId id, const TransferRequest& request, Time now) {
-  const Time duration = request.collective
-                            ? collective_time(request.kind, request.group, request.bytes)
-                            : p2p_time(request.src, request.dst, request.bytes);
+  const Time duration =
+      request.collective ? collective_time(request.kind, request.group, request.bytes)
+                         : p2p_time(request.src, request.dst, request.bytes, request.copy_engine);
   const Time end = now + duration;
   if (rates_) {
     if (id >= rated_.size()) rated_.resize(static_cast<std::size_t>(id) + 1);

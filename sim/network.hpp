@@ -30,6 +30,10 @@ struct TransferRequest {
   std::int32_t src = 0;     // for point-to-point
   std::int32_t dst = 0;
   Bytes bytes;
+  /// Point to point: moved by the copy engines (a Send with sms 0: cudaMemcpyAsync between
+  /// peers, Transformer Engine's userbuffers), at the link's rate and latency rather than
+  /// through NCCL's point-to-point channels.
+  bool copy_engine = false;
 };
 
 /// Contract between the program simulator and a network model. The simulator starts
@@ -76,7 +80,8 @@ std::unique_ptr<Network> make_network(const hw::ClusterSpec& cluster,
 /// transfers: each collective takes its algorithm's time (the cluster's fixed choice or the
 /// NCCL-like rule of choose_algorithm) over its members' own links, bandwidths times the
 /// protocol efficiency. A point-to-point message takes the latency plus bytes / bandwidth of
-/// the pair's link: the intra-node link on one node, else the NICs; the slower end's figures.
+/// the pair's link: the intra-node link on one node, else the NICs; the slower end's figures
+/// (so does a copy-engine message with `collectives.nccl`).
 /// Costs are compiled on first use per (group, kind, algorithm), also from const members: one
 /// network is not to be shared between threads.
 ///
@@ -101,7 +106,10 @@ class AnalyticalNetwork final : public Network {
   /// The algorithm a collective over program group `group` runs.
   hw::CollectiveAlgorithm algorithm(strategies::CollectiveKind kind, std::uint32_t group,
                                     Bytes bytes) const;
-  Time p2p_time(std::int32_t src, std::int32_t dst, Bytes bytes) const;
+  /// A point-to-point message; `copy_engine`: by the copy engines, the link's latency plus
+  /// bytes over its bandwidth (times protocol_efficiency) even where collectives.nccl costs
+  /// NCCL's sends.
+  Time p2p_time(std::int32_t src, std::int32_t dst, Bytes bytes, bool copy_engine = false) const;
   /// The NCCL model's choice for a collective over program group `group` (the cluster must have
   /// `collectives.nccl`).
   NcclEstimate nccl_estimate(strategies::CollectiveKind kind, std::uint32_t group,

@@ -380,6 +380,7 @@ class Simulator {
           request.src = o.rank;
           request.dst = s->peer;
           request.bytes = s->bytes;
+          request.copy_engine = s->sms == 0;
         }
       }
     }

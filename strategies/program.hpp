@@ -224,16 +224,28 @@ std::optional<CollectiveKind> collective_kind_from_config_name(std::string_view 
 
 /// `bytes` is the collective's size as nccl-tests counts it: the whole buffer (the input of an
 /// all-reduce or reduce-scatter, the output of an all-gather).
+///
+/// `sms` (Collective and Send): the streaming multiprocessors the transfer's kernels hold on each
+/// member while it runs, which the simulator's interference model takes from the kernels beside
+/// it (hw_models/interference.hpp, sim/interference_tracker.hpp). kNcclSms: NCCL's, one per
+/// channel (the cluster's interference.communication_units under collectives.max_channels);
+/// 0: a copy-engine transfer that holds none (cudaMemcpyAsync between peers, Transformer
+/// Engine's userbuffers with use_ce); n > 0: a kernel launched on n SMs (Transformer Engine's
+/// num_sm). A Recv takes its Send's.
+inline constexpr std::int16_t kNcclSms = -1;
+
 struct Collective {
   CollectiveKind kind = CollectiveKind::all_reduce;
   DType dtype = DType::bf16;
   std::uint32_t group = 0;  // index into Program::groups
   Bytes bytes;
+  std::int16_t sms = kNcclSms;
 };
 
 struct Send {
   std::int32_t peer = 0;
   Bytes bytes;
+  std::int16_t sms = kNcclSms;
 };
 
 struct Recv {

@@ -93,7 +93,11 @@ bool is_gemm(const Kernel& k) {
 }
 
 bool tp_collective(const Segment& s, CollectiveKind kind) {
-  return !s.compute && s.collective == kind && s.axis == TpAxis::tp;
+  return !s.compute && !s.ring_step && s.collective == kind && s.axis == TpAxis::tp;
+}
+
+bool ends_with_gemm(const Segment& s) {
+  return s.compute && !s.kernels.empty() && is_gemm(s.kernels.back());
 }
 
 // Piece j of n of `total`, the first total % n pieces one larger.
@@ -112,11 +116,22 @@ Kernel gemm_chunk(const Kernel& k, int n, int j) {
   return chunk;
 }
 
-Segment collective_chunk(const Segment& s, int n, int j, int chain) {
+// Communication segment `s` on `chain` holding `sms` SMs, labelled with `suffix`.
+Segment comm_piece(const Segment& s, int chain, std::int16_t sms, const std::string& suffix) {
   Segment c = s;
-  c.bytes = Bytes(piece(s.bytes.count(), n, j));
   c.chain = chain;
-  c.label += " [chunk " + std::to_string(j) + "]";
+  c.sms = sms;
+  c.label += suffix;
+  return c;
+}
+
+// Ring step j (1 <= j < n) of the exchange that gathers all-gather `s` over n ranks: every rank
+// sends one shard (s.bytes / n, the nccl-tests size being the gathered buffer) to its ring
+// successor and receives the next one from its predecessor, over the copy engines.
+Segment ring_step(const Segment& s, int n, int j, int chain) {
+  Segment c = comm_piece(s, chain, kTeRingSms, " [step " + std::to_string(j) + "]");
+  c.ring_step = true;
+  c.bytes = Bytes(piece(s.bytes.count(), n, j));
   return c;
 }
 
@@ -140,56 +155,65 @@ Segment compute_piece(const Segment& s, std::vector<Kernel> kernels, int chain,
 // The chain of GEMM chunk j after a gather and of the ring step that brings its shard (j >= 1):
 // chunk 0 (the rank's own shard) needs no step and runs on an extra chain n, after the segment
 // before it on the compute stream; step 1 and chunk 1 on chain 0, after that segment (which
-// produced the shard the first step sends); step and chunk j >= 2 on chain j.
+// produced the shard step 1 sends); step and chunk j >= 2 on chain j.
 int gathered_chain(int j, int n) {
   return j == 0 ? n : j == 1 ? 0 : j;
 }
 
+// TE's bulk overlaps at pass[i]: a compute segment ending with a data-gradient GEMM, the regather
+// of that layer's input, its weight-gradient GEMM alone, and the data gradient's reduce-scatter.
+bool bulk_at(const std::vector<Segment>& pass, std::size_t i) {
+  return i + 3 < pass.size() && ends_with_gemm(pass[i]) &&
+         tp_collective(pass[i + 1], CollectiveKind::all_gather) && pass[i + 2].compute &&
+         pass[i + 2].kernels.size() == 1 && is_gemm(pass[i + 2].kernels.front()) &&
+         tp_collective(pass[i + 3], CollectiveKind::reduce_scatter);
+}
+
+// Whether the compute segment at pass[i] gets the ring exchange of the all-gather before it.
+bool ring_at(const std::vector<Segment>& pass, std::size_t i) {
+  const Segment& s = pass[i];
+  if (i == 0 || !s.compute || s.kernels.empty() || !is_gemm(s.kernels.front())) return false;
+  if (!tp_collective(pass[i - 1], CollectiveKind::all_gather)) return false;
+  if (i >= 2 && bulk_at(pass, i - 2)) return false;  // the bulk regather, beside the dgrad GEMM
+  // A lone GEMM cannot be both the ring's and a bulk overlap's dgrad.
+  return !(s.kernels.size() == 1 && bulk_at(pass, i));
+}
+
 std::vector<Segment> overlap_pass(const std::vector<Segment>& pass, int n) {
   std::vector<Segment> out;
+  const int bulk_chain = n + 1;  // the dgrad GEMM and the reduce-scatter beside the wgrad GEMM
   for (std::size_t i = 0; i < pass.size(); ++i) {
     const Segment& s = pass[i];
     if (!s.compute) {
-      const bool gathers = tp_collective(s, CollectiveKind::all_gather) && i + 1 < pass.size() &&
-                           pass[i + 1].compute && !pass[i + 1].kernels.empty() &&
-                           is_gemm(pass[i + 1].kernels.front());
-      if (!gathers) {
-        out.push_back(s);
-        continue;
-      }
-      // The ring exchange's n - 1 steps, each bringing one more rank's shard.
-      for (int j = 1; j < n; ++j) {
-        out.push_back(collective_chunk(s, n - 1, j - 1, gathered_chain(j, n)));
-      }
-      continue;  // the GEMM's chunks come with its segment
+      // A gather some GEMM overlaps is emitted with that GEMM's chunks.
+      if (!(i + 1 < pass.size() && ring_at(pass, i + 1))) out.push_back(s);
+      continue;
     }
-    const bool front = i > 0 && tp_collective(pass[i - 1], CollectiveKind::all_gather) &&
-                       !s.kernels.empty() && is_gemm(s.kernels.front());
-    const bool reduces = i + 1 < pass.size() &&
-                         tp_collective(pass[i + 1], CollectiveKind::reduce_scatter) &&
-                         !s.kernels.empty() && is_gemm(s.kernels.back());
-    // One GEMM between a gather and a reduce-scatter (a backward's weight-gradient GEMM after
-    // its input's regather, before the data gradient's reduce-scatter): TE's bulk overlap.
-    const bool bulk = front && reduces && s.kernels.size() == 1;
-    const bool back = reduces && !bulk;
-    if (!front && !back) {
+    const bool front = ring_at(pass, i);
+    const bool bulk = bulk_at(pass, i);
+    const bool back = !bulk && i + 1 < pass.size() &&
+                      tp_collective(pass[i + 1], CollectiveKind::reduce_scatter) &&
+                      ends_with_gemm(s) && !(front && s.kernels.size() == 1);
+    if (!front && !back && !bulk) {
       out.push_back(s);
       continue;
     }
     const std::size_t first = out.size();
     const std::size_t middle_begin = front ? 1 : 0;
-    const std::size_t middle_end = s.kernels.size() - (back ? 1 : 0);
+    const std::size_t middle_end = s.kernels.size() - (back || bulk ? 1 : 0);
     std::size_t last = 0;  // index in `out` of the segment's last compute piece
     if (front) {
-      for (int j = 0; j < n; ++j) {
+      // The ring exchange: chunk 0 of the rank's own shard at once, step j bringing the shard
+      // of chunk j; the steps run back to back (each forwards what the one before received).
+      const Segment& gather = pass[i - 1];
+      out.push_back(compute_piece(s, {gemm_chunk(s.kernels.front(), n, 0)}, gathered_chain(0, n),
+                                  " [chunk 0]"));
+      for (int j = 1; j < n; ++j) {
+        out.push_back(ring_step(gather, n, j, gathered_chain(j, n)));
         out.push_back(compute_piece(s, {gemm_chunk(s.kernels.front(), n, j)}, gathered_chain(j, n),
                                     " [chunk " + std::to_string(j) + "]"));
-        // Bulk: the whole reduce-scatter on chain 0 after chunk 1 (its data, the earlier
-        // segments' output, is ready before then), beside the chunks after it.
-        if (bulk && j == std::min(1, n - 1)) out.push_back(pass[i + 1]);
       }
       last = out.size() - 1;
-      if (bulk) ++i;  // the reduce-scatter is done
     }
     if (middle_begin < middle_end) {
       out.push_back(compute_piece(
@@ -200,20 +224,38 @@ std::vector<Segment> overlap_pass(const std::vector<Segment>& pass, int n) {
       last = out.size() - 1;
     }
     if (back) {
+      // TE's pipeline: GEMM chunk j, then its reduce-scatter beside chunk j + 1.
       const Segment& rs = pass[i + 1];
-      for (int j = 0; j < n; ++j) {
-        const int chain = n - 1 - j;
-        out.push_back(compute_piece(s, {gemm_chunk(s.kernels.back(), n, j)}, chain,
+      const int p = kTePipelineSplits;
+      for (int j = 0; j < p; ++j) {
+        const int chain = p - 1 - j;
+        out.push_back(compute_piece(s, {gemm_chunk(s.kernels.back(), p, j)}, chain,
                                     " [chunk " + std::to_string(j) + "]"));
         last = out.size() - 1;
-        out.push_back(collective_chunk(rs, n, j, chain));
+        Segment c = comm_piece(rs, chain, kTeCommSms, " [chunk " + std::to_string(j) + "]");
+        c.bytes = Bytes(piece(rs.bytes.count(), p, j));
+        out.push_back(std::move(c));
       }
       ++i;  // the reduce-scatter is done
+    } else if (bulk) {
+      // TE's bulk overlaps: the regather beside the dgrad GEMM, then the dgrad's reduce-scatter
+      // beside the wgrad GEMM; a join waits for both before what follows.
+      out.push_back(comm_piece(pass[i + 1], 0, kTeCommSms, " [bulk]"));
+      out.push_back(compute_piece(s, {s.kernels.back()}, bulk_chain, ""));
+      last = out.size() - 1;
+      Segment wgrad = pass[i + 2];
+      wgrad.chain = 0;
+      out.push_back(std::move(wgrad));
+      out.push_back(comm_piece(pass[i + 3], bulk_chain, kTeCommSms, " [bulk]"));
+      out.push_back(compute_piece(pass[i + 2], {}, bulk_chain, " [join]"));
+      i += 3;  // the regather, the wgrad GEMM and the reduce-scatter are done
     } else if (middle_begin >= middle_end) {
       out.push_back(compute_piece(s, {}, 0, " [join]"));  // the chunks' chains meet on chain 0
       last = out.size() - 1;
     }
-    out[first].checkpoint_fetch = s.checkpoint_fetch;
+    std::size_t first_compute = first;
+    while (!out[first_compute].compute) ++first_compute;
+    out[first_compute].checkpoint_fetch = s.checkpoint_fetch;
     Segment& end = out[last];
     end.activation_delta = s.activation_delta;
     end.checkpoint_delta = s.checkpoint_delta;

@@ -22,6 +22,8 @@
 // on 1/k of the tokens (less efficient GEMMs) and k times the collective latency.
 #pragma once
 
+#include <cstdint>
+
 #include "strategies/transformer.hpp"
 
 namespace stratasim::strategies {
@@ -57,49 +59,69 @@ StagePlan plan_transformer_stage_sub_pipelined(const TransformerModel& model,
 //
 // With sequence parallelism every layer gathers its input before a column-parallel GEMM (qkv,
 // fc1) and reduce-scatters the output of a row-parallel GEMM (proj, fc2), and the backward does
-// the mirror image. Transformer Engine (transformer_engine/pytorch/module/base.py,
-// initialize_ub; common/comm_gemm_overlap) splits each such GEMM into tp chunks along the
-// tokens and pipelines it with the collective: an all-gather as a ring exchange (the GEMM of
-// the rank's own shard starts at once; each of the n - 1 ring steps brings the next shard while
-// the previous one's GEMM runs), a reduce-scatter as a pipeline (chunk i is reduced while chunk
-// i + 1 computes). What stays exposed is what the GEMM chunks cannot cover (a gather's steps
-// longer than the chunks beside them, the last reduced chunk); the rest runs beside the GEMM
-// chunks, which the simulator slows for the SMs and device memory the communication takes
-// (hw_models/interference.hpp).
+// the mirror image. Transformer Engine (transformer_engine/pytorch/module/base.py, initialize_ub
+// and its default per-GEMM configs; common/comm_gemm_overlap/comm_gemm_overlap.cpp) overlaps
+// each with the GEMM beside it, by one of three methods:
+// - ring_exchange (qkv_fprop, fc1_fprop: the gather before the GEMM; proj_dgrad, fc2_dgrad: the
+//   output gradient's gather): the GEMM in tp chunks along the tokens; the chunk of the rank's
+//   own shard starts at once while tp - 1 ring steps bring the others, step j a point-to-point
+//   send of one shard to the ring successor and receive from the predecessor (userbuffers_send /
+//   recv, with use_ce through the copy engines: num_sm 1, no SM margin for the GEMM), chunk j
+//   waiting for step j (CommOverlapP2PBase::split_overlap_ag);
+// - pipeline (proj_fprop, fc2_fprop: the reduce-scatter after the GEMM): the GEMM in num_splits
+//   = 4 chunks, chunk j's output reduce-scattered by a userbuffers kernel on num_sm = 16 SMs
+//   while chunk j + 1 computes (CommOverlapBase::split_overlap_rs);
+// - bulk (qkv_dgrad, fc1_dgrad: the regather of the layer's sequence-parallel input, which the
+//   wgrad GEMM needs, beside the dgrad GEMM; qkv_wgrad, fc1_wgrad: the dgrad output's
+//   reduce-scatter beside the wgrad GEMM): the whole collective by a userbuffers kernel on 16
+//   SMs beside the whole GEMM (CommOverlapBase::bulk_overlap). proj_wgrad and fc2_wgrad
+//   ("external") reuse the ring exchange's gathered gradient: no communication of their own.
+// What stays exposed is what the GEMM beside cannot cover (the last pipeline chunk's
+// reduce-scatter, ring steps longer than their chunks, a bulk collective longer than its GEMM);
+// the GEMMs beside SM-driven transfers lose the SMs they hold (hw_models/interference.hpp),
+// those beside the copy-engine ring steps only device-memory bandwidth.
 //
 // As a pass over stage plans (n = chunks, the tp size; a segment waits for the previous
 // segment of its chain and the op before it on its stream):
-// - an all-gather on the tp axis followed by a compute segment whose first kernel is a GEMM:
-//   the GEMM becomes n GEMMs of 1/n of the tokens (m, or k for a "*.wgrad" GEMM), the gather
-//   n - 1 all-gathers of 1/(n - 1) of its bytes (a ring step: each rank receives one shard,
-//   S / n, as a ring all-gather of S / (n - 1) moves). Chunk 0 runs on chain n after the
-//   segment before it (no step: the rank's own shard); step 1 and chunk 1 on chain 0 (after
+// - ring_exchange: an all-gather on the tp axis followed by a compute segment whose first
+//   kernel is a GEMM (and that is not a bulk regather, below): the GEMM becomes n GEMMs of 1/n
+//   of the tokens (m, or k for a "*.wgrad" GEMM) and the gather n - 1 ring steps
+//   (Segment::ring_step, lowered as a Send and a Recv of one shard, gather bytes / n, sms 0:
+//   point-to-point latency and bandwidth, not a collective's). Chunk 0 runs on chain n after
+//   the segment before it (no step: the rank's own shard); step 1 and chunk 1 on chain 0 (after
 //   that segment, which made the shard step 1 sends); step j and chunk j >= 2 on chain j. The
-//   steps run back to back on the tp stream, chunk j waits for step j;
-// - a reduce-scatter on the tp axis after a compute segment whose last kernel is a GEMM (and
-//   that is not that one GEMM split at its front) becomes GEMM chunk j then reduce-scatter
-//   chunk j (1/n of the bytes), on chain n - 1 - j, so the last of each is on chain 0 and what
+//   steps run back to back on their streams, chunk j waits for step j;
+// - pipeline: a reduce-scatter on the tp axis after a compute segment whose last kernel is a
+//   GEMM becomes, for j < kTePipelineSplits, GEMM chunk j then reduce-scatter chunk j (1/4 of
+//   the bytes, kTeCommSms SMs) on chain 3 - j, so the last of each is on chain 0 and what
 //   follows on chain 0 waits for them all;
-// - a lone GEMM between a tp all-gather and a tp reduce-scatter (the backward's weight-gradient
-//   GEMM after its input's regather, before the data gradient's reduce-scatter, which does not
-//   need it: TE's bulk overlap) is split at its front as above, and the reduce-scatter runs
-//   whole on chain 0 after GEMM chunk 1, beside the chunks after it;
+// - bulk: a compute segment ending with a GEMM (the dgrad), a tp all-gather (the regather), a
+//   segment of one GEMM (the wgrad) and a tp reduce-scatter: the regather whole on chain 0
+//   (kTeCommSms SMs) beside the dgrad GEMM, split off on chain n + 1; the wgrad GEMM on chain 0
+//   (after the regather and, through the compute stream, the dgrad); the reduce-scatter whole
+//   on chain n + 1 (after the dgrad) beside it, and an empty compute segment on chain n + 1
+//   after the reduce-scatter, which what follows waits for through the compute stream;
 // - the rest of a split compute segment stays one segment on chain 0 between the chunks; where
 //   nothing is left after the front chunks, an empty compute segment on chain 0 joins the
-//   chains (it waits for every chunk through the compute stream's order). The segment's
-//   checkpoint_fetch goes to its first piece, its activation and checkpoint deltas, grads_done
-//   and weight_grad_bytes to its last compute piece.
-// Simplifications: a ring step is costed as an all-gather over the tp group (its latency is the
-// collective's n - 1 steps, not one; its bandwidth time, S / n over the link, is the step's),
-// and a reduce-scatter chunk as a reduce-scatter of 1/n of the bytes, rather than TE's
-// point-to-point transfers over copy engines or a few SMs; TE's bulk overlap of the input's
-// regather with the dgrad GEMM is taken as the ring exchange of the regather with the wgrad
-// GEMM after it (the GEMM next to it); the SMs the communication holds are the cluster's
-// interference.communication_units (under collectives.max_channels), not TE's per-GEMM num_sm;
+//   chains. The segment's checkpoint_fetch goes to its first compute piece, its activation and
+//   checkpoint deltas, grads_done and weight_grad_bytes to its last (the dgrad with bulk).
+// Simplifications: a pipeline chunk's reduce-scatter and a bulk collective are costed as
+// collectives of their bytes over the tp group (the network's algorithm and latency, not the
+// userbuffers kernel's); the copy-engine ring steps move device memory as any transfer does
+// (interference.memory_traffic_per_byte); TE's SM margin (the GEMM launched on SMs - num_sm
+// for its whole duration) is taken as the interference model's f_sm while the transfer runs;
 // GEMM chunks are costed as GEMMs of their own shape (the kernel model's tile and wave
 // quantisation included), so small chunks can cost more than the overlap saves, as they do on
 // GPUs. Needs 1D tensor parallelism with sequence parallelism; plans on other chains are
-// rejected.
+// rejected. The lowering emits every tp rank (no tensor-parallel mirroring: a ring step's
+// messages go to other tp ranks).
+
+/// Transformer Engine's defaults (base.py, initialize_ub, get_default_config): the pipeline
+/// method's num_splits, the SMs of the pipeline and bulk methods' userbuffers kernels
+/// (num_sm), and those of the ring exchange's copy-engine transfers (use_ce: none).
+inline constexpr int kTePipelineSplits = 4;
+inline constexpr std::int16_t kTeCommSms = 16;
+inline constexpr std::int16_t kTeRingSms = 0;
 
 /// `plan` with its tensor-parallel all-gathers and reduce-scatters pipelined with their GEMMs in
 /// `chunks` pieces (see above). chunks = 1 returns `plan` unchanged. Throws

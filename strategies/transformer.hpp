@@ -80,6 +80,15 @@ struct Segment {
   /// its weight-gradient kernels still need after the input gradients (M_W); 0 = the operands of
   /// its weight-gradient GEMMs (see split_backward()).
   Bytes weight_grad_bytes;
+  /// A communication segment that is one step of a ring exchange over the 1D tensor-parallel
+  /// group (Transformer Engine's userbuffers, strategies/tp_overlap.hpp) instead of a
+  /// collective: every rank sends `bytes` to its successor in the group's ring and receives
+  /// `bytes` from its predecessor, as point-to-point messages (the lowering's Send and Recv;
+  /// `collective` is ignored).
+  bool ring_step = false;
+  /// Communication segments: the SMs the transfer holds beside compute (Collective::sms:
+  /// kNcclSms, 0 for a copy-engine transfer, or a kernel's SM count).
+  std::int16_t sms = kNcclSms;
 };
 
 /// Activation recomputation of one pipeline stage (Megatron-LM, Korthikanti et al.; Merak

@@ -2,12 +2,22 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 
 namespace stratasim::strategies {
 
 RankEmitter::RankEmitter(Assembly& a, const std::vector<std::unique_ptr<TechniqueHook>>& hooks)
     : assembly(a), program(a.program), hooks_(hooks) {
-  mirror_tp_ = a.spec.mirror_tensor_parallel && a.spec.tp_mode == TpMode::one_d;
+  // A ring exchange step sends to the next tp rank and receives from the previous one: a
+  // message to or from a mirrored rank never meets its partner (strategies/matching.hpp), so
+  // plans with ring steps are lowered for every tp rank.
+  bool ring_steps = false;
+  for (const StageTemplate& st : a.templates) {
+    for (const auto* steps : {&st.forward, &st.backward, &st.weight}) {
+      for (const TemplateStep& step : *steps) ring_steps |= step.ring_step;
+    }
+  }
+  mirror_tp_ = a.spec.mirror_tensor_parallel && a.spec.tp_mode == TpMode::one_d && !ring_steps;
   recv_input_label_ = program.intern_label("wait for input");
   no_kernels_ = program.add_kernels({});
 }
@@ -19,7 +29,7 @@ void RankEmitter::reserve() {
     OpCount device_count;
     for (const Pass& x : assembly.schedule.passes[static_cast<std::size_t>(d)]) {
       const SegmentRange r = assembly.range_of(x);
-      device_count.ops += (r.end - r.begin) + 3;
+      device_count.ops += 2 * (r.end - r.begin) + 3;  // a ring step is two ops
       device_count.effects += r.end - r.begin;
       for (const auto& hook : hooks_) {
         const OpCount c = hook->count_pass(x);
@@ -183,6 +193,7 @@ void RankEmitter::emit_pass(std::size_t p) {
   for (const auto& hook : hooks_) hook->pass_begins(*this, ps);
   receive_input(ps, from_chunk);
   chain_last_.clear();
+  last_ring_recv_.reset();
   for (std::size_t i = ps.range.begin; i < ps.range.end; ++i) emit_segment(ps, i);
   if (!ps.previous) {  // a pass without segments passes its input on
     if (input_.empty()) return;
@@ -285,11 +296,16 @@ void RankEmitter::emit_segment(PassState& ps, std::size_t i) {
   }
   SegmentState seg{step, static_cast<int>(i - ps.range.begin), deps_, effects_};
   for (const auto& hook : hooks_) hook->before_segment(*this, ps, seg);
-  const Work work = step.compute
-                        ? Work(Compute{step.kernels})
-                        : Work(Collective{step.kind, assembly.spec.dtype,
-                                          assembly.groups.tp(step.axis, rank), step.bytes});
-  const OpId op = program.add(work, info, deps_, effects_);
+  OpId op = 0;
+  if (step.ring_step) {
+    op = emit_ring_step(step, info);
+  } else {
+    const Work work =
+        step.compute ? Work(Compute{step.kernels})
+                     : Work(Collective{step.kind, assembly.spec.dtype,
+                                       assembly.groups.tp(step.axis, rank), step.bytes, step.sms});
+    op = program.add(work, info, deps_, effects_);
+  }
   ps.earlier = ps.previous;
   ps.previous = op;
   chain_last_[chain] = op;
@@ -297,6 +313,30 @@ void RankEmitter::emit_segment(PassState& ps, std::size_t i) {
     for (int u : *step.grads_done) unit_done[ps.slot][static_cast<std::size_t>(u)] = op;
   }
   for (const auto& hook : hooks_) hook->after_segment(*this, ps, seg, op);
+}
+
+// One step of a ring exchange over the rank's tp group: a Send of the step's bytes to the next
+// rank of the group's ring (tp-comm stream) and a Recv of as many from the previous one, on the
+// receive stream (pp-recv) so that the two, issued by every rank in the same order, run at once
+// (on one stream every rank's send would wait for its successor's, which waits for its own).
+// Both wait for the step's dependencies, the Send also for the pass's previous ring Recv (a step
+// forwards the shard the step before it brought; the previous exchange's last Recv, long done,
+// for a first step); the Recv carries its memory effects, and what follows in the chain waits
+// for it (the shard it brings). Returns the Recv.
+OpId RankEmitter::emit_ring_step(const TemplateStep& step, OpInfo info) {
+  const Group& group = program.groups()[assembly.groups.tp(step.axis, rank)];
+  const auto n = static_cast<std::ptrdiff_t>(group.ranks.size());
+  const std::ptrdiff_t at =
+      std::find(group.ranks.begin(), group.ranks.end(), rank) - group.ranks.begin();
+  const std::int32_t next = group.ranks[static_cast<std::size_t>((at + 1) % n)];
+  const std::int32_t prev = group.ranks[static_cast<std::size_t>((at + n - 1) % n)];
+  info.stream = Stream::tp_comm;
+  ring_deps_.assign(deps_.begin(), deps_.end());
+  if (last_ring_recv_) ring_deps_.push_back(*last_ring_recv_);
+  program.add(Send{next, step.bytes, step.sms}, info, ring_deps_);
+  info.stream = Stream::pp_recv;
+  last_ring_recv_ = program.add(Recv{prev, step.bytes}, info, deps_, effects_);
+  return *last_ring_recv_;
 }
 
 void RankEmitter::send_output(const PassState& ps, int to_chunk) {

@@ -59,6 +59,7 @@ class RankEmitter {
   void emit_pass(std::size_t index);
   void receive_input(const PassState& ps, int from_chunk);
   void emit_segment(PassState& ps, std::size_t i);
+  OpId emit_ring_step(const TemplateStep& step, OpInfo info);
   void send_output(const PassState& ps, int to_chunk);
   bool send_waits_for_next(std::size_t index) const;
   void flush_deferred_send(std::size_t index, std::optional<OpId> after);
@@ -73,6 +74,8 @@ class RankEmitter {
   std::vector<OpId> deps_, input_, received_;
   std::vector<MemoryEffect> effects_;
   std::vector<std::optional<OpId>> chain_last_;
+  std::optional<OpId> last_ring_recv_;  // the pass's last ring-step Recv
+  std::vector<OpId> ring_deps_;
   std::unordered_map<std::uint64_t, OpId> pass_end_;  // last op of each pass of the rank
   // Schedule::batched_p2p: a forward's send held until the backward after it, and the sends
   // the device's next pass waits for.

@@ -81,6 +81,8 @@ std::vector<TemplateStep> register_steps(Program& program, const std::vector<Seg
     auto& step = steps.back();
     step.chain = s.chain;
     step.axis = s.axis;
+    step.ring_step = !s.compute && s.ring_step;
+    step.sms = s.sms;
     if (s.checkpoint_delta.count() > 0) {
       step.checkpoint_out = program.add_kernels({Kernel{
           Copy{s.checkpoint_delta, MemoryTier::device, MemoryTier::host}, "checkpoint.d2h"}});

@@ -67,6 +67,8 @@ struct TemplateStep {
   std::uint32_t checkpoint_out = 0, checkpoint_in = 0;  // copy kernels (activation offload)
   int chain = 0;
   TpAxis axis = TpAxis::tp;  // collective: the tensor-parallel communicator it runs on
+  bool ring_step = false;    // a ring exchange step over the tp group (Segment::ring_step)
+  std::int16_t sms = kNcclSms;
 };
 
 /// A part's (and slice's) plan with its kernel lists and labels registered in the program once.

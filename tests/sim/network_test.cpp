@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "hw_models/topology.hpp"
+#include "sim/flow_network.hpp"
 #include "sim/helpers.hpp"
 #include "sim/network.hpp"
 
@@ -167,4 +169,52 @@ TEST_CASE("network: groups use their members' own links and the protocol efficie
   sim::AnalyticalNetwork with_switch(fixed, one_node);
   // NVLS all-reduce over n = 8: (n+1)/n S / B + alpha = 9/8 * 10 ms + 1 us.
   CHECK(with_switch.collective_time(CollectiveKind::all_reduce, 0u, s) == Time::us(11'251));
+}
+
+TEST_CASE("network: a copy-engine message takes the link, not NCCL's send channels") {
+  // Transformer Engine's ring-exchange steps (a Send with sms 0) are cudaMemcpyAsync between
+  // peers: with collectives.nccl an NCCL send within the node runs at the intra fabric's p2p
+  // efficiency (0.5 here), a copy-engine one at the link's rate times protocol_efficiency
+  // (1): 1 us + 1e8 B / 100 GB/s = 1.001 ms, against 1 us + 1e8 B / 50 GB/s for NCCL's.
+  auto cluster = testing::test_cluster(1, 8);
+  hw::NcclSettings nccl;
+  nccl.intra.name = "nvlink";
+  nccl.intra.step_latency = {Time::us(1), Time::us(1), Time::us(1)};
+  nccl.intra.efficiency = 0.8;
+  nccl.intra.p2p_efficiency = 0.5;
+  nccl.intra.channels = 32;
+  nccl.intra.channel_busbw = Bandwidth(40e9);
+  nccl.network = nccl.intra;
+  nccl.network.name = "net";
+  cluster.collectives.nccl = nccl;
+  const Bytes bytes(100'000'000);
+  const sim::AnalyticalNetwork net(cluster);
+  CHECK(net.p2p_time(0, 1, bytes, true) == Time::us(1001));
+  CHECK(net.p2p_time(0, 1, bytes) > Time::us(1900));
+  // The flow model: the copy-engine message's flow carries its bytes, not bytes / 0.5.
+  auto flow_cluster = cluster;
+  flow_cluster.network_model = hw::NetworkModel::flow;
+  const strategies::Program program(8);
+  for (const bool copy_engine : {true, false}) {
+    CAPTURE(copy_engine);
+    sim::FlowNetwork flow(flow_cluster, hw::build_topology(flow_cluster), program);
+    sim::TransferRequest r;
+    r.collective = false;
+    r.src = 0;
+    r.dst = 1;
+    r.bytes = bytes;
+    r.copy_engine = copy_engine;
+    flow.start(0, r, Time::zero());
+    std::vector<sim::TransferId> finished;
+    Time end = Time::zero();
+    while (finished.empty() && flow.next_completion() != Time::infinity()) {
+      end = flow.next_completion();
+      flow.advance_to(end, finished);
+    }
+    REQUIRE(finished.size() == 1);
+    // Its route's latency, then the bytes at the link's 100 GB/s (or NCCL's half of it).
+    const double bandwidth_time = 1e8 / (copy_engine ? 100e9 : 50e9);
+    CHECK(end.seconds() > bandwidth_time);
+    CHECK(end.seconds() < bandwidth_time + 10e-6);
+  }
 }

@@ -87,8 +87,8 @@ TEST_CASE("schedule options and constraints are errors at the key to change") {
       "parallelism.tp_comm_overlap", "zb-*");
   check_error(pipeline({cli("parallelism.tp_comm_overlap", "on")}), "parallelism.tp_comm_overlap",
               "");
-  // With it, the stages' plans carry the chunks: tp 2, so each forward reduce-scatter becomes
-  // two of half its bytes.
+  // With it, the stages' plans carry the chunks: each forward reduce-scatter becomes TE's
+  // pipeline of 4 chunks (num_splits), whatever tp (here 2).
   const auto with = pipeline_spec(
       load_experiment(kSmall, pipeline({cli("parallelism.tp_comm_overlap", true),
                                         cli("parallelism.sequence_parallel", true)})));
@@ -102,7 +102,7 @@ TEST_CASE("schedule options and constraints are errors at the key to change") {
     return n;
   };
   CHECK(reductions(without) > 0);
-  CHECK(reductions(with) == 2 * reductions(without));
+  CHECK(reductions(with) == 4 * reductions(without));
 }
 
 TEST_CASE("partition: even, balanced or an explicit list with one entry per part") {

@@ -428,9 +428,13 @@ std::string base_name(const std::string& name) {
   return name.substr(0, name.find(" ["));
 }
 
+bool tp_collective_of(const Segment& s, CollectiveKind kind) {
+  return !s.compute && !s.ring_step && s.collective == kind && s.sms == 16;
+}
+
 }  // namespace
 
-TEST_CASE("tp comm overlap: every sp gather and reduce-scatter in tp chunks beside its GEMM") {
+TEST_CASE("tp comm overlap: every sp gather and reduce-scatter beside its GEMM, as TE does") {
   for (bool recompute : {false, true}) {
     CAPTURE(recompute);
     const StagePlan plain = sp_layer(recompute);
@@ -439,7 +443,7 @@ TEST_CASE("tp comm overlap: every sp gather and reduce-scatter in tp chunks besi
       CAPTURE(std::string(passes(plan)[p].first));
       const auto& before = *passes(plain)[p].second;
       const auto& after = *passes(plan)[p].second;
-      // The same work: FLOPs per kernel, collective bytes per kind, activations, gradients.
+      // The same work: FLOPs per kernel, activations, gradients.
       std::map<std::string, double> flops_before, flops_after;
       for (const auto& s : before) {
         for (const auto& k : s.kernels) flops_before[k.name] += matmul_flops(k).count();
@@ -452,46 +456,54 @@ TEST_CASE("tp comm overlap: every sp gather and reduce-scatter in tp chunks besi
         CAPTURE(name);
         CHECK(flops_after[name] == doctest::Approx(f));
       }
-      std::map<int, std::int64_t> bytes_before, bytes_after;
       std::vector<int> grads_before, grads_after;
       for (const auto& s : before) {
-        if (!s.compute) bytes_before[static_cast<int>(s.collective)] += s.bytes.count();
         grads_before.insert(grads_before.end(), s.grads_done.begin(), s.grads_done.end());
       }
       for (const auto& s : after) {
-        if (!s.compute) bytes_after[static_cast<int>(s.collective)] += s.bytes.count();
         grads_after.insert(grads_after.end(), s.grads_done.begin(), s.grads_done.end());
       }
-      CHECK(bytes_after == bytes_before);
       CHECK(grads_after == grads_before);
       CHECK(activations(after) == activations(before));
-      // Every sp all-gather becomes tp - 1 = 7 ring steps of 1/7 of its bytes, every
-      // reduce-scatter 8 chunks of 1/8, except the backward's bulk-overlapped reduce-scatters,
-      // which stay whole (one per weight-gradient GEMM after a regather). The layer's sp
-      // collectives are all of s b h x 2 = 1024 x 4 x 1024 x 2 = 8 MiB.
+      // TE's methods (base.py's default configs): the layer's sp collectives are all of
+      // s b h x 2 = 1024 x 4 x 1024 x 2 = 8 MiB. Per layer, forward: 2 gathers by ring exchange
+      // (7 steps of one shard, S / 8, point-to-point over the copy engines: 0 SMs) and 2
+      // reduce-scatters by pipeline (4 chunks of S / 4 on 16 SMs). Backward: 2 output-gradient
+      // gathers by ring exchange, and per column-parallel GEMM (qkv, fc1) the input regather
+      // and the dgrad's reduce-scatter whole by bulk overlap (16 SMs); with full recomputation
+      // the forward's again.
       const std::int64_t S = 1024 * 4 * 1024 * 2;
       std::size_t gathers_before = 0, reductions_before = 0;
       for (const auto& s : before) {
         if (s.compute) continue;
         (s.collective == CollectiveKind::all_gather ? gathers_before : reductions_before) += 1;
       }
-      std::size_t steps = 0, chunks = 0, whole = 0;
+      std::size_t steps = 0, chunks = 0, bulk_gathers = 0, bulk_reductions = 0, other = 0;
       for (const auto& s : after) {
         if (s.compute) continue;
-        if (s.collective == CollectiveKind::all_gather) {
+        if (s.ring_step) {
           ++steps;
-          CHECK((s.bytes == Bytes(S / 7) || s.bytes == Bytes(S / 7 + 1)));
-        } else if (s.label.find("[chunk") == std::string::npos) {
-          ++whole;
-          CHECK(s.bytes == Bytes(S));
-        } else {
-          ++chunks;
           CHECK(s.bytes == Bytes(S / 8));
+          CHECK(s.sms == 0);
+        } else if (s.label.find("[bulk]") != std::string::npos) {
+          (s.collective == CollectiveKind::all_gather ? bulk_gathers : bulk_reductions) += 1;
+          CHECK(s.bytes == Bytes(S));
+          CHECK(s.sms == 16);
+        } else if (s.collective == CollectiveKind::reduce_scatter &&
+                   s.label.find("[chunk") != std::string::npos) {
+          ++chunks;
+          CHECK(s.bytes == Bytes(S / 4));
+          CHECK(s.sms == 16);
+        } else {
+          ++other;
         }
       }
-      CHECK(steps == 7 * gathers_before);
-      CHECK(whole == (p == 1 ? 2u : 0u));
-      CHECK(chunks + whole * 8 == 8 * reductions_before);
+      const std::size_t bulk = p == 1 ? 2u : 0u;  // per layer, in backward: qkv and fc1
+      CHECK(other == 0);
+      CHECK(bulk_gathers == bulk);
+      CHECK(bulk_reductions == bulk);
+      CHECK(steps == 7 * (gathers_before - bulk));
+      CHECK(chunks == 4 * (reductions_before - bulk));
       // What follows the last chunk (on chain 0) is the rest of the pass, on chain 0.
       if (!after.empty()) CHECK(after.back().chain == 0);
     }
@@ -501,35 +513,78 @@ TEST_CASE("tp comm overlap: every sp gather and reduce-scatter in tp chunks besi
 TEST_CASE("tp comm overlap: the forward of an sp layer, piece by piece") {
   const StagePlan plan = tp_comm_overlap(sp_layer(), 8);
   const auto& f = plan.forward;
-  // ln1 | 7 ring steps | qkv x8 | core | proj, reduce-scatter x8 | residual + ln2 | 7 steps |
-  // fc1 x8 | gelu | fc2, reduce-scatter x8 | residual.
-  REQUIRE(f.size() == 1 + 7 + 8 + 1 + 16 + 1 + 7 + 8 + 1 + 16 + 1);
+  // ln1 | qkv chunk 0, then 7 x (ring step, qkv chunk) | core | 4 x (proj chunk, reduce-scatter
+  // chunk) | residual + ln2 | fc1 chunk 0, 7 x (step, chunk) | gelu | 4 x (fc2 chunk, rs chunk)
+  // | residual.
+  REQUIRE(f.size() == 1 + 15 + 1 + 8 + 1 + 15 + 1 + 8 + 1);
   CHECK(f[0].label == "L1 ln1");
-  // Step j brings shard j for GEMM chunk j, on the same chain: step 1 and chunk 1 on chain 0
-  // (after ln1), step and chunk j >= 2 on chain j; chunk 0, the rank's own shard, on chain 8.
+  // Chunk 0, the rank's own shard, on chain 8 (no step); step j brings shard j for chunk j,
+  // on the same chain: step 1 and chunk 1 on chain 0 (after ln1), step and chunk j >= 2 on
+  // chain j.
+  CHECK(f[1].chain == 8);
+  CHECK(f[1].kernels.at(0).name == "qkv [chunk 0]");
   for (int j = 1; j < 8; ++j) {
-    const Segment& step = f[static_cast<std::size_t>(j)];
-    CHECK(step.collective == CollectiveKind::all_gather);
+    CAPTURE(j);
+    const Segment& step = f[static_cast<std::size_t>(2 * j)];
+    const Segment& qkv = f[static_cast<std::size_t>(2 * j + 1)];
+    CHECK(step.ring_step);
+    CHECK_FALSE(step.compute);
     CHECK(step.chain == (j == 1 ? 0 : j));
-  }
-  for (int j = 0; j < 8; ++j) {
-    const Segment& qkv = f[static_cast<std::size_t>(8 + j)];
-    CHECK(qkv.chain == (j == 0 ? 8 : j == 1 ? 0 : j));
+    CHECK(qkv.chain == step.chain);
     REQUIRE(qkv.kernels.size() == 1);
     // m: the b s = 4096 tokens of the microbatch, 512 per chunk.
     CHECK(std::get<Gemm>(qkv.kernels[0].work).m == 512);
-    const Segment& proj = f[static_cast<std::size_t>(17 + 2 * j)];
-    const Segment& rs = f[static_cast<std::size_t>(18 + 2 * j)];
-    CHECK(proj.kernels.at(0).name == "proj [chunk " + std::to_string(j) + "]");
-    CHECK(proj.chain == 7 - j);
-    CHECK(rs.collective == CollectiveKind::reduce_scatter);
-    CHECK(rs.chain == 7 - j);
   }
   CHECK(f[16].chain == 0);  // the attention core between the chunks
   CHECK(f[16].kernels.front().name == "attention.qk");
+  // TE's pipeline: 4 chunks of 1024 tokens, chunk j's reduce-scatter on chain 3 - j.
+  for (int j = 0; j < 4; ++j) {
+    CAPTURE(j);
+    const Segment& proj = f[static_cast<std::size_t>(17 + 2 * j)];
+    const Segment& rs = f[static_cast<std::size_t>(18 + 2 * j)];
+    CHECK(proj.kernels.at(0).name == "proj [chunk " + std::to_string(j) + "]");
+    CHECK(std::get<Gemm>(proj.kernels[0].work).m == 1024);
+    CHECK(proj.chain == 3 - j);
+    CHECK(rs.collective == CollectiveKind::reduce_scatter);
+    CHECK(rs.chain == 3 - j);
+  }
   // The attention block's activations are stored when its last GEMM chunk ends.
-  CHECK(f[31].activation_delta == sp_layer().forward[2].activation_delta);
+  CHECK(f[23].activation_delta == sp_layer().forward[2].activation_delta);
   CHECK(tp_comm_overlap(sp_layer(), 1).forward.size() == sp_layer().forward.size());
   CHECK_THROWS_AS(tp_comm_overlap(sp_layer(), 0), std::invalid_argument);
   CHECK_THROWS_AS(tp_comm_overlap(sub_pipeline(sp_layer(), 2), 8), std::invalid_argument);
+}
+
+TEST_CASE("tp comm overlap: TE's bulk overlaps in the backward of an sp layer") {
+  const StagePlan plain = sp_layer();
+  const StagePlan plan = tp_comm_overlap(plain, 8);
+  const auto& b = plan.backward;
+  // fc1 (as qkv): ... | regather [bulk] (chain 0) | fc1.dgrad (chain 9) | fc1 wgrad (chain 0)
+  // | reduce-scatter [bulk] (chain 9) | join (chain 9) | ln2 bwd (chain 0).
+  for (const std::string gemm : {"fc1", "qkv"}) {
+    CAPTURE(gemm);
+    std::size_t d = 0;
+    while (d < b.size() && !(b[d].kernels.size() == 1 && b[d].kernels[0].name == gemm + ".dgrad")) {
+      ++d;
+    }
+    REQUIRE(d + 3 < b.size());
+    REQUIRE(d >= 1);
+    const Segment& regather = b[d - 1];
+    CHECK(tp_collective_of(regather, CollectiveKind::all_gather));
+    CHECK(regather.label.find("input regather") != std::string::npos);
+    CHECK(regather.chain == 0);
+    CHECK(b[d].chain == 9);
+    CHECK(b[d + 1].kernels.at(0).name == gemm + ".wgrad");
+    CHECK(b[d + 1].chain == 0);
+    CHECK(tp_collective_of(b[d + 2], CollectiveKind::reduce_scatter));
+    CHECK(b[d + 2].chain == 9);
+    CHECK(b[d + 3].compute);
+    CHECK(b[d + 3].kernels.empty());
+    CHECK(b[d + 3].chain == 9);
+    CHECK(b[d + 4].chain == 0);
+  }
+  // The output gradient's gathers (fc2_dgrad, proj_dgrad): ring exchanges.
+  std::size_t steps = 0;
+  for (const auto& s : b) steps += s.ring_step ? 1 : 0;
+  CHECK(steps == 14);
 }
