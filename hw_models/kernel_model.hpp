@@ -73,7 +73,7 @@ std::optional<AttentionImpl> attention_impl_from_name(std::string_view name);
 
 /// The diagonal span of a causal kernel (tokens): kBlockM + kBlockN - gcd(kBlockM, kBlockN) of the
 /// query x key tile `impl` runs at `head_dim` (rounded up to the next head dimension it is
-/// compiled for; clamped to 32..256) in the given direction. A query tile's last key tile
+/// compiled for; a larger one takes 256's) in the given direction. A query tile's last key tile
 /// straddles the diagonal; with the round-up of the key range to whole key tiles its rows compute,
 /// on average, span / 2 masked keys each (span = the tile when kBlockN divides kBlockM; the
 /// backward, which walks query tiles for each key tile, likewise). The tiles are the kernels'
