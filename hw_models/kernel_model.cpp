@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
+#include <stdexcept>
 
 #include "hw_models/files.hpp"
 
@@ -67,13 +69,63 @@ std::optional<AttentionImpl> attention_impl_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-double AttentionModel::efficiency(bool is_backward, bool causal, double head_dim,
-                                  double keys) const {
+namespace {
+
+/// A kernel's query x key tile (kBlockM x kBlockN) forward and backward, up to a head dimension.
+struct AttentionTiles {
+  AttentionImpl impl;
+  int head_dim;  // the largest head dimension these tiles serve
+  int forward_m, forward_n, backward_m, backward_n;
+};
+
+// Sources: causal_diagonal_span's comment (kernel_model.hpp). Rows of one implementation are in
+// increasing head dimension; the last serves every larger one.
+constexpr AttentionTiles kAttentionTiles[] = {
+    {AttentionImpl::flash_attention_2, 64, 128, 128, 128, 128},
+    {AttentionImpl::flash_attention_2, 128, 128, 64, 64, 128},
+    {AttentionImpl::flash_attention_2, 192, 128, 64, 64, 64},
+    {AttentionImpl::flash_attention_2, 256, 64, 64, 64, 64},
+    {AttentionImpl::flash_attention, 64, 16, 256, 16, 256},
+    {AttentionImpl::flash_attention, 256, 16, 128, 16, 128},
+    {AttentionImpl::flash_attention_3, 64, 192, 128, 128, 128},
+    {AttentionImpl::flash_attention_3, 96, 192, 144, 64, 128},
+    {AttentionImpl::flash_attention_3, 128, 128, 128, 64, 128},
+    {AttentionImpl::flash_attention_3, 192, 128, 112, 64, 96},
+    {AttentionImpl::flash_attention_3, 256, 128, 80, 64, 80},
+    {AttentionImpl::flash_attention_triton, 256, 128, 128, 128, 128},
+    {AttentionImpl::cudnn, 256, 128, 128, 128, 128},
+};
+
+}  // namespace
+
+int causal_diagonal_span(AttentionImpl impl, double head_dim, bool backward) {
+  const AttentionTiles* found = nullptr;
+  for (const auto& t : kAttentionTiles) {
+    if (t.impl != impl) continue;
+    found = &t;
+    if (head_dim <= t.head_dim) break;
+  }
+  if (found == nullptr) {
+    throw std::logic_error("no attention tiles for " + std::string(name_of(impl)));
+  }
+  const int m = backward ? found->backward_m : found->forward_m;
+  const int n = backward ? found->backward_n : found->forward_n;
+  return m + n - std::gcd(m, n);
+}
+
+double AttentionModel::causal_half(AttentionImpl impl, bool is_backward, double head_dim) const {
+  const double span = causal_diagonal_span(impl, head_dim, is_backward);
+  const double reference = causal_diagonal_span(impl, 128, is_backward);
+  return std::max(0.0, seq_half + (causal_seq_half - seq_half) * span / reference);
+}
+
+double AttentionModel::efficiency(AttentionImpl impl, bool is_backward, bool causal,
+                                  double head_dim, double keys) const {
   // ln-d interpolation through (64, head_dim_64), (128, 1), (256, head_dim_256), clamped.
   const double x = std::clamp(std::log2(std::max(head_dim, 1.0)), 6.0, 8.0);
   const double factor = x <= 7 ? std::exp((7 - x) * std::log(head_dim_64))
                                : std::exp((x - 7) * std::log(head_dim_256));
-  const double half = causal ? causal_seq_half : seq_half;
+  const double half = causal ? causal_half(impl, is_backward, head_dim) : seq_half;
   const double falloff = keys / (keys + half);
   const double mask = causal ? causal_factor : 1.0;
   return std::clamp((is_backward ? backward : forward) * factor * falloff * mask, 1e-9, 1.0);

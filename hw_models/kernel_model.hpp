@@ -28,8 +28,11 @@
 //   FLOPs counted as the cost model counts them (2x the forward, while FlashAttention's backward
 //   runs 5 matmuls, 2.5x: the fraction absorbs it);
 // - seq_half / causal_seq_half: the sequence length (keys per query) at which per-block overheads
-//   halve the rate, without and with a causal mask (the diagonal blocks of a causal kernel are
-//   partly wasted);
+//   halve the rate, without and with a causal mask, at head dimension 128. A causal kernel also
+//   wastes the masked part of the tiles that straddle the diagonal: per query, half the
+//   implementation's diagonal span (causal_diagonal_span: kBlockM + kBlockN - gcd of its tiles,
+//   which differ with the head dimension); the causal excess causal_seq_half - seq_half scales
+//   with that span relative to head dimension 128's;
 // - head_dim: factors at head dimensions 64 and 256 relative to 128, interpolated in ln d
 //   (clamped outside).
 #pragma once
@@ -67,6 +70,26 @@ inline constexpr AttentionImpl kAllAttentionImpls[] = {
 /// "flash-attention-triton".
 std::string_view name_of(AttentionImpl impl);
 std::optional<AttentionImpl> attention_impl_from_name(std::string_view name);
+
+/// The diagonal span of a causal kernel (tokens): kBlockM + kBlockN - gcd(kBlockM, kBlockN) of the
+/// query x key tile `impl` runs at `head_dim` (rounded up to the next head dimension it is
+/// compiled for; a larger one takes 256's) in the given direction. A query tile's last key tile
+/// straddles the diagonal; with the round-up of the key range to whole key tiles its rows compute,
+/// on average, span / 2 masked keys each (span = the tile when kBlockN divides kBlockM; the
+/// backward, which walks query tiles for each key tile, likewise). The tiles are the kernels'
+/// own launch choices (FlashAttention's source, Dao-AILab/flash-attention):
+/// - FlashAttention-2 (csrc/flash_attn/src/flash_{fwd,bwd}_launch_template.h, no dropout, sm80
+///   and sm90): forward 128x128 to head dim 64, 128x64 to 192, 64x64 at 256 (on GPUs with 192 KB
+///   or more shared memory per SM: the H100; the A100 runs 128x64 there, which this table does
+///   not tell apart); backward 128x128 to 64, 64x128 to 128, 64x64 above;
+/// - FlashAttention (v1, csrc/flash_attn/src/fmha_{fwd,bwd}_hdim*.cu before FlashAttention-2):
+///   steps of 16 query rows over key blocks of 256 to head dim 64, 128 above;
+/// - FlashAttention-3 (hopper/tile_size.h, causal; hopper/flash_bwd_launch_template.h, sm90):
+///   forward 192x128 at 64, 192x144 at 96, 128x128 at 128, 128x112 at 192, 128x80 at 256;
+///   backward 128x128 at 64, 64x128 at 96 and 128, 64x96 at 192, 64x80 at 256;
+/// - FlashAttention in Triton (flash_attn/flash_attn_triton.py): 128x128 both ways;
+/// - cuDNN: its tiles are not published: taken as 128x128 at every head dimension.
+int causal_diagonal_span(AttentionImpl impl, double head_dim, bool backward);
 
 /// How an FP8 GEMM's operands are scaled: the kernels differ, and so do their calibrated models.
 enum class GemmScaling : std::uint8_t {
@@ -109,7 +132,7 @@ struct AttentionModel {
   double forward = 0.5;        // share of peak, long sequences, head dim 128; (0, 1]
   double backward = 0.5;       // (0, 1]
   double seq_half = 0;         // tokens, >= 0
-  double causal_seq_half = 0;  // tokens, >= 0
+  double causal_seq_half = 0;  // tokens at head dim 128, >= 0 (see causal_half)
   double head_dim_64 = 1;      // factor at head dim 64 (relative to 128), > 0
   double head_dim_256 = 1;     // factor at head dim 256, > 0
   /// A causal kernel's rate at long sequences relative to a non-causal one's, > 0: the diagonal
@@ -118,9 +141,14 @@ struct AttentionModel {
   double causal_factor = 1;
   std::vector<std::string> cases;
 
+  /// The fall-off's half point with a causal mask: seq_half + (causal_seq_half - seq_half) x
+  /// causal_diagonal_span(impl, head_dim, backward) / causal_diagonal_span(impl, 128, backward),
+  /// at least 0.
+  double causal_half(AttentionImpl impl, bool backward, double head_dim) const;
   /// fraction(direction) x head_dim_factor(head_dim) x s / (s + s_half) x (causal_factor when
-  /// causal), s = keys per query.
-  double efficiency(bool backward, bool causal, double head_dim, double keys) const;
+  /// causal), s = keys per query, s_half = seq_half or (causal) causal_half.
+  double efficiency(AttentionImpl impl, bool backward, bool causal, double head_dim,
+                    double keys) const;
 };
 
 struct KernelModel {

@@ -216,7 +216,7 @@ double DeviceCostModel::attention_efficiency(const Attention& a) const {
   // The fall-off is fitted against the sequence length of self-attention benchmarks, where a
   // causal kernel's keys per query are s / 2: undo that halving to look up the same curve.
   const double s = a.causal ? 2 * keys : keys;
-  return model->efficiency(a.backward, a.causal, static_cast<double>(a.head_dim), s);
+  return model->efficiency(a.impl, a.backward, a.causal, static_cast<double>(a.head_dim), s);
 }
 
 Bandwidth DeviceCostModel::streaming_bandwidth() const {

@@ -11,6 +11,8 @@
 //   implementation (the kernel class), shared by the devices. An implementation whose cases
 //   cannot separate forward from backward (only forward + backward sweeps) takes
 //   FlashAttention-2's ratio; one with no cases at some head dimension keeps the factor 1.
+//   causal_seq_half is fitted at head dimension 128; how the causal excess scales with the head
+//   dimension is the kernel's tile (hw::causal_diagonal_span), not a fitted parameter.
 //   FlashAttention in Triton, measured on the A100 only, reaches the other devices through
 //   FlashAttention (v1): its forward fraction relative to v1's is taken as the kernel class's
 //   (the fitted model then lists the cases of both series it came from).

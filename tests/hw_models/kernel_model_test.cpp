@@ -17,6 +17,7 @@ using namespace stratasim;
 namespace {
 
 using testing::error_of;
+constexpr auto kFa2 = hw::AttentionImpl::flash_attention_2;
 
 nlohmann::json model_json() {
   return nlohmann::json::parse(R"({
@@ -58,27 +59,68 @@ TEST_CASE("kernel model: attention efficiency by hand") {
   const auto m = read(model_json());
   const auto& a = *m.attention_for(hw::AttentionImpl::flash_attention_2);
   // Forward, head dim 128 (factor 1), non-causal, s = 900: 0.6 x 900 / (900 + 100) = 0.54.
-  CHECK(a.efficiency(false, false, 128, 900) == doctest::Approx(0.54));
+  CHECK(a.efficiency(kFa2, false, false, 128, 900) == doctest::Approx(0.54));
   // Backward, causal, head dim 64: 0.4 x 0.8 x 1200 / (1200 + 400) = 0.24.
-  CHECK(a.efficiency(true, true, 64, 1200) == doctest::Approx(0.24));
+  CHECK(a.efficiency(kFa2, true, true, 64, 1200) == doctest::Approx(0.24));
   // Head dim 256: 1.1; halfway in ln d between 128 and 256 (d = 181.02): sqrt(1.1).
-  CHECK(a.efficiency(false, false, 256, 1e12) == doctest::Approx(0.66));
-  CHECK(a.efficiency(false, false, 128 * std::sqrt(2.0), 1e12) ==
+  CHECK(a.efficiency(kFa2, false, false, 256, 1e12) == doctest::Approx(0.66));
+  CHECK(a.efficiency(kFa2, false, false, 128 * std::sqrt(2.0), 1e12) ==
         doctest::Approx(0.6 * std::sqrt(1.1)));
   // Clamped outside 64..256: head dim 32 uses the factor of 64.
-  CHECK(a.efficiency(false, false, 32, 1e12) == doctest::Approx(0.48));
+  CHECK(a.efficiency(kFa2, false, false, 32, 1e12) == doctest::Approx(0.48));
   // A causal factor scales causal kernels only: 0.24 x 0.9 = 0.216; non-causal stays 0.54.
   auto j = model_json();
   j["attention"]["flash-attention-2"]["causal_factor"] = 0.9;
   const auto c = read(j);
   const auto& ca = *c.attention_for(hw::AttentionImpl::flash_attention_2);
-  CHECK(ca.efficiency(true, true, 64, 1200) == doctest::Approx(0.216));
-  CHECK(ca.efficiency(false, false, 128, 900) == doctest::Approx(0.54));
+  CHECK(ca.efficiency(kFa2, true, true, 64, 1200) == doctest::Approx(0.216));
+  CHECK(ca.efficiency(kFa2, false, false, 128, 900) == doctest::Approx(0.54));
   CHECK(a.causal_factor == 1);  // absent: 1
   j["attention"]["flash-attention-2"]["causal_factor"] = -1;
   const auto e = error_of([&] { read(j); });
   CHECK(std::string(e.what()).find("attention.flash-attention-2.causal_factor") !=
         std::string::npos);
+}
+
+TEST_CASE("kernel model: a causal kernel's diagonal span follows its tiles") {
+  using hw::AttentionImpl;
+  using hw::causal_diagonal_span;
+  // span = kBlockM + kBlockN - gcd(kBlockM, kBlockN), the tiles from FlashAttention's launch
+  // code. FlashAttention-2 forward: 128x64 at head dim 128 -> 128 + 64 - 64 = 128; 64x64 at 256
+  // -> 64; 128x128 at 64 -> 128. Head dim 80 runs the 128 kernel; 512 is clamped to 256's.
+  CHECK(causal_diagonal_span(AttentionImpl::flash_attention_2, 128, false) == 128);
+  CHECK(causal_diagonal_span(AttentionImpl::flash_attention_2, 256, false) == 64);
+  CHECK(causal_diagonal_span(AttentionImpl::flash_attention_2, 64, false) == 128);
+  CHECK(causal_diagonal_span(AttentionImpl::flash_attention_2, 80, false) == 128);
+  CHECK(causal_diagonal_span(AttentionImpl::flash_attention_2, 512, false) == 64);
+  // Backward 64x128 at 128 -> 128; 64x64 at 192 -> 64.
+  CHECK(causal_diagonal_span(AttentionImpl::flash_attention_2, 128, true) == 128);
+  CHECK(causal_diagonal_span(AttentionImpl::flash_attention_2, 192, true) == 64);
+  // FlashAttention-3 forward: 192x128 at 64 -> 192 + 128 - 64 = 256; 128x80 at 256 -> 128 + 80
+  // - 16 = 192; backward 64x80 at 256 -> 64 + 80 - 16 = 128.
+  CHECK(causal_diagonal_span(AttentionImpl::flash_attention_3, 64, false) == 256);
+  CHECK(causal_diagonal_span(AttentionImpl::flash_attention_3, 256, false) == 192);
+  CHECK(causal_diagonal_span(AttentionImpl::flash_attention_3, 256, true) == 128);
+  // FlashAttention (v1): 16-row steps over 256-key blocks at head dim 64 -> 256.
+  CHECK(causal_diagonal_span(AttentionImpl::flash_attention, 64, false) == 256);
+  CHECK(causal_diagonal_span(AttentionImpl::flash_attention, 128, true) == 128);
+  for (hw::AttentionImpl i : hw::kAllAttentionImpls) {
+    CHECK(causal_diagonal_span(i, 32, false) > 0);
+  }
+
+  // The causal half point: seq_half 100, causal_seq_half 400 (at head dim 128). FlashAttention-2
+  // forward at head dim 256: 100 + 300 x 64 / 128 = 250, so at s = 750 the forward rate is
+  // 0.6 x 1.1 x 750 / (750 + 250) = 0.495. At head dim 128 it is 400: 0.6 x 750 / 1150.
+  const auto m = read(model_json());
+  const auto& a = *m.attention_for(hw::AttentionImpl::flash_attention_2);
+  CHECK(a.causal_half(kFa2, false, 256) == doctest::Approx(250));
+  CHECK(a.causal_half(kFa2, false, 128) == doctest::Approx(400));
+  CHECK(a.efficiency(kFa2, false, true, 256, 750) == doctest::Approx(0.495));
+  CHECK(a.efficiency(kFa2, false, true, 128, 750) == doctest::Approx(0.6 * 750 / 1150.0));
+  // The same parameters as FlashAttention-3's at head dim 64: 100 + 300 x 256 / 128 = 700.
+  CHECK(a.causal_half(hw::AttentionImpl::flash_attention_3, false, 64) == doctest::Approx(700));
+  // Non-causal kernels keep seq_half at every head dimension.
+  CHECK(a.efficiency(kFa2, false, false, 256, 900) == doctest::Approx(0.6 * 1.1 * 900 / 1000));
 }
 
 TEST_CASE("kernel model: bad parameters name their JSON path") {
