@@ -5,7 +5,10 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
+#include "hw_models/config_reader.hpp"
 #include "hw_models/kernel_model.hpp"
 
 using namespace stratasim;
@@ -87,4 +90,43 @@ TEST_CASE("deepgemm: time by hand") {
   g.deepgemm->load_latency = 100e-6;
   CHECK(hw::deepgemm_seconds(g, 64, 7168, 2048, 1, 128, 128e12, 1e12) ==
         doctest::Approx((200 + 1 + 31.47264 + 2) * 1e-6).epsilon(1e-9));
+}
+
+TEST_CASE("deepgemm: the kernel model's \"deepgemm\" block reads, round-trips and is checked") {
+  nlohmann::json j = nlohmann::json::parse(R"({
+    "schema": "stratasim-kernel-model", "schema_version": 1, "device": "test-gpu",
+    "gemm": {"fp8-block": {"peak_fraction": 0.75, "latency": "0.8 us",
+                           "deepgemm": {"memory_fraction": 0.9, "overlap": 1.8,
+                                        "load_latency": "0.85 us", "tile_latency": "1.3 us",
+                                        "predicated_promotion": 0.87}}}
+  })");
+  auto read = [](const nlohmann::json& v) {
+    return hw::read_kernel_model(config::Document::from_json(v, "model.json"), "");
+  };
+  const auto m = read(j);
+  const auto* g = m.gemm_for(DType::fp8, hw::GemmScaling::block);
+  REQUIRE(g != nullptr);
+  REQUIRE(g->deepgemm);
+  CHECK(g->deepgemm->memory_fraction == 0.9);
+  CHECK(g->deepgemm->overlap == 1.8);
+  CHECK(g->deepgemm->load_latency == doctest::Approx(0.85e-6));
+  CHECK(g->deepgemm->tile_latency == doctest::Approx(1.3e-6));
+  CHECK(g->deepgemm->predicated_promotion == 0.87);
+  // Written back: the DeepGEMM block instead of k_overhead and wave_loss, and read the same.
+  const auto out = hw::to_json(m);
+  CHECK_FALSE(out["gemm"]["fp8-block"].contains("k_overhead"));
+  const auto again = read(out);
+  CHECK(again.gemm_fp8_block->deepgemm->overlap == 1.8);
+  // An overlap exponent below 1 would make the sum of the two times exceed it: an error.
+  j["gemm"]["fp8-block"]["deepgemm"]["overlap"] = 0.5;
+  try {
+    read(j);
+    FAIL("expected a validation error");
+  } catch (const std::exception& e) {
+    CHECK(std::string(e.what()).find("gemm.fp8-block.deepgemm.overlap") != std::string::npos);
+  }
+  // A misspelt key is an error naming it.
+  j["gemm"]["fp8-block"]["deepgemm"]["overlap"] = 1.8;
+  j["gemm"]["fp8-block"]["deepgemm"]["tile_latncy"] = "1 us";
+  CHECK_THROWS(read(j));
 }
