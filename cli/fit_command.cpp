@@ -143,8 +143,19 @@ int fit_command(const FitArgs& args) {
     const auto& m = result.models[i];
     for (const auto& [t, scaling] : hw::kGemmClasses) {
       if (const auto& g = m.gemm_slot(t, scaling)) {
-        std::printf("  gemm %-9s peak_fraction %.3f  k_overhead %.0f\n",
-                    hw::KernelModel::gemm_key(t, scaling).c_str(), g->peak_fraction, g->k_overhead);
+        if (const auto& d = g->deepgemm) {
+          std::printf(
+              "  gemm %-9s peak_fraction %.3f  memory_fraction %.3f  overlap %.2f  "
+              "load_latency %.3g us  tile_latency %.3g us  predicated_promotion %.3f  "
+              "latency %.3g us\n",
+              hw::KernelModel::gemm_key(t, scaling).c_str(), g->peak_fraction, d->memory_fraction,
+              d->overlap, d->load_latency * 1e6, d->tile_latency * 1e6, d->predicated_promotion,
+              g->latency * 1e6);
+        } else {
+          std::printf("  gemm %-9s peak_fraction %.3f  k_overhead %.0f\n",
+                      hw::KernelModel::gemm_key(t, scaling).c_str(), g->peak_fraction,
+                      g->k_overhead);
+        }
       }
     }
     for (hw::AttentionImpl a : hw::kAllAttentionImpls) {

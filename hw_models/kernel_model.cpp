@@ -131,6 +131,117 @@ double AttentionModel::efficiency(AttentionImpl impl, bool is_backward, bool cau
   return std::clamp((is_backward ? backward : forward) * factor * falloff * mask, 1e-9, 1.0);
 }
 
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
+/// DeepGEMM's scale granularity along k (and B's along n): 128.
+constexpr std::int64_t kScaleBlock = 128;
+/// Shared memory an SM90 CTA may use (DeepGEMM's sm90_capacity).
+constexpr std::int64_t kSharedMemory = 232448;
+
+/// DeepGEMM's get_smem_size: C tile (bf16), A, B and A-scale buffers per stage, the B scales of
+/// a tile's whole k (twice when they straddle), two barriers per stage.
+std::int64_t deepgemm_smem(std::int64_t stages, std::int64_t k, std::int64_t block_m,
+                           std::int64_t block_n) {
+  const std::int64_t scales_b = ceil_div(k, kScaleBlock) * 4 * (kScaleBlock % block_n == 0 ? 1 : 2);
+  return block_m * block_n * 2 + stages * (block_m * kScaleBlock + block_m * 4) +
+         stages * block_n * kScaleBlock + ceil_div(scales_b, 8) * 8 + stages * 16;
+}
+
+}  // namespace
+
+DeepGemmLaunch deepgemm_launch(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t groups,
+                               int sms) {
+  const std::int64_t units = std::max(1, sms);
+  m = std::max<std::int64_t>(m, 1);
+  n = std::max<std::int64_t>(n, 1);
+  k = std::max<std::int64_t>(k, 1);
+  groups = std::max<std::int64_t>(groups, 1);
+  DeepGemmLaunch l;
+  l.block_m = m <= 64 ? 64 : 128;
+  auto tiles_of = [&](std::int64_t block_n) {
+    return ceil_div(m, l.block_m) * ceil_div(n, block_n) * groups;
+  };
+  // A full last wave counts as `units` (DeepGEMM's fix_wave_saturate).
+  auto last_wave = [&](std::int64_t tiles) { return tiles % units == 0 ? units : tiles % units; };
+  std::vector<int> block_ns;
+  for (int b = 16; b <= 128; b += 8) block_ns.push_back(b);
+  block_ns.push_back(144);
+  block_ns.push_back(160);
+  // Fewest waves, then the fullest last wave, then the smallest block_n (the first seen).
+  int best = 0;
+  for (int b : block_ns) {
+    if (best == 0) {
+      best = b;
+      continue;
+    }
+    const std::int64_t waves = ceil_div(tiles_of(b), units);
+    const std::int64_t best_waves = ceil_div(tiles_of(best), units);
+    if (waves < best_waves ||
+        (waves == best_waves && last_wave(tiles_of(b)) > last_wave(tiles_of(best)))) {
+      best = b;
+    }
+  }
+  l.block_n = best;
+  const std::int64_t straddle = kScaleBlock / std::gcd<std::int64_t>(kScaleBlock, l.block_n);
+  const bool straddles = kScaleBlock % l.block_n != 0;
+  // Unrolling both the stages and the straddle point makes too much code: 4 stages only.
+  const std::vector<int> stage_candidates =
+      straddles && straddle <= 4 ? std::vector<int>{4} : std::vector<int>{8, 7, 6, 5, 4};
+  l.stages = stage_candidates.back();
+  for (int s : stage_candidates) {
+    if (deepgemm_smem(s, k, l.block_m, l.block_n) <= kSharedMemory) {
+      l.stages = s;
+      break;
+    }
+  }
+  l.predicated_promotion = straddles && straddle > 4;
+  // TMA multicast over a cluster of 2 SMs, on the larger block's operand first.
+  const bool legal_a = n % (2 * l.block_n) == 0 && units % 2 == 0;
+  const bool legal_b = m % (2 * l.block_m) == 0 && units % 2 == 0;
+  if (m >= 512 && groups == 1) {
+    const bool a_first = l.block_m > l.block_n;
+    for (bool on_a : {a_first, !a_first}) {
+      if (on_a ? legal_a : legal_b) {
+        l.multicast = 2;
+        l.multicast_on_a = on_a;
+        break;
+      }
+    }
+  }
+  l.tiles = tiles_of(l.block_n);
+  l.waves = ceil_div(l.tiles, units);
+  // The fewest SMs that run the tiles in as many waves, at least SMs - 8 (less L2 pressure,
+  // higher clocks), in whole clusters.
+  const std::int64_t fewest = std::max(ceil_div(l.tiles, l.waves), units - 8);
+  l.sms = std::min(units, ceil_div(fewest, l.multicast) * l.multicast);
+  return l;
+}
+
+double deepgemm_seconds(const GemmModel& model, std::int64_t m, std::int64_t n, std::int64_t k,
+                        std::int64_t groups, int sms, double peak_flops, double hbm) {
+  const DeepGemmModel p = model.deepgemm.value_or(DeepGemmModel{});
+  const DeepGemmLaunch l = deepgemm_launch(m, n, k, groups, sms);
+  const double units = std::max(1, sms);
+  double rate = peak_flops / units * model.peak_fraction;  // one SM's main loop, FLOP/s
+  if (l.predicated_promotion) rate *= p.predicated_promotion;
+  const double k_blocks = static_cast<double>(ceil_div(k, kScaleBlock));
+  const double main_loop = std::max(2.0 * l.block_m * l.block_n * static_cast<double>(k) / rate,
+                                    k_blocks / l.stages * p.load_latency);
+  const double compute = static_cast<double>(l.waves) * (main_loop + p.tile_latency);
+  const double md = static_cast<double>(m), nd = static_cast<double>(n),
+               kd = static_cast<double>(k);
+  const double bytes =
+      static_cast<double>(groups) * (md * kd + nd * kd + 2 * md * nd + 4 * md * k_blocks +
+                                     4 * static_cast<double>(ceil_div(n, kScaleBlock)) * k_blocks);
+  const double memory = bytes / (hbm * p.memory_fraction);
+  const double e = std::max(1.0, p.overlap);
+  return std::pow(std::pow(compute, e) + std::pow(memory, e), 1 / e) + model.latency;
+}
+
 std::string_view name_of(GemmScaling scaling) {
   return scaling == GemmScaling::block ? "block" : "tensor";
 }
@@ -182,6 +293,17 @@ void KernelModel::validate() const {
           at + ".wave_loss", "expected a share in [0, 1], got " + std::to_string(g->wave_loss));
     }
     check_non_negative(g->latency, at + ".latency");
+    if (const auto& d = g->deepgemm) {
+      const std::string dg = at + ".deepgemm";
+      check_fraction(d->memory_fraction, dg + ".memory_fraction");
+      if (!(d->overlap >= 1) || !std::isfinite(d->overlap)) {
+        throw config::ValidationError(
+            dg + ".overlap", "expected an exponent >= 1, got " + std::to_string(d->overlap));
+      }
+      check_non_negative(d->load_latency, dg + ".load_latency");
+      check_non_negative(d->tile_latency, dg + ".tile_latency");
+      check_fraction(d->predicated_promotion, dg + ".predicated_promotion");
+    }
   }
   for (AttentionImpl i : kAllAttentionImpls) {
     const auto& a = attention[static_cast<std::size_t>(i)];
@@ -224,6 +346,17 @@ KernelModel read_kernel_model(const config::Document& doc, const std::string& pa
       gm.k_overhead = e.number_or("k_overhead", 0);
       gm.wave_loss = e.number_or("wave_loss", 1);
       gm.latency = e.time_or("latency", Time::zero()).seconds();
+      if (e.has("deepgemm")) {
+        auto d = e.object("deepgemm", "DeepGEMM parameters (docs/gemm-efficiency.md)");
+        DeepGemmModel dm;
+        dm.memory_fraction = d.number("memory_fraction");
+        dm.overlap = d.number("overlap");
+        dm.load_latency = d.time("load_latency").seconds();
+        dm.tile_latency = d.time("tile_latency").seconds();
+        dm.predicated_promotion = d.number_or("predicated_promotion", 1);
+        d.finish();
+        gm.deepgemm = dm;
+      }
       gm.cases = read_cases(doc, e);
       e.finish();
       m.gemm_slot(t, scaling) = gm;
@@ -274,11 +407,20 @@ nlohmann::json to_json(const KernelModel& m) {
   for (const auto& [t, scaling] : kGemmClasses) {
     const auto& g = m.gemm_slot(t, scaling);
     if (!g) continue;
-    gemm[KernelModel::gemm_key(t, scaling)] = {{"peak_fraction", g->peak_fraction},
-                                               {"k_overhead", g->k_overhead},
-                                               {"wave_loss", g->wave_loss},
-                                               {"latency", format_time(g->latency)},
-                                               {"cases", g->cases}};
+    nlohmann::json e = {{"peak_fraction", g->peak_fraction},
+                        {"latency", format_time(g->latency)},
+                        {"cases", g->cases}};
+    if (const auto& d = g->deepgemm) {
+      e["deepgemm"] = {{"memory_fraction", d->memory_fraction},
+                       {"overlap", d->overlap},
+                       {"load_latency", format_time(d->load_latency)},
+                       {"tile_latency", format_time(d->tile_latency)},
+                       {"predicated_promotion", d->predicated_promotion}};
+    } else {
+      e["k_overhead"] = g->k_overhead;
+      e["wave_loss"] = g->wave_loss;
+    }
+    gemm[KernelModel::gemm_key(t, scaling)] = std::move(e);
   }
   if (!gemm.empty()) j["gemm"] = gemm;
   nlohmann::json attention = nlohmann::json::object();

@@ -20,6 +20,9 @@
 //   the tail), which dominates small, memory-bound GEMMs; launch overhead is apart;
 // - when the output tiles do not fill the compute units, the library splits k over s units
 //   (split-K, s chosen to minimise time, k_s = k / s), as cuBLAS's heuristics do.
+// Block-scaled FP8 (fp8-block, DeepGEMM's kernels) is costed instead as DeepGEMM runs the shape
+// (DeepGemmModel, deepgemm_launch, deepgemm_seconds): its own choice of tiles, waves and
+// pipeline stages, the tiles' main loop and per-tile epilogue, and the DRAM stream, overlapped.
 //
 // Fused attention, per implementation (FlashAttention 1, 2, 3, cuDNN) and dtype-independent
 // (16-bit inputs):
@@ -38,6 +41,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -120,13 +124,77 @@ inline constexpr GemmClass kGemmClasses[] = {
     {DType::fp16, GemmScaling::tensor}, {DType::bf16, GemmScaling::tensor},
     {DType::fp8, GemmScaling::tensor},  {DType::fp8, GemmScaling::block}};
 
+/// DeepGEMM's block-scaled FP8 kernel as it runs a shape (the fp8-block class), the parameters
+/// beyond GemmModel's peak_fraction and latency. docs/gemm-efficiency.md derives each one; the
+/// time formula is deepgemm_seconds below. JSON: "gemm": {"fp8-block": {..., "deepgemm": {...}}}.
+struct DeepGemmModel {
+  /// Share of the datasheet HBM bandwidth the kernel's TMA loads and stores reach, (0, 1].
+  double memory_fraction = 0.9;
+  /// How the SMs' tile work and the DRAM stream overlap: time = (compute^p + memory^p)^(1/p),
+  /// p = overlap >= 1 (1: one after the other; large: the longer one hides the other).
+  double overlap = 2;
+  /// Seconds one round of the TMA pipeline takes (a load's loaded round trip from L2/HBM into
+  /// shared memory): a tile's k loop cannot run faster than ceil(k / 128) / stages rounds.
+  double load_latency = 1e-6;
+  /// Seconds per output tile outside the main loop, not overlapped: the math warp-groups load
+  /// the B scales (ceil(k / 128) floats from global memory) before, and store C through shared
+  /// memory and a TMA store (waiting for it) after each tile.
+  double tile_latency = 1e-6;
+  /// The main loop's rate, relative to the unrolled one, when the B scales of a tile straddle
+  /// two 128-row blocks and DeepGEMM does not unroll the choice (128 / gcd(128, block_n) > 4):
+  /// a predicate per accumulator in the fp32 promotion on the CUDA cores. (0, 1].
+  double predicated_promotion = 1;
+};
+
 struct GemmModel {
   double peak_fraction = 0.8;      // (0, 1]
   double k_overhead = 0;           // elements of k, >= 0
   double wave_loss = 1;            // share of the last wave's idle units that is lost, [0, 1]
   double latency = 0;              // seconds a GEMM kernel takes beyond its work, >= 0
   std::vector<std::string> cases;  // calibration cases it was fitted to (traceability)
+  /// When set (the fp8-block class), the GEMM is costed as DeepGEMM runs it (deepgemm_seconds):
+  /// k_overhead and wave_loss are unused, peak_fraction is the main loop's share of an SM's peak
+  /// and latency the kernel's own (grid launch, first loads, tail).
+  std::optional<DeepGemmModel> deepgemm;
 };
+
+/// DeepGEMM's launch configuration of a (grouped) block-scaled FP8 GEMM: what its JIT heuristic
+/// get_best_configs picks (deepseek-ai/DeepGEMM 55ab91f, 2025-03-25,
+/// deep_gemm/jit_kernels/gemm.py, the version whose README tables calibrate the class).
+/// - block_m: 64 when m <= 64, else 128 (a grouped GEMM's m is the rows per group);
+/// - block_n in {16, 24, ..., 128, 144, 160}: the fewest waves of tiles over the SMs, then the
+///   fullest last wave, then the smallest block_n;
+/// - stages: the most of 8..4 whose buffers fit 232,448 bytes of shared memory (only 4 when the
+///   B scales straddle and the promotion is unrolled, 128 / gcd(128, block_n) <= 4);
+/// - TMA multicast over 2 SMs (a cluster) when m >= 512, one group, and the operand's tiles pair
+///   up (n % (2 block_n) == 0 for A, m % (2 block_m) == 0 for B; the larger block's side first);
+/// - sms: the SMs launched, max(ceil(tiles / waves), SMs - 8), rounded up to the cluster size.
+struct DeepGemmLaunch {
+  int block_m = 128;
+  int block_n = 128;
+  int stages = 4;
+  int multicast = 1;           // SMs sharing a TMA load (1 or 2)
+  bool multicast_on_a = true;  // which operand's tile the cluster shares
+  std::int64_t tiles = 0;      // groups x ceil(m / block_m) x ceil(n / block_n)
+  std::int64_t waves = 0;      // ceil(tiles / SMs): tiles the busiest SM runs, one after another
+  std::int64_t sms = 0;        // SMs launched (persistent CTAs)
+  /// The B scales of a tile straddle two 128-row blocks and the promotion is not unrolled.
+  bool predicated_promotion = false;
+};
+/// `groups` GEMMs of m x n x k (1 for a plain GEMM; DeepGEMM's masked grouped layout) on a GPU
+/// of `sms` SMs. Dimensions must be positive.
+DeepGemmLaunch deepgemm_launch(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t groups,
+                               int sms);
+/// Seconds DeepGEMM takes for `groups` GEMMs of m x n x k (FP8 A and B, 1x128 and 128x128 fp32
+/// scales, bf16 C) on a GPU of `sms` SMs, `peak_flops` FLOP/s (FP8 dense) and `hbm` bytes/s:
+///   tile    = max(2 block_m block_n k / (peak / sms x peak_fraction [x predicated_promotion]),
+///                 ceil(k / 128) / stages x load_latency) + tile_latency
+///   compute = waves x tile
+///   memory  = groups (m k + n k + 2 m n + 4 m ceil(k / 128) + 4 ceil(n / 128) ceil(k / 128))
+///             / (hbm x memory_fraction)
+///   time    = (compute^p + memory^p)^(1/p) + latency,  p = overlap.
+double deepgemm_seconds(const GemmModel& model, std::int64_t m, std::int64_t n, std::int64_t k,
+                        std::int64_t groups, int sms, double peak_flops, double hbm);
 
 struct AttentionModel {
   double forward = 0.5;        // share of peak, long sequences, head dim 128; (0, 1]

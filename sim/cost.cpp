@@ -157,6 +157,17 @@ double DeviceCostModel::modelled_gemm_efficiency(const Gemm& gemm) const {
   const hw::GemmModel* model =
       device_.kernel_model ? device_.kernel_model->gemm_for(gemm.dtype, gemm.scaling) : nullptr;
   if (model == nullptr) return device_.efficiency.gemm * quantisation(gemm);
+  if (model->deepgemm && gemm.m > 0 && gemm.n > 0 && gemm.k > 0 && gemm.batch > 0) {
+    // The share of peak DeepGEMM's time (its own latency excluded) works at.
+    const double peak = device_.peak(gemm.dtype).flops_per_second();
+    const double seconds =
+        hw::deepgemm_seconds(*model, gemm.m, gemm.n, gemm.k, gemm.batch, device_.compute_units,
+                             peak, device_.memory_bandwidth.bytes_per_second()) -
+        model->latency;
+    const double flops = 2.0 * static_cast<double>(gemm.m) * static_cast<double>(gemm.n) *
+                         static_cast<double>(gemm.k) * static_cast<double>(gemm.batch);
+    return std::clamp(flops / (peak * seconds), 1e-9, 1.0);
+  }
   return model->peak_fraction * calibrated_shape_factor(gemm, *model);
 }
 
@@ -246,6 +257,15 @@ Time DeviceCostModel::gemm_work(const Gemm& w, const strategies::Kernel& kernel)
   const bool calibrated =
       model != nullptr && !(device_.profile && device_.profile->has_gemm(w.dtype));
   const double die = calibrated ? device_.efficiency.die_gemm : 1.0;
+  // Block-scaled FP8 with DeepGEMM parameters: costed as DeepGEMM runs the shape (its tiles,
+  // waves, pipeline and DRAM stream; hw_models/kernel_model.hpp), unless a profile measures fp8.
+  if (calibrated && model->deepgemm) {
+    const double peak =
+        device_.peak(w.dtype).flops_per_second() * device_.efficiency.framework_compute * die;
+    return Time::from_seconds(hw::deepgemm_seconds(*model, w.m, w.n, w.k, w.batch,
+                                                   device_.compute_units, peak,
+                                                   device_.memory_bandwidth.bytes_per_second()));
+  }
   const Flops flops = strategies::matmul_flops(kernel);
   const Time t_flop =
       compute_time(flops, device_.peak(w.dtype) *

@@ -6,7 +6,9 @@
 // or, when the device has a calibrated kernel model (hw_models/kernel_model.hpp), at
 //   peak_fraction(dtype) x tile quantisation x max over split-K s of
 //     (wave quantisation of tiles x s) x k_s / (k_s + k_overhead),
-// and its memory time (A, B and C once over the achievable bandwidth); attention runs at
+// and its memory time (A, B and C once over the achievable bandwidth); a block-scaled FP8 GEMM
+// whose kernel model has DeepGEMM parameters takes hw::deepgemm_seconds instead (DeepGEMM's
+// tiles, waves and pipeline, overlapped with its DRAM stream); attention runs at
 // efficiency.attention of peak, or at the calibrated model's rate for the kernel's
 // implementation, direction, head dimension, causality and sequence length; memory-bound
 // kernels take their bytes over the achievable bandwidth (an optimizer step: the update bytes

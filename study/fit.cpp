@@ -25,6 +25,21 @@ constexpr std::size_t kMinShapeCases = 8;
 /// and writing C). A documented assumption, not a fit.
 constexpr double kDefaultKOverhead = 128;
 
+/// The GEMM kernel class costed as DeepGEMM runs it (hw::DeepGemmModel): block-scaled FP8.
+bool deepgemm_class(const hw::GemmClass& cls) {
+  return cls == hw::GemmClass{DType::fp8, hw::GemmScaling::block};
+}
+/// DeepGEMM's parameters where the cases cannot tell them (fewer than kMinShapeCases, or fewer
+/// than 3 values of k): round figures of the fitted H100 model (docs/gemm-efficiency.md), a
+/// documented assumption for a device measured at a few shapes only; its peak_fraction and
+/// memory_fraction are still fitted.
+constexpr hw::DeepGemmModel kDefaultDeepGemm{.memory_fraction = 0.9,
+                                             .overlap = 1.8,
+                                             .load_latency = 0.85e-6,
+                                             .tile_latency = 1.3e-6,
+                                             .predicated_promotion = 0.87};
+constexpr double kDefaultDeepGemmLatency = 0.8e-6;
+
 /// A fitted parameter: an unconstrained x mapped to its value (a fraction in (0, 1) through the
 /// logistic function, a positive number through exp) and applied to the models.
 struct Param {
@@ -42,6 +57,32 @@ struct Block {
   std::vector<Param> params;
   std::vector<std::pair<std::size_t, const KernelCase*>> cases;  // (device index, case)
 };
+
+/// DeepGEMM's shape parameters, shared by the devices of `gemm` (the kernel class's): the
+/// kernel's latency, the compute/memory overlap exponent, the pipeline round trip, the per-tile
+/// epilogue and the predicated promotion's rate. Started from kDefaultDeepGemm.
+void add_deepgemm_params(Block& gemm, const hw::GemmClass& cls) {
+  auto shared = [cls](auto set) {
+    return [cls, set](std::vector<hw::KernelModel>& ms, double v) {
+      for (auto& m : ms) {
+        if (auto& g = m.gemm_slot(cls.dtype, cls.scaling)) set(*g, v);
+      }
+    };
+  };
+  const hw::DeepGemmModel& d = kDefaultDeepGemm;
+  gemm.params.push_back({"latency", false, kDefaultDeepGemmLatency,
+                         shared([](hw::GemmModel& g, double v) { g.latency = v; })});
+  // overlap - 1 > 0: the exponent is at least 1 (no overlap).
+  gemm.params.push_back({"overlap - 1", false, d.overlap - 1,
+                         shared([](hw::GemmModel& g, double v) { g.deepgemm->overlap = 1 + v; })});
+  gemm.params.push_back({"load_latency", false, d.load_latency,
+                         shared([](hw::GemmModel& g, double v) { g.deepgemm->load_latency = v; })});
+  gemm.params.push_back({"tile_latency", false, d.tile_latency,
+                         shared([](hw::GemmModel& g, double v) { g.deepgemm->tile_latency = v; })});
+  gemm.params.push_back(
+      {"predicated_promotion", true, d.predicated_promotion,
+       shared([](hw::GemmModel& g, double v) { g.deepgemm->predicated_promotion = v; })});
+}
 
 double squared_log_error(const std::vector<hw::DeviceSpec>& devices,
                          const std::vector<hw::KernelModel>& models, const Block& block) {
@@ -220,8 +261,23 @@ FitResult fit_kernel_models(const std::vector<hw::DeviceSpec>& devices,
                              [d, cls](std::vector<hw::KernelModel>& ms, double v) {
                                ms[d].gemm_slot(cls.dtype, cls.scaling)->peak_fraction = v;
                              }});
+      if (deepgemm_class(cls)) {
+        g->k_overhead = 0;
+        g->deepgemm = kDefaultDeepGemm;
+        g->latency = kDefaultDeepGemmLatency;
+        gemm.params.push_back(
+            {devices[d].name + " memory_fraction", true, 0.9,
+             [d, cls](std::vector<hw::KernelModel>& ms, double v) {
+               ms[d].gemm_slot(cls.dtype, cls.scaling)->deepgemm->memory_fraction = v;
+             }});
+      }
     }
     if (gemm.cases.empty()) continue;
+    if (deepgemm_class(cls)) {
+      if (gemm.cases.size() >= kMinShapeCases && ks.size() >= 3) add_deepgemm_params(gemm, cls);
+      fit_block(bare, result.models, gemm, options.max_evaluations);
+      continue;
+    }
     if (gemm.cases.size() >= kMinShapeCases && ks.size() >= 3) {
       auto shared = [cls](auto member) {
         return [cls, member](std::vector<hw::KernelModel>& ms, double v) {

@@ -6,6 +6,9 @@
 // - GEMM k_overhead: of the kernel class (tiled tensor-core GEMMs), shared by every device and
 //   dtype fitted together;
 // - GEMM peak_fraction: of a device and dtype;
+// - block-scaled FP8 (DeepGEMM, hw::DeepGemmModel): memory_fraction of a device, like
+//   peak_fraction; latency, overlap, load_latency, tile_latency and predicated_promotion of the
+//   kernel class (it has no k_overhead or wave_loss: DeepGEMM's own tiles and waves are run);
 // - attention forward fraction: of a device and an implementation;
 // - attention backward/forward ratio, seq_half, causal_seq_half and the head-dim factors: of an
 //   implementation (the kernel class), shared by the devices. An implementation whose cases

@@ -151,6 +151,21 @@ TEST_CASE(
     CHECK(wave.size() <= 1);
     CHECK(latency.size() <= 1);
   }
+  // DeepGEMM (fp8-block): memory_fraction is per device, the rest the kernel class's.
+  std::set<double> overlap, load, tile, promotion;
+  for (const auto& d : gpus) {
+    const auto& g = d.kernel_model->gemm_fp8_block;
+    if (!g) continue;
+    REQUIRE(g->deepgemm);
+    overlap.insert(g->deepgemm->overlap);
+    load.insert(g->deepgemm->load_latency);
+    tile.insert(g->deepgemm->tile_latency);
+    promotion.insert(g->deepgemm->predicated_promotion);
+  }
+  CHECK(overlap.size() == 1);
+  CHECK(load.size() == 1);
+  CHECK(tile.size() == 1);
+  CHECK(promotion.size() == 1);
   for (hw::AttentionImpl i : hw::kAllAttentionImpls) {
     std::set<double> ratio, half, causal_half, hd64, hd256;
     for (const auto& d : gpus) {
