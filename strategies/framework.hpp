@@ -78,7 +78,7 @@ FrameworkDefaults framework_defaults(Framework framework, DType dtype, int zero_
 
 /// The fitted values of configs/frameworks.json (scripts/fit-profiles writes the file; copy its
 /// figures here when they change: tests/reference/frameworks_test.cpp compares them).
-inline constexpr double kGenericComputeEfficiency = 0.9334;
+inline constexpr double kGenericComputeEfficiency = 0.9321;
 inline constexpr double kGenericElementwiseTraffic = 1.0;
 inline constexpr double kFsdpComputeEfficiency = 0.8216;
 inline constexpr double kFsdpElementwiseTraffic = 1.0531;
@@ -100,7 +100,7 @@ struct DieTraining {
 };
 inline constexpr std::string_view kReferenceDie = "GA100";
 /// The fitted values of configs/frameworks.json "dies" (copy them here when they change).
-inline constexpr DieTraining kGH100Training{.gemm = 0.8601, .attention = 1.1195};
+inline constexpr DieTraining kGH100Training{.gemm = 0.8602, .attention = 1.1195};
 /// The fitted factors of `die`; 1 and 1 for the reference die, an unfitted die or none ("").
 DieTraining die_training(std::string_view die);
 
