@@ -483,7 +483,8 @@ std::tuple<double, double, std::vector<std::string>> errors_of(const AccuracyRep
 TrainingFit fit_frameworks(const std::filesystem::path& calibration, const FitOptions& options) {
   std::map<std::string, int> rows_of;
   std::map<std::string, std::set<std::int64_t>> seq_lens_of;
-  for (const auto& r : accuracy(calibration).rows) {
+  const AccuracyReport shipped = accuracy(calibration);  // with the fitted values as shipped
+  for (const auto& r : shipped.rows) {
     ++rows_of[r.framework];
     seq_lens_of[r.framework].insert(r.experiment.at("training").at("seq_len").get<std::int64_t>());
   }
@@ -503,7 +504,7 @@ TrainingFit fit_frameworks(const std::filesystem::path& calibration, const FitOp
   // The dies of the fitted frameworks' runs: the one with the most runs is the reference (ties:
   // the first by name), the others with enough runs get factors of their own.
   std::map<std::string, int> rows_of_die;
-  for (const auto& r : accuracy(calibration).rows) {
+  for (const auto& r : shipped.rows) {
     if (fitted_frameworks.count(r.framework) != 0 && !r.die.empty()) ++rows_of_die[r.die];
   }
   TrainingFit out;
