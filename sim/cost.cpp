@@ -221,11 +221,12 @@ double DeviceCostModel::attention_efficiency(const Attention& a) const {
                                         ? device_.kernel_model->attention_for(a.impl)
                                         : nullptr;
   if (model == nullptr) return device_.efficiency.attention;
-  // Keys each query attends to: all of them, or (causal) on average seq_kv - seq_q / 2.
-  double keys = static_cast<double>(a.seq_kv);
-  if (a.causal) keys -= static_cast<double>(std::min(a.seq_q, a.seq_kv)) / 2;
+  // Keys each query attends to: all of them, (causal) on average seq_kv - seq_q / 2, or fewer
+  // within a sliding window (strategies::attention_keys_per_query).
+  const double keys = strategies::attention_keys_per_query(a);
   // The fall-off is fitted against the sequence length of self-attention benchmarks, where a
-  // causal kernel's keys per query are s / 2: undo that halving to look up the same curve.
+  // causal kernel's keys per query are s / 2: undo that halving to look up the same curve (a
+  // windowed kernel's band of w keys per query is costed as a causal kernel over 2w tokens).
   const double s = a.causal ? 2 * keys : keys;
   return model->efficiency(a.impl, a.backward, a.causal, static_cast<double>(a.head_dim), s);
 }

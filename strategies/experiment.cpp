@@ -407,6 +407,19 @@ void check_tp_mode(const config::Document& doc, const Experiment& e) {
                  " would separate the weight-gradient GEMMs from their mesh reductions; it is "
                  "modelled with \"1d\" only");
   }
+  if (m.explicit_head_dim > 0 && std::int64_t{m.head_dim()} * m.heads != m.hidden) {
+    doc.fail("parallelism.tp_mode", mode +
+                                        ": a head width other than hidden / heads (the "
+                                        "model's head_dim) is modelled with \"1d\" only");
+  }
+  for (const auto& [on, key] : {std::pair<bool, const char*>{m.qkv_bias && !m.bias, "qkv_bias"},
+                                {m.qk_norm, "qk_norm"},
+                                {m.post_norm, "post_norm"}}) {
+    if (on) {
+      doc.fail("parallelism.tp_mode",
+               mode + ": the model's " + key + " is modelled with \"1d\" only");
+    }
+  }
   const std::int64_t q = mesh.q;
   const std::string qs = " (q = " + number(q) + ")";
   if (m.heads % q != 0 || m.kv_heads % q != 0) {

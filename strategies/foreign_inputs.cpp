@@ -582,6 +582,9 @@ const std::vector<std::string> kMegatronFlags = {"--sequence-parallel",
                                                  "--no-overlap-p2p-communication",
                                                  "--group-query-attention",
                                                  "--swiglu",
+                                                 "--squared-relu",
+                                                 "--qk-layernorm",
+                                                 "--add-qkv-bias",
                                                  "--untie-embeddings-and-output-weights",
                                                  "--disable-bias-linear",
                                                  "--add-bias-linear",
@@ -992,18 +995,17 @@ class MegatronReader : foreign::Reader {
       integer("--num-query-groups", 1, kBig);
       note("--num-query-groups is ignored without --group-query-attention (as in Megatron)");
     }
-    if (has("--kv-channels")) {
+    if (has("--kv-channels")) {  // the head width; Megatron's default is hidden / heads
       const auto kv = integer("--kv-channels", 1, kBig);
-      if (hidden && heads && kv * *heads != *hidden) {
-        fail("--kv-channels", "must be --hidden-size / --num-attention-heads (" +
-                                  std::to_string(*hidden / std::max<std::int64_t>(1, *heads)) +
-                                  "): stratasim's head width is hidden / heads");
-      }
-      if (!hidden || !heads) {
-        note("--kv-channels: stratasim's head width is the model's hidden / heads");
-      }
+      if (!hidden || !heads || kv * *heads != *hidden) set("model.head_dim", kv, "--kv-channels");
+    }
+    if (flag("--swiglu") && flag("--squared-relu")) {
+      fail("--squared-relu", "contradicts --swiglu");
     }
     if (flag("--swiglu")) set("model.activation", "swiglu", "--swiglu");
+    if (flag("--squared-relu")) set("model.activation", "squared_relu", "--squared-relu");
+    if (flag("--qk-layernorm")) set("model.qk_norm", true, "--qk-layernorm");
+    if (flag("--add-qkv-bias")) set("model.qkv_bias", true, "--add-qkv-bias");
     if (flag("--untie-embeddings-and-output-weights")) {
       set("model.tied_embeddings", false, "--untie-embeddings-and-output-weights");
     }
@@ -1160,7 +1162,12 @@ class HfReader {
                "attention_bias",
                "classifier_dropout"};
       read_neox(m);
-    } else {  // llama, mistral
+    } else {  // llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, phi3, nemotron
+      if (type == "gemma3") {
+        r_.fail("text_config",
+                "a multimodal Gemma 3 config.json: give its text_config object as the model "
+                "(model_type gemma3_text); the vision tower is not modelled");
+      }
       known = {"hidden_size",
                "intermediate_size",
                "num_hidden_layers",
@@ -1176,7 +1183,22 @@ class HfReader {
                "head_dim",
                "sliding_window",
                "max_window_layers",
-               "use_sliding_window"};
+               "use_sliding_window",
+               "hidden_activation",
+               "layer_types",
+               "sliding_window_pattern",
+               "query_pre_attn_scalar",
+               "attn_logit_softcapping",
+               "final_logit_softcapping",
+               "cache_implementation",
+               "rope_local_base_freq",
+               "original_max_position_embeddings",
+               "partial_rotary_factor",
+               "norm_eps",
+               "layer_norm_eps",
+               "resid_pdrop",
+               "embd_pdrop",
+               "attn_implementation"};
       read_llama(m, type);
     }
     read_dropout(m, type);
@@ -1205,6 +1227,7 @@ class HfReader {
     model.ffn_hidden = m["ffn_hidden"].get<int>();
     model.vocab = m["vocab"].get<int>();
     model.max_seq_len = m["max_seq_len"].get<int>();
+    if (m.contains("head_dim")) model.explicit_head_dim = m["head_dim"].get<int>();
     try {
       model.validate();
     } catch (const config::ValidationError& e) {
@@ -1235,11 +1258,12 @@ class HfReader {
     }
     // Only "architectures": the class names of the supported families.
     static const std::vector<std::pair<std::string, std::string>> kClasses = {
-        {"LlamaForCausalLM", "llama"},
-        {"MistralForCausalLM", "mistral"},
-        {"GPT2LMHeadModel", "gpt2"},
-        {"GPT2Model", "gpt2"},
-        {"GPTNeoXForCausalLM", "gpt_neox"}};
+        {"LlamaForCausalLM", "llama"},      {"MistralForCausalLM", "mistral"},
+        {"GPT2LMHeadModel", "gpt2"},        {"GPT2Model", "gpt2"},
+        {"GPTNeoXForCausalLM", "gpt_neox"}, {"Qwen2ForCausalLM", "qwen2"},
+        {"Qwen3ForCausalLM", "qwen3"},      {"GemmaForCausalLM", "gemma"},
+        {"Gemma2ForCausalLM", "gemma2"},    {"Gemma3ForCausalLM", "gemma3_text"},
+        {"Phi3ForCausalLM", "phi3"},        {"NemotronForCausalLM", "nemotron"}};
     auto it = object.find("architectures");
     if (it != object.end() && it->is_array()) {
       for (const auto& a : *it) {
@@ -1262,7 +1286,13 @@ class HfReader {
     return r_.integer_in_or(key, 1, hi, fallback);
   }
 
+  // The Llama-shaped families: decoder, rotary positions, no position table. What differs
+  // (Hugging Face's modeling_*.py): Qwen2's biases on Q, K and V only; Qwen3's and Gemma 3's
+  // per-head q/k RMSNorm; Gemma's GeGLU, head_dim 256, tied embeddings and (2, 3) the extra
+  // norms after each block; Gemma 2's soft-capping; Nemotron's squared-ReLU MLP (not gated)
+  // and LayerNorm; the sliding windows of Mistral, Phi-3 and Gemma 2/3.
   void read_llama(json& m, const std::string& type) {
+    const bool gemma = type.rfind("gemma", 0) == 0;
     m["hidden"] = integer("hidden_size", "hidden");
     m["ffn_hidden"] = integer("intermediate_size", "ffn_hidden");
     m["layers"] = integer("num_hidden_layers", "layers", 100'000);
@@ -1270,49 +1300,148 @@ class HfReader {
     m["kv_heads"] = integer_or("num_key_value_heads", "kv_heads", m["heads"].get<std::int64_t>());
     m["vocab"] = integer("vocab_size", "vocab", 1 << 30);
     m["max_seq_len"] = integer_or("max_position_embeddings", "max_seq_len", 2048);
-    const std::string act = r_.string_or("hidden_act", "silu");
-    if (act != "silu" && act != "swish") {
-      note("hidden_act " + quote_text(act) +
-           " in the gated MLP is modelled as SwiGLU (the same three GEMMs)");
-    }
-    m["activation"] = "swiglu";  // the MLP is gated: gate, up and down projections
-    m["tied_embeddings"] = r_.boolean_or("tie_word_embeddings", false);
+    read_activation(m, type);
+    m["tied_embeddings"] = r_.boolean_or("tie_word_embeddings", gemma);
     m["position_embedding"] = "rotary";
-    m["norm"] = "rmsnorm";
+    m["norm"] = type == "nemotron" ? "layernorm" : "rmsnorm";
     const bool attention_bias = r_.boolean_or("attention_bias", false);
-    const bool mlp_bias = r_.boolean_or("mlp_bias", attention_bias);
-    if (mlp_bias != attention_bias) {
-      note(
-          "attention_bias and mlp_bias differ: stratasim gives every linear layer a bias or "
-          "none; modelled with attention_bias");
+    const bool mlp_bias = r_.boolean_or("mlp_bias", type == "llama" ? attention_bias : false);
+    if (type == "qwen2") {
+      m["bias"] = false;  // Qwen2Attention: q, k and v with biases, o_proj and the MLP without
+      m["qkv_bias"] = true;
+    } else {
+      if (mlp_bias != attention_bias) {
+        note(
+            "attention_bias and mlp_bias differ: stratasim gives every linear layer a bias or "
+            "none; modelled with attention_bias");
+      }
+      m["bias"] = attention_bias;
     }
-    m["bias"] = attention_bias;
     m["causal"] = true;
+    if (type == "qwen3" || type == "gemma3_text") m["qk_norm"] = true;
+    if (type == "gemma2" || type == "gemma3_text") m["post_norm"] = true;
+    if (gemma) {
+      note(
+          "the embedding output's scaling by sqrt(hidden_size) is not costed (one elementwise "
+          "pass over the embeddings)");
+    }
     if (r_.has("head_dim")) {
       const auto* v = doc_.find(r_.path_of("head_dim"));
       if (v != nullptr && !v->is_null()) {
         const auto head_dim = r_.integer_in("head_dim", 1, 1 << 20);
-        const auto hidden = m["hidden"].get<std::int64_t>();
-        const auto heads = m["heads"].get<std::int64_t>();
-        if (head_dim * heads != hidden) {
-          r_.fail("head_dim", "must be hidden_size / num_attention_heads (" +
-                                  std::to_string(hidden / heads) +
-                                  "): stratasim's head width is hidden / heads");
+        hf_key_["head_dim"] = "head_dim";
+        if (head_dim * m["heads"].get<std::int64_t>() != m["hidden"].get<std::int64_t>()) {
+          m["head_dim"] = head_dim;
         }
       }
     }
-    if (type == "mistral" && r_.has("sliding_window")) {
-      const auto* v = doc_.find(r_.path_of("sliding_window"));
-      if (v != nullptr && !v->is_null()) {
-        const auto window = r_.integer_in("sliding_window", 1, std::int64_t{1} << 40);
-        note("sliding_window " + std::to_string(window) +
-             " is not modelled: attention spans the whole sequence (the same for sequences up "
-             "to " +
-             std::to_string(window) + " tokens)");
+    read_window(m, type);
+    for (const auto& [key, ours] :
+         {std::pair<const char*, const char*>{"final_logit_softcapping", "final_softcap"},
+          {"attn_logit_softcapping", "attention_softcap"}}) {
+      const auto* v = doc_.find(r_.path_of(key));
+      r_.has(key);
+      if (v == nullptr || v->is_null()) continue;
+      const double cap = r_.number(key);
+      if (!(cap > 0)) r_.fail(key, "expected a positive cap, or null for none");
+      hf_key_[ours] = key;
+      m[ours] = cap;
+    }
+    for (const char* key :
+         {"use_sliding_window", "max_window_layers", "query_pre_attn_scalar",
+          "cache_implementation", "rope_local_base_freq", "original_max_position_embeddings",
+          "partial_rotary_factor", "attn_implementation"}) {
+      r_.has(key);
+    }
+  }
+
+  // The MLP: gated (SwiGLU, GeGLU) in every family but Nemotron's squared ReLU.
+  void read_activation(json& m, const std::string& type) {
+    const bool gemma = type.rfind("gemma", 0) == 0;
+    // Gemma's hidden_activation (newer files) overrides hidden_act.
+    const char* key = gemma && r_.has("hidden_activation") ? "hidden_activation" : "hidden_act";
+    const std::string act = r_.string_or(key, type == "nemotron" ? "relu2"
+                                              : gemma            ? "gelu_pytorch_tanh"
+                                                                 : "silu");
+    if (type == "nemotron") {
+      if (act != "relu2") {
+        r_.fail(key,
+                "Nemotron's MLP is modelled with its squared ReLU (relu2), got " + quote_text(act));
+      }
+      m["activation"] = "squared_relu";
+      return;
+    }
+    if (act.rfind("gelu", 0) == 0) {
+      m["activation"] = "geglu";  // gate, up and down projections, GELU on the gate
+      return;
+    }
+    if (act != "silu" && act != "swish") {
+      note(std::string(key) + " " + quote_text(act) +
+           " in the gated MLP is modelled as SwiGLU (the same three GEMMs)");
+    }
+    m["activation"] = "swiglu";
+  }
+
+  // Sliding-window attention: Mistral's and Phi-3's on every layer; Qwen2's only past
+  // max_window_layers with use_sliding_window (not modelled: an error when on); Gemma 2's on
+  // every other layer, Gemma 3's on five of every six (sliding_window_pattern, or the newer
+  // layer_types list).
+  void read_window(json& m, const std::string& type) {
+    const auto* v = doc_.find(r_.path_of("sliding_window"));
+    r_.has("sliding_window");
+    if (v == nullptr || v->is_null()) return;
+    const auto window = r_.integer_in("sliding_window", 1, std::int64_t{1} << 40);
+    if (type == "qwen2" || type == "qwen3") {
+      if (r_.boolean_or("use_sliding_window", false)) {
+        r_.fail("use_sliding_window",
+                "Qwen's sliding window on the layers past max_window_layers is not modelled "
+                "(only every layer, or all but every n-th)");
+      }
+      return;  // the window is off
+    }
+    if (type != "mistral" && type != "phi3" && type != "gemma2" && type != "gemma3_text") {
+      note("sliding_window " + std::to_string(window) + " is not used by model_type " + type);
+      return;
+    }
+    hf_key_["sliding_window"] = "sliding_window";
+    m["sliding_window"] = window;
+    if (type == "gemma2") {
+      m["global_attention_every"] = 2;  // even layers local, odd ones global
+    } else if (type == "gemma3_text") {
+      m["global_attention_every"] = global_every_of_layer_types(
+          static_cast<int>(m["layers"].get<std::int64_t>()),
+          static_cast<int>(r_.integer_in_or("sliding_window_pattern", 1, 1 << 20, 6)));
+    }
+  }
+
+  // The period n of a Gemma 3 layer_types list ("sliding_attention" / "full_attention") whose
+  // global layers are exactly n - 1, 2n - 1, ...; `fallback` when there is no list.
+  int global_every_of_layer_types(int layers, int fallback) {
+    const auto* list = doc_.find(r_.path_of("layer_types"));
+    r_.has("layer_types");
+    if (list == nullptr || list->is_null()) return fallback;
+    const auto fail = [&](const std::string& why) { doc_.fail(r_.path_of("layer_types"), why); };
+    if (!list->is_array() || static_cast<int>(list->size()) != layers) {
+      fail("expected one of \"sliding_attention\" or \"full_attention\" per layer (" +
+           std::to_string(layers) + ")");
+    }
+    int period = 0;
+    for (int i = 0; i < layers; ++i) {
+      const auto& t = (*list)[static_cast<std::size_t>(i)];
+      if (!t.is_string() || (t != "sliding_attention" && t != "full_attention")) {
+        fail("[" + std::to_string(i) + "]: expected \"sliding_attention\" or \"full_attention\"");
+      }
+      if (t == "full_attention" && period == 0) period = i + 1;
+    }
+    if (period == 0) return 0;  // every layer local
+    for (int i = 0; i < layers; ++i) {
+      const bool global = (i + 1) % period == 0;
+      if (global != ((*list)[static_cast<std::size_t>(i)] == "full_attention")) {
+        fail("is not every " + std::to_string(period) +
+             "-th layer global: only that pattern (or all layers local) is modelled");
       }
     }
-    r_.has("use_sliding_window");
-    r_.has("max_window_layers");
+    return period;
   }
 
   void read_gpt2(json& m) {

@@ -5,14 +5,27 @@
 namespace stratasim::strategies {
 
 std::int64_t TransformerModel::layer_parameters() const {
-  const std::int64_t h = hidden, kv = kv_hidden(), f = ffn_hidden;
-  const std::int64_t b = bias ? 1 : 0;
-  std::int64_t qkv = h * (h + 2 * kv) + b * (h + 2 * kv);
-  std::int64_t projection = h * h + b * h;
-  std::int64_t up_width = activation == Activation::swiglu ? 2 * f : f;  // SwiGLU: gate and up
-  std::int64_t mlp = h * up_width + b * up_width + f * h + b * h;
-  std::int64_t norms = 2 * (norm == Norm::layernorm ? 2 * h : h);
-  return qkv + projection + mlp + norms;
+  const std::int64_t h = hidden, kv = kv_hidden(), f = ffn_hidden, q = query_width();
+  const std::int64_t b = bias ? 1 : 0, qb = has_qkv_bias() ? 1 : 0;
+  const std::int64_t qkv = h * (q + 2 * kv) + qb * (q + 2 * kv);
+  const std::int64_t projection = q * h + b * h;
+  const std::int64_t up = up_width();  // gated: gate and up
+  const std::int64_t mlp = h * up + b * up + f * h + b * h;
+  return qkv + projection + mlp + layer_norm_parameters();
+}
+
+const char* TransformerModel::activation_kernel() const {
+  switch (activation) {
+    case Activation::gelu:
+      return "gelu";
+    case Activation::swiglu:
+      return "swiglu";
+    case Activation::geglu:
+      return "geglu";
+    case Activation::squared_relu:
+      return "relu2";
+  }
+  return "gelu";
 }
 
 std::int64_t TransformerModel::embedding_parameters() const {
@@ -23,8 +36,7 @@ std::int64_t TransformerModel::embedding_parameters() const {
 }
 
 std::int64_t TransformerModel::head_parameters() const {
-  std::int64_t final_norm = norm == Norm::layernorm ? 2 * std::int64_t{hidden} : hidden;
-  return final_norm + (tied_embeddings ? 0 : static_cast<std::int64_t>(vocab) * hidden);
+  return norm_parameters() + (tied_embeddings ? 0 : static_cast<std::int64_t>(vocab) * hidden);
 }
 
 std::int64_t TransformerModel::parameters() const {
@@ -36,9 +48,10 @@ void TransformerModel::validate() const {
   if (layers < 1) throw ValidationError("layers", "expected at least 1 layer");
   if (hidden < 1) throw ValidationError("hidden", "expected a positive hidden size");
   if (heads < 1) throw ValidationError("heads", "expected at least 1 head");
-  if (hidden % heads != 0) {
+  if (explicit_head_dim < 0) throw ValidationError("head_dim", "expected a positive head width");
+  if (explicit_head_dim == 0 && hidden % heads != 0) {
     throw ValidationError("heads", "must divide hidden (" + std::to_string(hidden) + "), got " +
-                                       std::to_string(heads));
+                                       std::to_string(heads) + "; or give head_dim");
   }
   if (kv_heads < 1 || heads % kv_heads != 0) {
     throw ValidationError("kv_heads", "must divide heads (" + std::to_string(heads) + "), got " +
@@ -51,6 +64,24 @@ void TransformerModel::validate() const {
     throw ValidationError("hidden_dropout", *problem);
   if (auto problem = dropout_problem(attention_dropout)) {
     throw ValidationError("attention_dropout", *problem);
+  }
+  if (sliding_window < 0) {
+    throw ValidationError("sliding_window", "expected a window of at least 1 token, or 0 for none");
+  }
+  if (sliding_window > 0 && !causal) {
+    throw ValidationError("sliding_window", "a sliding window needs causal attention");
+  }
+  if (global_attention_every < 0) {
+    throw ValidationError("global_attention_every", "expected 0 (every layer local) or more");
+  }
+  if (global_attention_every > 0 && sliding_window == 0) {
+    throw ValidationError("global_attention_every", "needs a sliding_window");
+  }
+  if (final_logit_softcap < 0) {
+    throw ValidationError("final_softcap", "expected a positive cap, or 0 for none");
+  }
+  if (attention_logit_softcap < 0) {
+    throw ValidationError("attention_softcap", "expected a positive cap, or 0 for none");
   }
 }
 
@@ -74,9 +105,12 @@ TransformerModel read_model(const config::Document& doc, const std::string& path
   m.kv_heads = static_cast<int>(r.integer_in_or("kv_heads", 1, kBig, m.heads));
   m.ffn_hidden = static_cast<int>(r.integer_in("ffn_hidden", 1, kBig));
   m.vocab = static_cast<int>(r.integer_in("vocab", 1, 1 << 30));
-  m.activation = r.choice_or("activation", {"gelu", "swiglu"}, "gelu") == "gelu"
-                     ? Activation::gelu
-                     : Activation::swiglu;
+  const std::string activation =
+      r.choice_or("activation", {"gelu", "swiglu", "geglu", "squared_relu"}, "gelu");
+  m.activation = activation == "swiglu"         ? Activation::swiglu
+                 : activation == "geglu"        ? Activation::geglu
+                 : activation == "squared_relu" ? Activation::squared_relu
+                                                : Activation::gelu;
   m.tied_embeddings = r.boolean_or("tied_embeddings", false);
   m.position_embedding =
       r.choice_or("position_embedding", {"learned", "rotary"}, "learned") == "learned"
@@ -90,6 +124,15 @@ TransformerModel read_model(const config::Document& doc, const std::string& path
   m.causal = r.boolean_or("causal", true);
   m.hidden_dropout = r.number_or("hidden_dropout", m.hidden_dropout);
   m.attention_dropout = r.number_or("attention_dropout", m.attention_dropout);
+  m.explicit_head_dim = static_cast<int>(r.integer_in_or("head_dim", 1, kBig, 0));
+  m.qkv_bias = r.boolean_or("qkv_bias", false);
+  m.qk_norm = r.boolean_or("qk_norm", false);
+  m.post_norm = r.boolean_or("post_norm", false);
+  m.sliding_window = r.integer_in_or("sliding_window", 0, std::int64_t{1} << 40, 0);
+  m.global_attention_every =
+      static_cast<int>(r.integer_in_or("global_attention_every", 0, 100'000, 0));
+  m.final_logit_softcap = r.number_or("final_softcap", 0.0);
+  m.attention_logit_softcap = r.number_or("attention_softcap", 0.0);
   r.finish();
   doc.validated(path, [&] { m.validate(); });
   return m;

@@ -1,6 +1,11 @@
 // Models that strategies lower into programs. The transformer family covers GPT, Llama and
-// BERT: decoder or encoder, GELU or SwiGLU MLP, grouped-query attention, tied or untied
-// embeddings.
+// BERT, and the families people fine-tune (Qwen2/2.5/3, Gemma 1/2/3, Phi-3, Mistral, Nemotron):
+// decoder or encoder; a GELU, squared-ReLU (Nemotron), SwiGLU (Llama) or GeGLU (Gemma) MLP;
+// grouped-query attention with a head width of its own (Gemma's 256, Qwen3's 128); biases on
+// every Linear or on Q, K and V only (Qwen2); RMSNorm on each head's queries and keys (Qwen3,
+// Gemma 3); norms after the attention and MLP blocks as well as before (Gemma 2 and 3);
+// sliding-window attention on all layers (Mistral) or all but every n-th (Gemma 2: n = 2,
+// Gemma 3: n = 6); tanh soft-capping of the logits (Gemma 2); tied or untied embeddings.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +16,9 @@
 
 namespace stratasim::strategies {
 
-enum class Activation { gelu, swiglu };
+/// The MLP's activation. swiglu and geglu gate: fc1 produces 2 x ffn_hidden (gate and up) and
+/// the activation multiplies them; gelu and squared_relu (relu(x)^2, Nemotron) do not.
+enum class Activation { gelu, swiglu, geglu, squared_relu };
 enum class PositionEmbedding { learned, rotary };
 enum class Norm { layernorm, rmsnorm };
 
@@ -40,10 +47,64 @@ struct TransformerModel {
   /// Llama and Mistral train without dropout (their shipped files say 0).
   double hidden_dropout = 0.1;
   double attention_dropout = 0.1;
+  /// Width of one attention head when it is not hidden / heads (Hugging Face's head_dim,
+  /// Megatron-LM's --kv-channels); 0: hidden / heads. The Q projection is then hidden ->
+  /// heads x head_dim and the output projection heads x head_dim -> hidden.
+  int explicit_head_dim = 0;
+  /// Q, K and V carry biases even where `bias` is false (Qwen2/2.5's attention, Megatron-LM's
+  /// --add-qkv-bias).
+  bool qkv_bias = false;
+  /// RMSNorm (LayerNorm with `norm` layernorm) over each head's queries and keys before the
+  /// attention core: head_dim weights each (Qwen3, Gemma 3, OLMo 2; --qk-layernorm).
+  bool qk_norm = false;
+  /// A norm after each block's output as well, before its residual add (Gemma 2 and 3's
+  /// post_attention_layernorm and post_feedforward_layernorm): two more norms per layer.
+  bool post_norm = false;
+  /// Sliding-window attention: a query sees the latest `sliding_window` tokens (itself
+  /// included); 0: none. With `global_attention_every` n > 0, every n-th layer (layers n - 1,
+  /// 2n - 1, ...) attends globally and the others locally (Gemma 2: n = 2, Gemma 3: n = 6);
+  /// with 0, all layers are local (Mistral).
+  std::int64_t sliding_window = 0;
+  int global_attention_every = 0;
+  /// Gemma 2's final_logit_softcapping: logits become c tanh(logits / c), an elementwise pass
+  /// over the logits forward and backward; 0: none.
+  double final_logit_softcap = 0;
+  /// Gemma 2's attn_logit_softcapping: the same on the attention scores, fused into
+  /// FlashAttention's kernel (no extra work there) and an elementwise pass over the scores in
+  /// unfused attention; 0: none.
+  double attention_logit_softcap = 0;
 
-  int head_dim() const { return hidden / heads; }
+  int head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden / heads; }
   /// Width of the K (and of the V) projection: kv_heads * head_dim.
   int kv_hidden() const { return kv_heads * head_dim(); }
+  /// Width of the Q projection (and the output projection's input): heads * head_dim.
+  std::int64_t query_width() const { return std::int64_t{heads} * head_dim(); }
+  /// Whether the MLP is gated (fc1 produces gate and up).
+  bool gated() const { return activation == Activation::swiglu || activation == Activation::geglu; }
+  /// fc1's output width: 2 x ffn_hidden when gated, else ffn_hidden.
+  std::int64_t up_width() const { return gated() ? 2 * std::int64_t{ffn_hidden} : ffn_hidden; }
+  /// Whether Q, K and V carry biases (`bias` or `qkv_bias`).
+  bool has_qkv_bias() const { return bias || qkv_bias; }
+  /// The sliding window layer `layer` (0-based) attends with, or 0 for global attention.
+  std::int64_t window_of(int layer) const {
+    if (sliding_window <= 0) return 0;
+    return global_attention_every > 0 && (layer + 1) % global_attention_every == 0 ? 0
+                                                                                   : sliding_window;
+  }
+  /// Weights of one norm over the hidden dimension (LayerNorm: weight and bias).
+  std::int64_t norm_parameters() const {
+    return norm == Norm::layernorm ? 2 * std::int64_t{hidden} : hidden;
+  }
+  /// Weights of a layer's norms, all replicated over tensor parallelism: two (four with
+  /// post_norm) over the hidden dimension, and with qk_norm one over head_dim each for the
+  /// queries and the keys.
+  std::int64_t layer_norm_parameters() const {
+    const std::int64_t per_head =
+        norm == Norm::layernorm ? 2 * std::int64_t{head_dim()} : head_dim();
+    return (post_norm ? 4 : 2) * norm_parameters() + (qk_norm ? 2 * per_head : 0);
+  }
+  /// Name of the MLP's activation kernel ("gelu", "swiglu", "geglu", "relu2").
+  const char* activation_kernel() const;
 
   // Parameter counts, in elements.
   std::int64_t layer_parameters() const;      // one transformer layer

@@ -113,13 +113,20 @@ Flops matmul_flops(const Kernel& k) {
   return Flops(0);
 }
 
+double attention_keys_per_query(const Attention& a) {
+  const double kv = static_cast<double>(a.seq_kv);
+  if (!a.causal || a.seq_kv <= 0 || a.seq_q <= 0) return kv;
+  const double q = static_cast<double>(std::min(a.seq_q, a.seq_kv));
+  if (a.window <= 0 || a.window >= a.seq_kv) return kv - q / 2;
+  const double w = static_cast<double>(a.window);
+  const auto visible = [w](double n) { return n <= w ? n * n / 2 : w * w / 2 + (n - w) * w; };
+  return (visible(kv) - visible(kv - q)) / q;
+}
+
 Flops attention_flops(const Attention& a) {
-  double causal_share = 1.0;
-  if (a.causal && a.seq_kv > 0) {
-    const double q = static_cast<double>(std::min(a.seq_q, a.seq_kv));
-    causal_share = (static_cast<double>(a.seq_kv) - q / 2) / static_cast<double>(a.seq_kv);
-  }
-  return Flops(matmul_flops(Kernel{a, {}}).count() * causal_share);
+  const double share =
+      a.seq_kv > 0 ? attention_keys_per_query(a) / static_cast<double>(a.seq_kv) : 1.0;
+  return Flops(matmul_flops(Kernel{a, {}}).count() * share);
 }
 
 namespace {

@@ -77,6 +77,10 @@ struct Attention {
   bool backward = false;
   /// Which fused kernel runs it (its calibrated rate differs: hw_models/kernel_model.hpp).
   hw::AttentionImpl impl = hw::AttentionImpl::flash_attention_2;
+  /// Sliding-window (local) attention, causal only: each query sees at most the `window`
+  /// latest keys, itself included (Mistral's and Gemma's sliding_window; FlashAttention's
+  /// window_size = (window - 1, 0)). 0: no window.
+  std::int64_t window = 0;
 };
 
 /// Memory-bound work: norms, activations, dropout, residual adds, softmax.
@@ -152,6 +156,13 @@ Flops matmul_flops(const Kernel& k);
 /// the last seq_q of seq_kv tokens (a TeraPipe slice after its prefix), each query sees the
 /// prefix and the causal half of its own slice: seq_kv - seq_q / 2 keys on average.
 Flops attention_flops(const Attention& a);
+/// Keys each query of `a` attends to, on average: seq_kv without a mask; with a causal mask the
+/// queries are the last seq_q of seq_kv positions and query p (0-based among the seq_kv) sees
+/// keys 0..p, counted continuously as Megatron's FLOPs formulas do (seq_kv - seq_q / 2 when
+/// seq_q = seq_kv: half the score matrix); with a window w, query p sees min(p, w) keys:
+/// (F(seq_kv) - F(seq_kv - seq_q)) / seq_q with F(n) = n^2 / 2 for n <= w, else w^2 / 2 +
+/// (n - w) w. attention_flops is matmul_flops x keys / seq_kv.
+double attention_keys_per_query(const Attention& a);
 
 // ---- Ops.
 

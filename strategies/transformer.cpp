@@ -9,7 +9,9 @@ namespace {
 
 // Shapes of one layer as seen by one tensor-parallel rank.
 struct Dims {
+  const TransformerModel& model;
   std::int64_t b, s, h, a, kv, d, t, ffn, up, vocab_local, e;
+  std::int64_t qd;         // width of the Q projection: a * d (h unless head_dim is explicit)
   std::int64_t s_kv;       // keys each query may attend to: context + s
   std::int64_t tokens;     // b * s
   std::int64_t tokens_sp;  // tokens in sequence-parallel regions: b * s / t with SP, else b * s
@@ -19,6 +21,8 @@ struct Dims {
   hw::AttentionImpl attention_kernel;
   bool causal;
   bool gated;
+  const char* act;  // the MLP activation's kernel name
+  bool qk_norm, post_norm;
   // Dropout runs (masks stored, dropout kernels issued) only with a probability above zero:
   // `hidden_dropout` on the embedding output and each block's output, `attention_dropout` on
   // the softmax output, which the fused (flash) kernel applies itself, storing no mask.
@@ -33,7 +37,8 @@ struct Dims {
   std::int64_t bl, tl, hl, heads_l, kv_l, n_res;
 
   Dims(const TransformerModel& m, const LayerSetting& set)
-      : b(set.micro_batch),
+      : model(m),
+        b(set.micro_batch),
         s(set.seq_len),
         h(m.hidden),
         a(m.heads),
@@ -41,9 +46,10 @@ struct Dims {
         d(m.head_dim()),
         t(set.tp),
         ffn(m.ffn_hidden),
-        up(m.activation == Activation::swiglu ? 2 * std::int64_t{m.ffn_hidden} : m.ffn_hidden),
+        up(m.up_width()),
         vocab_local((std::int64_t{m.vocab} + set.tp - 1) / set.tp),
         e(size_of(set.dtype)),
+        qd(m.query_width()),
         s_kv(set.context_len + set.seq_len),
         tokens(b * s),
         tokens_sp(set.sequence_parallel && set.tp > 1 ? b * s / set.tp : b * s),
@@ -52,7 +58,10 @@ struct Dims {
         flash(set.flash_attention),
         attention_kernel(set.attention_kernel),
         causal(m.causal),
-        gated(m.activation == Activation::swiglu),
+        gated(m.gated()),
+        act(m.activation_kernel()),
+        qk_norm(m.qk_norm),
+        post_norm(m.post_norm),
         hidden_dropout(m.hidden_dropout > 0.0),
         attention_dropout(m.attention_dropout > 0.0 && !set.flash_attention),
         mesh(set.mesh()),
@@ -145,20 +154,28 @@ void append(std::vector<Kernel>& to, std::vector<Kernel> kernels) {
 }
 
 // The fused (flash) attention kernel of one tensor-parallel rank.
-Kernel fused_attention(const Dims& d, bool backward) {
-  return Kernel{Attention{d.bl, d.heads_l, d.kv_l, d.s, d.s_kv, d.d, d.causal, d.dtype, backward,
-                          d.attention_kernel},
-                backward ? "attention.bwd" : "attention"};
+// The fused (flash) attention kernel of one tensor-parallel rank, in layer `layer` (whose
+// sliding window, if any, it applies; the unfused path computes the whole score matrix and
+// masks it, so a window saves nothing there).
+Kernel fused_attention(const Dims& d, bool backward, int layer) {
+  Attention a{d.bl, d.heads_l, d.kv_l,  d.s,      d.s_kv,
+              d.d,  d.causal,  d.dtype, backward, d.attention_kernel};
+  // A window no shorter than the keys changes nothing: left unset (the Program is the same).
+  if (const std::int64_t w = d.model.window_of(layer); w > 0 && w < d.s_kv) a.window = w;
+  return Kernel{a, backward ? "attention.bwd" : "attention"};
 }
 
-void attention_core_forward(const Dims& d, std::vector<Kernel>& k) {
+void attention_core_forward(const Dims& d, int layer, std::vector<Kernel>& k) {
   const std::int64_t heads_local = d.heads_l;
   if (d.flash) {
-    k.push_back(fused_attention(d, false));
+    k.push_back(fused_attention(d, false, layer));
     return;
   }
   const std::int64_t scores = d.bl * heads_local * d.s * d.s_kv;
   k.push_back(gemm("attention.qk", d.s, d.s_kv, d.d, d.dtype, d.bl * heads_local));
+  if (d.model.attention_logit_softcap > 0) {  // c tanh(scores / c), in place
+    k.push_back(elementwise("attention.softcap", scores, scores * d.e, scores * d.e));
+  }
   k.push_back(elementwise("attention.softmax", scores, scores * d.e, scores * d.e));
   if (d.attention_dropout) {
     k.push_back(elementwise("attention.dropout", scores, scores * d.e, scores * d.e + scores));
@@ -166,10 +183,10 @@ void attention_core_forward(const Dims& d, std::vector<Kernel>& k) {
   k.push_back(gemm("attention.pv", d.s, d.d, d.s_kv, d.dtype, d.bl * heads_local));
 }
 
-void attention_core_backward(const Dims& d, std::vector<Kernel>& k) {
+void attention_core_backward(const Dims& d, int layer, std::vector<Kernel>& k) {
   const std::int64_t heads_local = d.heads_l;
   if (d.flash) {
-    k.push_back(fused_attention(d, true));
+    k.push_back(fused_attention(d, true, layer));
     return;
   }
   const std::int64_t scores = d.bl * heads_local * d.s * d.s_kv;
@@ -180,6 +197,9 @@ void attention_core_backward(const Dims& d, std::vector<Kernel>& k) {
     k.push_back(elementwise("attention.dropout.bwd", scores, scores * d.e + scores, scores * d.e));
   }
   k.push_back(elementwise("attention.softmax.bwd", scores, 2 * scores * d.e, scores * d.e));
+  if (d.model.attention_logit_softcap > 0) {  // times 1 - tanh^2, from the capped scores
+    k.push_back(elementwise("attention.softcap.bwd", scores, 2 * scores * d.e, scores * d.e));
+  }
   k.push_back(gemm("attention.qk.qgrad", d.s, d.d, d.s_kv, d.dtype, batch));  // dQ = dS K
   k.push_back(gemm("attention.qk.kgrad", d.s_kv, d.d, d.s, d.dtype, batch));  // dK = dS^T Q
 }
@@ -200,7 +220,15 @@ struct ItemRanges {
 ItemRanges item_ranges(const Dims& d) {
   const std::size_t core_end = 6 + (d.attention_dropout ? 2 : 0);
   return {5, core_end,
-          core_end + 1 + (d.hidden_dropout ? 1 : 0) + (d.mesh.mode == TpMode::three_d ? 1 : 0)};
+          core_end + 1 + (d.hidden_dropout ? 1 : 0) + (d.mesh.mode == TpMode::three_d ? 1 : 0) +
+              (d.qk_norm ? 1 : 0) + (d.post_norm ? 1 : 0)};
+}
+
+// The per-head norms of the queries and keys (qk_norm), on the rank's heads.
+Kernel qk_norm_kernel(const Dims& d, bool backward) {
+  const std::int64_t n = d.tokens * (d.heads_l + d.kv_l) * d.d;
+  return backward ? elementwise("qk_norm.bwd", n, 2 * n * d.e, n * d.e)
+                  : elementwise("qk_norm", n, n * d.e, n * d.e);
 }
 
 void layer_forward(const Dims& d, int layer, Bytes attention_bytes, Bytes mlp_bytes,
@@ -215,14 +243,17 @@ void layer_forward(const Dims& d, int layer, Bytes attention_bytes, Bytes mlp_by
     attention.clear();
   }
   attention.push_back(gemm("qkv", d.tokens, d.qkv_width(), d.h, d.dtype));
-  attention_core_forward(d, attention);
-  attention.push_back(gemm("proj", d.tokens, d.h, d.h / d.t, d.dtype));
+  if (d.qk_norm) attention.push_back(qk_norm_kernel(d, false));
+  attention_core_forward(d, layer, attention);
+  attention.push_back(gemm("proj", d.tokens, d.h, d.qd / d.t, d.dtype));
   out.push_back(compute(L + " attention", std::move(attention), layer));
   out.back().activation_delta = attention_bytes;
   if (d.t > 1) out.push_back(tp_reduce(d, L + " attention", layer));
 
   // MLP block.
-  std::vector<Kernel> mlp = dropout_residual(d, "attention.dropout_residual", false);
+  std::vector<Kernel> mlp;
+  if (d.post_norm) mlp.push_back(norm_kernel(d, "post_ln1", false));
+  append(mlp, dropout_residual(d, "attention.dropout_residual", false));
   mlp.push_back(norm_kernel(d, "ln2", false));
   if (d.sp) {
     out.push_back(compute(L + " ln2", std::move(mlp), layer));
@@ -231,14 +262,16 @@ void layer_forward(const Dims& d, int layer, Bytes attention_bytes, Bytes mlp_by
   }
   const std::int64_t up_local = d.up / d.t, ffn_local = d.ffn / d.t;
   mlp.push_back(gemm("fc1", d.tokens, up_local, d.h, d.dtype));
-  mlp.push_back(elementwise(d.gated ? "swiglu" : "gelu", d.tokens * up_local,
-                            d.tokens * up_local * d.e, d.tokens * ffn_local * d.e));
+  mlp.push_back(elementwise(d.act, d.tokens * up_local, d.tokens * up_local * d.e,
+                            d.tokens * ffn_local * d.e));
   mlp.push_back(gemm("fc2", d.tokens, d.h, ffn_local, d.dtype));
   out.push_back(compute(L + " mlp", std::move(mlp), layer));
   out.back().activation_delta = mlp_bytes;
   if (d.t > 1) out.push_back(tp_reduce(d, L + " mlp", layer));
-  out.push_back(
-      compute(L + " residual", dropout_residual(d, "mlp.dropout_residual", false), layer));
+  std::vector<Kernel> residual;
+  if (d.post_norm) residual.push_back(norm_kernel(d, "post_ln2", false));
+  append(residual, dropout_residual(d, "mlp.dropout_residual", false));
+  out.push_back(compute(L + " residual", std::move(residual), layer));
 }
 
 // Appends a compute segment of `kernels` unless there are none.
@@ -254,6 +287,7 @@ void layer_backward(const Dims& d, int layer, int grad_unit, Bytes attention_byt
   const std::string L = layer_name(layer);
   const std::int64_t up_local = d.up / d.t, ffn_local = d.ffn / d.t;
   std::vector<Kernel> k = dropout_residual(d, "mlp.dropout_residual.bwd", true);
+  if (d.post_norm) k.push_back(norm_kernel(d, "post_ln2.bwd", true));
   if (d.sp) {  // the reduce-scatter after fc2 becomes an all-gather of its gradient
     push_compute(out, L + " residual bwd", std::move(k), layer);
     out.push_back(tp_gather(d, L + " mlp bwd", layer));
@@ -261,7 +295,7 @@ void layer_backward(const Dims& d, int layer, int grad_unit, Bytes attention_byt
   }
   k.push_back(gemm("fc2.dgrad", d.tokens, ffn_local, d.h, d.dtype));
   k.push_back(gemm("fc2.wgrad", ffn_local, d.h, d.tokens, d.dtype));
-  k.push_back(elementwise(d.gated ? "swiglu.bwd" : "gelu.bwd", d.tokens * up_local,
+  k.push_back(elementwise(std::string(d.act) + ".bwd", d.tokens * up_local,
                           d.tokens * (up_local + ffn_local) * d.e, d.tokens * up_local * d.e));
   k.push_back(gemm("fc1.dgrad", d.tokens, d.h, up_local, d.dtype));
   if (d.sp) {  // fc1's input was gathered in forward and is gathered again for its wgrad
@@ -277,23 +311,25 @@ void layer_backward(const Dims& d, int layer, int grad_unit, Bytes attention_byt
   k.clear();
   k.push_back(norm_kernel(d, "ln2.bwd", true));
   append(k, dropout_residual(d, "attention.dropout_residual.bwd", true));
+  if (d.post_norm) k.push_back(norm_kernel(d, "post_ln1.bwd", true));
   if (d.sp) {
     out.push_back(compute(L + " ln2 bwd", std::move(k), layer));
     out.push_back(tp_gather(d, L + " attention bwd", layer));
     k.clear();
   }
-  k.push_back(gemm("proj.dgrad", d.tokens, d.h / d.t, d.h, d.dtype));
-  k.push_back(gemm("proj.wgrad", d.h / d.t, d.h, d.tokens, d.dtype));
+  k.push_back(gemm("proj.dgrad", d.tokens, d.qd / d.t, d.h, d.dtype));
+  k.push_back(gemm("proj.wgrad", d.qd / d.t, d.h, d.tokens, d.dtype));
   if (recomputed_core.count() > 0) {  // Megatron's checkpointed core attention
     out.push_back(compute(L + " proj bwd", std::move(k), layer));
     k.clear();
-    attention_core_forward(d, k);
+    attention_core_forward(d, layer, k);
     out.push_back(compute("recompute " + L + " attention core", std::move(k), layer));
     out.back().recompute = true;
     out.back().activation_delta = recomputed_core;
     k.clear();
   }
-  attention_core_backward(d, k);
+  attention_core_backward(d, layer, k);
+  if (d.qk_norm) k.push_back(qk_norm_kernel(d, true));
   k.push_back(gemm("qkv.dgrad", d.tokens, d.h, d.qkv_width(), d.dtype));
   if (d.sp) {
     out.push_back(compute(L + " attention bwd", std::move(k), layer));
@@ -456,7 +492,7 @@ void nd_layer_forward(const Dims& d, int layer, Bytes attention_bytes, Bytes mlp
   nd_norm(d, L + " ln1", "ln1", false, layer, out);
   nd_linear_forward(d, L, "qkv", d.h, qkv_out(d), 0, layer, out);
   std::vector<Kernel> core;
-  attention_core_forward(d, core);
+  attention_core_forward(d, layer, core);
   out.push_back(compute(L + " attention core", std::move(core), layer));
   out.back().activation_delta = attention_bytes;
   nd_linear_forward(d, L, "proj", d.h, d.h, 1, layer, out);
@@ -465,9 +501,8 @@ void nd_layer_forward(const Dims& d, int layer, Bytes attention_bytes, Bytes mlp
   nd_norm(d, L + " ln2", "ln2", false, layer, out);
   nd_linear_forward(d, L, "fc1", d.h, d.up, 2, layer, out);
   const std::int64_t up_l = d.tl * (d.up / d.q), ffn_l = d.tl * (d.ffn / d.q);
-  out.push_back(compute(L + " mlp activation",
-                        {elementwise(d.gated ? "swiglu" : "gelu", up_l, up_l * d.e, ffn_l * d.e)},
-                        layer));
+  out.push_back(
+      compute(L + " mlp activation", {elementwise(d.act, up_l, up_l * d.e, ffn_l * d.e)}, layer));
   out.back().activation_delta = mlp_bytes;
   nd_linear_forward(d, L, "fc2", d.ffn, d.h, 3, layer, out);
   out.push_back(
@@ -483,8 +518,7 @@ void nd_layer_backward(const Dims& d, int layer, int grad_unit, Bytes attention_
   const std::int64_t up_l = d.tl * (d.up / d.q), ffn_l = d.tl * (d.ffn / d.q);
   out.push_back(compute(
       L + " mlp activation bwd",
-      {elementwise(d.gated ? "swiglu.bwd" : "gelu.bwd", up_l, (up_l + ffn_l) * d.e, up_l * d.e)},
-      layer));
+      {elementwise(std::string(d.act) + ".bwd", up_l, (up_l + ffn_l) * d.e, up_l * d.e)}, layer));
   nd_linear_backward(d, L, "fc1", d.h, d.up, 2, layer, out);
   add_to_last_compute(out, -mlp_bytes);
   nd_norm(d, L + " ln2 bwd", "ln2", true, layer, out);
@@ -493,13 +527,13 @@ void nd_layer_backward(const Dims& d, int layer, int grad_unit, Bytes attention_
   nd_linear_backward(d, L, "proj", d.h, d.h, 1, layer, out);
   std::vector<Kernel> k;
   if (recomputed_core.count() > 0) {  // Megatron's checkpointed core attention
-    attention_core_forward(d, k);
+    attention_core_forward(d, layer, k);
     out.push_back(compute("recompute " + L + " attention core", std::move(k), layer));
     out.back().recompute = true;
     out.back().activation_delta = recomputed_core;
     k.clear();
   }
-  attention_core_backward(d, k);
+  attention_core_backward(d, layer, k);
   out.push_back(compute(L + " attention core bwd", std::move(k), layer));
   nd_linear_backward(d, L, "qkv", d.h, qkv_out(d), 0, layer, out);
   add_to_last_compute(out, -attention_bytes);
@@ -641,7 +675,7 @@ std::vector<ActivationItem> nd_layer_activations(const Dims& d) {
   const std::vector<ActivationItem> mlp = {
       {"ln2 input", Bytes(rep * e)},
       {three ? "fc1 input (gathered)" : "fc1 input (ln2 output)", Bytes(g * rep * e)},
-      {d.gated ? "swiglu input" : "gelu input", Bytes(tl * (d.up / q) * e)},
+      {std::string(d.act) + " input", Bytes(tl * (d.up / q) * e)},
       {three ? "fc2 input (gathered)" : "fc2 input", Bytes(g * tl * (d.ffn / q) * e)},
   };
   items.insert(items.end(), mlp.begin(), mlp.end());
@@ -669,7 +703,7 @@ std::vector<ActivationItem> layer_activations(const TransformerModel& model,
   std::vector<ActivationItem> items = {
       {"ln1 input", Bytes(rep * e)},
       {"qkv input (ln1 output)", Bytes(rep * e)},
-      {"q", Bytes(d.tokens * d.h / d.t * e)},
+      {"q", Bytes(d.tokens * d.qd / d.t * e)},
       {"k", Bytes(d.tokens * kv_width * e)},
       {"v", Bytes(d.tokens * kv_width * e)},
       {d.flash ? "softmax statistics (fp32)" : "softmax output",
@@ -679,13 +713,18 @@ std::vector<ActivationItem> layer_activations(const TransformerModel& model,
     items.push_back({"softmax dropout mask", Bytes(scores)});
     items.push_back({"softmax dropout output", Bytes(scores * e)});
   }
-  items.push_back({"proj input", Bytes(d.tokens * d.h / d.t * e)});
+  items.push_back({"proj input", Bytes(d.tokens * d.qd / d.t * e)});
   if (d.hidden_dropout) items.push_back({"attention dropout mask", Bytes(rep)});
+  if (d.qk_norm) {
+    items.push_back({"q and k norm inputs", Bytes(d.tokens * (d.heads_l + d.kv_l) * d.d * e)});
+  }
+  if (d.post_norm) items.push_back({"post_ln1 input", Bytes(rep * e)});
   items.push_back({"ln2 input", Bytes(rep * e)});
   items.push_back({"fc1 input (ln2 output)", Bytes(rep * e)});
-  items.push_back({d.gated ? "swiglu input" : "gelu input", Bytes(d.tokens * (d.up / d.t) * e)});
+  items.push_back({std::string(d.act) + " input", Bytes(d.tokens * (d.up / d.t) * e)});
   items.push_back({"fc2 input", Bytes(d.tokens * (d.ffn / d.t) * e)});
   if (d.hidden_dropout) items.push_back({"mlp dropout mask", Bytes(rep)});
+  if (d.post_norm) items.push_back({"post_ln2 input", Bytes(rep * e)});
   return items;
 }
 
@@ -696,15 +735,16 @@ Bytes checkpoint_bytes(const TransformerModel& model, const LayerSetting& settin
 
 std::int64_t layer_parameters_per_rank(const TransformerModel& m, int tp) {
   const std::int64_t h = m.hidden, kv = m.kv_hidden(), f = m.ffn_hidden, t = tp;
-  const std::int64_t b = m.bias ? 1 : 0;
-  const std::int64_t up = m.activation == Activation::swiglu ? 2 * f : f;
-  std::int64_t sharded = (h * (h + 2 * kv) + b * (h + 2 * kv)  // QKV (column parallel)
-                          + h * h                              // projection weight (row parallel)
-                          + h * up + b * up                    // fc1 (column parallel)
-                          + f * h) /                           // fc2 weight (row parallel)
+  const std::int64_t qw = m.query_width();
+  const std::int64_t b = m.bias ? 1 : 0, qb = m.has_qkv_bias() ? 1 : 0;
+  const std::int64_t up = m.up_width();
+  std::int64_t sharded = (h * (qw + 2 * kv) + qb * (qw + 2 * kv)  // QKV (column parallel)
+                          + qw * h           // projection weight (row parallel)
+                          + h * up + b * up  // fc1 (column parallel)
+                          + f * h) /         // fc2 weight (row parallel)
                          t;
   std::int64_t replicated = b * h + b * h  // row-parallel biases
-                            + 2 * (m.norm == Norm::layernorm ? 2 * h : h);
+                            + m.layer_norm_parameters();
   return sharded + replicated;
 }
 
@@ -734,7 +774,7 @@ std::int64_t layer_parameters_per_rank(const TransformerModel& m, const LayerSet
   if (mesh.mode == TpMode::one_d) return layer_parameters_per_rank(m, setting.tp);
   const std::int64_t h = m.hidden, kv = m.kv_hidden(), f = m.ffn_hidden, q = mesh.q;
   const std::int64_t b = m.bias ? 1 : 0;
-  const std::int64_t up = m.activation == Activation::swiglu ? 2 * f : f;
+  const std::int64_t up = m.up_width();
   // (in, out) of qkv, proj, fc1, fc2.
   const std::int64_t linears[4][2] = {{h, h + 2 * kv}, {h, h}, {h, up}, {f, h}};
   std::int64_t total = 2 * norm_parameters_per_rank(m, mesh);
@@ -864,9 +904,12 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
   }
   const std::int64_t logits = d.tokens * d.vocab_local;
   // Stored by the head: final norm input and output (with 2D, 2.5D and 3D its input block and
-  // the output all-gathered over the tp group), fp32 logits (Korthikanti's 4sbv/t term).
+  // the output all-gathered over the tp group), fp32 logits (Korthikanti's 4sbv/t term), and
+  // with a final soft-cap the capped logits its backward differentiates (1 - tanh^2).
+  const bool softcap = model.final_logit_softcap > 0;
   const Bytes head_stored =
-      Bytes((d.nd ? d.n_res * d.e + d.tokens * d.h * d.e : 2 * d.n_res * d.e) + logits * 4);
+      Bytes((d.nd ? d.n_res * d.e + d.tokens * d.h * d.e : 2 * d.n_res * d.e) + logits * 4 +
+            (softcap ? logits * d.e : 0));
   if (last) {
     std::vector<Kernel> k;
     if (d.nd) {  // the vocab-parallel head (as 1D) needs the whole [b s, h] on every rank
@@ -881,6 +924,9 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
       k.clear();
     }
     k.push_back(gemm("logits", d.tokens, d.vocab_local, d.h, d.dtype));
+    if (softcap) {  // c tanh(logits / c)
+      k.push_back(elementwise("logits.softcap", logits, logits * d.e, logits * d.e));
+    }
     cross_entropy_forward(d, logits, k);
     fwd.push_back(compute("head", std::move(k)));
     fwd.back().activation_delta = head_stored;
@@ -898,6 +944,9 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
   if (last) {
     std::vector<Kernel> k;
     cross_entropy_backward(d, logits, k);
+    if (softcap) {
+      k.push_back(elementwise("logits.softcap.bwd", logits, 2 * logits * d.e, logits * d.e));
+    }
     k.push_back(gemm("logits.dgrad", d.tokens, d.h, d.vocab_local, d.dtype));
     k.push_back(gemm("logits.wgrad", d.h, d.vocab_local, d.tokens, d.dtype));
     bwd.push_back(compute("head bwd", std::move(k)));

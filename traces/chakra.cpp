@@ -152,8 +152,10 @@ json kernel_to_json(const st::Kernel& k) {
         if constexpr (std::is_same_v<W, st::Gemm>) {
           return json::array({"gemm", k.name, w.m, w.n, w.k, w.batch, name_of(w.dtype)});
         } else if constexpr (std::is_same_v<W, st::Attention>) {
-          return json::array({"attention", k.name, w.batch, w.heads, w.kv_heads, w.seq_q, w.seq_kv,
-                              w.head_dim, w.causal, name_of(w.dtype), w.backward});
+          json a = json::array({"attention", k.name, w.batch, w.heads, w.kv_heads, w.seq_q,
+                                w.seq_kv, w.head_dim, w.causal, name_of(w.dtype), w.backward});
+          if (w.window > 0) a.push_back(w.window);  // a sliding window: a twelfth value
+          return a;
         } else if constexpr (std::is_same_v<W, st::Elementwise>) {
           return json::array(
               {"elementwise", k.name, w.elements, w.bytes_read.count(), w.bytes_written.count()});
@@ -185,16 +187,18 @@ st::Kernel kernel_from_json(const AttrReader& in, const json& v, const std::stri
     in.array(v, p, 7, 7);
     k.work = st::Gemm{dim(2), dim(3), dim(4), dim(5), in.dtype(v[6], p + "[6]")};
   } else if (kind == "attention") {
-    in.array(v, p, 11, 11);
-    k.work = st::Attention{dim(2),
-                           dim(3),
-                           dim(4),
-                           dim(5),
-                           dim(6),
-                           dim(7),
-                           in.boolean(v[8], p + "[8]"),
-                           in.dtype(v[9], p + "[9]"),
-                           in.boolean(v[10], p + "[10]")};
+    in.array(v, p, 11, 12);
+    st::Attention a{dim(2),
+                    dim(3),
+                    dim(4),
+                    dim(5),
+                    dim(6),
+                    dim(7),
+                    in.boolean(v[8], p + "[8]"),
+                    in.dtype(v[9], p + "[9]"),
+                    in.boolean(v[10], p + "[10]")};
+    if (v.size() == 12) a.window = dim(11);
+    k.work = a;
   } else if (kind == "elementwise") {
     in.array(v, p, 5, 5);
     k.work = st::Elementwise{dim(2), bytes(3), bytes(4)};

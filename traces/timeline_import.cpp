@@ -153,6 +153,13 @@ st::Kernel parse_kernel(const Reader& rd, const json& k, const std::string& wher
     const auto it = k.find(key);
     return it != k.end() && it->is_array() && it->size() == base + 1 ? base + 1 : base;
   };
+  // The attention array grew two: the fused kernel (a tenth value), then a sliding window.
+  auto attention_size = [&] {
+    const auto it = k.find("attention");
+    return it != k.end() && it->is_array() && (it->size() == 10 || it->size() == 11)
+               ? it->size()
+               : std::size_t{9};
+  };
   if (const json* a = field("gemm", size_of_field("gemm", 5))) {
     st::Gemm g{count(*a, "gemm", 0), count(*a, "gemm", 1), count(*a, "gemm", 2),
                count(*a, "gemm", 3), rd.dtype((*a)[4], at("gemm", 4))};
@@ -164,7 +171,7 @@ st::Kernel parse_kernel(const Reader& rd, const json& k, const std::string& wher
       g.scaling = scaling == "block" ? hw::GemmScaling::block : hw::GemmScaling::tensor;
     }
     kernel.work = g;
-  } else if (const json* b = field("attention", size_of_field("attention", 9))) {
+  } else if (const json* b = field("attention", attention_size())) {
     st::Attention w;
     w.batch = count(*b, "attention", 0);
     w.heads = count(*b, "attention", 1);
@@ -175,7 +182,7 @@ st::Kernel parse_kernel(const Reader& rd, const json& k, const std::string& wher
     w.causal = rd.boolean((*b)[6], at("attention", 6));
     w.dtype = rd.dtype((*b)[7], at("attention", 7));
     w.backward = rd.boolean((*b)[8], at("attention", 8));
-    if (b->size() == 10) {
+    if (b->size() >= 10) {
       const auto impl = hw::attention_impl_from_name(rd.string((*b)[9], at("attention", 9)));
       if (!impl) {
         rd.fail(at("attention", 9),
@@ -184,6 +191,7 @@ st::Kernel parse_kernel(const Reader& rd, const json& k, const std::string& wher
       }
       w.impl = *impl;
     }
+    if (b->size() == 11) w.window = count(*b, "attention", 10);
     kernel.work = w;
   } else if (const json* c = field("elementwise", 3)) {
     kernel.work = st::Elementwise{count(*c, "elementwise", 0), Bytes(count(*c, "elementwise", 1)),

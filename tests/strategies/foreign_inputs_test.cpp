@@ -175,7 +175,8 @@ TEST_CASE("Hugging Face Mistral-7B and GPT-NeoX-20B: published parameter counts,
   CHECK(mistral.norm == Norm::rmsnorm);
   // Jiang et al., Mistral 7B (and the released checkpoint): 7,241,732,096 parameters.
   CHECK(mistral.parameters() == 7'241'732'096);
-  CHECK(contains(notes, "sliding_window 4096 is not modelled"));
+  CHECK(mistral.sliding_window == 4096);  // every layer local
+  CHECK(mistral.global_attention_every == 0);
 
   const auto neox = hf("gpt-neox-20b.json", &notes);
   CHECK(neox.heads == 64);
@@ -185,6 +186,107 @@ TEST_CASE("Hugging Face Mistral-7B and GPT-NeoX-20B: published parameter counts,
   // Black et al., GPT-NeoX-20B (2022), Table 1: 20,554,567,680 parameters.
   CHECK(neox.parameters() == 20'554'567'680);
   CHECK(contains(notes, "use_parallel_residual"));
+}
+
+// The families people fine-tune. Each count is the sum of the released checkpoint's tensors,
+// written out by hand from its config.json's shapes (h hidden, f intermediate, L layers, a
+// heads, g kv heads, d head_dim, V vocab): a layer is Q, K, V h (a + 2g) d (+ the biases
+// (a + 2g) d where Q, K, V carry them), the output projection a d h, the MLP 3 h f (gated) or
+// 2 h f, and its norms; plus V h word embeddings, a final norm and an untied head V h.
+TEST_CASE("Hugging Face Qwen2.5, Qwen3, Phi-3 and Llama 3.1: published parameter counts") {
+  std::vector<std::string> notes;
+  const auto qwen2 = hf("qwen2.5-7b.json", &notes);
+  CHECK(!qwen2.bias);
+  CHECK(qwen2.qkv_bias);             // biases on q, k and v only
+  CHECK(qwen2.sliding_window == 0);  // use_sliding_window false
+  // h 3584, f 18944, L 28, a 28, g 4, d 128, V 152064: a layer 3584 x 4608 + 4608 +
+  // 3584^2 + 3 x 3584 x 18944 + 2 x 3584 = 233,057,792; x 28 = 6,525,618,176; embeddings and
+  // head 2 x 544,997,376, final norm 3584: 7,615,616,512 (the Qwen2.5-7B checkpoint's count).
+  CHECK(qwen2.parameters() == 7'615'616'512);
+  CHECK(!contains(notes, "is not read"));
+
+  const auto qwen3 = hf("qwen3-8b.json", &notes);
+  CHECK(qwen3.qk_norm);
+  CHECK(qwen3.head_dim() == 128);
+  // h 4096, f 12288, L 36, a 32, g 8, d 128, V 151936, q/k norms 2 x 128: a layer 25,165,824 +
+  // 16,777,216 + 150,994,944 + 8,192 + 256 = 192,946,432; x 36 = 6,946,071,552; + 2 x
+  // 622,329,856 + 4096 = 8,190,735,360 (Qwen3-8B's checkpoint: 8.19B).
+  CHECK(qwen3.parameters() == 8'190'735'360);
+  CHECK(!contains(notes, "is not read"));
+
+  const auto phi3 = hf("phi-3-mini-4k.json", &notes);
+  CHECK(phi3.activation == Activation::swiglu);
+  CHECK(phi3.sliding_window == 2047);
+  // h 3072, f 8192, L 32, a = g = 32, V 32064: a layer 3072 x 9216 + 3072^2 + 3 x 3072 x 8192
+  // + 2 x 3072 = 113,252,352; x 32 = 3,624,075,264; + 2 x 98,500,608 + 3072 = 3,821,079,552
+  // (Abdin et al., Phi-3 technical report: 3.8B).
+  CHECK(phi3.parameters() == 3'821'079'552);
+  CHECK(!contains(notes, "is not read"));
+
+  const auto llama31 = hf("llama3.1-8b.json", &notes);
+  // Llama 3.1 8B's rope_scaling changes no shape: 8,030,261,248 as Llama 3 8B (Meta's card).
+  CHECK(llama31.parameters() == 8'030'261'248);
+  CHECK(!contains(notes, "is not read"));
+}
+
+TEST_CASE("Hugging Face Gemma 1/2/3 and Nemotron: shapes, windows, soft-caps, counts") {
+  std::vector<std::string> notes;
+  const auto gemma = hf("gemma-7b.json", &notes);
+  CHECK(gemma.activation == Activation::geglu);
+  CHECK(gemma.head_dim() == 256);  // 16 heads of 256 from a hidden size of 3072
+  CHECK(gemma.query_width() == 4096);
+  CHECK(gemma.tied_embeddings);
+  // h 3072, f 24576, L 28, a = g = 16, d 256, V 256000, tied: a layer 3072 x 12288 + 4096 x
+  // 3072 + 3 x 3072 x 24576 + 2 x 3072 = 276,830,208; x 28 = 7,751,245,824; + 786,432,000 +
+  // 3072 = 8,537,680,896 (Gemma Team 2024: "8.54B" for Gemma 7B).
+  CHECK(gemma.parameters() == 8'537'680'896);
+
+  const auto gemma2 = hf("gemma-2-9b.json", &notes);
+  CHECK(gemma2.post_norm);
+  CHECK(gemma2.sliding_window == 4096);
+  CHECK(gemma2.global_attention_every == 2);
+  CHECK(gemma2.window_of(0) == 4096);  // even layers local
+  CHECK(gemma2.window_of(1) == 0);     // odd layers global
+  CHECK(gemma2.final_logit_softcap == 30.0);
+  CHECK(gemma2.attention_logit_softcap == 50.0);
+  // h 3584, f 14336, L 42, a 16, g 8, d 256, V 256000, four norms a layer: 3584 x 8192 + 4096 x
+  // 3584 + 3 x 3584 x 14336 + 4 x 3584 = 198,195,200; x 42 = 8,324,198,400; + 917,504,000 +
+  // 3584 = 9,241,705,984 (Gemma 2 9B's checkpoint: 9.24B).
+  CHECK(gemma2.parameters() == 9'241'705'984);
+
+  const auto gemma3 = hf("gemma-3-4b-text.json", &notes);
+  CHECK(gemma3.qk_norm);
+  CHECK(gemma3.post_norm);
+  CHECK(gemma3.window_of(4) == 1024);
+  CHECK(gemma3.window_of(5) == 0);  // every sixth layer global
+  // h 2560, f 10240, L 34, a 8, g 4, d 256, V 262208: a layer 2560 x 4096 + 2048 x 2560 +
+  // 3 x 2560 x 10240 + 4 x 2560 + 2 x 256 = 94,382,592; x 34 = 3,209,008,128; + 671,252,480 +
+  // 2560 = 3,880,263,168 (the language model of Gemma 3 4B; its vision tower is not counted).
+  CHECK(gemma3.parameters() == 3'880'263'168);
+
+  const auto minitron = hf("minitron-8b.json", &notes);
+  CHECK(minitron.activation == Activation::squared_relu);
+  CHECK(minitron.norm == Norm::layernorm);
+  // h 4096, f 16384, L 32, a 48, g 8, d 128, V 256000, not gated, LayerNorms (weight and bias):
+  // a layer 4096 x 8192 + 6144 x 4096 + 2 x 4096 x 16384 + 4 x 4096 = 192,954,368; x 32 =
+  // 6,174,539,776; + 2 x 1,048,576,000 + 8192 = 8,271,699,968.
+  CHECK(minitron.parameters() == 8'271'699'968);
+
+  // A Gemma 3 layer_types list that is not every n-th layer global is refused by name.
+  const std::string odd = error_of([&] {
+    hf_model_from_text(
+        R"({"model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 3, "num_attention_heads": 2, "vocab_size": 100,
+            "sliding_window": 16,
+            "layer_types": ["full_attention", "sliding_attention", "full_attention"]})",
+        "config.json", notes);
+  });
+  CHECK(odd.find("at model.layer_types") != std::string::npos);
+  // A multimodal Gemma 3 file names its text_config.
+  const std::string multimodal = error_of([&] {
+    hf_model_from_text(R"({"model_type": "gemma3", "text_config": {}})", "config.json", notes);
+  });
+  CHECK(multimodal.find("text_config") != std::string::npos);
 }
 
 TEST_CASE("Hugging Face config.json: unsupported families and bad values are errors") {

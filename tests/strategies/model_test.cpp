@@ -1,9 +1,12 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <map>
 
 #include "experiment_helpers.hpp"
 #include "strategies/model.hpp"
+#include "strategies/program.hpp"
+#include "strategies/transformer.hpp"
 
 using namespace stratasim;
 using namespace stratasim::testing;
@@ -55,4 +58,83 @@ TEST_CASE("model validation names the key") {
   } catch (const config::ValidationError& e) {
     CHECK(e.path() == "heads");
   }
+}
+
+TEST_CASE("sliding-window attention: keys per query, FLOPs and the layers that use it") {
+  using strategies::Attention;
+  // 8 tokens, causal, window 3. Counted continuously as the causal share is (F(n) = n^2 / 2
+  // for n <= w, else w^2 / 2 + (n - w) w): F(8) = 4.5 + 15 = 19.5 keys for 8 queries.
+  Attention a{1, 1, 1, 8, 8, 16};
+  a.window = 3;
+  CHECK(strategies::attention_keys_per_query(a) == doctest::Approx(19.5 / 8));
+  // Without a window, or with one no shorter than the keys: s - s/2 = 4 keys per query.
+  a.window = 0;
+  CHECK(strategies::attention_keys_per_query(a) == doctest::Approx(4.0));
+  a.window = 8;
+  CHECK(strategies::attention_keys_per_query(a) == doctest::Approx(4.0));
+  // 4096 queries after 4096 earlier tokens (seq_kv 8192), window 1024: every query sees
+  // exactly 1024 keys (F(8192) - F(4096) = 4096 x 1024).
+  Attention late{1, 1, 1, 4096, 8192, 128};
+  late.window = 1024;
+  CHECK(strategies::attention_keys_per_query(late) == doctest::Approx(1024.0));
+  // FLOPs: 4 s_q s_kv d x keys / s_kv = 4 x 4096 x 1024 x 128 per head.
+  CHECK(strategies::attention_flops(late).count() == doctest::Approx(4.0 * 4096 * 1024 * 128));
+
+  // A Gemma-2-like model, every other layer local (window 1024) at 4096 tokens: the fused
+  // attention kernels of layers 0 and 2 carry the window, layers 1 and 3 none.
+  strategies::TransformerModel m;
+  m.name = "windowed";
+  m.layers = 4;
+  m.hidden = 512;
+  m.heads = 4;
+  m.kv_heads = 2;
+  m.explicit_head_dim = 256;  // query width 1024, twice the hidden size
+  m.ffn_hidden = 1024;
+  m.vocab = 1000;
+  m.activation = strategies::Activation::geglu;
+  m.norm = strategies::Norm::rmsnorm;
+  m.position_embedding = strategies::PositionEmbedding::rotary;
+  m.bias = false;
+  m.qk_norm = true;
+  m.post_norm = true;
+  m.sliding_window = 1024;
+  m.global_attention_every = 2;
+  m.final_logit_softcap = 30;
+  m.hidden_dropout = m.attention_dropout = 0;
+  m.validate();
+  strategies::LayerSetting set;
+  set.seq_len = 4096;
+  set.flash_attention = true;
+  set.split_layers = true;  // one layer per compute segment, to read each one's window
+  const auto plan = strategies::plan_transformer_stage(m, set, 0, 1, 0, 4);
+  std::map<int, std::int64_t> window_of_layer;
+  int post_norms = 0, qk_norms = 0, softcaps = 0, geglus = 0;
+  for (const auto& seg : plan.forward) {
+    for (const auto& k : seg.kernels) {
+      if (const auto* at = std::get_if<Attention>(&k.work)) {
+        window_of_layer[seg.layer_begin] = at->window;
+      }
+      if (const auto* g = std::get_if<strategies::Gemm>(&k.work); g && k.name == "proj") {
+        CHECK(g->k == 1024);  // the output projection reads heads x head_dim
+        CHECK(g->n == 512);
+      }
+      post_norms += k.name.starts_with("post_ln") ? 1 : 0;
+      qk_norms += k.name == "qk_norm" ? 1 : 0;
+      softcaps += k.name == "logits.softcap" ? 1 : 0;
+      geglus += k.name == "geglu" ? 1 : 0;
+    }
+  }
+  CHECK(window_of_layer == std::map<int, std::int64_t>{{0, 1024}, {1, 0}, {2, 1024}, {3, 0}});
+  CHECK(post_norms == 8);  // two a layer
+  CHECK(qk_norms == 4);
+  CHECK(softcaps == 1);
+  CHECK(geglus == 4);
+  // Per-rank parameters at tp 1 are the model's layer parameters: q, k, v 512 x (1024 + 1024),
+  // proj 1024 x 512, MLP 3 x 512 x 1024, four RMSNorms 4 x 512 and q/k norms 2 x 256.
+  const std::int64_t by_hand = 512 * 2048 + 1024 * 512 + 3 * 512 * 1024 + 4 * 512 + 2 * 256;
+  CHECK(m.layer_parameters() == by_hand);
+  CHECK(strategies::layer_parameters_per_rank(m, 1) == by_hand);
+  // At tp 2 the Linears split and the norms stay whole.
+  CHECK(strategies::layer_parameters_per_rank(m, 2) ==
+        (512 * 2048 + 1024 * 512 + 3 * 512 * 1024) / 2 + 4 * 512 + 2 * 256);
 }
