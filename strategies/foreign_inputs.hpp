@@ -58,7 +58,8 @@ std::vector<std::string> split_shell_words(std::string_view text, const std::str
 /// Whether `object` is a Hugging Face config.json: it has "model_type" or "architectures".
 bool is_hf_config(const nlohmann::json& object);
 /// The model_type values read: llama, mistral, gpt2, gpt_neox.
-inline constexpr std::string_view kHfModelTypes[] = {"llama", "mistral", "gpt2", "gpt_neox"};
+inline constexpr std::string_view kHfModelTypes[] = {
+    "llama", "mistral", "gpt2", "gpt_neox", "mixtral", "deepseek_v2", "deepseek_v3"};
 
 /// If the value at `path` of `doc` is a Hugging Face config.json, replaces it with the
 /// equivalent stratasim model object (strategies/model.hpp keys), appending notes on what is

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "hw_models/config_reader.hpp"
+#include "strategies/moe_config.hpp"
 
 namespace stratasim::strategies {
 
@@ -40,16 +41,29 @@ struct TransformerModel {
   /// Llama and Mistral train without dropout (their shipped files say 0).
   double hidden_dropout = 0.1;
   double attention_dropout = 0.1;
+  /// Mixture of experts (model.moe) and multi-head latent attention (model.mla):
+  /// strategies/moe_config.hpp.
+  std::optional<MoeSpec> moe;
+  std::optional<MlaSpec> mla;
 
   int head_dim() const { return hidden / heads; }
   /// Width of the K (and of the V) projection: kv_heads * head_dim.
   int kv_hidden() const { return kv_heads * head_dim(); }
 
   // Parameter counts, in elements.
-  std::int64_t layer_parameters() const;      // one transformer layer
+  std::int64_t layer_parameters() const;  // one transformer layer with the dense MLP
+  /// Layer `layer` (0-based): an MoE layer (MoeSpec::is_moe_layer) holds the router, every
+  /// routed expert and the shared experts in place of the dense MLP; with `active`, only the
+  /// top_k routed experts a token goes through (and everything else).
+  std::int64_t layer_parameters(int layer, bool active = false) const;
+  std::int64_t attention_parameters() const;  // the attention block (MLA's when set), no norm
   std::int64_t embedding_parameters() const;  // word embeddings plus a learned position table
   std::int64_t head_parameters() const;       // final norm plus an untied LM head
   std::int64_t parameters() const;            // the whole model
+  /// Parameters one token goes through (MoE: top_k of the routed experts); parameters() for a
+  /// dense model. Embedding and head counted as in parameters().
+  std::int64_t active_parameters() const;
+  bool is_moe_layer(int layer) const { return moe && moe->is_moe_layer(layer); }
 
   /// Checks shapes; throws config::ValidationError with the offending key's path.
   void validate() const;
@@ -57,6 +71,11 @@ struct TransformerModel {
 
 /// What is wrong with `p` as a dropout probability (it must lie in [0, 1)), if anything.
 std::optional<std::string> dropout_problem(double p);
+
+/// The checks of model.moe and model.mla (paths "moe.<key>", "mla.<key>"); `layers`: the
+/// model's. Throw config::ValidationError.
+void validate_moe(const MoeSpec& moe, int layers);
+void validate_mla(const MlaSpec& mla);
 
 /// Reads a model from the object at `path` of `doc` (strict; validated).
 TransformerModel read_model(const config::Document& doc, const std::string& path);

@@ -97,7 +97,7 @@ PartitionProblem partition_problem(const Experiment& e) {
     for (std::size_t k = 0; k < part_costs.size(); ++k) {
       problem.compute_by_part[k].push_back(plan_cost(plan, part_costs[k], network, tp_shape).time);
     }
-    if (!e.layer_table) {  // transformer layers are alike: price one, copy it
+    if (!e.layer_table && !e.model.moe) {  // transformer layers are alike: price one, copy it
       for (int k = 1; k < layers; ++k) problem.layers.push_back(problem.layers.front());
       for (auto& times : problem.compute_by_part) times.assign(layers, times.front());
       break;

@@ -1,0 +1,90 @@
+// Mixture of experts on the command line: the shipped MoE examples simulate, Megatron-LM's MoE
+// arguments map onto the experiment, a Hugging Face Mixtral config.json reads as the shipped
+// model, and bad MoE inputs exit 2 naming the key.
+#include <fstream>
+
+#include "cli/helpers.hpp"
+#include "test_paths.hpp"
+
+using namespace stratasim::testing;
+using namespace stratasim::testing::cli;
+
+namespace {
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+}  // namespace
+
+TEST_CASE("the Mixtral example simulates with its all-to-alls in the timeline") {
+  const TempDir tmp("cli");
+  auto out = tmp.subdir("mixtral");
+  auto r = run("simulate mixtral-8x7b-h100-64-ep8 --quiet --out " + out.string());
+  CAPTURE(r.output);
+  REQUIRE(r.status == 0);
+  const std::string timeline = read(out / "timeline.json");
+  CHECK(has(timeline, "moe dispatch all-to-all"));
+  CHECK(has(timeline, "moe combine all-to-all"));
+  CHECK(has(timeline, "expert grad reduce-scatter"));
+}
+
+TEST_CASE("Megatron-LM's MoE arguments set the experts and their layout") {
+  auto r = run(
+      "memory mixtral-8x7b-h100-64-ep8 --megatron-args \"--expert-model-parallel-size 4 "
+      "--moe-router-topk 2 --num-experts 8 --moe-ffn-hidden-size 14336 "
+      "--moe-token-dispatcher-type allgather --moe-grouped-gemm\"");
+  CAPTURE(r.output);
+  CHECK(r.status == 0);
+  // Megatron's list form of --moe-layer-freq is not parsed: the argument is named.
+  check_bad_input("simulate mixtral-8x7b-h100-64-ep8 --megatron-args \"--num-experts 8 "
+                  "--moe-ffn-hidden-size 14336 --moe-layer-freq ([0]*3+[1]*29)\"",
+                  {"--moe-layer-freq", "expected an integer"});
+  check_bad_input("simulate mixtral-8x7b-h100-64-ep8 --megatron-args \"--moe-router-topk 2\"",
+                  {"--moe-router-topk", "needs --num-experts"});
+  check_bad_input("simulate mixtral-8x7b-h100-64-ep8 --megatron-args "
+                  "\"--moe-token-dispatcher-type flex\"",
+                  {"--moe-token-dispatcher-type", "not modelled"});
+}
+
+TEST_CASE("a Hugging Face Mixtral config.json reads as configs/models/mixtral-8x7b.json") {
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("hf-mixtral");
+  const auto hf = dir / "config.json";
+  // mistralai/Mixtral-8x7B-v0.1's config.json.
+  std::ofstream(hf) << R"({"architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0,
+    "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096,
+    "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 32768,
+    "model_type": "mixtral", "num_attention_heads": 32, "num_experts_per_tok": 2,
+    "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8,
+    "output_router_logits": false, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.02, "sliding_window": null, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16", "transformers_version": "4.36.0.dev0", "use_cache": true,
+    "vocab_size": 32000})";
+  auto r = run("memory mixtral-8x7b-h100-64-ep8 --model " + hf.string());
+  auto ours = run("memory mixtral-8x7b-h100-64-ep8");
+  CAPTURE(r.output);
+  REQUIRE(r.status == 0);
+  REQUIRE(ours.status == 0);
+  // The same parameters and memory: compare the line with the peak.
+  auto line_with = [](const std::string& text, const std::string& part) {
+    const auto at = text.find(part);
+    return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
+  };
+  CHECK(line_with(r.output, "peak") == line_with(ours.output, "peak"));
+  CHECK_FALSE(line_with(ours.output, "peak").empty());
+}
+
+TEST_CASE("bad MoE inputs exit 2 naming the key") {
+  check_bad_input("simulate mixtral-8x7b-h100-64-ep8 --set parallelism.ep=3",
+                  {"parallelism.ep", "must divide model.moe.num_experts (8)"});
+  check_bad_input("simulate mixtral-8x7b-h100-64-ep8 --set parallelism.ep=8 --set "
+                  "parallelism.etp=4",
+                  {"parallelism.ep", "must divide tp * dp"});
+  check_bad_input("simulate mixtral-8x7b-h100-64-ep8 --set model.moe.top_k=9",
+                  {"model.moe.top_k", "num_experts (8)"});
+  check_bad_input("simulate mixtral-8x7b-h100-64-ep8 --set model.moe.topk=2",
+                  {"model.moe.topk", "top_k"});
+  check_bad_input("simulate llama2-7b-h100-8 --set parallelism.ep=2",
+                  {"parallelism.ep", "has no experts"});
+  check_bad_input("simulate mixtral-8x7b-h100-64-ep8 --set model.moe.num_experts=0",
+                  {"model.moe.num_experts"});
+}
