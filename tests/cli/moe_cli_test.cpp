@@ -28,21 +28,23 @@ TEST_CASE("the Mixtral example simulates with its all-to-alls in the timeline") 
 }
 
 TEST_CASE("Megatron-LM's MoE arguments set the experts and their layout") {
-  auto r = run(
-      "memory mixtral-8x7b-h100-64-ep8 --megatron-args \"--expert-model-parallel-size 4 "
-      "--moe-router-topk 2 --num-experts 8 --moe-ffn-hidden-size 14336 "
-      "--moe-token-dispatcher-type allgather --moe-grouped-gemm\"");
+  auto r =
+      run("memory mixtral-8x7b-h100-64-ep8 --megatron-args \"--expert-model-parallel-size 4 "
+          "--moe-router-topk 2 --num-experts 8 --moe-ffn-hidden-size 14336 "
+          "--moe-token-dispatcher-type allgather --moe-grouped-gemm\"");
   CAPTURE(r.output);
   CHECK(r.status == 0);
   // Megatron's list form of --moe-layer-freq is not parsed: the argument is named.
-  check_bad_input("simulate mixtral-8x7b-h100-64-ep8 --megatron-args \"--num-experts 8 "
-                  "--moe-ffn-hidden-size 14336 --moe-layer-freq ([0]*3+[1]*29)\"",
-                  {"--moe-layer-freq", "expected an integer"});
+  check_bad_input(
+      "simulate mixtral-8x7b-h100-64-ep8 --megatron-args \"--num-experts 8 "
+      "--moe-ffn-hidden-size 14336 --moe-layer-freq ([0]*3+[1]*29)\"",
+      {"--moe-layer-freq", "expected an integer"});
   check_bad_input("simulate mixtral-8x7b-h100-64-ep8 --megatron-args \"--moe-router-topk 2\"",
                   {"--moe-router-topk", "needs --num-experts"});
-  check_bad_input("simulate mixtral-8x7b-h100-64-ep8 --megatron-args "
-                  "\"--moe-token-dispatcher-type flex\"",
-                  {"--moe-token-dispatcher-type", "not modelled"});
+  check_bad_input(
+      "simulate mixtral-8x7b-h100-64-ep8 --megatron-args "
+      "\"--moe-token-dispatcher-type flex\"",
+      {"--moe-token-dispatcher-type", "not modelled"});
 }
 
 TEST_CASE("a Hugging Face Mixtral config.json reads as configs/models/mixtral-8x7b.json") {
@@ -76,9 +78,10 @@ TEST_CASE("a Hugging Face Mixtral config.json reads as configs/models/mixtral-8x
 TEST_CASE("bad MoE inputs exit 2 naming the key") {
   check_bad_input("simulate mixtral-8x7b-h100-64-ep8 --set parallelism.ep=3",
                   {"parallelism.ep", "must divide model.moe.num_experts (8)"});
-  check_bad_input("simulate mixtral-8x7b-h100-64-ep8 --set parallelism.ep=8 --set "
-                  "parallelism.etp=4",
-                  {"parallelism.ep", "must divide tp * dp"});
+  check_bad_input(
+      "simulate mixtral-8x7b-h100-64-ep8 --set parallelism.ep=8 --set "
+      "parallelism.etp=4",
+      {"parallelism.ep", "must divide tp * dp"});
   check_bad_input("simulate mixtral-8x7b-h100-64-ep8 --set model.moe.top_k=9",
                   {"model.moe.top_k", "num_experts (8)"});
   check_bad_input("simulate mixtral-8x7b-h100-64-ep8 --set model.moe.topk=2",

@@ -181,8 +181,8 @@ TEST_CASE("expert optimizer states are sharded over expert-data-parallel ranks")
   const TransformerModel& m = e.model;
   // Per rank: 2 local experts x 3 x 256 x 512 per layer, 4 layers.
   const std::int64_t experts = 4 * 2 * 3 * 256 * 512;
-  const std::int64_t total = 4 * layer_unit_of(m, layer_setting(e), 0).parameters +
-                             2 * 1024 * 256 + 256;  // embedding, head, final norm
+  const std::int64_t total = 4 * layer_unit_of(m, layer_setting(e), 0).parameters + 2 * 1024 * 256 +
+                             256;  // embedding, head, final norm
   std::int64_t optimizer = 0;
   for (const auto& r : p.initial_memory(0)) {
     if (r.category == MemoryCategory::optimizer_states) optimizer += r.bytes.count();
@@ -227,8 +227,7 @@ TEST_CASE("bad MoE settings are errors at their keys") {
         "model.moe.first_dense");
   CHECK(experiment_error(file, {cli("model.moe.imbalance", {{"distribution", "zipf"}})}).path() ==
         "model.moe.imbalance.exponent");
-  CHECK(experiment_error(file, {cli("model.moe.num_expert", 8)}).path() ==
-        "model.moe.num_expert");
+  CHECK(experiment_error(file, {cli("model.moe.num_expert", 8)}).path() == "model.moe.num_expert");
   CHECK(experiment_error(configs_dir() / "experiments/llama2-7b-h100-8.json",
                          {cli("parallelism.ep", 2)})
             .path() == "parallelism.ep");
