@@ -63,6 +63,18 @@ PartitionProblem partition_problem(const Experiment& e) {
     const std::vector<std::int32_t> ranks(members.begin(), members.end());
     tp_shape[static_cast<std::size_t>(a)] = shape_of(ranks, e.cluster);
   }
+  // MoE: the ep and etp groups of stage 0's first rank (Communicators' layout: flat index
+  // i = t + tp d, etp fastest, then ep).
+  const auto expert_group = [&](int size, int stride) {
+    std::vector<std::int32_t> ranks;
+    for (int j = 0; j < size; ++j) {
+      const int i = j * stride;
+      ranks.push_back(layout_of(e).rank(i % par.tp, i / par.tp, 0));
+    }
+    return shape_of(ranks, e.cluster);
+  };
+  tp_shape[static_cast<std::size_t>(strategies::TpAxis::ep)] = expert_group(par.ep, par.etp);
+  tp_shape[static_cast<std::size_t>(strategies::TpAxis::etp)] = expert_group(par.etp, 1);
   const ZeroSettings zero = zero_settings(e);
   const ModelStateFormat format = model_state_format(e);
   auto state = [&](std::int64_t parameters) {

@@ -341,12 +341,8 @@ void ExpertGradientSync::after_optimizer_step(RankEmitter& rank, std::size_t slo
   const std::array<OpId, 1> dep = {step};
   for (std::size_t i = 0; i < buckets.buckets.size(); ++i) {
     if (buckets.buckets[i].parameters == 0) continue;
-    OpInfo info{Stream::dp_comm,
-                Phase::other,
-                -1,
-                -1,
-                -1,
-                "expert param all-gather bucket " + std::to_string(i)};
+    const std::string label = "expert param all-gather bucket " + std::to_string(i);
+    OpInfo info{Stream::dp_comm, Phase::other, -1, -1, -1, label};
     rank.program.add(Collective{CollectiveKind::all_gather, assembly_.spec.dtype, *group,
                                 Bytes(buckets.buckets[i].parameters * assembly_.element_size)},
                      info, dep);
