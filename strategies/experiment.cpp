@@ -1,10 +1,12 @@
 #include "strategies/experiment.hpp"
 
 #include <algorithm>
+#include <sstream>
 #include <tuple>
 
 #include "strategies/foreign_inputs.hpp"
 #include "strategies/lowering/pipeline_spec.hpp"
+#include "strategies/moe.hpp"
 #include "strategies/schedule.hpp"
 
 namespace stratasim::strategies {
@@ -945,6 +947,19 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
   check_partition(doc, e);
   check_tp_overlap(doc, e);
   check_moe(doc, e);
+  if (!e.layer_table && e.model.moe && e.model.moe->imbalance != MoeImbalance::uniform) {
+    // What the load model costs (strategies/moe.hpp): every MoE layer's grouped GEMM and
+    // all-to-all are sized by the most loaded expert-parallel rank.
+    const auto& p = e.parallelism;
+    const double tokens = static_cast<double>(p.micro_batch) * e.training.seq_len / p.tp;
+    const ExpertLoad load = expert_load(*e.model.moe, tokens, p.ep);
+    std::ostringstream text;
+    text.precision(3);
+    text << "model.moe.imbalance: the most loaded of the " << p.ep
+         << " expert-parallel ranks takes " << load.imbalance()
+         << " times the mean tokens; each MoE layer's experts and all-to-alls run at its pace";
+    notes.push_back(text.str());
+  }
   for (const auto& note : notes) report_note(note);
   e.notes = std::move(notes);
   return e;

@@ -91,3 +91,21 @@ TEST_CASE("bad MoE inputs exit 2 naming the key") {
   check_bad_input("simulate mixtral-8x7b-h100-64-ep8 --set model.moe.num_experts=0",
                   {"model.moe.num_experts"});
 }
+
+TEST_CASE("a Zipf load is reported with the slowest rank's excess") {
+  // Zipf s = 1 over Mixtral's 8 experts, one per ep rank: the first takes 1 / H_8 = 280 / 761 of
+  // the tokens against a mean of 1/8: 8 x 280 / 761 = 2.94 times.
+  auto r =
+      run("simulate mixtral-8x7b-h100-64-ep8 --set "
+          "'model.moe.imbalance={\"distribution\": \"zipf\", \"exponent\": 1}'");
+  CAPTURE(r.output);
+  CHECK(r.status == 0);
+  CHECK(has(r.output, "the most loaded of the 8 expert-parallel ranks takes 2.94 times"));
+  // ... and it costs time: slower than the uniform load.
+  auto uniform = run("simulate mixtral-8x7b-h100-64-ep8");
+  auto seconds = [](const std::string& text) {
+    const auto at = text.find("iteration time");
+    return std::stod(text.substr(text.find_first_of("0123456789", at)));
+  };
+  CHECK(seconds(r.output) > seconds(uniform.output));
+}
