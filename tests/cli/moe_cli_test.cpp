@@ -109,3 +109,34 @@ TEST_CASE("a Zipf load is reported with the slowest rank's excess") {
   };
   CHECK(seconds(r.output) > seconds(uniform.output));
 }
+
+TEST_CASE("a Hugging Face DeepSeek-V3 config.json reads with MLA and its experts") {
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("hf-deepseek");
+  const auto hf = dir / "config.json";
+  // deepseek-ai/DeepSeek-V3's config.json (auto_map, quantization_config and rope_scaling left
+  // out). 671.0 B parameters and 37.6 B active: the published 671B / 37B (arXiv:2412.19437).
+  std::ofstream(hf) << R"({"architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false,
+    "attention_dropout": 0.0, "aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1,
+    "ep_size": 1, "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168,
+    "initializer_range": 0.02, "intermediate_size": 18432, "kv_lora_rank": 512,
+    "max_position_embeddings": 163840, "model_type": "deepseek_v3",
+    "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256,
+    "n_shared_experts": 1, "norm_topk_prob": true, "num_attention_heads": 128,
+    "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128,
+    "num_nextn_predict_layers": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06, "rope_theta": 10000,
+    "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "seq_aux": true,
+    "tie_word_embeddings": false, "topk_group": 4, "topk_method": "noaux_tc",
+    "torch_dtype": "bfloat16", "transformers_version": "4.33.1", "use_cache": true,
+    "v_head_dim": 128, "vocab_size": 129280})";
+  auto r = run("memory deepseek-v3-h800-2048 --model " + hf.string());
+  CAPTURE(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(has(r.output, "671.0 B parameters (37.6 B active; 256 experts, top-8)"));
+  CHECK(has(r.output, "multi-token-prediction module is not modelled"));
+  // The same model as configs/models/deepseek-v3.json: the same memory.
+  auto ours = run("memory deepseek-v3-h800-2048");
+  const auto verdict = [](const std::string& text) { return text.substr(text.find("verdict")); };
+  CHECK(verdict(r.output) == verdict(ours.output));
+}
