@@ -42,6 +42,8 @@ std::string title_of(AccuracyLevel level) {
       return "FlashAttention (TFLOP/s, FLOPs as FlashAttention's benchmarks count them)";
     case AccuracyLevel::collective:
       return "collectives (bus bandwidth, GB/s, nccl-tests' definition)";
+    case AccuracyLevel::moe:
+      return "MoE all-to-all (DeepEP on H800: bottleneck GB/s, latency us)";
   }
   return "";
 }
@@ -51,8 +53,10 @@ void print_summaries(std::ostream& out, const study::AccuracyReport& report, Acc
   std::size_t width = 24;
   for (const auto& s : groups) width = std::max(width, s.group.size() + 2);
   out << "  " << std::left << std::setw(static_cast<int>(width))
-      << (level == AccuracyLevel::attention || level == AccuracyLevel::collective ? "series"
-                                                                                  : "source")
+      << (level == AccuracyLevel::attention || level == AccuracyLevel::collective ||
+                  level == AccuracyLevel::moe
+              ? "series"
+              : "source")
       << std::right << std::setw(6) << "rows" << std::setw(14) << "mean |error|" << std::setw(13)
       << "max |error|" << std::setw(11) << "within 5%" << std::setw(12) << "within 10%"
       << "\n";
@@ -79,6 +83,13 @@ void print_summaries(std::ostream& out, const study::AccuracyReport& report, Acc
         << percent(study::kCollectiveLargeMaxError, false)
         << ", below <= " << percent(study::kCollectiveSmallMaxError, false)
         << "): " << (pass ? "passes" : "fails") << "\n";
+  } else if (level == AccuracyLevel::moe) {
+    int within = 0;
+    for (const auto& r : report.rows) {
+      if (r.level == level && std::abs(r.error) <= study::kMoeMaxError) ++within;
+    }
+    out << "  rows within " << percent(study::kMoeMaxError, false) << ": " << within << " of "
+        << all.rows << "\n";
   } else {
     out << "  gate (every " << (level == AccuracyLevel::gemm ? "case" : "point")
         << " <= " << percent(study::kKernelMaxError, false)
@@ -188,7 +199,8 @@ int accuracy_command(const AccuracyArgs& args) {
   } else {
     std::vector<AccuracyLevel> levels{AccuracyLevel::e2e};
     if (args.kernels) levels.insert(levels.end(), {AccuracyLevel::gemm, AccuracyLevel::attention});
-    if (args.collectives) levels.push_back(AccuracyLevel::collective);
+    if (args.collectives)
+      levels.insert(levels.end(), {AccuracyLevel::collective, AccuracyLevel::moe});
     print_table(out, report, levels);
   }
   std::cout << out.str();

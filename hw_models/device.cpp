@@ -353,10 +353,18 @@ DeviceSpec read_device(const config::Document& doc, const std::string& path) {
     d.efficiency.memory = e.number_or("memory", d.efficiency.memory);
     e.finish();
   }
+  // "kernel_model_of": the device whose fitted kernel model this one uses, when both carry the
+  // same die at the same clocks (the H800 SXM5 and the H100 SXM5: configs/hardware/devices/);
+  // the file must have been fitted for that device.
+  const std::string model_device = r.string_or("kernel_model_of", d.name);
+  if (model_device != d.name && !r.has("kernel_model")) {
+    r.fail("kernel_model_of",
+           "names the device whose kernel_model this one uses: give kernel_model");
+  }
   if (r.has("kernel_model")) {
     if (d.is_fpga()) r.fail("kernel_model", "GPU-only (fitted GEMM and attention parameters)");
     d.kernel_model = read_referenced<KernelModel>(doc, r, "kernel_model", "a kernel model",
-                                                  "the kernel model was fitted for ", d.name,
+                                                  "the kernel model was fitted for ", model_device,
                                                   load_kernel_model, read_kernel_model);
   }
   if (r.has("profile")) {

@@ -216,6 +216,14 @@ std::optional<NcclEstimate> nccl_candidate(CollectiveKind kind, CollectiveAlgori
                   : std::min(kLlFraction * ring_simple, ll_max);
     const std::int64_t steps = ring_steps(kind, n);
     e.algbw = e.busbw * n / static_cast<double>(steps);
+    if (all_to_all && nodes > 1) {
+      // Point-to-point sends: a rank's (k - 1) / n of the buffer over NVLink and (n - k) / n
+      // through its own NIC at once (not the ring's node-shared NICs).
+      const double t_in = k > 1 ? (k - 1.0) / n / (e_in * b_in) : 0.0;
+      const double t_net = (n - k) / static_cast<double>(n) / (e_net * b_net);
+      e.algbw = 1.0 / std::max(t_in, t_net);
+      e.busbw = e.algbw * static_cast<double>(steps) / n;
+    }
     const std::int64_t inter =
         nodes == 1 ? 0 : (kind == CollectiveKind::all_reduce ? 2LL * (nodes - 1) : nodes - 1);
     // Spanning nodes, every step of the ring also posts to the network: an intra-node step costs

@@ -60,7 +60,9 @@
 // treeCorrectionFactor[p][floor( log2(S / 64))] (0.4 to 1 between 64 B and 256 MiB: trees fall
 // short of their model there). base (NCCL's baseLat, us): ring LL 6.6, LL128 14, Simple 8.4;
 // tree 6.8, 14, 8.4. All-to-all (NCCL runs it as point-to-point sends) is costed as a ring of n-1
-// steps with the Simple protocol at the fabrics' p2p efficiency. Time: latency + S / algbw (the
+// steps with the Simple protocol at the fabrics' p2p efficiency; spanning nodes, its algbw is
+// 1 / max((k-1) / (n I.p2p B_in), (n-k) / (n E.p2p B_net)): each rank's NVLink and NIC shares
+// move at once (docs/moe.md). Time: latency + S / algbw (the
 // channels' ceiling applied); the chosen (algorithm, protocol) is the least tuner time among the
 // candidates that apply (ties: ring before tree before nvls, Simple before LL128 before LL): the
 // time as NCCL's tuner sees it (ncclTopoGetAlgoTime), which is the time except for NVLS with

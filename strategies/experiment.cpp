@@ -1,10 +1,12 @@
 #include "strategies/experiment.hpp"
 
 #include <algorithm>
+#include <sstream>
 #include <tuple>
 
 #include "strategies/foreign_inputs.hpp"
 #include "strategies/lowering/pipeline_spec.hpp"
+#include "strategies/moe.hpp"
 #include "strategies/schedule.hpp"
 
 namespace stratasim::strategies {
@@ -215,6 +217,12 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
   p.tp_comm_overlap = r.boolean_or("tp_comm_overlap", false);
   p.partition = read_partition(r);
   p.micro_batch = static_cast<int>(r.integer_in_or("micro_batch", 1, kMaxDegree, 1));
+  p.ep = static_cast<int>(r.integer_in_or("ep", 1, kMaxDegree, 1));
+  p.etp = static_cast<int>(r.integer_in_or("etp", 1, kMaxDegree, 1));
+  p.moe_allgather_dispatcher =
+      r.choice_or("moe_token_dispatcher", {"alltoall", "allgather"}, "alltoall") == "allgather";
+  p.moe_shared_expert_overlap = r.boolean_or("moe_shared_expert_overlap", false);
+  p.moe_grouped_gemm = r.boolean_or("moe_grouped_gemm", true);
   p.dp_bucket_size = r.bytes_or("dp_bucket_size", p.dp_bucket_size);
   if (p.dp_bucket_size.count() <= 0) r.fail("dp_bucket_size", "expected a positive size");
   p.dp_overlap = r.boolean_or("dp_overlap", true);
@@ -875,6 +883,61 @@ void check_tp_overlap(const config::Document& doc, const Experiment& e) {
   }
 }
 
+// Mixture of experts: the expert-parallel layout (Megatron-Core's: ep * etp ranks carved out
+// of a stage's tp * dp ranks) and the techniques the MoE lowering models.
+void check_moe(const config::Document& doc, const Experiment& e) {
+  const auto& p = e.parallelism;
+  const auto& m = e.model;
+  const bool moe = !e.layer_table && m.moe;
+  if (!moe) {
+    const char* key = p.ep > 1                      ? "parallelism.ep"
+                      : p.etp > 1                   ? "parallelism.etp"
+                      : p.moe_allgather_dispatcher  ? "parallelism.moe_token_dispatcher"
+                      : p.moe_shared_expert_overlap ? "parallelism.moe_shared_expert_overlap"
+                                                    : nullptr;
+    if (key != nullptr) {
+      doc.fail(key, "applies to a mixture-of-experts model (model.moe), and model " + m.name +
+                        " has no experts");
+    }
+    return;
+  }
+  if (m.moe->num_experts % p.ep != 0) {
+    doc.fail("parallelism.ep", "must divide model.moe.num_experts (" + number(m.moe->num_experts) +
+                                   "), got " + number(p.ep));
+  }
+  if ((std::int64_t{p.tp} * p.dp) % (std::int64_t{p.ep} * p.etp) != 0) {
+    doc.fail("parallelism.ep", "ep * etp (" + number(p.ep) + " * " + number(p.etp) +
+                                   ") must divide tp * dp (" + number(p.tp) + " * " + number(p.dp) +
+                                   "): expert-parallel groups are carved out of "
+                                   "a stage's tensor- and data-parallel ranks");
+  }
+  if (m.moe->ffn_hidden % p.etp != 0 || m.moe->shared_width() % p.tp != 0) {
+    doc.fail("parallelism.etp", "must divide model.moe.ffn_hidden (" + number(m.moe->ffn_hidden) +
+                                    "), and tp the shared experts' width");
+  }
+  if (p.tp > 1 && !p.sequence_parallel) {
+    doc.fail("parallelism.sequence_parallel",
+             "must be true with tp > 1 and a mixture-of-experts model (as Megatron-Core "
+             "requires: each tensor-parallel rank dispatches its own tokens)");
+  }
+  if (p.tp_mode != TpMode::one_d) {
+    doc.fail("parallelism.tp_mode", "mixture of experts is modelled with Megatron's \"1d\" only");
+  }
+  if (p.zero >= 2 || e.training.fsdp) {
+    doc.fail(e.training.fsdp ? "training.fsdp" : "parallelism.zero",
+             "a mixture-of-experts model is modelled with ZeRO stage 0 or 1 (Megatron's "
+             "distributed optimizer), not with stages 2, 3 or FSDP");
+  }
+  if (p.grad_compression.enabled()) {
+    doc.fail("parallelism.grad_compression",
+             "compressed gradients are not modelled with a mixture-of-experts model");
+  }
+  if (p.tp_overlap > 1 || p.tp_comm_overlap) {
+    doc.fail(p.tp_overlap > 1 ? "parallelism.tp_overlap" : "parallelism.tp_comm_overlap",
+             "is not modelled with a mixture-of-experts model");
+  }
+}
+
 }  // namespace
 
 Experiment read_experiment(config::Document& doc, const std::vector<Override>& overrides) {
@@ -896,6 +959,20 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
   check_schedule(doc, e);
   check_partition(doc, e);
   check_tp_overlap(doc, e);
+  check_moe(doc, e);
+  if (!e.layer_table && e.model.moe && e.model.moe->imbalance != MoeImbalance::uniform) {
+    // What the load model costs (strategies/moe.hpp): every MoE layer's grouped GEMM and
+    // all-to-all are sized by the most loaded expert-parallel rank.
+    const auto& p = e.parallelism;
+    const double tokens = static_cast<double>(p.micro_batch) * e.training.seq_len / p.tp;
+    const ExpertLoad load = expert_load(*e.model.moe, tokens, p.ep);
+    std::ostringstream text;
+    text.precision(3);
+    text << "model.moe.imbalance: the most loaded of the " << p.ep
+         << " expert-parallel ranks takes " << load.imbalance()
+         << " times the mean tokens; each MoE layer's experts and all-to-alls run at its pace";
+    notes.push_back(text.str());
+  }
   for (const auto& note : notes) report_note(note);
   e.notes = std::move(notes);
   return e;

@@ -4,6 +4,7 @@
 // cluster's device count, ...), naming the file and JSON path of anything wrong.
 #pragma once
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -105,6 +106,23 @@ struct ParallelismSpec {
   /// pipelined with the GEMM beside it (strategies/tp_overlap.hpp, tp_comm_overlap()).
   bool tp_comm_overlap = false;
   int micro_batch = 1;  // samples per microbatch
+  /// Mixture of experts (model.moe; strategies/moe.hpp, docs/moe.md), as Megatron-Core lays
+  /// it out: `ep` expert-parallel ranks each hold num_experts / ep experts, `etp` ranks split
+  /// each expert's FFN (expert tensor parallelism); the ep * etp ranks are carved out of a
+  /// stage's tp * dp ranks (tp fastest), and the rest, expert_dp() = tp * dp / (ep * etp),
+  /// reduce the experts' gradients (dense parameters stay with dp).
+  int ep = 1;
+  int etp = 1;
+  /// Megatron's --moe-token-dispatcher-type: all-to-all over the ep group ("alltoall"), or an
+  /// all-gather of every rank's tokens and a reduce-scatter of the outputs ("allgather").
+  bool moe_allgather_dispatcher = false;
+  /// Megatron's --moe-shared-expert-overlap: the shared experts run while the dispatch
+  /// all-to-all is in flight (else after the routed experts).
+  bool moe_shared_expert_overlap = false;
+  /// Megatron's --moe-grouped-gemm: one grouped GEMM over the local experts (else one GEMM
+  /// per expert, sequentially).
+  bool moe_grouped_gemm = true;
+  int expert_dp() const { return ep * etp > 0 ? tp * std::max(dp, 1) / (ep * etp) : 1; }
   /// Gradients are all-reduced in buckets of at least this many bytes, launched as soon as
   /// the last microbatch's backward has produced them (as DDP and Megatron do).
   Bytes dp_bucket_size = Bytes(25 * 1024 * 1024);

@@ -553,7 +553,19 @@ const std::vector<std::string> kMegatronValued = {"--tensor-model-parallel-size"
                                                   "--num-layers-per-virtual-pipeline-stage",
                                                   "--context-parallel-size",
                                                   "--expert-model-parallel-size",
+                                                  "--expert-tensor-parallel-size",
                                                   "--num-experts",
+                                                  "--moe-router-topk",
+                                                  "--moe-ffn-hidden-size",
+                                                  "--moe-shared-expert-intermediate-size",
+                                                  "--moe-token-dispatcher-type",
+                                                  "--moe-router-load-balancing-type",
+                                                  "--moe-aux-loss-coeff",
+                                                  "--moe-layer-freq",
+                                                  "--moe-expert-capacity-factor",
+                                                  "--moe-router-num-groups",
+                                                  "--moe-router-group-topk",
+                                                  "--moe-router-score-function",
                                                   "--micro-batch-size",
                                                   "--global-batch-size",
                                                   "--seq-length",
@@ -578,6 +590,8 @@ const std::vector<std::string> kMegatronValued = {"--tensor-model-parallel-size"
                                                   "--clip-grad",
                                                   "--loss-scale"};
 const std::vector<std::string> kMegatronFlags = {"--sequence-parallel",
+                                                 "--moe-grouped-gemm",
+                                                 "--moe-shared-expert-overlap",
                                                  "--no-scatter-gather-tensors-in-pipeline",
                                                  "--no-overlap-p2p-communication",
                                                  "--group-query-attention",
@@ -815,17 +829,12 @@ class MegatronReader : foreign::Reader {
       // Megatron's data-parallel size is what remains of the world, as with --tp and --pp.
       out_.overrides.push_back({"parallelism.dp", nullptr, source_ + " (dp = world / (tp x pp))"});
     }
-    for (const char* arg : {"--context-parallel-size", "--expert-model-parallel-size"}) {
-      if (has(arg) && integer(arg, 1, kDegree) > 1) {
-        fail(arg,
-             std::string(arg == std::string("--context-parallel-size") ? "context parallelism"
-                                                                       : "expert parallelism") +
-                 " is not modelled: tp x pp x dp would cover the devices differently; use 1");
-      }
+    if (has("--context-parallel-size") && integer("--context-parallel-size", 1, kDegree) > 1) {
+      fail("--context-parallel-size",
+           "context parallelism is not modelled: tp x pp x dp would cover the devices "
+           "differently; use 1");
     }
-    if (has("--num-experts")) {
-      fail("--num-experts", "mixture-of-experts models are not modelled");
-    }
+    map_moe();
     int vpp = 0;
     if (has("--virtual-pipeline-model-parallel-size")) {
       vpp = static_cast<int>(integer("--virtual-pipeline-model-parallel-size", 1, 1 << 12));
@@ -1037,6 +1046,95 @@ class MegatronReader : foreign::Reader {
     if (flag("--add-bias-linear")) set("model.bias", true, "--add-bias-linear");
   }
 
+  // Megatron-Core's MoE arguments (megatron/training/arguments.py, _add_moe_args): the
+  // model's experts (model.moe) and their parallel layout (parallelism.ep, etp, moe_*).
+  void map_moe() {
+    constexpr std::int64_t kDegree = 1 << 24;
+    if (has("--expert-model-parallel-size")) {
+      set("parallelism.ep", integer("--expert-model-parallel-size", 1, kDegree),
+          "--expert-model-parallel-size");
+    }
+    if (has("--expert-tensor-parallel-size")) {
+      set("parallelism.etp", integer("--expert-tensor-parallel-size", 1, kDegree),
+          "--expert-tensor-parallel-size");
+    }
+    if (has("--moe-token-dispatcher-type")) {
+      const std::string type =
+          choice("--moe-token-dispatcher-type", {"allgather", "alltoall", "alltoall_seq", "flex"});
+      if (type == "flex") {
+        fail("--moe-token-dispatcher-type",
+             "flex (DeepEP's fused dispatcher) is not modelled; use alltoall or allgather");
+      }
+      set("parallelism.moe_token_dispatcher", type == "allgather" ? "allgather" : "alltoall",
+          "--moe-token-dispatcher-type");
+    }
+    if (flag("--moe-grouped-gemm")) set("parallelism.moe_grouped_gemm", true, "--moe-grouped-gemm");
+    if (flag("--moe-shared-expert-overlap")) {
+      set("parallelism.moe_shared_expert_overlap", true, "--moe-shared-expert-overlap");
+    }
+    const char* model_args[] = {"--moe-router-topk",
+                                "--moe-ffn-hidden-size",
+                                "--moe-shared-expert-intermediate-size",
+                                "--moe-router-load-balancing-type",
+                                "--moe-aux-loss-coeff",
+                                "--moe-layer-freq",
+                                "--moe-expert-capacity-factor",
+                                "--moe-router-num-groups",
+                                "--moe-router-group-topk",
+                                "--moe-router-score-function"};
+    if (!has("--num-experts")) {
+      for (const char* arg : model_args) {
+        if (has(arg)) fail(arg, "configures experts: it needs --num-experts");
+      }
+      return;
+    }
+    set("model.moe.num_experts", integer("--num-experts", 1, 1 << 20), "--num-experts");
+    // Megatron's defaults: top-2, the expert FFN of --ffn-hidden-size, every layer.
+    set("model.moe.top_k", has("--moe-router-topk") ? integer("--moe-router-topk", 1, 1 << 20) : 2,
+        "--moe-router-topk");
+    if (has("--moe-ffn-hidden-size")) {
+      set("model.moe.ffn_hidden", integer("--moe-ffn-hidden-size", 1, 1 << 24),
+          "--moe-ffn-hidden-size");
+    } else if (has("--ffn-hidden-size")) {
+      set("model.moe.ffn_hidden", integer("--ffn-hidden-size", 1, 1 << 24), "--ffn-hidden-size");
+    } else {
+      fail("--num-experts", "needs --moe-ffn-hidden-size (or --ffn-hidden-size) for the experts");
+    }
+    if (has("--moe-shared-expert-intermediate-size")) {
+      set("model.moe.shared_experts", 1, "--moe-shared-expert-intermediate-size");
+      set("model.moe.shared_ffn_hidden",
+          integer("--moe-shared-expert-intermediate-size", 1, 1 << 24),
+          "--moe-shared-expert-intermediate-size");
+    }
+    if (has("--moe-layer-freq")) {
+      // An integer: every n-th layer; Megatron's list form ("([0]*3+[1]*58)") is refused.
+      set("model.moe.interval", integer("--moe-layer-freq", 1, 100'000), "--moe-layer-freq");
+    }
+    if (has("--moe-router-load-balancing-type")) {
+      choice("--moe-router-load-balancing-type", {"aux_loss", "seq_aux_loss", "sinkhorn", "none"});
+    }
+    if (has("--moe-aux-loss-coeff")) {
+      set("model.moe.aux_loss_coeff", number("--moe-aux-loss-coeff", 0, 1e6),
+          "--moe-aux-loss-coeff");
+    }
+    if (has("--moe-expert-capacity-factor")) {
+      set("model.moe.capacity_factor", number("--moe-expert-capacity-factor", 1e-6, 1e6),
+          "--moe-expert-capacity-factor");
+    }
+    if (has("--moe-router-score-function") &&
+        choice("--moe-router-score-function", {"softmax", "sigmoid"}) == "sigmoid") {
+      set("model.moe.router", "sigmoid_group_topk", "--moe-router-score-function");
+    }
+    if (has("--moe-router-num-groups")) {
+      set("model.moe.groups", integer("--moe-router-num-groups", 1, 1 << 20),
+          "--moe-router-num-groups");
+    }
+    if (has("--moe-router-group-topk")) {
+      set("model.moe.topk_groups", integer("--moe-router-group-topk", 1, 1 << 20),
+          "--moe-router-group-topk");
+    }
+  }
+
   std::map<std::string, std::string> values_;
   std::set<std::string> flags_;
 };
@@ -1162,13 +1260,58 @@ class HfReader {
                "attention_bias",
                "classifier_dropout"};
       read_neox(m);
-    } else {  // llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, phi3, nemotron
+    } else if (type == "deepseek_v2" || type == "deepseek_v3") {
+      known = {"hidden_size",
+               "intermediate_size",
+               "moe_intermediate_size",
+               "num_hidden_layers",
+               "num_attention_heads",
+               "num_key_value_heads",
+               "n_shared_experts",
+               "n_routed_experts",
+               "routed_scaling_factor",
+               "kv_lora_rank",
+               "q_lora_rank",
+               "qk_rope_head_dim",
+               "v_head_dim",
+               "qk_nope_head_dim",
+               "topk_method",
+               "n_group",
+               "topk_group",
+               "num_experts_per_tok",
+               "moe_layer_freq",
+               "first_k_dense_replace",
+               "norm_topk_prob",
+               "scoring_func",
+               "aux_loss_alpha",
+               "seq_aux",
+               "hidden_act",
+               "max_position_embeddings",
+               "rms_norm_eps",
+               "tie_word_embeddings",
+               "attention_bias",
+               "vocab_size",
+               "ep_size",
+               "num_nextn_predict_layers"};
+      read_deepseek(m, type);
+    } else {  // llama, mistral, mixtral, qwen2(_moe), qwen3(_moe), gemma*, phi3, nemotron
       if (type == "gemma3") {
         r_.fail("text_config",
                 "a multimodal Gemma 3 config.json: give its text_config object as the model "
                 "(model_type gemma3_text); the vision tower is not modelled");
       }
-      known = {"hidden_size",
+      known = {"num_local_experts",
+               "num_experts",
+               "moe_intermediate_size",
+               "shared_expert_intermediate_size",
+               "decoder_sparse_step",
+               "mlp_only_layers",
+               "norm_topk_prob",
+               "num_experts_per_tok",
+               "router_aux_loss_coef",
+               "output_router_logits",
+               "router_jitter_noise",
+               "hidden_size",
                "intermediate_size",
                "num_hidden_layers",
                "num_attention_heads",
@@ -1200,6 +1343,17 @@ class HfReader {
                "embd_pdrop",
                "attn_implementation"};
       read_llama(m, type);
+      if (type == "mixtral") {
+        json moe = json::object();
+        moe["num_experts"] = integer("num_local_experts", "moe.num_experts", 1 << 20);
+        moe["top_k"] = integer("num_experts_per_tok", "moe.top_k", 1 << 20);
+        moe["ffn_hidden"] = m["ffn_hidden"];
+        moe["aux_loss_coeff"] = r_.number_or("router_aux_loss_coef", 0.001);
+        r_.has("output_router_logits");
+        r_.has("router_jitter_noise");
+        m["moe"] = std::move(moe);
+      }
+      if (type == "qwen2_moe" || type == "qwen3_moe") read_qwen_moe(m, type);
     }
     read_dropout(m, type);
     if (const auto* dtype = doc_.find(config::join_path(path_, "torch_dtype"));
@@ -1258,12 +1412,23 @@ class HfReader {
     }
     // Only "architectures": the class names of the supported families.
     static const std::vector<std::pair<std::string, std::string>> kClasses = {
-        {"LlamaForCausalLM", "llama"},      {"MistralForCausalLM", "mistral"},
-        {"GPT2LMHeadModel", "gpt2"},        {"GPT2Model", "gpt2"},
-        {"GPTNeoXForCausalLM", "gpt_neox"}, {"Qwen2ForCausalLM", "qwen2"},
-        {"Qwen3ForCausalLM", "qwen3"},      {"GemmaForCausalLM", "gemma"},
-        {"Gemma2ForCausalLM", "gemma2"},    {"Gemma3ForCausalLM", "gemma3_text"},
-        {"Phi3ForCausalLM", "phi3"},        {"NemotronForCausalLM", "nemotron"}};
+        {"LlamaForCausalLM", "llama"},
+        {"MistralForCausalLM", "mistral"},
+        {"MixtralForCausalLM", "mixtral"},
+        {"DeepseekV2ForCausalLM", "deepseek_v2"},
+        {"DeepseekV3ForCausalLM", "deepseek_v3"},
+        {"GPT2LMHeadModel", "gpt2"},
+        {"GPT2Model", "gpt2"},
+        {"GPTNeoXForCausalLM", "gpt_neox"},
+        {"Qwen2ForCausalLM", "qwen2"},
+        {"Qwen3ForCausalLM", "qwen3"},
+        {"Qwen2MoeForCausalLM", "qwen2_moe"},
+        {"Qwen3MoeForCausalLM", "qwen3_moe"},
+        {"GemmaForCausalLM", "gemma"},
+        {"Gemma2ForCausalLM", "gemma2"},
+        {"Gemma3ForCausalLM", "gemma3_text"},
+        {"Phi3ForCausalLM", "phi3"},
+        {"NemotronForCausalLM", "nemotron"}};
     auto it = object.find("architectures");
     if (it != object.end() && it->is_array()) {
       for (const auto& a : *it) {
@@ -1306,7 +1471,7 @@ class HfReader {
     m["norm"] = type == "nemotron" ? "layernorm" : "rmsnorm";
     const bool attention_bias = r_.boolean_or("attention_bias", false);
     const bool mlp_bias = r_.boolean_or("mlp_bias", type == "llama" ? attention_bias : false);
-    if (type == "qwen2") {
+    if (type == "qwen2" || type == "qwen2_moe") {
       m["bias"] = false;  // Qwen2Attention: q, k and v with biases, o_proj and the MLP without
       m["qkv_bias"] = true;
     } else {
@@ -1318,7 +1483,7 @@ class HfReader {
       m["bias"] = attention_bias;
     }
     m["causal"] = true;
-    if (type == "qwen3" || type == "gemma3_text") m["qk_norm"] = true;
+    if (type == "qwen3" || type == "qwen3_moe" || type == "gemma3_text") m["qk_norm"] = true;
     if (type == "gemma2" || type == "gemma3_text") m["post_norm"] = true;
     if (gemma) {
       note(
@@ -1353,6 +1518,38 @@ class HfReader {
           "partial_rotary_factor", "attn_implementation"}) {
       r_.has(key);
     }
+  }
+
+  // Qwen's mixture of experts (modeling_qwen2_moe.py, modeling_qwen3_moe.py): num_experts
+  // routed experts of moe_intermediate_size, top num_experts_per_tok; Qwen2-MoE adds one shared
+  // expert of shared_expert_intermediate_size behind a sigmoid gate. Every layer is an MoE layer
+  // with decoder_sparse_step 1 and no mlp_only_layers; other layouts are errors.
+  void read_qwen_moe(json& m, const std::string& type) {
+    json moe = json::object();
+    moe["num_experts"] = integer("num_experts", "moe.num_experts", 1 << 20);
+    moe["top_k"] = integer("num_experts_per_tok", "moe.top_k", 1 << 20);
+    moe["ffn_hidden"] = integer("moe_intermediate_size", "moe.ffn_hidden");
+    moe["aux_loss_coeff"] = r_.number_or("router_aux_loss_coef", 0.001);
+    if (type == "qwen2_moe") {
+      const auto shared = r_.integer_in_or("shared_expert_intermediate_size", 0, 1 << 24, 0);
+      if (shared > 0) {
+        moe["shared_experts"] = 1;
+        moe["shared_ffn_hidden"] = shared;
+        moe["shared_expert_gate"] = true;
+      }
+    }
+    if (r_.integer_in_or("decoder_sparse_step", 1, 1 << 20, 1) != 1) {
+      r_.fail("decoder_sparse_step",
+              "only 1 (every layer an MoE layer) is modelled for Qwen's MoE models");
+    }
+    if (const auto* only = doc_.find(r_.path_of("mlp_only_layers"));
+        only != nullptr && !only->is_null() && !(only->is_array() && only->empty())) {
+      r_.fail("mlp_only_layers", "dense layers among Qwen's MoE layers are not modelled");
+    }
+    r_.has("mlp_only_layers");
+    r_.has("norm_topk_prob");
+    r_.has("output_router_logits");
+    m["moe"] = std::move(moe);
   }
 
   // The MLP: gated (SwiGLU, GeGLU) in every family but Nemotron's squared ReLU.
@@ -1391,7 +1588,7 @@ class HfReader {
     r_.has("sliding_window");
     if (v == nullptr || v->is_null()) return;
     const auto window = r_.integer_in("sliding_window", 1, std::int64_t{1} << 40);
-    if (type == "qwen2" || type == "qwen3") {
+    if (type.rfind("qwen", 0) == 0) {
       if (r_.boolean_or("use_sliding_window", false)) {
         r_.fail("use_sliding_window",
                 "Qwen's sliding window on the layers past max_window_layers is not modelled "
@@ -1399,7 +1596,8 @@ class HfReader {
       }
       return;  // the window is off
     }
-    if (type != "mistral" && type != "phi3" && type != "gemma2" && type != "gemma3_text") {
+    if (type != "mistral" && type != "mixtral" && type != "phi3" && type != "gemma2" &&
+        type != "gemma3_text") {
       note("sliding_window " + std::to_string(window) + " is not used by model_type " + type);
       return;
     }
@@ -1442,6 +1640,77 @@ class HfReader {
       }
     }
     return period;
+  }
+
+  // DeepSeek-V2 / V3 (modeling_deepseek.py): MLA attention, first_k_dense_replace dense layers,
+  // n_routed_experts of moe_intermediate_size (num_experts_per_tok per token) and
+  // n_shared_experts; V3's sigmoid scoring with group-limited routing (topk_method noaux_tc).
+  void read_deepseek(json& m, const std::string& type) {
+    m["hidden"] = integer("hidden_size", "hidden");
+    m["ffn_hidden"] = integer("intermediate_size", "ffn_hidden");
+    m["layers"] = integer("num_hidden_layers", "layers", 100'000);
+    m["heads"] = integer("num_attention_heads", "heads");
+    m["kv_heads"] = m["heads"];  // MLA: every head has its keys and values
+    r_.has("num_key_value_heads");
+    m["vocab"] = integer("vocab_size", "vocab", 1 << 30);
+    m["max_seq_len"] = integer_or("max_position_embeddings", "max_seq_len", 4096);
+    m["activation"] = "swiglu";
+    m["tied_embeddings"] = r_.boolean_or("tie_word_embeddings", false);
+    m["position_embedding"] = "rotary";
+    m["norm"] = "rmsnorm";
+    m["bias"] = r_.boolean_or("attention_bias", false);
+    m["causal"] = true;
+    r_.string_or("hidden_act", "silu");
+    json mla = json::object();
+    const auto* q_lora = doc_.find(r_.path_of("q_lora_rank"));
+    r_.has("q_lora_rank");
+    if (q_lora != nullptr && !q_lora->is_null()) {
+      mla["q_lora_rank"] = integer("q_lora_rank", "mla.q_lora_rank", 1 << 20);
+    }
+    mla["kv_lora_rank"] = integer("kv_lora_rank", "mla.kv_lora_rank", 1 << 20);
+    mla["qk_nope_head_dim"] = integer("qk_nope_head_dim", "mla.qk_nope_head_dim", 1 << 20);
+    mla["qk_rope_head_dim"] = integer("qk_rope_head_dim", "mla.qk_rope_head_dim", 1 << 20);
+    mla["v_head_dim"] = integer("v_head_dim", "mla.v_head_dim", 1 << 20);
+    m["mla"] = std::move(mla);
+    const auto* routed = doc_.find(r_.path_of("n_routed_experts"));
+    r_.has("n_routed_experts");
+    if (routed == nullptr || routed->is_null()) return;  // a dense DeepSeek
+    json moe = json::object();
+    moe["num_experts"] = integer("n_routed_experts", "moe.num_experts", 1 << 20);
+    moe["top_k"] = integer("num_experts_per_tok", "moe.top_k", 1 << 20);
+    moe["ffn_hidden"] = integer("moe_intermediate_size", "moe.ffn_hidden");
+    const auto* shared = doc_.find(r_.path_of("n_shared_experts"));
+    r_.has("n_shared_experts");
+    if (shared != nullptr && !shared->is_null()) {
+      moe["shared_experts"] = r_.integer_in("n_shared_experts", 0, 1 << 10);
+    }
+    moe["first_dense"] = r_.integer_in_or("first_k_dense_replace", 0, 100'000, 0);
+    moe["interval"] = integer_or("moe_layer_freq", "moe.interval", 1);
+    const std::string method = r_.string_or("topk_method", "greedy");
+    const std::string scoring = r_.string_or("scoring_func", "softmax");
+    if (scoring == "sigmoid" || method == "noaux_tc" || method == "group_limited_greedy") {
+      moe["router"] = scoring == "sigmoid" ? "sigmoid_group_topk" : "softmax_topk";
+      const auto* groups = doc_.find(r_.path_of("n_group"));
+      r_.has("n_group");
+      r_.has("topk_group");
+      if (groups != nullptr && !groups->is_null()) {
+        moe["groups"] = integer("n_group", "moe.groups", 1 << 20);
+        moe["topk_groups"] = integer_or("topk_group", "moe.topk_groups", 1, 1 << 20);
+      }
+    }
+    moe["aux_loss_coeff"] = r_.number_or("aux_loss_alpha", 0.001);
+    for (const char* key : {"routed_scaling_factor", "norm_topk_prob", "seq_aux", "ep_size"}) {
+      r_.has(key);
+    }
+    m["moe"] = std::move(moe);
+    if (type == "deepseek_v3") {
+      const auto* mtp = doc_.find(r_.path_of("num_nextn_predict_layers"));
+      r_.has("num_nextn_predict_layers");
+      if (mtp != nullptr && mtp->is_number_integer() && mtp->get<int>() > 0) {
+        note("num_nextn_predict_layers " + shown(*mtp) +
+             ": the multi-token-prediction module is not modelled (left out)");
+      }
+    }
   }
 
   void read_gpt2(json& m) {

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "hw_models/config_reader.hpp"
+#include "strategies/moe_config.hpp"
 
 namespace stratasim::strategies {
 
@@ -73,6 +74,10 @@ struct TransformerModel {
   /// FlashAttention's kernel (no extra work there) and an elementwise pass over the scores in
   /// unfused attention; 0: none.
   double attention_logit_softcap = 0;
+  /// Mixture of experts (model.moe) and multi-head latent attention (model.mla):
+  /// strategies/moe_config.hpp.
+  std::optional<MoeSpec> moe;
+  std::optional<MlaSpec> mla;
 
   int head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden / heads; }
   /// Width of the K (and of the V) projection: kv_heads * head_dim.
@@ -107,10 +112,19 @@ struct TransformerModel {
   const char* activation_kernel() const;
 
   // Parameter counts, in elements.
-  std::int64_t layer_parameters() const;      // one transformer layer
+  std::int64_t layer_parameters() const;  // one transformer layer with the dense MLP
+  /// Layer `layer` (0-based): an MoE layer (MoeSpec::is_moe_layer) holds the router, every
+  /// routed expert and the shared experts in place of the dense MLP; with `active`, only the
+  /// top_k routed experts a token goes through (and everything else).
+  std::int64_t layer_parameters(int layer, bool active = false) const;
+  std::int64_t attention_parameters() const;  // the attention block (MLA's when set), no norm
   std::int64_t embedding_parameters() const;  // word embeddings plus a learned position table
   std::int64_t head_parameters() const;       // final norm plus an untied LM head
   std::int64_t parameters() const;            // the whole model
+  /// Parameters one token goes through (MoE: top_k of the routed experts); parameters() for a
+  /// dense model. Embedding and head counted as in parameters().
+  std::int64_t active_parameters() const;
+  bool is_moe_layer(int layer) const { return moe && moe->is_moe_layer(layer); }
 
   /// Checks shapes; throws config::ValidationError with the offending key's path.
   void validate() const;
@@ -118,6 +132,11 @@ struct TransformerModel {
 
 /// What is wrong with `p` as a dropout probability (it must lie in [0, 1)), if anything.
 std::optional<std::string> dropout_problem(double p);
+
+/// The checks of model.moe and model.mla (paths "moe.<key>", "mla.<key>"); `layers`: the
+/// model's. Throw config::ValidationError.
+void validate_moe(const MoeSpec& moe, int layers);
+void validate_mla(const MlaSpec& mla);
 
 /// Reads a model from the object at `path` of `doc` (strict; validated).
 TransformerModel read_model(const config::Document& doc, const std::string& path);

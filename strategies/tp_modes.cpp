@@ -35,6 +35,10 @@ std::string_view name_of(TpAxis a) {
       return "tp_col";
     case TpAxis::tp_depth:
       return "tp_depth";
+    case TpAxis::ep:
+      return "ep";
+    case TpAxis::etp:
+      return "etp";
   }
   return "?";
 }
@@ -46,7 +50,7 @@ TpCoord TpMesh::coord(int t) const {
 
 int TpMesh::axis_size(TpAxis axis) const {
   if (axis == TpAxis::tp) return p;
-  if (mode == TpMode::one_d) return 1;
+  if (mode == TpMode::one_d || axis == TpAxis::ep || axis == TpAxis::etp) return 1;
   if (axis == TpAxis::tp_depth) return mode == TpMode::two_d ? 1 : d;
   return q;
 }

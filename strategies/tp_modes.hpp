@@ -30,9 +30,12 @@ inline constexpr TpMode kAllTpModes[] = {TpMode::one_d, TpMode::two_d, TpMode::t
 std::string_view name_of(TpMode m);
 std::optional<TpMode> tp_mode_from_name(std::string_view name);
 
-enum class TpAxis : std::uint8_t { tp, tp_row, tp_col, tp_depth };
-inline constexpr int kTpAxisCount = 4;
-/// "tp", "tp_row", "tp_col", "tp_depth".
+/// ep and etp are not mesh axes: a mixture-of-experts layer's expert-parallel group and its
+/// expert-tensor-parallel group (strategies/moe.hpp; Communicators makes them); a mesh has
+/// size 1 on them.
+enum class TpAxis : std::uint8_t { tp, tp_row, tp_col, tp_depth, ep, etp };
+inline constexpr int kTpAxisCount = 6;
+/// "tp", "tp_row", "tp_col", "tp_depth", "ep", "etp".
 std::string_view name_of(TpAxis a);
 
 struct TpCoord {

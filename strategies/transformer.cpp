@@ -1,5 +1,7 @@
 #include "strategies/transformer.hpp"
 
+#include "strategies/moe.hpp"
+
 #include <algorithm>
 #include <utility>
 
@@ -9,7 +11,6 @@ namespace {
 
 // Shapes of one layer as seen by one tensor-parallel rank.
 struct Dims {
-  const TransformerModel& model;
   std::int64_t b, s, h, a, kv, d, t, ffn, up, vocab_local, e;
   std::int64_t qd;         // width of the Q projection: a * d (h unless head_dim is explicit)
   std::int64_t s_kv;       // keys each query may attend to: context + s
@@ -35,15 +36,17 @@ struct Dims {
   bool nd;  // tp_mode 2d, 2.5d or 3d
   std::int64_t q;
   std::int64_t bl, tl, hl, heads_l, kv_l, n_res;
+  const TransformerModel* model;  // MoE layers and MLA (1D only)
+  const LayerSetting* setting;
+  std::int64_t attn_out;  // the output projection's local input width: a d / t, MLA's a v / t
 
   Dims(const TransformerModel& m, const LayerSetting& set)
-      : model(m),
-        b(set.micro_batch),
+      : b(set.micro_batch),
         s(set.seq_len),
         h(m.hidden),
         a(m.heads),
         kv(m.kv_heads),
-        d(m.head_dim()),
+        d(m.mla ? m.mla->qk_head_dim() : m.head_dim()),
         t(set.tp),
         ffn(m.ffn_hidden),
         up(m.up_width()),
@@ -72,7 +75,13 @@ struct Dims {
         hl(nd ? h / q : h),
         heads_l(nd ? a / q : a / t),
         kv_l(nd ? kv / q : kv / t),
-        n_res(nd ? tl * hl : tokens_sp * h) {}
+        n_res(nd ? tl * hl : tokens_sp * h),
+        model(&m),
+        setting(&set),
+        attn_out(m.mla ? std::int64_t{m.heads} * m.mla->v_head_dim / set.tp
+                       : m.query_width() / set.tp) {}
+
+  bool moe_layer(int layer) const { return model->is_moe_layer(layer); }
 
   std::int64_t qkv_width() const { return (a + 2 * kv) * d / t; }  // local QKV output width
   Bytes hidden_bytes() const { return Bytes(tokens * h * e); }     // one full [b, s, h] tensor
@@ -161,7 +170,7 @@ Kernel fused_attention(const Dims& d, bool backward, int layer) {
   Attention a{d.bl, d.heads_l, d.kv_l,  d.s,      d.s_kv,
               d.d,  d.causal,  d.dtype, backward, d.attention_kernel};
   // A window no shorter than the keys changes nothing: left unset (the Program is the same).
-  if (const std::int64_t w = d.model.window_of(layer); w > 0 && w < d.s_kv) a.window = w;
+  if (const std::int64_t w = d.model->window_of(layer); w > 0 && w < d.s_kv) a.window = w;
   return Kernel{a, backward ? "attention.bwd" : "attention"};
 }
 
@@ -173,7 +182,7 @@ void attention_core_forward(const Dims& d, int layer, std::vector<Kernel>& k) {
   }
   const std::int64_t scores = d.bl * heads_local * d.s * d.s_kv;
   k.push_back(gemm("attention.qk", d.s, d.s_kv, d.d, d.dtype, d.bl * heads_local));
-  if (d.model.attention_logit_softcap > 0) {  // c tanh(scores / c), in place
+  if (d.model->attention_logit_softcap > 0) {  // c tanh(scores / c), in place
     k.push_back(elementwise("attention.softcap", scores, scores * d.e, scores * d.e));
   }
   k.push_back(elementwise("attention.softmax", scores, scores * d.e, scores * d.e));
@@ -197,7 +206,7 @@ void attention_core_backward(const Dims& d, int layer, std::vector<Kernel>& k) {
     k.push_back(elementwise("attention.dropout.bwd", scores, scores * d.e + scores, scores * d.e));
   }
   k.push_back(elementwise("attention.softmax.bwd", scores, 2 * scores * d.e, scores * d.e));
-  if (d.model.attention_logit_softcap > 0) {  // times 1 - tanh^2, from the capped scores
+  if (d.model->attention_logit_softcap > 0) {  // times 1 - tanh^2, from the capped scores
     k.push_back(elementwise("attention.softcap.bwd", scores, 2 * scores * d.e, scores * d.e));
   }
   k.push_back(gemm("attention.qk.qgrad", d.s, d.d, d.s_kv, d.dtype, batch));  // dQ = dS K
@@ -224,11 +233,65 @@ ItemRanges item_ranges(const Dims& d) {
               (d.qk_norm ? 1 : 0) + (d.post_norm ? 1 : 0)};
 }
 
+// The MLP block's output joining the residual stream (forward): its post-norm (post_norm),
+// then the dropout and residual add.
+std::vector<Kernel> mlp_output(const Dims& d) {
+  std::vector<Kernel> k;
+  if (d.post_norm) k.push_back(norm_kernel(d, "post_ln2", false));
+  append(k, dropout_residual(d, "mlp.dropout_residual", false));
+  return k;
+}
+
 // The per-head norms of the queries and keys (qk_norm), on the rank's heads.
 Kernel qk_norm_kernel(const Dims& d, bool backward) {
   const std::int64_t n = d.tokens * (d.heads_l + d.kv_l) * d.d;
   return backward ? elementwise("qk_norm.bwd", n, 2 * n * d.e, n * d.e)
                   : elementwise("qk_norm", n, n * d.e, n * d.e);
+}
+
+// The query, key and value projections (one fused QKV GEMM), or MLA's: query down (or none),
+// its norm and up; key-value down (with the shared rope key), its norm and up. The down
+// projections are replicated over the tensor-parallel ranks, the up projections split by heads.
+struct Projection {
+  std::string name;
+  std::int64_t in, out;
+};
+std::vector<Projection> qkv_projections(const Dims& d) {
+  if (d.model->mla == std::nullopt) return {{"qkv", d.h, d.qkv_width()}};
+  const MlaSpec& a = *d.model->mla;
+  const std::int64_t heads_l = d.a / d.t;
+  std::vector<Projection> p;
+  if (a.q_lora_rank > 0) {
+    p.push_back({"q_down", d.h, a.q_lora_rank});
+    p.push_back({"q_up", a.q_lora_rank, heads_l * a.qk_head_dim()});
+  } else {
+    p.push_back({"q", d.h, heads_l * a.qk_head_dim()});
+  }
+  p.push_back({"kv_down", d.h, std::int64_t{a.kv_lora_rank} + a.qk_rope_head_dim});
+  p.push_back({"kv_up", a.kv_lora_rank, heads_l * (a.qk_nope_head_dim + a.v_head_dim)});
+  return p;
+}
+
+void qkv_forward(const Dims& d, std::vector<Kernel>& k) {
+  for (const Projection& p : qkv_projections(d)) {
+    k.push_back(gemm(p.name, d.tokens, p.out, p.in, d.dtype));
+    if (p.name == "q_down" || p.name == "kv_down") {  // the latent's RMSNorm
+      k.push_back(elementwise(p.name + ".norm", d.tokens * p.out, d.tokens * p.out * d.e,
+                              d.tokens * p.out * d.e));
+    }
+  }
+}
+
+// The data gradients (last projection first), or the weight gradients.
+void qkv_backward(const Dims& d, std::vector<Kernel>& k, bool weight) {
+  const std::vector<Projection> ps = qkv_projections(d);
+  for (auto it = ps.rbegin(); it != ps.rend(); ++it) {
+    if (weight) {
+      k.push_back(gemm(it->name + ".wgrad", it->in, it->out, d.tokens, d.dtype));
+    } else {
+      k.push_back(gemm(it->name + ".dgrad", d.tokens, it->in, it->out, d.dtype));
+    }
+  }
 }
 
 void layer_forward(const Dims& d, int layer, Bytes attention_bytes, Bytes mlp_bytes,
@@ -242,10 +305,10 @@ void layer_forward(const Dims& d, int layer, Bytes attention_bytes, Bytes mlp_by
     out.push_back(tp_gather(d, L + " attention", layer));
     attention.clear();
   }
-  attention.push_back(gemm("qkv", d.tokens, d.qkv_width(), d.h, d.dtype));
+  qkv_forward(d, attention);
   if (d.qk_norm) attention.push_back(qk_norm_kernel(d, false));
   attention_core_forward(d, layer, attention);
-  attention.push_back(gemm("proj", d.tokens, d.h, d.qd / d.t, d.dtype));
+  attention.push_back(gemm("proj", d.tokens, d.h, d.attn_out, d.dtype));
   out.push_back(compute(L + " attention", std::move(attention), layer));
   out.back().activation_delta = attention_bytes;
   if (d.t > 1) out.push_back(tp_reduce(d, L + " attention", layer));
@@ -255,6 +318,14 @@ void layer_forward(const Dims& d, int layer, Bytes attention_bytes, Bytes mlp_by
   if (d.post_norm) mlp.push_back(norm_kernel(d, "post_ln1", false));
   append(mlp, dropout_residual(d, "attention.dropout_residual", false));
   mlp.push_back(norm_kernel(d, "ln2", false));
+  if (d.moe_layer(layer)) {  // the MoE block (strategies/moe.hpp) in place of the dense MLP
+    out.push_back(compute(L + " ln2", std::move(mlp), layer));
+    for (Segment& s : moe_block_forward(*d.model, *d.setting, layer, mlp_bytes)) {
+      out.push_back(std::move(s));
+    }
+    out.push_back(compute(L + " residual", mlp_output(d), layer));
+    return;
+  }
   if (d.sp) {
     out.push_back(compute(L + " ln2", std::move(mlp), layer));
     out.push_back(tp_gather(d, L + " mlp", layer));
@@ -268,10 +339,7 @@ void layer_forward(const Dims& d, int layer, Bytes attention_bytes, Bytes mlp_by
   out.push_back(compute(L + " mlp", std::move(mlp), layer));
   out.back().activation_delta = mlp_bytes;
   if (d.t > 1) out.push_back(tp_reduce(d, L + " mlp", layer));
-  std::vector<Kernel> residual;
-  if (d.post_norm) residual.push_back(norm_kernel(d, "post_ln2", false));
-  append(residual, dropout_residual(d, "mlp.dropout_residual", false));
-  out.push_back(compute(L + " residual", std::move(residual), layer));
+  out.push_back(compute(L + " residual", mlp_output(d), layer));
 }
 
 // Appends a compute segment of `kernels` unless there are none.
@@ -280,14 +348,34 @@ void push_compute(std::vector<Segment>& out, std::string label, std::vector<Kern
   if (!kernels.empty()) out.push_back(compute(std::move(label), std::move(kernels), layer));
 }
 
+void dense_mlp_backward(const Dims& d, int layer, Bytes mlp_bytes, std::vector<Kernel> k,
+                        std::vector<Segment>& out);
+void layer_attention_backward(const Dims& d, int layer, int grad_unit, Bytes attention_bytes,
+                              Bytes recomputed_core, std::vector<Segment>& out);
+
 // `recomputed_core` > 0: selective recomputation, the attention core's stored items (that many
 // bytes) are recomputed right before its backward.
 void layer_backward(const Dims& d, int layer, int grad_unit, Bytes attention_bytes, Bytes mlp_bytes,
                     Bytes recomputed_core, std::vector<Segment>& out) {
   const std::string L = layer_name(layer);
-  const std::int64_t up_local = d.up / d.t, ffn_local = d.ffn / d.t;
   std::vector<Kernel> k = dropout_residual(d, "mlp.dropout_residual.bwd", true);
   if (d.post_norm) k.push_back(norm_kernel(d, "post_ln2.bwd", true));
+  if (d.moe_layer(layer)) {
+    push_compute(out, L + " residual bwd", std::move(k), layer);
+    for (Segment& s : moe_block_backward(*d.model, *d.setting, layer, mlp_bytes)) {
+      out.push_back(std::move(s));
+    }
+    k.clear();
+  } else {
+    dense_mlp_backward(d, layer, mlp_bytes, std::move(k), out);
+  }
+  layer_attention_backward(d, layer, grad_unit, attention_bytes, recomputed_core, out);
+}
+
+void dense_mlp_backward(const Dims& d, int layer, Bytes mlp_bytes, std::vector<Kernel> k,
+                        std::vector<Segment>& out) {
+  const std::string L = layer_name(layer);
+  const std::int64_t up_local = d.up / d.t, ffn_local = d.ffn / d.t;
   if (d.sp) {  // the reduce-scatter after fc2 becomes an all-gather of its gradient
     push_compute(out, L + " residual bwd", std::move(k), layer);
     out.push_back(tp_gather(d, L + " mlp bwd", layer));
@@ -307,8 +395,12 @@ void layer_backward(const Dims& d, int layer, int grad_unit, Bytes attention_byt
   out.push_back(compute(L + (d.sp ? " fc1 wgrad" : " mlp bwd"), std::move(k), layer));
   out.back().activation_delta = -mlp_bytes;
   if (d.t > 1) out.push_back(tp_reduce(d, L + " mlp bwd", layer));  // Megatron's f in backward
+}
 
-  k.clear();
+void layer_attention_backward(const Dims& d, int layer, int grad_unit, Bytes attention_bytes,
+                              Bytes recomputed_core, std::vector<Segment>& out) {
+  const std::string L = layer_name(layer);
+  std::vector<Kernel> k;
   k.push_back(norm_kernel(d, "ln2.bwd", true));
   append(k, dropout_residual(d, "attention.dropout_residual.bwd", true));
   if (d.post_norm) k.push_back(norm_kernel(d, "post_ln1.bwd", true));
@@ -317,8 +409,8 @@ void layer_backward(const Dims& d, int layer, int grad_unit, Bytes attention_byt
     out.push_back(tp_gather(d, L + " attention bwd", layer));
     k.clear();
   }
-  k.push_back(gemm("proj.dgrad", d.tokens, d.qd / d.t, d.h, d.dtype));
-  k.push_back(gemm("proj.wgrad", d.qd / d.t, d.h, d.tokens, d.dtype));
+  k.push_back(gemm("proj.dgrad", d.tokens, d.attn_out, d.h, d.dtype));
+  k.push_back(gemm("proj.wgrad", d.attn_out, d.h, d.tokens, d.dtype));
   if (recomputed_core.count() > 0) {  // Megatron's checkpointed core attention
     out.push_back(compute(L + " proj bwd", std::move(k), layer));
     k.clear();
@@ -330,13 +422,13 @@ void layer_backward(const Dims& d, int layer, int grad_unit, Bytes attention_byt
   }
   attention_core_backward(d, layer, k);
   if (d.qk_norm) k.push_back(qk_norm_kernel(d, true));
-  k.push_back(gemm("qkv.dgrad", d.tokens, d.h, d.qkv_width(), d.dtype));
+  qkv_backward(d, k, false);
   if (d.sp) {
     out.push_back(compute(L + " attention bwd", std::move(k), layer));
     out.push_back(tp_gather(d, L + " attention input regather", layer));
     k.clear();
   }
-  k.push_back(gemm("qkv.wgrad", d.h, d.qkv_width(), d.tokens, d.dtype));
+  qkv_backward(d, k, true);
   out.push_back(compute(L + (d.sp ? " qkv wgrad" : " attention bwd"), std::move(k), layer));
   out.back().activation_delta = -attention_bytes;
   if (d.t > 1) out.push_back(tp_reduce(d, L + " attention bwd", layer));
@@ -610,7 +702,8 @@ std::vector<Segment> merge_compute(std::vector<Segment> segments, bool split_lay
       }
       const bool other_layer =
           split_layers && s.layer_begin >= 0 && group_layer >= 0 && group_layer != s.layer_begin;
-      joins = previous.compute && s.compute && !other_layer && previous.recompute == s.recompute;
+      joins = previous.compute && s.compute && !other_layer && previous.recompute == s.recompute &&
+              previous.chain == s.chain;
     }
     if (joins) {
       pieces.back().push_back(&s);
@@ -826,6 +919,23 @@ Kernel embedding_backward(const Dims& d, std::string name, std::int64_t rows) {
 
 }  // namespace
 
+GradUnit layer_unit_of(const TransformerModel& m, const LayerSetting& setting, int layer) {
+  GradUnit unit{layer_name(layer), layer_parameters_per_rank(m, setting), layer};
+  if (!m.mla && !m.is_moe_layer(layer)) return unit;
+  // 1D (MLA and MoE are modelled with Megatron's 1D only): attention, MLP, two norms.
+  const std::int64_t h = m.hidden, f = m.ffn_hidden, t = setting.tp, b = m.bias ? 1 : 0;
+  const std::int64_t up = m.activation == Activation::swiglu ? 2 * f : f;
+  std::int64_t mlp = (h * up + b * up + f * h) / t + b * h;
+  if (m.is_moe_layer(layer)) {
+    const MoeRankParameters p = moe_parameters_per_rank(m, setting);
+    mlp = p.dense + p.experts;
+    unit.expert_parameters = p.experts;
+  }
+  unit.parameters = attention_parameters_per_rank(m, setting.tp) + mlp +
+                    2 * (m.norm == Norm::layernorm ? 2 * h : h);
+  return unit;
+}
+
 StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetting& setting,
                                  int stage, int stages, int layer_begin, int layer_end,
                                  const StageRecompute& recompute) {
@@ -834,7 +944,14 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
   const auto items = layer_activations(model, setting);
   const ItemRanges ranges = item_ranges(d);
   const Bytes attention_bytes = sum_bytes(items, 0, ranges.attention_end);
-  const Bytes mlp_bytes = sum_bytes(items, ranges.attention_end, items.size());
+  const Bytes dense_mlp_bytes = sum_bytes(items, ranges.attention_end, items.size());
+  // An MoE layer's MLP block stores the MoE block's tensors (and the hidden dropout's mask).
+  const Bytes moe_mlp_bytes =
+      model.moe ? moe_block_activations(model, setting) + Bytes(d.hidden_dropout ? d.n_res : 0)
+                : Bytes();
+  const auto mlp_bytes_of = [&](int l) {
+    return model.is_moe_layer(l) ? moe_mlp_bytes : dense_mlp_bytes;
+  };
   // Selective recomputation: the attention core's items are not stored (none with flash
   // attention, whose core keeps only its softmax statistics: nothing to recompute).
   const Bytes core_bytes = recompute.selective && !d.flash
@@ -860,7 +977,7 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
   std::vector<int> layer_unit(static_cast<std::size_t>(layer_end - layer_begin));
   for (int l = layer_end - 1; l >= layer_begin; --l) {
     layer_unit[static_cast<std::size_t>(l - layer_begin)] = next_unit++;
-    plan.grad_units.push_back({layer_name(l), layer_parameters_per_rank(model, setting), l});
+    plan.grad_units.push_back(layer_unit_of(model, setting, l));
   }
   const std::int64_t embedding_params =
       d.vocab_local * d.h + (model.position_embedding == PositionEmbedding::learned
@@ -899,7 +1016,7 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
       any_layer_forward(d, l, Bytes(), Bytes(), fwd);
       if (l == group_begin(l)) fwd[at].checkpoint_delta += checkpoint;
     } else {
-      any_layer_forward(d, l, attention_bytes - core_bytes, mlp_bytes, fwd);
+      any_layer_forward(d, l, attention_bytes - core_bytes, mlp_bytes_of(l), fwd);
     }
   }
   const std::int64_t logits = d.tokens * d.vocab_local;
@@ -965,7 +1082,7 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
       const std::size_t group_start = bwd.size();
       for (int r = group_begin(l); r <= l; ++r) {
         const std::size_t at = bwd.size();
-        any_layer_forward(d, r, attention_bytes, mlp_bytes, bwd);
+        any_layer_forward(d, r, attention_bytes, mlp_bytes_of(r), bwd);
         for (std::size_t i = at; i < bwd.size(); ++i) {
           bwd[i].recompute = true;
           bwd[i].label = "recompute " + bwd[i].label;
@@ -974,7 +1091,7 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
       bwd[group_start].checkpoint_fetch = checkpoint;  // the recompute starts from the checkpoint
     }
     any_layer_backward(d, l, layer_unit[static_cast<std::size_t>(l - layer_begin)], attention_bytes,
-                       mlp_bytes, full ? Bytes() : core_bytes, bwd);
+                       mlp_bytes_of(l), full ? Bytes() : core_bytes, bwd);
     if (full && l == group_begin(l)) bwd.back().checkpoint_delta -= checkpoint;
   }
   if (first) {

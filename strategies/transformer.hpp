@@ -38,6 +38,8 @@ struct LayerSetting {
   /// Keep every compute op within one layer (ZeRO-3 gathers each layer's parameters before
   /// its first op); otherwise neighbouring compute segments merge across layers.
   bool split_layers = false;
+  /// Mixture-of-experts layout (ParallelismSpec::ep, etp, moe_*); read only for MoE layers.
+  MoeSetting moe;
 
   /// The tensor-parallel mesh (make_tp_mesh(tp_mode, tp, tp_depth)).
   TpMesh mesh() const { return make_tp_mesh(tp_mode, tp, tp_depth); }
@@ -133,6 +135,9 @@ struct GradUnit {
   /// transformer and layer-table lowerings; ZeRO-3 gathers a layer unit for the segments that
   /// cover its layer (strategies/lowering/zero3_fetch.hpp).
   int layer = -1;
+  /// Of `parameters`, the routed experts' (MoE layers): their gradients are reduced over the
+  /// expert-data-parallel group and their optimizer states sharded over it, not over dp.
+  std::int64_t expert_parameters = 0;
 };
 
 struct StagePlan {
@@ -177,6 +182,11 @@ std::int64_t layer_parameters_per_rank(const TransformerModel& model, int tp);
 /// (W[in/q, out/q^2]) and keeps biases and norm parameters in q slices ([out/q], [h/q]),
 /// replicated over the q^2 ranks of a slice, as Colossal-AI's Linear3D and LayerNorm3D do.
 std::int64_t layer_parameters_per_rank(const TransformerModel& model, const LayerSetting& setting);
+
+/// The gradient unit of layer `layer` on one rank: its parameters (MLA's attention and an MoE
+/// layer's router, shared and local experts where the model has them: strategies/moe.hpp) and,
+/// of them, the routed experts' (GradUnit::expert_parameters).
+GradUnit layer_unit_of(const TransformerModel& model, const LayerSetting& setting, int layer);
 
 /// The plan of stage `stage` of `stages`, covering layers [layer_begin, layer_end); the first
 /// stage also runs the embedding, the last the final norm, LM head and loss. `recompute` is the

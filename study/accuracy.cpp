@@ -11,6 +11,7 @@
 #include "hw_models/cluster.hpp"
 #include "hw_models/config_reader.hpp"
 #include "sim/cost.hpp"
+#include "sim/network.hpp"
 #include "strategies/program.hpp"
 #include "study/calibration_set.hpp"
 #include "study/catalog.hpp"
@@ -630,6 +631,83 @@ void compare_collectives(const fs::path& calibration, AccuracyReport& out) {
   }
 }
 
+/// The MoE all-to-all table: DeepEP's dispatch and combine on H800s (category
+/// "moe_all_to_all"), costed on configs/hardware/clusters/dgx-h800-2048.json by the cluster's
+/// network model (docs/accuracy.md, docs/moe.md). The buffer of one rank: S = tokens_per_batch
+/// x topk x hidden x e (dispatch fp8: e = 1 + 4 / 128 for DeepEP's per-128-channel fp32 scales;
+/// combine bf16: e = 2).
+/// - Normal kernels: an all-to-all over the ep ranks (8 per node) as NCCL's model costs it;
+///   the bottleneck bandwidth is what crosses the bottleneck link per unit of time: NVLink
+///   within a node, S (n - 1) / n / t; RDMA across nodes, S (n - k) / n / t.
+/// - Low-latency kernels (pure RDMA, every peer at once through IBGDA): t = S / (p2p
+///   efficiency x NIC bandwidth) of the network fabric, no per-step latency.
+void compare_moe(const fs::path& calibration, AccuracyReport& out) {
+  const config::Document doc = config::Document::load(calibration);
+  const json* cases = doc.find("cases");
+  const std::string cluster_name = "dgx-h800-2048";
+  const hw::ClusterSpec cluster = hw::load_cluster(resolve_cluster(cluster_name));
+  const sim::AnalyticalNetwork network(cluster);
+  const int k_node = cluster.devices_per_node;
+  const double nic = cluster.inter_node.bandwidth.bytes_per_second();
+  const double p2p =
+      cluster.collectives.nccl ? cluster.collectives.nccl->network.p2p_efficiency : 1.0;
+  for (std::size_t i = 0; i < cases->size(); ++i) {
+    const CaseReader c(doc, "cases." + std::to_string(i));
+    if (c.required_string("category") != "moe_all_to_all") continue;
+    const std::string source = c.required_string("source.ref");
+    const std::string kernel = c.required_string("config.kernel");
+    const int ep = static_cast<int>(c.required_count("config.ep"));
+    const double tokens = static_cast<double>(c.required_count("config.tokens_per_batch"));
+    const double hidden = static_cast<double>(c.required_count("config.hidden"));
+    const double topk = static_cast<double>(c.required_count("config.topk"));
+    const bool low_latency = kernel.find("low-latency") != std::string::npos;
+    if (ep > cluster.world_size()) {
+      out.unexpressed.push_back({AccuracyLevel::moe, c.id(), source,
+                                 "ep " + std::to_string(ep) + " exceeds " + cluster_name});
+      continue;
+    }
+    for (const char* phase : {"dispatch", "combine"}) {
+      const bool dispatch = std::string(phase) == "dispatch";
+      const double e = dispatch ? 1.0 + 4.0 / 128.0 : 2.0;
+      const double s = tokens * topk * hidden * e;
+      AccuracyRow row;
+      row.level = AccuracyLevel::moe;
+      row.id = c.id() + "/" + phase;
+      row.source = source;
+      row.device = c.string("hardware.gpu").value_or("");
+      row.mapped_to = cluster_name;
+      row.bytes = static_cast<std::int64_t>(s);
+      if (low_latency) {
+        const auto published = c.number(std::string("measured.") + phase + "_latency_us");
+        if (!published) continue;
+        row.series = "DeepEP low-latency (pure RDMA)";
+        row.quantity = std::string(phase) + " latency (us)";
+        row.published = *published;
+        row.predicted = s / (p2p * nic) * 1e6;
+        row.note = "S / (p2p efficiency x NIC)";
+      } else {
+        const auto published = c.number(std::string("measured.") + phase + "_bottleneck_bw_GBps");
+        if (!published) continue;
+        const int nodes = (ep + k_node - 1) / k_node;
+        const int k = std::min(ep, k_node);
+        const sim::GroupShape shape{ep, nodes, k};
+        const double t = network
+                             .collective_time(strategies::CollectiveKind::all_to_all, shape,
+                                              Bytes(static_cast<std::int64_t>(s)))
+                             .seconds();
+        const double crossing = nodes == 1 ? (ep - 1.0) / ep : (ep - k) / static_cast<double>(ep);
+        row.series = nodes == 1 ? "DeepEP normal, NVLink" : "DeepEP normal, RDMA";
+        row.quantity = std::string(phase) + (nodes == 1 ? " NVLink" : " RDMA") + " GB/s";
+        row.published = *published;
+        row.predicted = s * crossing / t / 1e9;
+        row.note = "NCCL model all-to-all";
+      }
+      row.error = row.predicted / row.published - 1;
+      out.rows.push_back(std::move(row));
+    }
+  }
+}
+
 }  // namespace
 
 std::string_view name_of(AccuracyLevel level) {
@@ -642,6 +720,8 @@ std::string_view name_of(AccuracyLevel level) {
       return "attention";
     case AccuracyLevel::collective:
       return "collective";
+    case AccuracyLevel::moe:
+      return "moe";
   }
   return "?";
 }
@@ -666,12 +746,15 @@ AccuracyReport accuracy(const fs::path& calibration, const AccuracyOptions& opti
       continue;  // compare_kernels, below
     } else if (category == "collective" && options.collectives) {
       continue;  // compare_collectives, below
+    } else if (category == "moe_all_to_all" && options.collectives) {
+      continue;  // compare_moe, below
     } else {
       ++others[category];
     }
   }
   if (options.kernels) compare_kernels(calibration, devices, out);
   if (options.collectives) compare_collectives(calibration, out);
+  if (options.collectives) compare_moe(calibration, out);
   out.other_categories.assign(others.begin(), others.end());
   return out;
 }
@@ -725,7 +808,7 @@ json to_json(const AccuracyReport& report) {
   }
   json summary = json::object();
   for (AccuracyLevel level : {AccuracyLevel::e2e, AccuracyLevel::gemm, AccuracyLevel::attention,
-                              AccuracyLevel::collective}) {
+                              AccuracyLevel::collective, AccuracyLevel::moe}) {
     json groups = json::array();
     for (const auto& s : summaries(report, level)) {
       groups.push_back({{"group", s.group},

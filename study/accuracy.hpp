@@ -19,6 +19,11 @@
 //   points), the bus bandwidth the cluster's network model predicts (the NCCL model where the
 //   cluster opts in) plus the measuring tool's fitted overhead, against the published busbw
 //   (GB/s). Disturbed points and unmapped systems are listed as not compared.
+// - MoE all-to-all (with AccuracyOptions::collectives; category "moe_all_to_all"): DeepEP's
+//   dispatch and combine on H800s, each a row (docs/moe.md): the normal kernels' bottleneck
+//   bandwidth from the NCCL model's all-to-all on configs/hardware/clusters/dgx-h800-2048.json,
+//   the low-latency kernels' latency from the network fabric's p2p rate; nothing fitted per row.
+//   Held to kMoeMaxError by a ratchet (tests/study/accuracy_test.cpp).
 //
 // Error: signed, (predicted - published) / published; summaries use |error|.
 #pragma once
@@ -46,13 +51,15 @@ inline constexpr double kKernelMaxError = 0.10;
 inline constexpr double kCollectiveLargeMaxError = 0.10;
 inline constexpr double kCollectiveSmallMaxError = 0.25;
 inline constexpr std::int64_t kCollectiveLargeFrom = 1 << 20;
+/// MoE all-to-all rows (DeepEP): the bound the ratchet counts rows within.
+inline constexpr double kMoeMaxError = 0.15;
 /// The bound a collective row of `bytes` is held to.
 constexpr double collective_bound(std::int64_t bytes) {
   return bytes >= kCollectiveLargeFrom ? kCollectiveLargeMaxError : kCollectiveSmallMaxError;
 }
 
-enum class AccuracyLevel { e2e, gemm, attention, collective };
-/// "e2e", "gemm", "attention", "collective"
+enum class AccuracyLevel { e2e, gemm, attention, collective, moe };
+/// "e2e", "gemm", "attention", "collective", "moe"
 std::string_view name_of(AccuracyLevel level);
 
 /// One compared row: a case (end to end, GEMM) or one point of an attention series.
@@ -95,7 +102,7 @@ struct Unexpressed {
 struct AccuracyOptions {
   bool e2e = true;           // the end-to-end table
   bool kernels = false;      // the GEMM and attention tables
-  bool collectives = false;  // the collective table
+  bool collectives = false;  // the collective table and the MoE all-to-all table
 };
 
 struct AccuracyReport {

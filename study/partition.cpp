@@ -63,6 +63,18 @@ PartitionProblem partition_problem(const Experiment& e) {
     const std::vector<std::int32_t> ranks(members.begin(), members.end());
     tp_shape[static_cast<std::size_t>(a)] = shape_of(ranks, e.cluster);
   }
+  // MoE: the ep and etp groups of stage 0's first rank (Communicators' layout: flat index
+  // i = t + tp d, etp fastest, then ep).
+  const auto expert_group = [&](int size, int stride) {
+    std::vector<std::int32_t> ranks;
+    for (int j = 0; j < size; ++j) {
+      const int i = j * stride;
+      ranks.push_back(layout_of(e).rank(i % par.tp, i / par.tp, 0));
+    }
+    return shape_of(ranks, e.cluster);
+  };
+  tp_shape[static_cast<std::size_t>(strategies::TpAxis::ep)] = expert_group(par.ep, par.etp);
+  tp_shape[static_cast<std::size_t>(strategies::TpAxis::etp)] = expert_group(par.etp, 1);
   const ZeroSettings zero = zero_settings(e);
   const ModelStateFormat format = model_state_format(e);
   auto state = [&](std::int64_t parameters) {
@@ -97,7 +109,7 @@ PartitionProblem partition_problem(const Experiment& e) {
     for (std::size_t k = 0; k < part_costs.size(); ++k) {
       problem.compute_by_part[k].push_back(plan_cost(plan, part_costs[k], network, tp_shape).time);
     }
-    if (!e.layer_table) {  // transformer layers are alike: price one, copy it
+    if (!e.layer_table && !e.model.moe) {  // transformer layers are alike: price one, copy it
       for (int k = 1; k < layers; ++k) problem.layers.push_back(problem.layers.front());
       for (auto& times : problem.compute_by_part) times.assign(layers, times.front());
       break;

@@ -83,16 +83,25 @@ ReportContext report_context(const strategies::Experiment& experiment) {
   const auto& m = experiment.model;
   const auto& p = experiment.parallelism;
   const std::string model_line =
-      experiment.layer_table ? m.name + ": layer table, " + std::to_string(m.layers) + " layers, " +
-                                   billions(experiment.layer_table->parameters()) + " parameters"
-                             : m.name + ": " + std::to_string(m.layers) + " layers, hidden " +
-                                   std::to_string(m.hidden) + ", " + std::to_string(m.heads) +
-                                   " heads, " + billions(m.parameters()) + " parameters";
+      experiment.layer_table
+          ? m.name + ": layer table, " + std::to_string(m.layers) + " layers, " +
+                billions(experiment.layer_table->parameters()) + " parameters"
+          : m.name + ": " + std::to_string(m.layers) + " layers, hidden " +
+                std::to_string(m.hidden) + ", " + std::to_string(m.heads) + " heads, " +
+                billions(m.parameters()) + " parameters" +
+                (m.moe ? " (" + billions(m.active_parameters()) + " active; " +
+                             std::to_string(m.moe->num_experts) + " experts, top-" +
+                             std::to_string(m.moe->top_k) + ")"
+                       : std::string());
   std::string schedule_line = std::string(strategies::name_of(p.schedule));
   if (p.virtual_stages > 1) schedule_line += " (" + std::to_string(p.virtual_stages) + " chunks)";
   if (p.sequence_slices > 1) schedule_line += " (" + std::to_string(p.sequence_slices) + " slices)";
   if (p.tp_overlap > 1) schedule_line += ", tp overlap " + std::to_string(p.tp_overlap);
   std::string tp_text = "tp " + std::to_string(p.tp);
+  const std::string ep_text =
+      p.ep > 1 || p.etp > 1
+          ? ", ep " + std::to_string(p.ep) + (p.etp > 1 ? " etp " + std::to_string(p.etp) : "")
+          : std::string();
   if (p.tp_mode != strategies::TpMode::one_d) {
     tp_text +=
         " (" + std::string(strategies::name_of(p.tp_mode)) +
@@ -112,7 +121,7 @@ ReportContext report_context(const strategies::Experiment& experiment) {
                           ", " + schedule_line + ", micro batch " + std::to_string(p.micro_batch) +
                           ", " + with_commas(experiment.microbatches()) +
                           " microbatches per pipeline" +
-                          (p.sequence_parallel ? ", sequence parallel" : "")},
+                          (p.sequence_parallel ? ", sequence parallel" : "") + ep_text},
       {"training", "global batch " + with_commas(experiment.training.global_batch) + " x " +
                        with_commas(experiment.training.seq_len) + " tokens, " +
                        std::string(name_of(experiment.training.dtype)) +

@@ -30,6 +30,7 @@ std::vector<std::unique_ptr<TechniqueHook>> techniques(Assembly& a) {
       hooks.push_back(std::make_unique<DataParallelAllReduce>(a));
     }
     if (zero.stage >= 1) hooks.push_back(std::make_unique<ZeroGradientSync>(a));
+    if (spec.moe && zero.stage <= 1) hooks.push_back(std::make_unique<ExpertGradientSync>(a));
   }
   if (a.groups.shared_embedding()) hooks.push_back(std::make_unique<EmbeddingSync>(a));
   if (spec.loss_scaling != LossScaling::none) hooks.push_back(std::make_unique<LossScaleCheck>(a));

@@ -73,6 +73,44 @@ Communicators::Communicators(Program& program, const PipelineSpec& spec, const S
   if (spec.zero.stage == 3 && !spec.fsdp && spec.zero.zeropp()) {
     make_zeropp_groups(program, layout, spec.zero);
   }
+  if (spec.moe) make_expert_groups(program, layout, *spec.moe);
+}
+
+void Communicators::make_expert_groups(Program& program, const RankLayout& layout,
+                                       const MoeSetting& moe) {
+  const int flat = layout.tp * layout.dp, etp = moe.etp, ep = moe.ep;
+  const int edp = flat / (etp * ep);
+  const auto world = static_cast<std::size_t>(layout.world_size());
+  // The stage's rank of flat index i (t = i mod tp, d = i / tp).
+  auto rank_of = [&](int i, int stage) { return layout.rank(i % layout.tp, i / layout.tp, stage); };
+  auto make = [&](std::vector<std::uint32_t>& out, int size, const std::string& name,
+                  auto member) {  // member(stage, group, j): flat index of the j-th member
+    out.assign(world, kNoGroup);
+    if (size <= 1) return;
+    for (int stage = 0; stage < layout.pp; ++stage) {
+      for (int g = 0; g < flat / size; ++g) {
+        std::vector<std::int32_t> ranks;
+        for (int j = 0; j < size; ++j) ranks.push_back(rank_of(member(g, j), stage));
+        const auto id = program.add_group(
+            ranks, name + " s" + std::to_string(stage) + " g" + std::to_string(g));
+        for (int r : ranks) out[static_cast<std::size_t>(r)] = id;
+      }
+    }
+  };
+  // ep group g: etp index g mod etp, expert-dp index g / etp.
+  make(axis_[static_cast<std::size_t>(TpAxis::ep)], ep, "ep",
+       [&](int g, int j) { return g % etp + etp * (j + ep * (g / etp)); });
+  make(axis_[static_cast<std::size_t>(TpAxis::etp)], etp, "etp",
+       [&](int g, int j) { return j + etp * g; });
+  // expert-dp group g: etp and ep indices g mod (etp ep).
+  make(expert_dp_, edp, "expert dp", [&](int g, int j) { return g + etp * ep * j; });
+}
+
+std::optional<std::uint32_t> Communicators::expert_dp(int rank) const {
+  if (expert_dp_.empty() || expert_dp_[static_cast<std::size_t>(rank)] == kNoGroup) {
+    return std::nullopt;
+  }
+  return expert_dp_[static_cast<std::size_t>(rank)];
 }
 
 void Communicators::make_hybrid_groups(Program& program, const RankLayout& layout, int shard) {

@@ -60,6 +60,14 @@ class Communicators {
   std::uint32_t hpz(int rank) const { return pick(hpz_, rank); }
   std::uint32_t node(int rank) const { return pick(node_, rank); }
   std::uint32_t cross_node(int rank) const { return pick(cross_node_, rank); }
+  /// Mixture of experts (spec.moe), Megatron-Core's expert layout: within a stage, the rank of
+  /// tp index t and dp index d has the flat index i = t + tp d and, with etp tp-fastest,
+  /// etp index i mod etp, ep index (i / etp) mod ep and expert-data-parallel index
+  /// i / (etp ep). Its ep group (TpAxis::ep through tp()) shares the stage, etp and
+  /// expert-dp indices; its etp group (TpAxis::etp) the stage, ep and expert-dp indices; its
+  /// expert-data-parallel group the stage, etp and ep indices (nullopt for a group of one).
+  /// Made after every other group.
+  std::optional<std::uint32_t> expert_dp(int rank) const;
 
  private:
   void make_mesh_groups(Program& program, const RankLayout& layout);
@@ -71,6 +79,7 @@ class Communicators {
   void make_block_groups(Program& program, const RankLayout& layout, int size,
                          const std::string& block_name, std::vector<std::uint32_t>* blocks,
                          const std::string& strided_name, std::vector<std::uint32_t>* strided);
+  void make_expert_groups(Program& program, const RankLayout& layout, const MoeSetting& moe);
   void make_zeropp_groups(Program& program, const RankLayout& layout, const ZeroSettings& zero);
   std::uint32_t pick(const std::vector<std::uint32_t>& groups, int rank) const {
     return groups.empty() ? dp(rank) : groups[static_cast<std::size_t>(rank)];
@@ -81,7 +90,7 @@ class Communicators {
   int dp_size_ = 1;
   bool shared_embedding_ = false;
   std::vector<std::uint32_t> tp_, dp_, embedding_, grad_stats_, shard_, replicate_;
-  std::vector<std::uint32_t> hpz_, node_, cross_node_;
+  std::vector<std::uint32_t> hpz_, node_, cross_node_, expert_dp_;
   std::array<std::vector<std::uint32_t>, kTpAxisCount> axis_;
 };
 

@@ -10,7 +10,7 @@ namespace stratasim::strategies {
 
 DataParallelAllReduce::DataParallelAllReduce(Assembly& assembly) : assembly_(assembly) {
   for (const StageTemplate& st : assembly.templates) {
-    buckets_.push_back(bucket_units(st.plan.grad_units, assembly.grad_element_size,
+    buckets_.push_back(bucket_units(dense_units(st.plan.grad_units), assembly.grad_element_size,
                                     assembly.spec.dp_bucket_size.count()));
   }
 }
@@ -51,7 +51,8 @@ ZeroGradientSync::ZeroGradientSync(Assembly& assembly)
   for (std::size_t s = 0; s < buckets_.size(); ++s) {
     const StageTemplate& st = assembly.templates[s];
     Buckets& out = buckets_[s];
-    UnitBuckets reduce = bucket_units(st.plan.grad_units, 1, zero.reduce_bucket_size);
+    const std::vector<GradUnit> units = dense_units(st.plan.grad_units);
+    UnitBuckets reduce = bucket_units(units, 1, zero.reduce_bucket_size);
     out.of_unit = std::move(reduce.of_unit);
     for (const UnitBucket& b : reduce.buckets) {
       out.largest = std::max(out.largest, b.parameters);
@@ -81,9 +82,9 @@ ZeroGradientSync::ZeroGradientSync(Assembly& assembly)
     if (zero.stage != 1 && zero.stage != 2) continue;
     if (zero.overlap_param_gather) {
       // Megatron's buckets, in layer order; each waited for by its first forward segment.
-      const UnitBuckets gather = bucket_units(st.plan.grad_units, 1, zero.allgather_bucket_size);
+      const UnitBuckets gather = bucket_units(units, 1, zero.allgather_bucket_size);
       std::vector<int> first(gather.buckets.size(), -1);
-      for (const Use& use : parameter_uses(st.plan.forward, st.plan.grad_units, true)) {
+      for (const Use& use : parameter_uses(st.plan.forward, units, true)) {
         int& f =
             first[static_cast<std::size_t>(gather.of_unit[static_cast<std::size_t>(use.unit)])];
         if (f < 0 || use.first < f) f = use.first;
@@ -96,7 +97,7 @@ ZeroGradientSync::ZeroGradientSync(Assembly& assembly)
       }
       continue;
     }
-    for (std::int64_t left = st.plan.parameters; left > 0;) {
+    for (std::int64_t left = st.plan.parameters - st.expert_parameters; left > 0;) {
       const std::int64_t elements = std::min(left, zero.allgather_bucket_size);
       const std::string index = std::to_string(out.gather.size());
       out.gather.push_back(
@@ -294,6 +295,57 @@ void ZeroGradientSync::after_optimizer_step(RankEmitter& rank, std::size_t slot,
       dep[0] = rank.program.add(Compute{g.copy}, copy, after_step);
     }
     if (assembly_.spec.layout.dp > 1) emit_gather(rank, g.elements, g.label, dep);
+  }
+}
+
+// ---- Mixture of experts: the routed experts' gradients over the expert-data-parallel group
+
+ExpertGradientSync::ExpertGradientSync(Assembly& assembly) : assembly_(assembly) {
+  const bool zero = assembly.spec.zero.stage >= 1;
+  for (const StageTemplate& st : assembly.templates) {
+    const std::vector<GradUnit> units = expert_units(st.plan.grad_units);
+    buckets_.push_back(zero ? bucket_units(units, 1, assembly.spec.zero.reduce_bucket_size)
+                            : bucket_units(units, assembly.grad_element_size,
+                                           assembly.spec.dp_bucket_size.count()));
+  }
+}
+
+void ExpertGradientSync::gradients_complete(RankEmitter& rank, std::size_t slot) {
+  const std::optional<std::uint32_t> group = assembly_.groups.expert_dp(rank.rank);
+  if (!group) return;
+  const int chunk = rank.held[slot];
+  const UnitBuckets& buckets = buckets_[assembly_.index_of(chunk, 0)];
+  const bool zero = assembly_.spec.zero.stage >= 1;
+  for (std::size_t i = 0; i < buckets.buckets.size(); ++i) {
+    const UnitBucket& b = buckets.buckets[i];
+    if (b.parameters == 0) continue;  // dense layers only
+    const std::string label = std::string(zero ? "expert grad reduce-scatter bucket "
+                                               : "expert grad all-reduce bucket ") +
+                              std::to_string(i) +
+                              (rank.held.size() > 1 ? " chunk " + std::to_string(chunk) : "");
+    OpInfo info{Stream::dp_comm, Phase::other, -1, -1, -1, label};
+    const std::array<OpId, 1> dep = {
+        assembly_.spec.dp_overlap ? rank.unit_done[slot][static_cast<std::size_t>(b.last_unit)]
+                                  : rank.last_backward[slot]};
+    rank.last_dp_comm = rank.program.add(
+        Collective{zero ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce,
+                   assembly_.grad_dtype, *group, Bytes(b.parameters * assembly_.grad_element_size)},
+        info, dep);
+  }
+}
+
+void ExpertGradientSync::after_optimizer_step(RankEmitter& rank, std::size_t slot, OpId step) {
+  const std::optional<std::uint32_t> group = assembly_.groups.expert_dp(rank.rank);
+  if (!group || assembly_.spec.zero.stage == 0) return;
+  const UnitBuckets& buckets = buckets_[assembly_.index_of(rank.held[slot], 0)];
+  const std::array<OpId, 1> dep = {step};
+  for (std::size_t i = 0; i < buckets.buckets.size(); ++i) {
+    if (buckets.buckets[i].parameters == 0) continue;
+    const std::string label = "expert param all-gather bucket " + std::to_string(i);
+    OpInfo info{Stream::dp_comm, Phase::other, -1, -1, -1, label};
+    rank.program.add(Collective{CollectiveKind::all_gather, assembly_.spec.dtype, *group,
+                                Bytes(buckets.buckets[i].parameters * assembly_.element_size)},
+                     info, dep);
   }
 }
 

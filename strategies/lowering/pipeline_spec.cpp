@@ -34,6 +34,8 @@ LayerSetting layer_setting(const Experiment& e) {
   s.attention_kernel = e.training.attention_kernel;
   // ZeRO-3 gathers each layer before its first op; FSDP also reduces each unit after its last.
   s.split_layers = e.parallelism.zero == 3 || e.training.fsdp.has_value();
+  s.moe = MoeSetting{e.parallelism.ep, e.parallelism.etp, e.parallelism.moe_allgather_dispatcher,
+                     e.parallelism.moe_shared_expert_overlap, e.parallelism.moe_grouped_gemm};
   return s;
 }
 
@@ -157,6 +159,7 @@ PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_p
   spec.grad_compression = e.parallelism.grad_compression;
   spec.tp_mode = e.parallelism.tp_mode;
   spec.tp_depth = e.parallelism.tp_depth;
+  if (e.model.moe && !e.layer_table) spec.moe = layer_setting(e).moe;
   spec.pipeline_scatter_gather = e.parallelism.pipeline_scatter_gather && spec.layout.tp > 1 &&
                                  !e.parallelism.sequence_parallel && spec.tp_mode == TpMode::one_d;
   spec.zero = zero_settings(e);

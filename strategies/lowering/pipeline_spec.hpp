@@ -9,6 +9,7 @@
 // (arXiv:1910.02054, arXiv:2101.06840, arXiv:2104.07857).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -227,6 +228,15 @@ struct PipelineSpec {
   /// per-pass host overheads (HostOverhead). From the experiment's training settings.
   double grad_clip = 0.0;
   LossScaling loss_scaling = LossScaling::none;
+  /// Mixture of experts (the model has MoE layers): the expert-parallel layout. Communicators
+  /// makes its ep, etp and expert-data-parallel groups (after every other group); gradient
+  /// units' expert_parameters are reduced over the expert-data-parallel group
+  /// (ExpertGradientSync) and their optimizer states sharded over it.
+  std::optional<MoeSetting> moe;
+  /// Ranks of an expert-data-parallel group: tp * dp / (ep * etp) (1 without MoE).
+  int expert_dp() const {
+    return moe ? layout.tp * layout.dp / std::max(1, moe->ep * moe->etp) : 1;
+  }
   Time step_overhead;
   Time microbatch_overhead;
 };

@@ -125,9 +125,7 @@ std::uint64_t RankEmitter::pass_key(PassKind kind, int unit, int chunk) const {
 void RankEmitter::hold_chunk(int chunk) {
   const StageTemplate& st = chunk_template(chunk);
   const Schedule& schedule = assembly.schedule;
-  const DeviceModelStates on_device =
-      device_model_states(assembly.spec.zero, assembly.spec.state_format(), st.plan.parameters,
-                          assembly.spec.layout.dp);
+  const DeviceModelStates on_device = assembly.model_states(st);
   program.add_initial_memory(
       rank, {MemoryCategory::parameters, MemoryTier::device, on_device.parameters});
   program.add_initial_memory(rank,

@@ -142,7 +142,11 @@ Assembly::Assembly(const PipelineSpec& pipeline)
     st.send_activation = program.intern_label("send activation");
     st.recv_gradient = program.intern_label("recv gradient");
     st.send_gradient = program.intern_label("send gradient");
-    st.shard = spec.zero.stage == 0 ? st.plan.parameters : shard_of(st.plan.parameters);
+    for (const GradUnit& u : st.plan.grad_units) st.expert_parameters += u.expert_parameters;
+    const std::int64_t dense = st.plan.parameters - st.expert_parameters;
+    const std::int64_t edp = spec.expert_dp();
+    st.shard = spec.zero.stage == 0 ? st.plan.parameters
+                                    : shard_of(dense) + (st.expert_parameters + edp - 1) / edp;
   }
 }
 
@@ -175,6 +179,35 @@ Bytes Assembly::pipeline_message(Bytes boundary) const {
 std::int64_t Assembly::shard_of(std::int64_t parameters) const {
   const std::int64_t d = spec.zero.shard_degree(spec.layout.dp);
   return d > 1 ? (parameters + d - 1) / d : parameters;
+}
+
+DeviceModelStates Assembly::model_states(const StageTemplate& st) const {
+  const std::int64_t experts = st.expert_parameters;
+  DeviceModelStates states = device_model_states(spec.zero, spec.state_format(),
+                                                 st.plan.parameters - experts, spec.layout.dp);
+  if (experts > 0) {
+    const DeviceModelStates e =
+        device_model_states(spec.zero, spec.state_format(), experts, spec.expert_dp());
+    states.parameters += e.parameters;
+    states.gradients += e.gradients;
+    states.optimizer += e.optimizer;
+  }
+  return states;
+}
+
+std::vector<GradUnit> dense_units(const std::vector<GradUnit>& units) {
+  std::vector<GradUnit> out = units;
+  for (GradUnit& u : out) {
+    u.parameters -= u.expert_parameters;
+    u.expert_parameters = 0;
+  }
+  return out;
+}
+
+std::vector<GradUnit> expert_units(const std::vector<GradUnit>& units) {
+  std::vector<GradUnit> out = units;
+  for (GradUnit& u : out) u.parameters = u.expert_parameters;
+  return out;
 }
 
 std::uint32_t Assembly::copy_kernels(std::int64_t bytes, MemoryTier from, MemoryTier to,

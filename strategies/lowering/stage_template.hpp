@@ -52,6 +52,12 @@ struct UnitBuckets {
 UnitBuckets bucket_units(const std::vector<GradUnit>& units, std::int64_t bytes_per_parameter,
                          std::int64_t limit);
 
+/// The units with only their dense parameters (GradUnit::expert_parameters taken out), and with
+/// only their routed experts' (as `parameters`): what the data-parallel and the
+/// expert-data-parallel gradient synchronisations reduce.
+std::vector<GradUnit> dense_units(const std::vector<GradUnit>& units);
+std::vector<GradUnit> expert_units(const std::vector<GradUnit>& units);
+
 /// A plan's segment with its kernel list and label registered.
 struct TemplateStep {
   bool compute;
@@ -82,6 +88,9 @@ struct StageTemplate {
   Bytes stash;  // activations one forward leaves stored (PipeDream-2BW's carried backwards)
   std::uint32_t recv_activation = 0, send_activation = 0, recv_gradient = 0, send_gradient = 0;
   std::int64_t shard = 0;  // parameters whose optimizer states this rank keeps
+  /// Of the plan's parameters, the routed experts' (sharded over the expert-data-parallel
+  /// group, spec.expert_dp(), instead of dp).
+  std::int64_t expert_parameters = 0;
 };
 
 /// The segments a pass runs: [begin, end) of its template's forward, backward or weight list.
@@ -117,6 +126,9 @@ struct Assembly {
   SegmentRange range_of(const Pass& pass) const;
   /// Parameters of `parameters` a rank keeps under ZeRO sharding: ceil(parameters / dp).
   std::int64_t shard_of(std::int64_t parameters) const;
+  /// Model states a rank holds for a template: device_model_states of its dense parameters over
+  /// dp plus, with MoE, of its experts' over the expert-data-parallel group.
+  DeviceModelStates model_states(const StageTemplate& st) const;
   /// What one pipeline send (and its receive) moves per rank for a boundary tensor of
   /// `boundary` bytes: all of it, or ceil(boundary / tp) with
   /// PipelineSpec::pipeline_scatter_gather.

@@ -8,6 +8,7 @@
 //   CompressedGradients    spec.grad_compression enabled, ZeRO stage 0, dp group > 1
 //   DataParallelAllReduce  otherwise with ZeRO stage 0 and a dp group > 1
 //   ZeroGradientSync       spec.zero.stage >= 1
+//   ExpertGradientSync     spec.moe (mixture of experts) with ZeRO stage 0 or 1
 //   EmbeddingSync          tied embeddings split over two devices (Communicators)
 //   LossScaleCheck         spec.loss_scaling is not none (fp16's dynamic or static scaling)
 //   GradientClipping       spec.grad_clip > 0
@@ -281,6 +282,26 @@ class DataParallelAllReduce : public TechniqueHook {
  private:
   Assembly& assembly_;
   std::vector<UnitBuckets> buckets_;  // per template
+};
+
+/// Mixture of experts (spec.moe, with an expert-data-parallel group of more than one rank):
+/// the routed experts' gradients (GradUnit::expert_parameters; the dense hooks reduce the
+/// rest over dp), bucketed as the dense ones are.
+/// gradients_complete: ZeRO stage 0, per bucket an all-reduce ("expert grad all-reduce bucket
+///   <i>", g bytes per parameter) over Communicators::expert_dp, as DataParallelAllReduce;
+///   stage 1 (Megatron's distributed optimizer), a reduce-scatter ("expert grad reduce-scatter
+///   bucket <i>"), once the last microbatch has produced the bucket.
+/// after_optimizer_step: stage 1, the updated experts all-gathered over the group ("expert param
+///   all-gather bucket <i>", e bytes per parameter).
+class ExpertGradientSync : public TechniqueHook {
+ public:
+  explicit ExpertGradientSync(Assembly& assembly);
+  void gradients_complete(RankEmitter&, std::size_t slot) override;
+  void after_optimizer_step(RankEmitter&, std::size_t slot, OpId step) override;
+
+ private:
+  Assembly& assembly_;
+  std::vector<UnitBuckets> buckets_;  // per template, of the experts' parameters
 };
 
 /// ZeRO stages 1 to 3: gradients (g bytes each, in the buffers' dtype) reduce-scattered in

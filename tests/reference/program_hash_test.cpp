@@ -371,6 +371,27 @@ std::vector<Case> cases() {
   add("mirror dp", {}, 1);
   add("mirror dp and tp", {}, 2);
   add("mirror dp zero 3", {{"parallelism.zero", 3}}, 1);
+  // Mixture of experts (docs/moe.md): Mixtral 8x7B on 64 H100s (pp 4, dp 16, ep 8), two
+  // microbatches per pipeline, every rank emitted; and DeepSeek-V2-Lite (shared experts, MLA).
+  const std::string moe = (configs_dir() / "experiments/mixtral-8x7b-h100-64-ep8.json").string();
+  auto add_moe = [&](const std::string& name,
+                     std::vector<std::pair<std::string, nlohmann::json>> set) {
+    set.insert(set.begin(), {"training.global_batch", 32});
+    all.push_back({"matrix/moe " + name, moe, set, 0});
+  };
+  add_moe("ep 8", {});
+  add_moe("allgather dispatcher", {{"parallelism.moe_token_dispatcher", "allgather"}});
+  add_moe("no grouped gemm", {{"parallelism.moe_grouped_gemm", false}});
+  add_moe("zipf zero 0", {{"model.moe.imbalance", {{"distribution", "zipf"}, {"exponent", 1.0}}},
+                          {"training.distributed_optimizer", false}});
+  add_moe("tp 2 ep 4 etp 2", {{"parallelism.tp", 2},
+                              {"parallelism.dp", 8},
+                              {"parallelism.sequence_parallel", true},
+                              {"parallelism.ep", 4},
+                              {"parallelism.etp", 2}});
+  add_moe("deepseek-v2-lite shared overlap",
+          {{"model", (configs_dir() / "models/deepseek-v2-lite.json").string()},
+           {"parallelism.moe_shared_expert_overlap", true}});
   return all;
 }
 

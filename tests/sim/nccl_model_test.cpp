@@ -596,3 +596,25 @@ TEST_CASE("nccl model: the analytical network's remembered choices are nccl_choo
   CHECK(network.nccl_estimate(CollectiveKind::all_reduce, inside, Bytes(4096)).time <
         network.nccl_estimate(CollectiveKind::all_reduce, inside, big).time);
 }
+
+TEST_CASE("nccl model: an all-to-all across nodes sends each rank's shares over NVLink and NIC") {
+  // 16 ranks on 2 nodes of 8: of S, a rank sends 7/16 over NVLink at 0.7 x 450 = 315 GB/s and
+  // 8/16 through its NIC at 0.9 x 50 = 45 GB/s, at once: algbw = 1 / max(7 / (16 x 315e9),
+  // 8 / (16 x 45e9)) = 90 GB/s, busbw = 90 x 15 / 16 = 84.375 GB/s. (A ring counting the node's
+  // 8 NICs as shared, min(315, 8 x 45) x 16 / 15, would say 336 GB/s.)
+  const auto s = settings(false);
+  const sim::NcclGroup g{.ranks = 16,
+                         .nodes = 2,
+                         .ranks_per_node = 8,
+                         .intra = Bandwidth(450e9),
+                         .nic = Bandwidth(50e9)};
+  const auto a2a = sim::nccl_candidate(CollectiveKind::all_to_all, CollectiveAlgorithm::ring,
+                                       NcclProtocol::simple, g, Bytes(1 << 30), s);
+  REQUIRE(a2a);
+  CHECK(a2a->algbw == doctest::Approx(90e9));
+  CHECK(a2a->busbw == doctest::Approx(84.375e9));
+  // Within one node nothing changes: busbw 0.7 x 450 = 315 GB/s.
+  CHECK(sim::nccl_candidate(CollectiveKind::all_to_all, CollectiveAlgorithm::ring,
+                            NcclProtocol::simple, one_node(8), Bytes(1 << 30), s)
+            ->busbw == doctest::Approx(315e9));
+}

@@ -229,6 +229,48 @@ TEST_CASE("Hugging Face Qwen2.5, Qwen3, Phi-3 and Llama 3.1: published parameter
   CHECK(!contains(notes, "is not read"));
 }
 
+TEST_CASE("Hugging Face Qwen MoE: Qwen1.5-MoE-A2.7B and Qwen3-30B-A3B, total and active") {
+  std::vector<std::string> notes;
+  const auto qwen3 = hf("qwen3-30b-a3b.json", &notes);
+  REQUIRE(qwen3.moe.has_value());
+  CHECK(qwen3.moe->num_experts == 128);
+  CHECK(qwen3.moe->top_k == 8);
+  CHECK(qwen3.qk_norm);
+  // h 2048, L 48, a 32, g 4, d 128, V 151936, 128 experts of 768, top 8: attention 2048 x
+  // (4096 + 1024) + 4096 x 2048 = 18,874,368, norms 2 x 2048 + 2 x 128 = 4352, router 128 x
+  // 2048 = 262,144, an expert 3 x 2048 x 768 = 4,718,592. A layer: 623,120,640 (all experts),
+  // 56,889,600 (8 of them); x 48, + 2 x 311,164,928 + 2048: 30,532,122,624 total and
+  // 3,353,032,704 active (Qwen3 technical report: 30.5B total, 3.3B activated).
+  CHECK(qwen3.parameters() == 30'532'122'624);
+  CHECK(qwen3.active_parameters() == 3'353'032'704);
+  CHECK(!contains(notes, "is not read"));
+
+  const auto qwen15 = hf("qwen1.5-moe-a2.7b.json", &notes);
+  REQUIRE(qwen15.moe.has_value());
+  CHECK(qwen15.qkv_bias);
+  CHECK(qwen15.moe->shared_experts == 1);
+  CHECK(qwen15.moe->shared_expert_gate);
+  // h 2048, L 24, a = g = 16, V 151936, 60 experts of 1408, top 4, one gated shared expert of
+  // 5632: attention 2048 x 6144 + 6144 + 2048^2 = 16,783,360, norms 4096, router 122,880, an
+  // expert 8,650,752, the shared expert 34,603,008 and its gate 2048. A layer 570,560,512 (all)
+  // or 86,118,400 (4 experts); x 24, + 2 x 311,164,928 + 2048: 14,315,784,192 total and
+  // 2,689,173,504 active (Qwen1.5-MoE-A2.7B's card: 14.3B total, 2.7B activated).
+  CHECK(qwen15.parameters() == 14'315'784'192);
+  CHECK(qwen15.active_parameters() == 2'689'173'504);
+  CHECK(!contains(notes, "is not read"));
+
+  // Layouts not modelled name their key.
+  const std::string step = error_of([&] {
+    hf_model_from_text(
+        R"({"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 2, "vocab_size": 100,
+            "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+            "decoder_sparse_step": 2})",
+        "config.json", notes);
+  });
+  CHECK(step.find("at model.decoder_sparse_step") != std::string::npos);
+}
+
 TEST_CASE("Hugging Face Gemma 1/2/3 and Nemotron: shapes, windows, soft-caps, counts") {
   std::vector<std::string> notes;
   const auto gemma = hf("gemma-7b.json", &notes);

@@ -298,3 +298,53 @@ TEST_CASE("accuracy: a malformed calibration file names the file and the JSON pa
   CHECK_THROWS_WITH_AS(study::accuracy(tmp.path() / "no-cases.json"), doctest::Contains("cases"),
                        config::ConfigError);
 }
+
+TEST_CASE("accuracy: a DeepEP low-latency case is S over the network fabric's p2p rate") {
+  // 128 tokens x top-8 x 7168 hidden: dispatch in fp8 with one fp32 scale per 128 channels
+  // (7168 x (1 + 4/128) = 7392 bytes a token), combine in bf16 (14336 bytes). dgx-h800-2048: a
+  // 400 Gb/s NIC (50 GB/s) at the ib-ndr400 fabric's p2p efficiency 0.93 = 46.5 GB/s.
+  const json c = {{"id", "ll-ep8"},
+                  {"category", "moe_all_to_all"},
+                  {"source", {{"ref", "deepep-readme-2025-04"}}},
+                  {"hardware", {{"gpu", "H800"}, {"gpu_count", 8}}},
+                  {"config",
+                   {{"kernel", "DeepEP low-latency"},
+                    {"ep", 8},
+                    {"tokens_per_batch", 128},
+                    {"hidden", 7168},
+                    {"topk", 8}}},
+                  {"measured", {{"dispatch_latency_us", 160}, {"combine_latency_us", 320}}}};
+  const testing::TempDir tmp("accuracy");
+  const auto report = study::accuracy(write(tmp, json::array({c})), {.collectives = true});
+  REQUIRE(report.rows.size() == 2);
+  const auto& d = row(report, "ll-ep8/dispatch");
+  CHECK(d.level == study::AccuracyLevel::moe);
+  CHECK(d.predicted == doctest::Approx(128.0 * 8 * 7392 / 46.5e9 * 1e6).epsilon(1e-9));
+  CHECK(d.error == doctest::Approx(d.predicted / 160 - 1));
+  CHECK(row(report, "ll-ep8/combine").predicted ==
+        doctest::Approx(128.0 * 8 * 14336 / 46.5e9 * 1e6).epsilon(1e-9));
+  // Without --collectives the case is counted among the other categories.
+  const auto plain = study::accuracy(write(tmp, json::array({c})));
+  CHECK(plain.rows.empty());
+  REQUIRE(plain.other_categories.size() == 1);
+  CHECK(plain.other_categories[0].first == "moe_all_to_all");
+}
+
+TEST_CASE("accuracy ratchet: the shipped DeepEP rows within 15% do not fall below 16 of 20") {
+  // tests/reference/calibration.json's 10 moe_all_to_all cases (DeepEP on H800), dispatch and
+  // combine each a row. 16 of 20 within kMoeMaxError today; beyond it: the normal kernels'
+  // internode ep32 (58 and 57 GB/s of RDMA, above the 50 GB/s NIC: DeepEP counts forwarded
+  // bytes once) and the low-latency dispatch at ep 128 and 256 (its latency grows with the peers;
+  // the model has no per-peer term). Raise the count when the model improves; never lower it.
+  const auto report =
+      study::accuracy(testing::source_dir() / "tests" / "reference" / "calibration.json",
+                      {.e2e = false, .collectives = true});
+  int rows = 0, within = 0;
+  for (const auto& r : report.rows) {
+    if (r.level != study::AccuracyLevel::moe) continue;
+    ++rows;
+    within += std::abs(r.error) <= study::kMoeMaxError ? 1 : 0;
+  }
+  CHECK(rows == 20);
+  CHECK(within >= 16);
+}
