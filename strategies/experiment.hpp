@@ -12,6 +12,7 @@
 
 #include "hw_models/cluster.hpp"
 #include "hw_models/config_reader.hpp"
+#include "strategies/context_parallel.hpp"
 #include "strategies/framework.hpp"
 #include "strategies/fsdp.hpp"
 #include "strategies/grad_compression.hpp"
@@ -81,6 +82,12 @@ struct ParallelismSpec {
   int tp_depth = 1;  // 2.5D's depth d
   int pp = 1;        // pipeline stages
   int dp = 0;        // data-parallel degree; 0 in a config means "all remaining devices"
+  /// Context-parallel degree: each sequence's tokens split over cp ranks (Megatron-LM's
+  /// --context-parallel-size), attention exchanging keys and values as cp_mode says
+  /// (strategies/context_parallel.hpp). tp * cp * pp * dp is the device count; gradients are
+  /// reduced (and ZeRO shards) over the dp * cp ranks of the same tp index and stage.
+  int cp = 1;
+  CpMode cp_mode = CpMode::ring;
   bool sequence_parallel = false;  // Megatron sequence parallelism (needs tp > 1 to matter)
   /// Megatron's scatter_gather_tensors_in_pipeline: without sequence parallelism, each
   /// tensor-parallel rank sends 1/tp of a pipeline activation (or its gradient) and the
@@ -235,7 +242,8 @@ struct Experiment {
   /// modelled, ...): "note:" lines for the user (strategies/foreign_inputs.hpp).
   std::vector<std::string> notes;
 
-  /// Microbatches each pipeline runs per iteration: global_batch / (dp * micro_batch).
+  /// Microbatches each pipeline runs per iteration: global_batch / (dp * micro_batch) (the cp
+  /// ranks of a replica share its microbatches).
   std::int64_t microbatches() const {
     return training.global_batch / (std::int64_t{parallelism.dp} * parallelism.micro_batch);
   }

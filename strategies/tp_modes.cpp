@@ -35,6 +35,8 @@ std::string_view name_of(TpAxis a) {
       return "tp_col";
     case TpAxis::tp_depth:
       return "tp_depth";
+    case TpAxis::cp:
+      return "cp";
   }
   return "?";
 }
@@ -46,6 +48,7 @@ TpCoord TpMesh::coord(int t) const {
 
 int TpMesh::axis_size(TpAxis axis) const {
   if (axis == TpAxis::tp) return p;
+  if (axis == TpAxis::cp) return 1;  // outside the mesh
   if (mode == TpMode::one_d) return 1;
   if (axis == TpAxis::tp_depth) return mode == TpMode::two_d ? 1 : d;
   return q;

@@ -30,9 +30,12 @@ inline constexpr TpMode kAllTpModes[] = {TpMode::one_d, TpMode::two_d, TpMode::t
 std::string_view name_of(TpMode m);
 std::optional<TpMode> tp_mode_from_name(std::string_view name);
 
-enum class TpAxis : std::uint8_t { tp, tp_row, tp_col, tp_depth };
-inline constexpr int kTpAxisCount = 4;
-/// "tp", "tp_row", "tp_col", "tp_depth".
+/// The communicator a plan's collective or ring step runs on: the whole tp group, a mesh line of
+/// tp_mode 2d, 2.5d and 3d, or (`cp`) the rank's context-parallel group, which lies outside the
+/// tensor-parallel mesh (strategies/context_parallel.hpp; TpMesh has size 1 on it).
+enum class TpAxis : std::uint8_t { tp, tp_row, tp_col, tp_depth, cp };
+inline constexpr int kTpAxisCount = 5;
+/// "tp", "tp_row", "tp_col", "tp_depth", "cp".
 std::string_view name_of(TpAxis a);
 
 struct TpCoord {

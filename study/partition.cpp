@@ -63,10 +63,15 @@ PartitionProblem partition_problem(const Experiment& e) {
     const std::vector<std::int32_t> ranks(members.begin(), members.end());
     tp_shape[static_cast<std::size_t>(a)] = shape_of(ranks, e.cluster);
   }
+  {  // the cp group of rank 0: cp indices are the fastest after tp (RankLayout)
+    std::vector<std::int32_t> ranks;
+    for (int c = 0; c < par.cp; ++c) ranks.push_back(c * par.tp);
+    tp_shape[static_cast<std::size_t>(strategies::TpAxis::cp)] = shape_of(ranks, e.cluster);
+  }
   const ZeroSettings zero = zero_settings(e);
   const ModelStateFormat format = model_state_format(e);
   auto state = [&](std::int64_t parameters) {
-    return device_model_states(zero, format, parameters, par.dp).total();
+    return device_model_states(zero, format, parameters, par.dp * par.cp).total();
   };
 
   PartitionProblem problem;
@@ -78,7 +83,9 @@ PartitionProblem partition_problem(const Experiment& e) {
       return plan_layer_table_stage(*e.layer_table, {par.micro_batch, e.training.dtype}, l, l + 1);
     }
     const std::vector<StageRecompute> recompute = recompute_plan(e);
-    return plan_transformer_stage(e.model, layer_setting(e), 1, 3, l, l + 1, recompute.front());
+    return context_parallel(
+        plan_transformer_stage(e.model, layer_setting(e), 1, 3, l, l + 1, recompute.front()),
+        context_parallel_of(e));
   };
   // A mixed cluster (or a straggler): each part's layers are priced on its own device, that of
   // tensor- and data-parallel rank 0 of the part's stage.
@@ -105,8 +112,10 @@ PartitionProblem partition_problem(const Experiment& e) {
   }
   if (!e.layer_table) {
     const LayerSetting setting = layer_setting(e);
-    const StagePlan first = plan_transformer_stage(e.model, setting, 0, 2, 0, 0);
-    const StagePlan last = plan_transformer_stage(e.model, setting, 1, 2, layers, layers);
+    const StagePlan first = context_parallel(plan_transformer_stage(e.model, setting, 0, 2, 0, 0),
+                                             context_parallel_of(e));
+    const StagePlan last = context_parallel(
+        plan_transformer_stage(e.model, setting, 1, 2, layers, layers), context_parallel_of(e));
     const PlanCost fc =
         plan_cost(first, part_costs.empty() ? cost : part_costs.front(), network, tp_shape);
     const PlanCost lc =

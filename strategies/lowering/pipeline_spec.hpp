@@ -26,8 +26,15 @@ namespace stratasim::strategies {
 
 /// With tp_mode 2d, 2.5d and 3d, a rank's tp_index is also its mesh coordinate,
 /// tp_index = col + q * (row + q * depth) (strategies/tp_modes.hpp).
+///
+/// Context parallelism (cp > 1) as Megatron-Core orders its ranks (tp fastest, then cp, then
+/// dp, then pp): `dp` here counts the data-parallel-with-context-parallel ranks of a stage
+/// (experiment dp x cp), whose index is cp_index + cp * replica; the dp groups made from it are
+/// Megatron's data_parallel_group(with_context_parallel=True), over which gradients are reduced
+/// and ZeRO shards, and each block of cp consecutive indices is a cp group.
 struct RankLayout {
   int tp = 1, dp = 1, pp = 1;
+  int cp = 1;  // divides dp
   int world_size() const { return tp * dp * pp; }
   /// rank = tp_index + tp * (dp_index + dp * stage)
   int rank(int tp_index, int dp_index, int stage) const {
@@ -36,6 +43,9 @@ struct RankLayout {
   int tp_index(int rank) const { return rank % tp; }
   int dp_index(int rank) const { return (rank / tp) % dp; }
   int stage(int rank) const { return rank / (tp * dp); }
+  /// The rank's place in its cp group, and its data-parallel replica (dp_index without cp).
+  int cp_index(int rank) const { return dp_index(rank) % cp; }
+  int replica(int rank) const { return dp_index(rank) / cp; }
 };
 
 RankLayout layout_of(const Experiment& experiment);
@@ -44,8 +54,11 @@ RankLayout layout_of(const Experiment& experiment);
 /// taking one more when they do not divide (the last stage also carries the LM head).
 std::pair<int, int> stage_layers(int layers, int stages, int stage);
 
-/// The per-rank setting the experiment's layers are lowered with.
+/// The per-rank setting the experiment's layers are lowered with (with context parallelism,
+/// seq_len is the rank's seq_len / cp tokens).
 LayerSetting layer_setting(const Experiment& experiment);
+/// The experiment's context parallelism (parallelism.cp, cp_mode).
+ContextParallel context_parallel_of(const Experiment& experiment);
 
 /// ZeRO (DeepSpeed) and offload settings of the pipeline assembly.
 ///
