@@ -288,6 +288,9 @@ void add_search_options(CLI::App* cmd, SweepArgs& args) {
                   "experiment's)");
   cmd->add_flag("--try-fsdp", args.try_fsdp,
                 "Also try PyTorch FSDP (training.framework fsdp, FULL_SHARD) where pp is 1");
+  cmd->add_option("--cp", args.search_cp,
+                  "Context-parallel degrees tried, e.g. 1,2,4 (dp = GPUs / (tp x cp x pp); "
+                  "default: the experiment's)");
 }
 
 // --resume trusts a file only if it was written by this experiment with these flags: the grid
@@ -460,6 +463,9 @@ int search_command(const SweepArgs& args) {
         [&] { return search::parse_sequence_parallel(args.search_sp, "--sequence-parallel"); });
   }
   space.fsdp = args.try_fsdp;
+  if (!args.search_cp.empty()) {
+    space.cp = parsed([&] { return search::parse_positive_list(args.search_cp, "--cp"); });
+  }
   if (args.min_gpus > args.gpus) {
     throw BadInput("--min-gpus " + std::to_string(args.min_gpus) + ": more than --gpus " +
                    std::to_string(args.gpus));

@@ -117,6 +117,7 @@ std::vector<strategies::Override> overrides_of(const Combination& c,
     flag("sequence_slices", "parallelism.sequence_slices", c.sequence_slices);
   }
   if (!c.framework.empty()) flag("--try-fsdp", "training.framework", c.framework);
+  if (c.cp > 0) flag("--cp", "parallelism.cp", c.cp);
   return o;
 }
 

@@ -96,13 +96,25 @@ class PassRewriter {
     return p;
   }
 
+  // The layer of the attention being split (its segment's, or in a segment merged over several
+  // layers, one attention per layer, the k-th one's), and its label.
+  void name(Segment& x, const Segment& s, const std::string& what) const {
+    x.layer_begin = s.layer_begin;
+    x.layer_end = s.layer_end;
+    if (layer_ >= 0) {
+      x.layer_begin = layer_;
+      x.layer_end = layer_ + 1;
+      x.label = "L" + std::to_string(layer_) + " " + what;
+    } else {
+      x.label = s.label + " " + what;
+    }
+  }
+
   Segment comm(const Segment& s, const std::string& what, int chain) const {
     Segment c;
     c.compute = false;
     c.axis = TpAxis::cp;
-    c.label = s.label + " " + what;
-    c.layer_begin = s.layer_begin;
-    c.layer_end = s.layer_end;
+    name(c, s, what);
     c.recompute = s.recompute;
     c.chain = chain;
     return c;
@@ -110,12 +122,17 @@ class PassRewriter {
 
   Segment block(const Segment& s, const Kernel& k, const std::string& what, int chain) const {
     Segment b = piece_of(s, {k});
-    b.label = s.label + " " + what;
+    name(b, s, what);
     b.chain = chain;
     return b;
   }
 
   void split(const Segment& s, std::vector<Segment>& out) {
+    const auto attentions = std::count_if(s.kernels.begin(), s.kernels.end(), [](const Kernel& k) {
+      return std::holds_alternative<Attention>(k.work);
+    });
+    const bool per_layer = s.layer_begin >= 0 && s.layer_end - s.layer_begin == attentions;
+    int index = 0;
     std::vector<Kernel> current;
     bool first_piece = true;
     Bytes release;  // receive buffers freed by the piece after an attention
@@ -142,6 +159,8 @@ class PassRewriter {
         continue;
       }
       flush(false);
+      layer_ = per_layer ? s.layer_begin + index : -1;
+      ++index;
       release = attention_steps(s, k, *a, out);
     }
     flush(true);
@@ -258,6 +277,7 @@ class PassRewriter {
 
   ContextParallel cp_;
   int fresh_;
+  int layer_ = -1;
 };
 
 }  // namespace
