@@ -31,14 +31,21 @@ struct PlanCost {
 // of 2D/2.5D/3D tensor parallelism are smaller groups than the whole tp group).
 using AxisShapes = std::array<GroupShape, strategies::kTpAxisCount>;
 
+// `cp_peer`: the next rank of rank 0's cp ring (a context-parallel ring step's message goes
+// there).
 PlanCost plan_cost(const StagePlan& plan, const DeviceCostModel& cost,
-                   const AnalyticalNetwork& network, const AxisShapes& tp_shapes) {
+                   const AnalyticalNetwork& network, const AxisShapes& tp_shapes, int cp_peer) {
   PlanCost c;
   for (const auto* list : {&plan.forward, &plan.backward, &plan.weight}) {
     for (const Segment& s : *list) {
-      c.time += s.compute ? cost.kernels_time(s.kernels)
-                          : network.collective_time(
-                                s.collective, tp_shapes[static_cast<std::size_t>(s.axis)], s.bytes);
+      if (s.compute) {
+        c.time += cost.kernels_time(s.kernels);
+      } else if (s.ring_step && s.axis == strategies::TpAxis::cp) {
+        c.time += network.p2p_time(0, cp_peer, s.bytes);
+      } else {
+        c.time += network.collective_time(s.collective, tp_shapes[static_cast<std::size_t>(s.axis)],
+                                          s.bytes);
+      }
     }
   }
   for (const Segment& s : plan.forward) c.stored += s.activation_delta + s.checkpoint_delta;
@@ -63,6 +70,7 @@ PartitionProblem partition_problem(const Experiment& e) {
     const std::vector<std::int32_t> ranks(members.begin(), members.end());
     tp_shape[static_cast<std::size_t>(a)] = shape_of(ranks, e.cluster);
   }
+  const int cp_peer = par.cp > 1 ? par.tp : 0;
   {  // the cp group of rank 0: cp indices are the fastest after tp (RankLayout)
     std::vector<std::int32_t> ranks;
     for (int c = 0; c < par.cp; ++c) ranks.push_back(c * par.tp);
@@ -99,10 +107,11 @@ PartitionProblem partition_problem(const Experiment& e) {
   }
   for (int l = 0; l < layers; ++l) {
     const StagePlan plan = layer_plan(l);
-    const PlanCost c = plan_cost(plan, cost, network, tp_shape);
+    const PlanCost c = plan_cost(plan, cost, network, tp_shape, cp_peer);
     problem.layers.push_back({c.time, state(plan.parameters), c.stored, plan.boundary_bytes});
     for (std::size_t k = 0; k < part_costs.size(); ++k) {
-      problem.compute_by_part[k].push_back(plan_cost(plan, part_costs[k], network, tp_shape).time);
+      problem.compute_by_part[k].push_back(
+          plan_cost(plan, part_costs[k], network, tp_shape, cp_peer).time);
     }
     if (!e.layer_table) {  // transformer layers are alike: price one, copy it
       for (int k = 1; k < layers; ++k) problem.layers.push_back(problem.layers.front());
@@ -116,10 +125,10 @@ PartitionProblem partition_problem(const Experiment& e) {
                                              context_parallel_of(e));
     const StagePlan last = context_parallel(
         plan_transformer_stage(e.model, setting, 1, 2, layers, layers), context_parallel_of(e));
-    const PlanCost fc =
-        plan_cost(first, part_costs.empty() ? cost : part_costs.front(), network, tp_shape);
+    const PlanCost fc = plan_cost(first, part_costs.empty() ? cost : part_costs.front(), network,
+                                  tp_shape, cp_peer);
     const PlanCost lc =
-        plan_cost(last, part_costs.empty() ? cost : part_costs.back(), network, tp_shape);
+        plan_cost(last, part_costs.empty() ? cost : part_costs.back(), network, tp_shape, cp_peer);
     problem.first_extra = {fc.time, state(first.parameters), fc.stored, Bytes(0)};
     problem.last_extra = {lc.time, state(last.parameters), lc.stored, Bytes(0)};
   }
