@@ -675,12 +675,7 @@ void resolve_data_parallel(const config::Document& doc, Experiment& e) {
 // with it.
 void check_context_parallel(const config::Document& doc, const Experiment& e) {
   const auto& p = e.parallelism;
-  if (p.cp <= 1) {
-    if (doc.find("parallelism.cp_mode") != nullptr && p.cp_mode != CpMode::ring) {
-      doc.fail("parallelism.cp_mode", "applies with parallelism.cp > 1, got cp " + number(p.cp));
-    }
-    return;
-  }
+  if (p.cp <= 1) return;  // cp_mode is read and has nothing to do
   const auto& m = e.model;
   const std::int64_t seq = e.training.seq_len;
   if (e.layer_table) {
