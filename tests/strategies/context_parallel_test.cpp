@@ -193,6 +193,23 @@ TEST_CASE("context parallelism: Megatron-Core's rank order and groups") {
   CHECK(groups.count({0, 4}) == 0);  // no dp group without cp
 }
 
+TEST_CASE("context parallelism: ZeRO shards over the dp x cp ranks") {
+  // ZeRO 1 with tp 2, cp 2, pp 1, dp 2 on 8 GPUs: mixed-precision Adam keeps 12 bytes per
+  // parameter (fp32 master weights, m, v; ZeroSettings), sharded over dp x cp = 4 ranks:
+  // 12 ceil(P / 4) bytes of optimizer states for the stage's P parameters per rank.
+  const Experiment e = load_experiment(
+      kGpt, {cli("parallelism.tp", 2), cli("parallelism.pp", 1), cli("parallelism.dp", 2),
+             cli("parallelism.cp", 2), cli("parallelism.zero", 1), cli("training.global_batch", 4),
+             cli("training.flash_attention", true)});
+  const std::int64_t P = pipeline_spec(e).stages.front().parameters;
+  const Program p = lower(e);
+  std::int64_t optimizer = 0;
+  for (const ResidentMemory& m : p.initial_memory(0)) {
+    if (m.category == MemoryCategory::optimizer_states) optimizer += m.bytes.count();
+  }
+  CHECK(optimizer == 12 * ((P + 3) / 4));
+}
+
 TEST_CASE("context parallelism: activations per rank scale by 1 / cp") {
   // Every stored activation is per token (flash attention stores no S^2 tensor): a rank with
   // S / 2 tokens stores half of what one with S tokens stores, plus nothing at the end of a
