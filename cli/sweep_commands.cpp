@@ -288,6 +288,9 @@ void add_search_options(CLI::App* cmd, SweepArgs& args) {
                   "experiment's)");
   cmd->add_flag("--try-fsdp", args.try_fsdp,
                 "Also try PyTorch FSDP (training.framework fsdp, FULL_SHARD) where pp is 1");
+  cmd->add_option("--cp", args.search_cp,
+                  "Context-parallel degrees tried, e.g. 1,2,4 (dp = GPUs / (tp x cp x pp); "
+                  "default: the experiment's)");
 }
 
 // --resume trusts a file only if it was written by this experiment with these flags: the grid
@@ -460,6 +463,9 @@ int search_command(const SweepArgs& args) {
         [&] { return search::parse_sequence_parallel(args.search_sp, "--sequence-parallel"); });
   }
   space.fsdp = args.try_fsdp;
+  if (!args.search_cp.empty()) {
+    space.cp = parsed([&] { return search::parse_positive_list(args.search_cp, "--cp"); });
+  }
   if (args.min_gpus > args.gpus) {
     throw BadInput("--min-gpus " + std::to_string(args.min_gpus) + ": more than --gpus " +
                    std::to_string(args.gpus));
@@ -527,16 +533,22 @@ int search_command(const SweepArgs& args) {
         << " fit";
     if (failed > 0) out << ", " << failed << " failed";
     out << "; " << std::fixed << std::setprecision(1) << wall << " s\n";
+    // A cp column when context parallelism is searched or the experiment has it.
+    const int base_cp = evaluator.base().parallelism.cp;
+    const bool show_cp = !space.cp.empty() || base_cp > 1;
     auto table = [&](const std::vector<std::size_t>& which) {
-      out << "  rank  gpus   tp  pp    dp  zero  sharding  schedule     v  sp  recompute   mb  "
+      out << "  rank  gpus   tp  pp" << (show_cp ? "  cp" : "")
+          << "    dp  zero  sharding  schedule     v  sp  recompute   mb  "
              "iteration s     tokens/s    MFU  peak GiB  GPU-h/Btok  pareto\n";
       for (std::size_t i : which) {
         const auto& c = combos[i];
         const auto& r = results[i];
         out << "  " << std::setw(4) << rank_of[i] << std::setw(6) << r.gpus << std::setw(5) << c.tp
-            << std::setw(4) << c.pp << std::setw(6) << r.dp << std::setw(6) << c.zero << "  "
-            << std::left << std::setw(10) << (c.framework == "fsdp" ? "fsdp" : "zero")
-            << std::setw(11) << r.schedule << std::right << std::setw(3)
+            << std::setw(4) << c.pp;
+        if (show_cp) out << std::setw(4) << (c.cp > 0 ? c.cp : base_cp);
+        out << std::setw(6) << r.dp << std::setw(6) << c.zero << "  " << std::left << std::setw(10)
+            << (c.framework == "fsdp" ? "fsdp" : "zero") << std::setw(11) << r.schedule
+            << std::right << std::setw(3)
             << (c.virtual_stages > 0 ? c.virtual_stages
                                      : evaluator.base().parallelism.virtual_stages)
             << std::setw(4) << (r.sequence_parallel ? "yes" : "no") << "  " << std::left

@@ -36,6 +36,7 @@ struct SweepArgs {
   std::string schedules;         // search: schedules tried; empty: the experiment's
   std::string interleave = "2";  // search: virtual stages tried with interleaved
   std::string search_sp;         // search: sequence parallelism tried; empty: the experiment's
+  std::string search_cp;         // search: context-parallel degrees tried; empty: the experiment's
   bool try_fsdp = false;         // search: also PyTorch FSDP where pp is 1
 };
 

@@ -76,7 +76,7 @@ std::optional<std::string> excluded_because(const strategies::Experiment& base,
   if (fsdp && c.dp == 1) return "FSDP needs dp > 1 (nothing to shard)";
   // ZeRO shards over the data-parallel group: with dp 1 every stage is the same strategy, so
   // only the first stage listed is tried.
-  if (!fsdp && c.dp == 1 && !s.zero.empty() && c.zero != s.zero.front()) {
+  if (!fsdp && c.dp * std::max(1, c.cp) == 1 && !s.zero.empty() && c.zero != s.zero.front()) {
     return "dp 1: the ZeRO stages coincide (" + std::to_string(s.zero.front()) + " is tried)";
   }
   return std::nullopt;
@@ -124,29 +124,35 @@ std::vector<Combination> search_space(const strategies::Experiment& base, const 
   }
   const std::vector<int> sps =
       s.sequence_parallel.empty() ? std::vector<int>{-1} : s.sequence_parallel;
+  // The cp axis (opt in): the listed degrees, else the experiment's (left as it is: 0).
+  const std::vector<int> cps =
+      s.cp.empty() ? std::vector<int>{std::max(1, base.parallelism.cp)} : s.cp;
   std::vector<Combination> out;
   for (int gpus : budgets) {
     for (int tp = 1; tp <= std::min(per_node, gpus); tp *= 2) {
       for (int pp = 1; pp <= std::max(1, base.model.layers) && tp * pp <= gpus; pp *= 2) {
-        if (gpus % (tp * pp) != 0) continue;
-        const int dp = gpus / (tp * pp);
-        for (const auto& [zero, framework] : sharding) {
-          for (const auto& schedule : schedules) {
-            for (int sp : sps) {
-              Combination c = schedule;
-              c.tp = tp;
-              c.pp = pp;
-              c.dp = dp;
-              c.zero = zero;
-              c.framework = framework;
-              c.sequence_parallel = sp;
-              c.gpus = gpus;
-              if (excluded_because(base, s, c)) continue;
-              for (const auto& recompute : s.recompute) {
-                for (int mb : s.micro_batch) {
-                  c.recompute = recompute;
-                  c.micro_batch = mb;
-                  out.push_back(c);
+        for (int cp : cps) {
+          if (gpus % (tp * cp * pp) != 0) continue;
+          const int dp = gpus / (tp * cp * pp);
+          for (const auto& [zero, framework] : sharding) {
+            for (const auto& schedule : schedules) {
+              for (int sp : sps) {
+                Combination c = schedule;
+                c.tp = tp;
+                c.pp = pp;
+                c.dp = dp;
+                c.zero = zero;
+                c.framework = framework;
+                c.sequence_parallel = sp;
+                c.gpus = gpus;
+                c.cp = s.cp.empty() ? 0 : cp;
+                if (excluded_because(base, s, c)) continue;
+                for (const auto& recompute : s.recompute) {
+                  for (int mb : s.micro_batch) {
+                    c.recompute = recompute;
+                    c.micro_batch = mb;
+                    out.push_back(c);
+                  }
                 }
               }
             }

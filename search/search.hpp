@@ -44,6 +44,9 @@ struct SearchSpace {
   std::vector<int> sequence_parallel;
   /// Also try PyTorch FSDP (training.framework "fsdp", FULL_SHARD as ZeRO-3) where it applies.
   bool fsdp = false;
+  /// Context-parallel degrees tried (parallelism.cp, opt in); empty: the experiment's. cp ranks
+  /// come out of the data-parallel ones: dp = GPUs / (tp x cp x pp).
+  std::vector<int> cp;
 };
 
 /// Why a point of the space is left out of the search before any evaluation, or nullopt when
@@ -63,7 +66,8 @@ std::optional<std::string> excluded_because(const strategies::Experiment& base,
 /// in powers of two up to a node's devices (tensor parallelism stays inside a node, as Megatron-LM
 /// places it), pp in powers of two that divide the layers (whole layers per stage, as Megatron-LM
 /// requires), dp the GPUs left, so tp * pp * dp = the GPU count; with dp 1 only the first ZeRO
-/// stage listed (ZeRO shards over data parallelism, so the stages coincide). Each sets `gpus`, so
+/// stage listed (ZeRO shards over data parallelism, so the stages coincide); with SearchSpace::cp,
+/// each listed cp (slowest after pp) and dp = GPUs / (tp x cp x pp). Each sets `gpus`, so
 /// the cluster is resized to it (resize_overrides). A cluster with an explicit topology or
 /// per-device overrides is not resized: std::invalid_argument unless gpus is its size.
 std::vector<Combination> search_space(const strategies::Experiment& base, const SearchSpace& s);

@@ -117,6 +117,7 @@ std::vector<strategies::Override> overrides_of(const Combination& c,
     flag("sequence_slices", "parallelism.sequence_slices", c.sequence_slices);
   }
   if (!c.framework.empty()) flag("--try-fsdp", "training.framework", c.framework);
+  if (c.cp > 0) flag("--cp", "parallelism.cp", c.cp);
   return o;
 }
 
@@ -182,7 +183,7 @@ Result Evaluator::evaluate(const Combination& c) const {
   r.dp = e.parallelism.dp;
   r.schedule = std::string(strategies::name_of(e.parallelism.schedule));
   r.sequence_parallel = e.parallelism.sequence_parallel;
-  r.gpus = e.parallelism.tp * e.parallelism.pp * e.parallelism.dp;
+  r.gpus = e.parallelism.tp * e.parallelism.cp * e.parallelism.pp * e.parallelism.dp;
   r.capacity_bytes = context.device_capacity.count();
   const std::int64_t capacity = r.capacity_bytes;
   try {
@@ -194,7 +195,7 @@ Result Evaluator::evaluate(const Combination& c) const {
       std::int64_t parameters = 0;
       for (const auto& plan : spec.stages) parameters = std::max(parameters, plan.parameters);
       const auto states = strategies::device_model_states(spec.zero, spec.state_format(),
-                                                          parameters, e.parallelism.dp);
+                                                          parameters, spec.layout.dp);
       const std::int64_t need = states.total().count() + strategies::held_back_estimate(e).count();
       if (capacity > 0 && need > capacity) {
         r.status = Status::oom;

@@ -40,6 +40,8 @@ struct Combination {
   int sequence_slices = 0;
   /// training.framework (the search's FSDP axis sets "fsdp"); empty: the experiment's.
   std::string framework = {};
+  /// Context-parallel degree (parallelism.cp; the search's opt-in cp axis); 0: the experiment's.
+  int cp = 0;
 };
 
 /// Lists of values per axis. Empty optional axes (dp, schedule, sequence_parallel) keep the

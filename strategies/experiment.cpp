@@ -189,6 +189,8 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
   p.tp = static_cast<int>(r.integer_in_or("tp", 1, kMaxDegree, 1));
   p.pp = static_cast<int>(r.integer_in_or("pp", 1, kMaxDegree, 1));
   p.dp = static_cast<int>(r.integer_in_or("dp", 1, kMaxDegree, 0));
+  p.cp = static_cast<int>(r.integer_in_or("cp", 1, kMaxDegree, 1));
+  p.cp_mode = *cp_mode_from_name(r.choice_or("cp_mode", {"ring", "ulysses", "allgather"}, "ring"));
   p.tp_mode = *tp_mode_from_name(r.choice_or("tp_mode", {"1d", "2d", "2.5d", "3d"}, "1d"));
   const nlohmann::json* depth =
       r.has("tp_depth") ? r.document().find(r.path_of("tp_depth")) : nullptr;
@@ -667,20 +669,80 @@ void resolve_data_parallel(const config::Document& doc, Experiment& e) {
              "must not exceed the model's layers (" + number(m.layers) + "), got " + number(p.pp));
   }
   const std::int64_t world = e.cluster.world_size();
-  const std::int64_t model_parallel = std::int64_t{p.tp} * p.pp;
+  const std::int64_t model_parallel = std::int64_t{p.tp} * p.cp * p.pp;
+  // Without context parallelism the messages name tp and pp only, as they always have.
+  const std::string mp = p.cp > 1 ? "tp * cp * pp" : "tp * pp";
+  const std::string mp_values =
+      number(p.tp) + " * " + (p.cp > 1 ? number(p.cp) + " * " : "") + number(p.pp);
   if (p.dp == 0) {
     if (world % model_parallel != 0) {
-      doc.fail("parallelism", "tp * pp = " + number(model_parallel) + " does not divide the " +
-                                  number(world) + " devices of cluster " + e.cluster.name +
-                                  "; set tp, pp (and dp) so that tp * pp * dp = " + number(world));
+      doc.fail(p.cp > 1 ? "parallelism.cp" : "parallelism",
+               mp + " = " + number(model_parallel) + " does not divide the " + number(world) +
+                   " devices of cluster " + e.cluster.name + "; set tp, " +
+                   (p.cp > 1 ? "cp, " : "") + "pp (and dp) so that " + mp +
+                   " * dp = " + number(world));
     }
     p.dp = static_cast<int>(world / model_parallel);
   } else if (model_parallel * p.dp != world) {
-    doc.fail("parallelism.dp", "tp * pp * dp = " + number(p.tp) + " * " + number(p.pp) + " * " +
-                                   number(p.dp) + " = " + number(model_parallel * p.dp) +
-                                   ", but cluster " + e.cluster.name + " has " + number(world) +
-                                   " devices");
+    doc.fail("parallelism.dp", mp + " * dp = " + mp_values + " * " + number(p.dp) + " = " +
+                                   number(model_parallel * p.dp) + ", but cluster " +
+                                   e.cluster.name + " has " + number(world) + " devices");
   }
+}
+
+// Context parallelism (strategies/context_parallel.hpp): the sequence splits into cp shards
+// (2 cp chunks for the causal ring's load balancing), sequence parallelism splits each shard
+// over tp, attention is fused, Ulysses splits the heads over tp * cp, and what is not modelled
+// with it.
+void check_context_parallel(const config::Document& doc, const Experiment& e) {
+  const auto& p = e.parallelism;
+  if (p.cp <= 1) return;  // cp_mode is read and has nothing to do
+  const auto& m = e.model;
+  const std::int64_t seq = e.training.seq_len;
+  if (e.layer_table) {
+    doc.fail("parallelism.cp", "splits transformer sequences; a layer-table model has none");
+  }
+  const bool ring_causal = p.cp_mode != CpMode::ulysses && m.causal;
+  const std::int64_t chunks = ring_causal ? 2 * std::int64_t{p.cp} : p.cp;
+  if (seq % chunks != 0) {
+    doc.fail("parallelism.cp",
+             "cp " + number(p.cp) + " must split training.seq_len (" + number(seq) + ") into " +
+                 (ring_causal ? "2 * cp = " + number(chunks) +
+                                    " equal chunks (the causal mask's load balancing: rank r "
+                                    "holds chunks r and 2cp - 1 - r)"
+                              : number(chunks) + " equal shards"));
+  }
+  if (p.sequence_parallel && (seq / p.cp) % p.tp != 0) {
+    doc.fail("parallelism.cp",
+             "with sequence parallelism each rank's seq_len / cp = " + number(seq / p.cp) +
+                 " tokens must split over tp " + number(p.tp));
+  }
+  if (!e.training.flash_attention) {
+    doc.fail("training.flash_attention",
+             "context parallelism runs fused attention (Transformer Engine's, as Megatron-LM "
+             "requires): set it to true with parallelism.cp " +
+                 number(p.cp));
+  }
+  if (p.cp_mode == CpMode::ulysses && p.tp_mode == TpMode::one_d &&
+      (m.heads % (std::int64_t{p.tp} * p.cp) != 0 ||
+       m.kv_heads % (std::int64_t{p.tp} * p.cp) != 0)) {
+    doc.fail("parallelism.cp", "cp_mode \"ulysses\" splits the attention heads over tp * cp = " +
+                                   number(std::int64_t{p.tp} * p.cp) +
+                                   " ranks: it must divide heads (" + number(m.heads) +
+                                   ") and kv_heads (" + number(m.kv_heads) + ")");
+  }
+  const char* problem = nullptr;
+  const char* path = "parallelism.cp";
+  if (p.tp_mode != TpMode::one_d) {
+    problem = "is modelled with Megatron's 1D tensor parallelism (tp_mode \"1d\") only";
+  } else if (p.schedule == ScheduleKind::terapipe) {
+    problem = "and TeraPipe's token slices both split sequences: choose one";
+  } else if (e.training.fsdp && e.training.fsdp->sharding == FsdpSharding::hybrid_shard) {
+    problem = "with FSDP's HYBRID_SHARD is not modelled";
+  } else if (p.zero_hpz_partition_size > 1 || p.zero_quantized_gradients) {
+    problem = "with ZeRO++'s hpZ or qgZ groups is not modelled";
+  }
+  if (problem != nullptr) doc.fail(path, "cp " + number(p.cp) + " " + problem);
 }
 
 // The global batch and the micro-batch: with gradient_accumulation_steps (`accumulation` > 0)
@@ -884,7 +946,7 @@ void check_tp_overlap(const config::Document& doc, const Experiment& e) {
 }
 
 // Mixture of experts: the expert-parallel layout (Megatron-Core's: ep * etp ranks carved out
-// of a stage's tp * dp ranks) and the techniques the MoE lowering models.
+// of a stage's tp * cp * dp ranks) and the techniques the MoE lowering models.
 void check_moe(const config::Document& doc, const Experiment& e) {
   const auto& p = e.parallelism;
   const auto& m = e.model;
@@ -905,11 +967,12 @@ void check_moe(const config::Document& doc, const Experiment& e) {
     doc.fail("parallelism.ep", "must divide model.moe.num_experts (" + number(m.moe->num_experts) +
                                    "), got " + number(p.ep));
   }
-  if ((std::int64_t{p.tp} * p.dp) % (std::int64_t{p.ep} * p.etp) != 0) {
+  if ((std::int64_t{p.tp} * p.cp * p.dp) % (std::int64_t{p.ep} * p.etp) != 0) {
     doc.fail("parallelism.ep", "ep * etp (" + number(p.ep) + " * " + number(p.etp) +
-                                   ") must divide tp * dp (" + number(p.tp) + " * " + number(p.dp) +
-                                   "): expert-parallel groups are carved out of "
-                                   "a stage's tensor- and data-parallel ranks");
+                                   ") must divide tp * cp * dp (" + number(p.tp) + " * " +
+                                   number(p.cp) + " * " + number(p.dp) +
+                                   "): expert-parallel groups are carved out of a stage's "
+                                   "tensor-, context- and data-parallel ranks");
   }
   if (m.moe->ffn_hidden % p.etp != 0 || m.moe->shared_width() % p.tp != 0) {
     doc.fail("parallelism.etp", "must divide model.moe.ffn_hidden (" + number(m.moe->ffn_hidden) +
@@ -951,6 +1014,7 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
   apply_framework_zero(doc, e);
   check_tensor_parallel(doc, e);
   resolve_data_parallel(doc, e);
+  check_context_parallel(doc, e);
   check_fsdp(doc, e);
   check_overlap_param_gather(doc, e);
   resolve_batch(doc, e, accumulation);
@@ -1014,7 +1078,8 @@ int effective_zero_stage(const Experiment& e) {
 Bytes held_back_estimate(const Experiment& e) {
   if (e.memory.reserved) return *e.memory.reserved;
   const auto& p = e.parallelism;
-  const int communicators = (p.tp > 1 ? 1 : 0) + (p.dp > 1 ? 1 : 0) + (p.pp > 1 ? 2 : 0);
+  const int communicators = (p.tp > 1 ? 1 : 0) + (p.cp > 1 ? 1 : 0) +
+                            (std::int64_t{p.dp} * p.cp > 1 ? 1 : 0) + (p.pp > 1 ? 2 : 0);
   return held_back_memory(e.memory.cuda_context, e.memory.nccl_buffers, communicators);
 }
 

@@ -13,6 +13,7 @@
 
 #include "hw_models/cluster.hpp"
 #include "hw_models/config_reader.hpp"
+#include "strategies/context_parallel.hpp"
 #include "strategies/framework.hpp"
 #include "strategies/fsdp.hpp"
 #include "strategies/grad_compression.hpp"
@@ -82,6 +83,12 @@ struct ParallelismSpec {
   int tp_depth = 1;  // 2.5D's depth d
   int pp = 1;        // pipeline stages
   int dp = 0;        // data-parallel degree; 0 in a config means "all remaining devices"
+  /// Context-parallel degree: each sequence's tokens split over cp ranks (Megatron-LM's
+  /// --context-parallel-size), attention exchanging keys and values as cp_mode says
+  /// (strategies/context_parallel.hpp). tp * cp * pp * dp is the device count; gradients are
+  /// reduced (and ZeRO shards) over the dp * cp ranks of the same tp index and stage.
+  int cp = 1;
+  CpMode cp_mode = CpMode::ring;
   bool sequence_parallel = false;  // Megatron sequence parallelism (needs tp > 1 to matter)
   /// Megatron's scatter_gather_tensors_in_pipeline: without sequence parallelism, each
   /// tensor-parallel rank sends 1/tp of a pipeline activation (or its gradient) and the
@@ -109,8 +116,8 @@ struct ParallelismSpec {
   /// Mixture of experts (model.moe; strategies/moe.hpp, docs/moe.md), as Megatron-Core lays
   /// it out: `ep` expert-parallel ranks each hold num_experts / ep experts, `etp` ranks split
   /// each expert's FFN (expert tensor parallelism); the ep * etp ranks are carved out of a
-  /// stage's tp * dp ranks (tp fastest), and the rest, expert_dp() = tp * dp / (ep * etp),
-  /// reduce the experts' gradients (dense parameters stay with dp).
+  /// stage's tp * cp * dp ranks (tp fastest), and the rest, expert_dp() = tp * cp * dp / (ep *
+  /// etp), reduce the experts' gradients (dense parameters stay with dp x cp).
   int ep = 1;
   int etp = 1;
   /// Megatron's --moe-token-dispatcher-type: all-to-all over the ep group ("alltoall"), or an
@@ -122,7 +129,9 @@ struct ParallelismSpec {
   /// Megatron's --moe-grouped-gemm: one grouped GEMM over the local experts (else one GEMM
   /// per expert, sequentially).
   bool moe_grouped_gemm = true;
-  int expert_dp() const { return ep * etp > 0 ? tp * std::max(dp, 1) / (ep * etp) : 1; }
+  int expert_dp() const {
+    return ep * etp > 0 ? tp * std::max(cp, 1) * std::max(dp, 1) / (ep * etp) : 1;
+  }
   /// Gradients are all-reduced in buckets of at least this many bytes, launched as soon as
   /// the last microbatch's backward has produced them (as DDP and Megatron do).
   Bytes dp_bucket_size = Bytes(25 * 1024 * 1024);
@@ -253,7 +262,8 @@ struct Experiment {
   /// modelled, ...): "note:" lines for the user (strategies/foreign_inputs.hpp).
   std::vector<std::string> notes;
 
-  /// Microbatches each pipeline runs per iteration: global_batch / (dp * micro_batch).
+  /// Microbatches each pipeline runs per iteration: global_batch / (dp * micro_batch) (the cp
+  /// ranks of a replica share its microbatches).
   std::int64_t microbatches() const {
     return training.global_batch / (std::int64_t{parallelism.dp} * parallelism.micro_batch);
   }

@@ -552,6 +552,7 @@ const std::vector<std::string> kMegatronValued = {"--tensor-model-parallel-size"
                                                   "--virtual-pipeline-model-parallel-size",
                                                   "--num-layers-per-virtual-pipeline-stage",
                                                   "--context-parallel-size",
+                                                  "--cp-comm-type",
                                                   "--expert-model-parallel-size",
                                                   "--expert-tensor-parallel-size",
                                                   "--num-experts",
@@ -814,6 +815,34 @@ class MegatronReader : foreign::Reader {
                   (hint.empty() ? "" : " (did you mean " + hint + "?)"));
   }
 
+  // Megatron-LM's context parallelism: --context-parallel-size (cp; dp is what remains of the
+  // world), --cp-comm-type p2p (TE's ring), a2a (Ulysses), allgather; Megatron's context
+  // parallelism runs Transformer Engine's fused attention, so flash attention is on.
+  void map_context_parallel() {
+    const bool size = has("--context-parallel-size");
+    const std::int64_t cp = size ? integer("--context-parallel-size", 1, 1 << 24) : 1;
+    if (size) {
+      set("parallelism.cp", cp, "--context-parallel-size");
+      if (!has("--tensor-model-parallel-size") && !has("--pipeline-model-parallel-size")) {
+        out_.overrides.push_back(
+            {"parallelism.dp", nullptr, source_ + " (dp = world / (tp x cp x pp))"});
+      }
+      if (cp > 1) set("training.flash_attention", true, "--context-parallel-size");
+    }
+    if (!has("--cp-comm-type")) return;
+    const std::string type = choice("--cp-comm-type", {"p2p", "a2a", "allgather", "a2a+p2p"});
+    if (type == "a2a+p2p") {
+      fail("--cp-comm-type",
+           "a2a+p2p (hierarchical context parallelism) is not modelled; use p2p, a2a or "
+           "allgather");
+    }
+    set("parallelism.cp_mode",
+        type == "p2p"   ? "ring"
+        : type == "a2a" ? "ulysses"
+                        : "allgather",
+        "--cp-comm-type");
+  }
+
   void map() {
     constexpr std::int64_t kDegree = 1 << 24;
     // Parallelism.
@@ -829,11 +858,7 @@ class MegatronReader : foreign::Reader {
       // Megatron's data-parallel size is what remains of the world, as with --tp and --pp.
       out_.overrides.push_back({"parallelism.dp", nullptr, source_ + " (dp = world / (tp x pp))"});
     }
-    if (has("--context-parallel-size") && integer("--context-parallel-size", 1, kDegree) > 1) {
-      fail("--context-parallel-size",
-           "context parallelism is not modelled: tp x pp x dp would cover the devices "
-           "differently; use 1");
-    }
+    map_context_parallel();
     map_moe();
     int vpp = 0;
     if (has("--virtual-pipeline-model-parallel-size")) {

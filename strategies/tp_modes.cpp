@@ -39,6 +39,8 @@ std::string_view name_of(TpAxis a) {
       return "ep";
     case TpAxis::etp:
       return "etp";
+    case TpAxis::cp:
+      return "cp";
   }
   return "?";
 }
@@ -50,7 +52,9 @@ TpCoord TpMesh::coord(int t) const {
 
 int TpMesh::axis_size(TpAxis axis) const {
   if (axis == TpAxis::tp) return p;
-  if (mode == TpMode::one_d || axis == TpAxis::ep || axis == TpAxis::etp) return 1;
+  if (mode == TpMode::one_d || axis == TpAxis::ep || axis == TpAxis::etp || axis == TpAxis::cp) {
+    return 1;  // outside the mesh
+  }
   if (axis == TpAxis::tp_depth) return mode == TpMode::two_d ? 1 : d;
   return q;
 }

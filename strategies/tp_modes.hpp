@@ -30,12 +30,14 @@ inline constexpr TpMode kAllTpModes[] = {TpMode::one_d, TpMode::two_d, TpMode::t
 std::string_view name_of(TpMode m);
 std::optional<TpMode> tp_mode_from_name(std::string_view name);
 
-/// ep and etp are not mesh axes: a mixture-of-experts layer's expert-parallel group and its
-/// expert-tensor-parallel group (strategies/moe.hpp; Communicators makes them); a mesh has
-/// size 1 on them.
-enum class TpAxis : std::uint8_t { tp, tp_row, tp_col, tp_depth, ep, etp };
-inline constexpr int kTpAxisCount = 6;
-/// "tp", "tp_row", "tp_col", "tp_depth", "ep", "etp".
+/// The communicator a plan's collective or ring step runs on: the whole tp group, a mesh line of
+/// tp_mode 2d, 2.5d and 3d, or a group outside the tensor-parallel mesh (a mesh has size 1 on
+/// it): a mixture-of-experts layer's expert-parallel group `ep` and expert-tensor-parallel group
+/// `etp` (strategies/moe.hpp; Communicators makes them), and the rank's context-parallel group
+/// `cp` (strategies/context_parallel.hpp).
+enum class TpAxis : std::uint8_t { tp, tp_row, tp_col, tp_depth, ep, etp, cp };
+inline constexpr int kTpAxisCount = 7;
+/// "tp", "tp_row", "tp_col", "tp_depth", "ep", "etp", "cp".
 std::string_view name_of(TpAxis a);
 
 struct TpCoord {

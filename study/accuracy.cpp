@@ -350,8 +350,19 @@ E2eMapping map_e2e(const CaseReader& c, const std::string& source) {
              })) {
     why.push_back("MoE");
   }
+  // Context parallelism (Megatron's --context-parallel-size, NeMo's context_parallel_size): TE's
+  // ring attention, Megatron's default cp_comm_type p2p, unless the case names another.
   const std::int64_t cp = c.count("config.cp").value_or(1);
-  if (cp > 1) why.push_back("context parallelism (cp " + std::to_string(cp) + ")");
+  std::string cp_mode = "ring";
+  if (const auto type = c.string("config.cp_comm_type")) {
+    if (*type == "a2a") {
+      cp_mode = "ulysses";
+    } else if (*type == "allgather" || *type == "all_gather") {
+      cp_mode = "allgather";
+    } else if (*type != "p2p") {
+      why.push_back("context parallelism with cp_comm_type " + *type + " not modelled");
+    }
+  }
   if (lower(c.string("config.task").value_or("")).find("lora") != std::string::npos) {
     why.push_back("LoRA");
   }
@@ -439,9 +450,13 @@ E2eMapping map_e2e(const CaseReader& c, const std::string& source) {
 
   json parallelism = {{"tp", tp},
                       {"pp", pp},
-                      {"dp", gpus / (tp * pp)},
+                      {"dp", gpus / (tp * pp * cp)},
                       {"micro_batch", *micro},
                       {"recompute", recompute}};
+  if (cp > 1) {
+    parallelism["cp"] = cp;
+    parallelism["cp_mode"] = cp_mode;
+  }
   if (fsdp.is_null()) parallelism["zero"] = zero;  // else the FSDP sharding's
   if (const std::int64_t vp = c.count("config.vp").value_or(1); vp > 1 && pp > 1) {
     parallelism["schedule"] = "interleaved";

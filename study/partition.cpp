@@ -31,14 +31,21 @@ struct PlanCost {
 // of 2D/2.5D/3D tensor parallelism are smaller groups than the whole tp group).
 using AxisShapes = std::array<GroupShape, strategies::kTpAxisCount>;
 
+// `cp_peer`: the next rank of rank 0's cp ring (a context-parallel ring step's message goes
+// there).
 PlanCost plan_cost(const StagePlan& plan, const DeviceCostModel& cost,
-                   const AnalyticalNetwork& network, const AxisShapes& tp_shapes) {
+                   const AnalyticalNetwork& network, const AxisShapes& tp_shapes, int cp_peer) {
   PlanCost c;
   for (const auto* list : {&plan.forward, &plan.backward, &plan.weight}) {
     for (const Segment& s : *list) {
-      c.time += s.compute ? cost.kernels_time(s.kernels)
-                          : network.collective_time(
-                                s.collective, tp_shapes[static_cast<std::size_t>(s.axis)], s.bytes);
+      if (s.compute) {
+        c.time += cost.kernels_time(s.kernels);
+      } else if (s.ring_step && s.axis == strategies::TpAxis::cp) {
+        c.time += network.p2p_time(0, cp_peer, s.bytes);
+      } else {
+        c.time += network.collective_time(s.collective, tp_shapes[static_cast<std::size_t>(s.axis)],
+                                          s.bytes);
+      }
     }
   }
   for (const Segment& s : plan.forward) c.stored += s.activation_delta + s.checkpoint_delta;
@@ -75,10 +82,16 @@ PartitionProblem partition_problem(const Experiment& e) {
   };
   tp_shape[static_cast<std::size_t>(strategies::TpAxis::ep)] = expert_group(par.ep, par.etp);
   tp_shape[static_cast<std::size_t>(strategies::TpAxis::etp)] = expert_group(par.etp, 1);
+  const int cp_peer = par.cp > 1 ? par.tp : 0;
+  {  // the cp group of rank 0: cp indices are the fastest after tp (RankLayout)
+    std::vector<std::int32_t> ranks;
+    for (int c = 0; c < par.cp; ++c) ranks.push_back(c * par.tp);
+    tp_shape[static_cast<std::size_t>(strategies::TpAxis::cp)] = shape_of(ranks, e.cluster);
+  }
   const ZeroSettings zero = zero_settings(e);
   const ModelStateFormat format = model_state_format(e);
   auto state = [&](std::int64_t parameters) {
-    return device_model_states(zero, format, parameters, par.dp).total();
+    return device_model_states(zero, format, parameters, par.dp * par.cp).total();
   };
 
   PartitionProblem problem;
@@ -90,7 +103,9 @@ PartitionProblem partition_problem(const Experiment& e) {
       return plan_layer_table_stage(*e.layer_table, {par.micro_batch, e.training.dtype}, l, l + 1);
     }
     const std::vector<StageRecompute> recompute = recompute_plan(e);
-    return plan_transformer_stage(e.model, layer_setting(e), 1, 3, l, l + 1, recompute.front());
+    return context_parallel(
+        plan_transformer_stage(e.model, layer_setting(e), 1, 3, l, l + 1, recompute.front()),
+        context_parallel_of(e));
   };
   // A mixed cluster (or a straggler): each part's layers are priced on its own device, that of
   // tensor- and data-parallel rank 0 of the part's stage.
@@ -104,10 +119,11 @@ PartitionProblem partition_problem(const Experiment& e) {
   }
   for (int l = 0; l < layers; ++l) {
     const StagePlan plan = layer_plan(l);
-    const PlanCost c = plan_cost(plan, cost, network, tp_shape);
+    const PlanCost c = plan_cost(plan, cost, network, tp_shape, cp_peer);
     problem.layers.push_back({c.time, state(plan.parameters), c.stored, plan.boundary_bytes});
     for (std::size_t k = 0; k < part_costs.size(); ++k) {
-      problem.compute_by_part[k].push_back(plan_cost(plan, part_costs[k], network, tp_shape).time);
+      problem.compute_by_part[k].push_back(
+          plan_cost(plan, part_costs[k], network, tp_shape, cp_peer).time);
     }
     if (!e.layer_table && !e.model.moe) {  // transformer layers are alike: price one, copy it
       for (int k = 1; k < layers; ++k) problem.layers.push_back(problem.layers.front());
@@ -117,12 +133,14 @@ PartitionProblem partition_problem(const Experiment& e) {
   }
   if (!e.layer_table) {
     const LayerSetting setting = layer_setting(e);
-    const StagePlan first = plan_transformer_stage(e.model, setting, 0, 2, 0, 0);
-    const StagePlan last = plan_transformer_stage(e.model, setting, 1, 2, layers, layers);
-    const PlanCost fc =
-        plan_cost(first, part_costs.empty() ? cost : part_costs.front(), network, tp_shape);
+    const StagePlan first = context_parallel(plan_transformer_stage(e.model, setting, 0, 2, 0, 0),
+                                             context_parallel_of(e));
+    const StagePlan last = context_parallel(
+        plan_transformer_stage(e.model, setting, 1, 2, layers, layers), context_parallel_of(e));
+    const PlanCost fc = plan_cost(first, part_costs.empty() ? cost : part_costs.front(), network,
+                                  tp_shape, cp_peer);
     const PlanCost lc =
-        plan_cost(last, part_costs.empty() ? cost : part_costs.back(), network, tp_shape);
+        plan_cost(last, part_costs.empty() ? cost : part_costs.back(), network, tp_shape, cp_peer);
     problem.first_extra = {fc.time, state(first.parameters), fc.stored, Bytes(0)};
     problem.last_extra = {lc.time, state(last.parameters), lc.stored, Bytes(0)};
   }

@@ -48,9 +48,9 @@ std::vector<std::int32_t> trace_ranks(const std::string& spec, const st::RankLay
   std::vector<std::int32_t> ranks;
   if (mode == "all") {
     // With mirroring only data-parallel replica 0 runs ops: "all" means its ranks.
-    if (mirrored && layout.dp > 1) {
+    if (mirrored && layout.dp > layout.cp) {
       for (int r = 0; r < world; ++r) {
-        if (layout.dp_index(r) == 0) ranks.push_back(r);
+        if (layout.replica(r) == 0) ranks.push_back(r);
       }
     }
     return ranks;
@@ -73,9 +73,10 @@ std::vector<std::int32_t> trace_ranks(const std::string& spec, const st::RankLay
       throw BadInput("--trace-ranks expects all, stages or ranks from 0 to " +
                      std::to_string(world - 1) + " separated by commas, got \"" + item + "\"");
     }
-    if (mirrored && layout.dp_index(rank) != 0) {
+    if (mirrored && layout.replica(rank) != 0) {
       throw BadInput("--trace-ranks: rank " + std::to_string(rank) + " mirrors rank " +
-                     std::to_string(layout.rank(layout.tp_index(rank), 0, layout.stage(rank))) +
+                     std::to_string(layout.rank(layout.tp_index(rank), layout.cp_index(rank),
+                                                layout.stage(rank))) +
                      " (data-parallel replicas are simulated once); add --exact to trace it");
     }
     ranks.push_back(rank);

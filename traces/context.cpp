@@ -117,10 +117,13 @@ ReportContext report_context(const strategies::Experiment& experiment) {
            (cluster.topology ? ", " + std::string(hw::name_of(cluster.topology->kind)) + " topology"
                              : std::string()) +
            ")"},
-      {"parallelism", tp_text + " x pp " + std::to_string(p.pp) + " x dp " + std::to_string(p.dp) +
-                          ", " + schedule_line + ", micro batch " + std::to_string(p.micro_batch) +
-                          ", " + with_commas(experiment.microbatches()) +
-                          " microbatches per pipeline" +
+      {"parallelism", tp_text +
+                          (p.cp > 1 ? " x cp " + std::to_string(p.cp) + " (" +
+                                          std::string(strategies::name_of(p.cp_mode)) + ")"
+                                    : std::string()) +
+                          " x pp " + std::to_string(p.pp) + " x dp " + std::to_string(p.dp) + ", " +
+                          schedule_line + ", micro batch " + std::to_string(p.micro_batch) + ", " +
+                          with_commas(experiment.microbatches()) + " microbatches per pipeline" +
                           (p.sequence_parallel ? ", sequence parallel" : "") + ep_text},
       {"training", "global batch " + with_commas(experiment.training.global_batch) + " x " +
                        with_commas(experiment.training.seq_len) + " tokens, " +

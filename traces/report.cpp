@@ -351,11 +351,26 @@ void fill_interference(const strategies::Program& program, const Timeline& timel
   }
 }
 
+// Context parallelism's transfers run on the tp-comm stream beside the tensor-parallel ones; the
+// report lists them as "cp": collectives on a cp group (strategies/lowering/communicators.cpp
+// names them "cp s<stage> d<replica> t<tp>") and the ring's sends (strategies/context_parallel.cpp
+// labels them "... cp ring ...").
+bool context_parallel_transfer(const strategies::Program& program, const strategies::Op& op) {
+  if (const auto* c = std::get_if<strategies::Collective>(&op.work)) {
+    return c->group < program.groups().size() &&
+           program.groups()[c->group].name.rfind("cp ", 0) == 0;
+  }
+  return std::holds_alternative<strategies::Send>(op.work) &&
+         program.label_of(op).find(" cp ring ") != std::string::npos;
+}
+
 // Per rank and (stream, kind): calls, bytes, wire bytes and time with data moving; the report
-// keeps, per (stream, kind), the rank with the most wire bytes (ties: the lowest rank).
+// keeps, per (stream, kind), the rank with the most wire bytes (ties: the lowest rank). A
+// context-parallel transfer counts under a stream of its own, "cp".
 void fill_communication(const strategies::Program& program, const Timeline& timeline,
                         Report& report) {
-  constexpr int kKinds = 7;  // the collective kinds, then "send"
+  constexpr int kKinds = 7;                               // the collective kinds, then "send"
+  constexpr int kStreams = strategies::kStreamCount + 1;  // the streams, then "cp"
   struct Tally {
     std::int64_t calls = 0;
     std::int64_t bytes = 0;
@@ -363,8 +378,8 @@ void fill_communication(const strategies::Program& program, const Timeline& time
     std::int64_t time_ps = 0;
   };
   const auto world = static_cast<std::size_t>(program.world_size());
-  std::vector<Tally> tally(world * strategies::kStreamCount * kKinds);
-  std::vector<char> used(strategies::kStreamCount * kKinds, 0);
+  std::vector<Tally> tally(world * kStreams * kKinds);
+  std::vector<char> used(kStreams * kKinds, 0);
   const bool indexed = timeline.spans.size() == program.op_count();
   for (OpId id = 0; id < program.op_count(); ++id) {
     const auto& op = program.op(id);
@@ -385,9 +400,12 @@ void fill_communication(const strategies::Program& program, const Timeline& time
     } else {
       continue;
     }
-    const auto slot = static_cast<std::size_t>(op.stream) * kKinds + static_cast<std::size_t>(kind);
+    const auto stream = context_parallel_transfer(program, op)
+                            ? static_cast<std::size_t>(strategies::kStreamCount)
+                            : static_cast<std::size_t>(op.stream);
+    const auto slot = stream * kKinds + static_cast<std::size_t>(kind);
     used[slot] = 1;
-    Tally& t = tally[static_cast<std::size_t>(op.rank) * strategies::kStreamCount * kKinds + slot];
+    Tally& t = tally[static_cast<std::size_t>(op.rank) * kStreams * kKinds + slot];
     ++t.calls;
     t.bytes += bytes;
     t.wire += wire;
@@ -401,12 +419,16 @@ void fill_communication(const strategies::Program& program, const Timeline& time
     }
     const Tally& t = tally[best * used.size() + slot];
     CommTraffic c;
-    const auto stream = static_cast<strategies::Stream>(slot / kKinds);
-    c.stream = stream == strategies::Stream::tp_comm   ? "tp"
-               : stream == strategies::Stream::dp_comm ? "dp"
-               : stream == strategies::Stream::pp_send || stream == strategies::Stream::pp_recv
-                   ? "pp"
-                   : std::string(strategies::name_of(stream));
+    if (slot / kKinds == static_cast<std::size_t>(strategies::kStreamCount)) {
+      c.stream = "cp";
+    } else {
+      const auto stream = static_cast<strategies::Stream>(slot / kKinds);
+      c.stream = stream == strategies::Stream::tp_comm   ? "tp"
+                 : stream == strategies::Stream::dp_comm ? "dp"
+                 : stream == strategies::Stream::pp_send || stream == strategies::Stream::pp_recv
+                     ? "pp"
+                     : std::string(strategies::name_of(stream));
+    }
     const int kind = static_cast<int>(slot % kKinds);
     c.kind = kind == kKinds - 1
                  ? "send"

@@ -73,6 +73,26 @@ Communicators::Communicators(Program& program, const PipelineSpec& spec, const S
   if (spec.zero.stage == 3 && !spec.fsdp && spec.zero.zeropp()) {
     make_zeropp_groups(program, layout, spec.zero);
   }
+  // Context parallelism: each block of cp consecutive dp indices (RankLayout), per stage and
+  // tp index, in cp order (the ring's order).
+  if (layout.cp > 1) {
+    auto& groups = axis_[static_cast<std::size_t>(TpAxis::cp)];
+    groups.assign(world, kNoGroup);
+    for (int stage = 0; stage < layout.pp; ++stage) {
+      for (int replica = 0; replica < layout.dp / layout.cp; ++replica) {
+        for (int t = 0; t < layout.tp; ++t) {
+          std::vector<std::int32_t> ranks;
+          for (int c = 0; c < layout.cp; ++c) {
+            ranks.push_back(layout.rank(t, c + layout.cp * replica, stage));
+          }
+          const auto id =
+              program.add_group(ranks, "cp s" + std::to_string(stage) + " d" +
+                                           std::to_string(replica) + " t" + std::to_string(t));
+          for (int r : ranks) groups[static_cast<std::size_t>(r)] = id;
+        }
+      }
+    }
+  }
   if (spec.moe) make_expert_groups(program, layout, *spec.moe);
 }
 
@@ -224,6 +244,10 @@ std::uint32_t Communicators::tp(TpAxis axis, int rank) const {
   if (axis == TpAxis::tp) return tp_[r];
   const auto& groups = axis_[static_cast<std::size_t>(axis)];
   if (groups.empty() || groups[r] == kNoGroup) {
+    if (axis == TpAxis::cp) {
+      throw std::invalid_argument(
+          "assemble_pipeline: a context-parallel step in a plan lowered without cp > 1");
+    }
     throw std::invalid_argument("assemble_pipeline: a collective on axis " +
                                 std::string(name_of(axis)) + ", which tp_mode " +
                                 std::string(name_of(mesh_.mode)) + " with tp " +

@@ -12,7 +12,12 @@
 namespace stratasim::strategies {
 
 RankLayout layout_of(const Experiment& e) {
-  return RankLayout{e.parallelism.tp, e.parallelism.dp, e.parallelism.pp};
+  const ParallelismSpec& p = e.parallelism;
+  return RankLayout{p.tp, p.dp * p.cp, p.pp, p.cp};
+}
+
+ContextParallel context_parallel_of(const Experiment& e) {
+  return ContextParallel{e.parallelism.cp, e.parallelism.cp_mode};
 }
 
 std::pair<int, int> stage_layers(int layers, int stages, int stage) {
@@ -28,7 +33,7 @@ LayerSetting layer_setting(const Experiment& e) {
   s.tp_depth = e.parallelism.tp_depth;
   s.sequence_parallel = e.parallelism.sequence_parallel;
   s.micro_batch = e.parallelism.micro_batch;
-  s.seq_len = e.training.seq_len;
+  s.seq_len = e.training.seq_len / std::max(1, e.parallelism.cp);
   s.dtype = e.training.dtype;
   s.flash_attention = e.training.flash_attention;
   s.attention_kernel = e.training.attention_kernel;
@@ -51,7 +56,7 @@ ZeroSettings zero_settings(const Experiment& e) {
   if (p.zero == 0 && z.stage == 1) {
     // Megatron's distributed optimizer: its DDP buckets, one bucket without overlap.
     const std::int64_t bucket =
-        p.dp_overlap ? std::max<std::int64_t>(40'000'000, std::int64_t{1'000'000} * p.dp)
+        p.dp_overlap ? std::max<std::int64_t>(40'000'000, std::int64_t{1'000'000} * p.dp * p.cp)
                      : std::int64_t{1} << 50;
     z.reduce_bucket_size = bucket;
     z.allgather_bucket_size = bucket;
@@ -219,6 +224,7 @@ PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_p
                                                                   begin, end, r, sub_batches)
                            : plan_transformer_stage(e.model, sliced, part, parts, begin, end, r);
       if (e.parallelism.tp_comm_overlap) plan = tp_comm_overlap(plan, setting.tp);
+      plan = context_parallel(plan, context_parallel_of(e));
       spec.stages.push_back(std::move(plan));
     }
     begin = end;

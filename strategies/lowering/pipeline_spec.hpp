@@ -27,8 +27,15 @@ namespace stratasim::strategies {
 
 /// With tp_mode 2d, 2.5d and 3d, a rank's tp_index is also its mesh coordinate,
 /// tp_index = col + q * (row + q * depth) (strategies/tp_modes.hpp).
+///
+/// Context parallelism (cp > 1) as Megatron-Core orders its ranks (tp fastest, then cp, then
+/// dp, then pp): `dp` here counts the data-parallel-with-context-parallel ranks of a stage
+/// (experiment dp x cp), whose index is cp_index + cp * replica; the dp groups made from it are
+/// Megatron's data_parallel_group(with_context_parallel=True), over which gradients are reduced
+/// and ZeRO shards, and each block of cp consecutive indices is a cp group.
 struct RankLayout {
   int tp = 1, dp = 1, pp = 1;
+  int cp = 1;  // divides dp
   int world_size() const { return tp * dp * pp; }
   /// rank = tp_index + tp * (dp_index + dp * stage)
   int rank(int tp_index, int dp_index, int stage) const {
@@ -37,6 +44,9 @@ struct RankLayout {
   int tp_index(int rank) const { return rank % tp; }
   int dp_index(int rank) const { return (rank / tp) % dp; }
   int stage(int rank) const { return rank / (tp * dp); }
+  /// The rank's place in its cp group, and its data-parallel replica (dp_index without cp).
+  int cp_index(int rank) const { return dp_index(rank) % cp; }
+  int replica(int rank) const { return dp_index(rank) / cp; }
 };
 
 RankLayout layout_of(const Experiment& experiment);
@@ -45,8 +55,11 @@ RankLayout layout_of(const Experiment& experiment);
 /// taking one more when they do not divide (the last stage also carries the LM head).
 std::pair<int, int> stage_layers(int layers, int stages, int stage);
 
-/// The per-rank setting the experiment's layers are lowered with.
+/// The per-rank setting the experiment's layers are lowered with (with context parallelism,
+/// seq_len is the rank's seq_len / cp tokens).
 LayerSetting layer_setting(const Experiment& experiment);
+/// The experiment's context parallelism (parallelism.cp, cp_mode).
+ContextParallel context_parallel_of(const Experiment& experiment);
 
 /// ZeRO (DeepSpeed) and offload settings of the pipeline assembly.
 ///
@@ -233,7 +246,8 @@ struct PipelineSpec {
   /// units' expert_parameters are reduced over the expert-data-parallel group
   /// (ExpertGradientSync) and their optimizer states sharded over it.
   std::optional<MoeSetting> moe;
-  /// Ranks of an expert-data-parallel group: tp * dp / (ep * etp) (1 without MoE).
+  /// Ranks of an expert-data-parallel group: tp * dp / (ep * etp), layout.dp counting dp x cp
+  /// (1 without MoE).
   int expert_dp() const {
     return moe ? layout.tp * layout.dp / std::max(1, moe->ep * moe->etp) : 1;
   }

@@ -8,13 +8,16 @@ namespace stratasim::strategies {
 
 RankEmitter::RankEmitter(Assembly& a, const std::vector<std::unique_ptr<TechniqueHook>>& hooks)
     : assembly(a), program(a.program), hooks_(hooks) {
-  // A ring exchange step sends to the next tp rank and receives from the previous one: a
-  // message to or from a mirrored rank never meets its partner (strategies/matching.hpp), so
-  // plans with ring steps are lowered for every tp rank.
+  // A ring exchange step over the tp group sends to the next tp rank and receives from the
+  // previous one: a message to or from a mirrored rank never meets its partner
+  // (strategies/matching.hpp), so plans with such ring steps are lowered for every tp rank.
+  // (Context parallelism's ring steps stay among the ranks of one tp index.)
   bool ring_steps = false;
   for (const StageTemplate& st : a.templates) {
     for (const auto* steps : {&st.forward, &st.backward, &st.weight}) {
-      for (const TemplateStep& step : *steps) ring_steps |= step.ring_step;
+      for (const TemplateStep& step : *steps) {
+        ring_steps |= step.ring_step && step.axis != TpAxis::cp;
+      }
     }
   }
   mirror_tp_ = a.spec.mirror_tensor_parallel && a.spec.tp_mode == TpMode::one_d && !ring_steps;
@@ -43,7 +46,7 @@ void RankEmitter::reserve() {
     }
     const auto replicas =
         static_cast<std::size_t>(mirror_tp_ ? 1 : layout.tp) *
-        static_cast<std::size_t>(assembly.spec.mirror_data_parallel ? 1 : layout.dp);
+        static_cast<std::size_t>(assembly.spec.mirror_data_parallel ? layout.cp : layout.dp);
     ops += replicas * device_count.ops;
     effects += replicas * device_count.effects;
   }
@@ -54,10 +57,13 @@ bool RankEmitter::mirrored(int r) const {
   const RankLayout& layout = assembly.spec.layout;
   const int t = layout.tp_index(r), d = layout.dp_index(r);
   // Replica d runs what replica 0 runs; with 1D tensor parallelism, tp rank t what rank 0 runs.
-  if ((assembly.spec.mirror_data_parallel && d > 0) || (mirror_tp_ && t > 0)) {
-    program.set_replica(r,
-                        layout.rank(mirror_tp_ ? 0 : t, assembly.spec.mirror_data_parallel ? 0 : d,
-                                    layout.stage(r)));
+  // The cp ranks of a replica exchange keys and values with each other: each is emitted, and
+  // mirrored by the rank of the same cp index in the other replicas.
+  const bool mirror_dp = assembly.spec.mirror_data_parallel && layout.replica(r) > 0;
+  if (mirror_dp || (mirror_tp_ && t > 0)) {
+    program.set_replica(r, layout.rank(mirror_tp_ ? 0 : t,
+                                       assembly.spec.mirror_data_parallel ? layout.cp_index(r) : d,
+                                       layout.stage(r)));
     return true;
   }
   return false;

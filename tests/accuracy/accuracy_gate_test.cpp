@@ -15,9 +15,10 @@ using namespace stratasim;
 
 namespace {
 
-// The rows expressible when the gate was written (142 llm-foundry, 5 flash-attention runs): a
-// mapping change that loses rows fails the gate instead of improving its mean.
-constexpr int kE2eRowsAtLeast = 147;
+// The rows expressible when the gate was written (142 llm-foundry, 5 flash-attention runs) and
+// DGX Cloud's Llama 3.1 8B with context parallelism 2: a mapping change that loses rows fails
+// the gate instead of improving its mean.
+constexpr int kE2eRowsAtLeast = 148;
 constexpr int kGemmRowsAtLeast = 32;
 constexpr int kAttentionPointsAtLeast = 223;
 constexpr int kCollectivePointsAtLeast = 128;  // the collective sweeps' points compared

@@ -260,6 +260,27 @@ TEST_CASE("--out creates missing folders, as scripts/demo needs on a fresh clone
             .status == 2);
 }
 
+TEST_CASE("context parallelism: bad settings exit 2 at parallelism.cp") {
+  // docs/context-parallelism.md: tp 2 x cp 2 x pp 2 x dp 1 on the 8 GPUs, 2048 tokens.
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("cp-bad");
+  const std::string e = small_experiment(dir, [](auto& x) {
+                          x["parallelism"]["dp"] = 1;
+                          x["parallelism"]["cp"] = 2;
+                          x["training"]["flash_attention"] = true;
+                        }).string();
+  CHECK(run("simulate " + e).status == 0);
+  // The causal ring's load balancing cuts each sequence in 2 cp = 4 chunks: 2042 tokens do not
+  // split into 4.
+  check_bad_input("simulate " + e + " --set training.seq_len=2042",
+                  {"parallelism.cp", "2 * cp = 4 equal chunks"});
+  // Ulysses splits the 24 heads over tp x cp = 2 x 16 = 32 ranks: they do not divide.
+  check_bad_input("simulate " + e +
+                      " --set parallelism.cp=16 --set parallelism.cp_mode=ulysses --set "
+                      "parallelism.pp=1 --set cluster.nodes=4",
+                  {"parallelism.cp", "must divide heads (24)"});
+}
+
 TEST_CASE("memory techniques: bad settings exit 2 at the key to change") {
   const TempDir tmp("cli");
   auto dir = tmp.subdir("memory-bad");

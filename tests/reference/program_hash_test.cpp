@@ -292,6 +292,21 @@ std::vector<Case> cases() {
                                   {"parallelism.schedule", "interleaved"},
                                   {"parallelism.virtual_stages", 2}});
   add("tp overlap", {{"parallelism.tp_overlap", 2}, {"parallelism.micro_batch", 2}});
+  // Context parallelism (strategies/context_parallel.hpp): tp 2, cp 2, pp 2 on the 8 GPUs.
+  for (const char* mode : {"ring", "ulysses", "allgather"}) {
+    add(std::string("cp ") + mode, {{"parallelism.dp", 1},
+                                    {"parallelism.cp", 2},
+                                    {"parallelism.cp_mode", mode},
+                                    {"training.flash_attention", true}});
+  }
+  add("cp ring sequence parallel zero 1 recompute", {{"parallelism.dp", 1},
+                                                     {"parallelism.cp", 2},
+                                                     {"parallelism.sequence_parallel", true},
+                                                     {"parallelism.zero", 1},
+                                                     {"parallelism.recompute", "full"},
+                                                     {"training.flash_attention", true}});
+  add("cp ring mirrored",
+      {{"parallelism.pp", 1}, {"parallelism.cp", 2}, {"training.flash_attention", true}}, 2);
   // What frameworks do around the layers (docs/frameworks.md).
   add("framework megatron", {{"training.framework", "megatron"}});
   add("megatron distributed optimizer",

@@ -45,6 +45,29 @@ TEST_CASE("the search space: tp inside a node, pp powers of two, dp the GPUs lef
   CHECK_THROWS_AS(search_space(e, s), std::invalid_argument);
 }
 
+TEST_CASE("the search space with context parallelism (opt in)") {
+  const auto e = strategies::load_experiment(kConfigs + "gpt3-1.7b-a100-8.json");
+  SearchSpace s;
+  s.gpus = 8;
+  s.zero = {0};
+  s.recompute = {"none"};
+  s.micro_batch = {1};
+  s.cp = {1, 2};
+  const auto combos = search_space(e, s);
+  // (tp, pp, cp) powers of two with tp * pp * cp dividing 8: cp 1 gives the 10 (tp, pp) pairs of
+  // the test above; cp 2 those with tp * pp <= 4: (1,1) (1,2) (1,4) (2,1) (2,2) (4,1) = 6.
+  CHECK(combos.size() == 10 + 6);
+  int with_cp = 0;
+  for (const auto& c : combos) {
+    CHECK(c.tp * c.pp * c.cp * c.dp == 8);
+    with_cp += c.cp == 2 ? 1 : 0;
+  }
+  CHECK(with_cp == 6);
+  // Without the axis every combination keeps the experiment's cp (cp 0: not overridden).
+  s.cp.clear();
+  for (const auto& c : search_space(e, s)) CHECK(c.cp == 0);
+}
+
 TEST_CASE("the search space with schedules, virtual stages, sequence parallelism and FSDP") {
   const auto e = strategies::load_experiment(kConfigs + "gpt3-1.7b-a100-8.json");  // 24 layers
   SearchSpace s;

@@ -637,7 +637,9 @@ TEST_CASE("Megatron arguments: shell quoting, bad values and unsupported setting
   CHECK(error("--bf16 yes").find("takes no value") != std::string::npos);
   CHECK(error("--tensor-model-paralel-size 2").find("did you mean --tensor-model-parallel-size") !=
         std::string::npos);
-  CHECK(error("--context-parallel-size 2").find("not modelled") != std::string::npos);
+  CHECK(error("--cp-comm-type a2a+p2p").find("not modelled") != std::string::npos);
+  CHECK(error("--cp-comm-type ring").find("expected one of p2p, a2a, allgather") !=
+        std::string::npos);
   CHECK(error("--bf16 --fp16").find("contradicts --bf16") != std::string::npos);
   CHECK(error("--recompute-granularity some").find("expected one of full, selective") !=
         std::string::npos);
@@ -653,6 +655,29 @@ TEST_CASE("Megatron arguments: shell quoting, bad values and unsupported setting
     load("gpt3-1.7b-a100-8", megatron_from_args("--tensor-model-parallel-size 5").overrides);
   });
   CHECK(tp.find("--megatron-args (--tensor-model-parallel-size 5)") != std::string::npos);
+}
+
+TEST_CASE("Megatron arguments: context parallelism") {
+  // --context-parallel-size 2 with tp 2 on the 8 A100s leaves dp 2; p2p is TE's ring, a2a
+  // Ulysses; Megatron's cp runs TE's fused attention.
+  const auto ring =
+      load("gpt3-1.7b-a100-8", megatron_from_args("--tensor-model-parallel-size 2 "
+                                                  "--context-parallel-size 2 --cp-comm-type p2p")
+                                   .overrides);
+  CHECK(ring.parallelism.cp == 2);
+  CHECK(ring.parallelism.dp == 2);
+  CHECK(ring.parallelism.cp_mode == CpMode::ring);
+  CHECK(ring.training.flash_attention);
+  const auto a2a =
+      load("gpt3-1.7b-a100-8",
+           megatron_from_args("--context-parallel-size 4 --cp-comm-type a2a").overrides);
+  CHECK(a2a.parallelism.cp == 4);
+  CHECK(a2a.parallelism.dp == 2);
+  CHECK(a2a.parallelism.cp_mode == CpMode::ulysses);
+  const auto gather =
+      load("gpt3-1.7b-a100-8",
+           megatron_from_args("--context-parallel-size 2 --cp-comm-type allgather").overrides);
+  CHECK(gather.parallelism.cp_mode == CpMode::allgather);
 }
 
 TEST_CASE("dropout, clipping and loss scaling from Megatron arguments and Hugging Face configs") {

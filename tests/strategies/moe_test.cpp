@@ -173,6 +173,34 @@ TEST_CASE("the experts' gradients are reduced over the expert-data-parallel grou
   CHECK(ep_members == std::set<std::int32_t>{0, 1, 2, 3});
 }
 
+TEST_CASE("with context parallelism, ep is carved out of dp x cp as Megatron-Core does") {
+  // dp 4, cp 2, ep 4 on 8 ranks: expert_dp = tp x cp x dp / (ep x etp) = 8 / 4 = 2; the ep
+  // group is 4 consecutive ranks of the dp x cp flat index (rank = c + cp d at tp 1), dense
+  // gradients are reduced over dp x cp = 8 and the cp ring runs over ranks {0, 1}.
+  Experiment e = moe_experiment(4, 4);
+  e.parallelism.cp = 2;
+  e.training.seq_len = 256;
+  e.training.flash_attention = true;
+  CHECK(e.parallelism.expert_dp() == 2);
+  const Program p = lower(e);
+  CHECK(p.world_size() == 8);
+  std::map<std::string, int> sizes;
+  std::set<std::int32_t> ep_members;
+  for (const Op& op : p.ops_of(0)) {
+    const auto* c = std::get_if<Collective>(&op.work);
+    if (c == nullptr) continue;
+    const std::string& label = p.label_of(op);
+    if (label.find("expert grad") != std::string::npos) sizes["expert"] = group_size(p, c->group);
+    if (label.find("grad reduce-scatter") == 0) sizes["dense"] = group_size(p, c->group);
+    if (c->kind == CollectiveKind::all_to_all) {
+      for (int r : p.groups()[c->group].ranks) ep_members.insert(r);
+    }
+  }
+  CHECK(sizes["expert"] == 2);
+  CHECK(sizes["dense"] == 8);
+  CHECK(ep_members == std::set<std::int32_t>{0, 1, 2, 3});
+}
+
 TEST_CASE("expert optimizer states are sharded over expert-data-parallel ranks") {
   // Megatron's distributed optimizer, bf16 with fp32 main grads: 12 bytes of optimizer state
   // per parameter, dense parameters sharded over dp 8, the experts' over expert_dp 2.

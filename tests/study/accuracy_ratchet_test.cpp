@@ -27,14 +27,17 @@ study::ErrorSummary all(study::AccuracyLevel level) {
 
 }  // namespace
 
-TEST_CASE("accuracy today: end to end (147 runs: mean 4.8%, max 26.7%)") {
+TEST_CASE("accuracy today: end to end (148 runs: mean 4.8%, max 26.7%)") {
   // The mean is within the bound (study::kE2eMeanErrorBound, 5%); the max is not.
+  // 148 rows since context parallelism made DGX Cloud's Llama 3.1 8B bf16 run (cp 2) expressible:
+  // +7.7% (13.76 s per step predicted, 12.78 s published), which moves the mean of the 147 rows
+  // before it (4.76%) to 4.77%; the bound below is that new population's, rounded up.
   const auto s = all(study::AccuracyLevel::e2e);
-  CHECK(s.rows >= 147);
-  CHECK(s.mean_abs_error <= 0.0476);
+  CHECK(s.rows >= 148);
+  CHECK(s.mean_abs_error <= 0.0478);
   CHECK(s.mean_abs_error <= study::kE2eMeanErrorBound);
   CHECK(s.max_abs_error <= 0.267);
-  CHECK(s.within_10 >= 126);
+  CHECK(s.within_10 >= 127);
 }
 
 TEST_CASE("accuracy today: GEMM (32 cases: all within 10%, 22 within 5%, max 9.4%)") {
