@@ -41,6 +41,7 @@ NcclFabric read_fabric(config::Document& doc, const std::string& path, bool intr
     f.ll_max_busbw = r.bandwidth("ll_max_busbw");
     f.ll128_channel_busbw = r.bandwidth("ll128_channel_busbw");
     f.channel_busbw = r.bandwidth("channel_busbw");
+    f.nvlink_domain = static_cast<int>(r.integer_in_or("nvlink_domain", 1, 1 << 16, 0));
     if (r.has("p2p_channel_bandwidth")) {
       f.p2p_channel_bandwidth = r.bandwidth("p2p_channel_bandwidth");
     }
@@ -247,6 +248,16 @@ void ClusterSpec::validate() const {
       }
     }
     const NcclFabric& in = collectives.nccl->intra;
+    if (in.nvlink_domain > 0 && devices_per_node > in.nvlink_domain) {
+      throw config::ValidationError(
+          "devices_per_node",
+          "expected at most " + std::to_string(in.nvlink_domain) +
+              " devices per node: a node is one NVLink domain, and the intra fabric " + in.name +
+              " (collectives.intra_fabric) connects at most " + std::to_string(in.nvlink_domain) +
+              " GPUs in one (its nvlink_domain), got " + std::to_string(devices_per_node) +
+              "; more GPUs are more nodes, or a fabric whose domain holds them (nvlink5-nvl72: "
+              "72)");
+    }
     if (!(in.ll_max_busbw.bytes_per_second() > 0)) {
       throw config::ValidationError("collectives.intra_fabric.ll_max_busbw",
                                     "expected a positive bandwidth");

@@ -135,6 +135,10 @@ struct NcclFabric {
   /// The fixed cost of one NVLS loop (every channel reduces and multicasts one chunk per head),
   /// paid once per chunk a channel moves: what makes small NVLS chunks slow. Fitted.
   Time nvls_loop_latency;
+  /// Intra-node fabrics: the most GPUs one NVLink domain of this fabric connects (8 on an HGX
+  /// baseboard, 72 through an NVL72 rack's NVLink switch trays); 0: not given. A cluster's node
+  /// is one NVLink domain, so its devices_per_node may not exceed it (ClusterSpec::validate).
+  int nvlink_domain = 0;
 };
 
 /// The NCCL-structured collective model (sim/nccl_model.hpp) a cluster opts into.

@@ -65,14 +65,22 @@ constexpr ClusterOf kClusters[] = {
     {"A100-SXM4-80GB (400W)", "dgx-a100-1"},
     {"H100-SXM-80GB", "dgx-h100-1"},
     {"H100", "dgx-h100-1"},  // Megatron-Bridge's tables: system DGX-H100, the SXM5 80 GB part
+    // Megatron-Bridge's and NeMo's Blackwell rows (systems DGX-B200, DGX-B300, DGX-GB200,
+    // DGX-GB300, 8 GPUs each): a DGX B200 / B300 node; on GB200 and GB300, 8 GPUs (two compute
+    // trays) of an NVL72 rack, all in its NVLink domain.
+    {"B200", "dgx-b200-1"},
+    {"B300", "dgx-b300-1"},
+    {"GB200", "gb200-nvl72-8gpus"},
+    {"GB300", "gb300-nvl72-8gpus"},
 };
-constexpr int kGpusPerNode = 8;  // every cluster above is one 8-GPU node
+constexpr int kGpusPerNode = 8;  // every cluster above is one node (NVLink domain) of 8 GPUs
 
 // Kernel level: the catalog devices kernel cases are costed on, in the order they are tried
 // (a case goes to the first whose published_names list its GPU: H100 measurements to the H100,
-// though the H200 lists them too).
-constexpr std::string_view kKernelDevices[] = {"a100-sxm4-80gb", "h100-sxm5-80gb",
-                                               "h200-sxm-141gb"};
+// though the H200 lists them too; B300 measurements to the B300, though the GB300 lists them).
+constexpr std::string_view kKernelDevices[] = {"a100-sxm4-80gb", "h100-sxm5-80gb", "h200-sxm-141gb",
+                                               "b200-sxm-180gb", "b300-sxm-288gb", "gb200-186gb",
+                                               "gb300-288gb"};
 
 // Model names of the calibration set -> catalog models (configs/models), for cases that name a
 // model without giving its shape. Keys are lower case without spaces, '-', '_' or '.'.

@@ -11,7 +11,7 @@ using nlohmann::json;
 
 namespace {
 
-// One MPT case on a DGX H100 and one B200 case nothing of which is modelled.
+// One MPT case on a DGX H100 and one MI300X case nothing of which is modelled.
 const char* kTiny = R"({"schema_version": 1, "cases": [
   {"id": "mpt-125m-h100", "category": "e2e_training", "source": {"ref": "llm-foundry-benchmarks"},
    "hardware": {"gpu": "H100-SXM-80GB", "gpu_count": 8},
@@ -20,8 +20,8 @@ const char* kTiny = R"({"schema_version": 1, "cases": [
               "micro_batch_size": 8, "global_batch_size": 128, "precision": "amp_bf16",
               "fsdp_sharding": "FULL_SHARD", "activation_checkpointing": false},
    "measured": {"tokens_per_s_per_gpu": 1000}},
-  {"id": "b200-case", "category": "e2e_training", "source": {"ref": "megatron-bridge-perf-archive"},
-   "hardware": {"gpu": "B200", "gpu_count": 8},
+  {"id": "mi300x-case", "category": "e2e_training", "source": {"ref": "megatron-bridge-perf-archive"},
+   "hardware": {"gpu": "MI300X", "gpu_count": 8},
    "config": {"model": "LLAMA3_8B", "precision": "FP8-CS", "global_batch_size": 128,
               "micro_batch_size": 2, "seq_len": 8192},
    "measured": {"tokens_per_s_per_gpu": 100}}]})";
@@ -34,8 +34,8 @@ TEST_CASE("cli accuracy: the shipped calibration set, end to end and kernels") {
   REQUIRE(r.status == 0);
   for (const char* text :
        {"llm-foundry-benchmarks", "flash-attn-training-gpt3", "ml-engineering-mamf",
-        "flash-attention-2 fwd+bwd causal hd64 on A100-SXM4-80GB", "device B200 not modelled",
-        "not compared (e2e)", "gate ("}) {
+        "flash-attention-2 fwd+bwd causal hd64 on A100-SXM4-80GB",
+        "device H100 SXM 96GB HBM2e (500W) not modelled", "not compared (e2e)", "gate ("}) {
     CAPTURE(text);
     CHECK(r.output.find(text) != std::string::npos);
   }
@@ -54,15 +54,15 @@ TEST_CASE("cli accuracy: json and csv of a calibration file") {
   const double predicted = j["rows"][0]["predicted"];
   CHECK(j["rows"][0]["error"].get<double>() == doctest::Approx((predicted - 1000) / 1000));
   REQUIRE(j["unexpressed"].size() == 1);
-  CHECK(j["unexpressed"][0]["reason"] == "device B200 not modelled; fp8");
+  CHECK(j["unexpressed"][0]["reason"] == "device MI300X not modelled; fp8");
   CHECK(j["bounds"]["e2e_mean_abs_error"] == 0.05);
 
   r = run("accuracy --calibration " + file.string() + " --format csv");
   REQUIRE(r.status == 0);
   CHECK(r.output.starts_with(
       "level,id,source,series,device,mapped_to,quantity,published,predicted,error,note,reason\n"));
-  CHECK(r.output.find("\ne2e,b200-case,megatron-bridge-perf-archive,,,,,,,,,"
-                      "device B200 not modelled; fp8\n") != std::string::npos);
+  CHECK(r.output.find("\ne2e,mi300x-case,megatron-bridge-perf-archive,,,,,,,,,"
+                      "device MI300X not modelled; fp8\n") != std::string::npos);
 }
 
 TEST_CASE("cli accuracy: a bad calibration file is bad input naming the file and JSON path") {

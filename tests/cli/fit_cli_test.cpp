@@ -35,6 +35,26 @@ TEST_CASE("cli fit: the shipped kernel models are what the fit writes") {
         read(configs_dir() / "hardware" / "profiles" / "kernel-model-residuals.csv"));
 }
 
+TEST_CASE("cli fit: the shipped Blackwell kernel models are what their own fit writes") {
+  // scripts/fit-profiles fits the Blackwell GPUs apart from the others (their cases would move
+  // the shared kernel-class parameters of the A100/H100/H200 fit).
+  const TempDir tmp("cli-fit");
+  const auto out = tmp.subdir("models");
+  auto r =
+      run("fit --device b200-sxm-180gb --device b300-sxm-288gb --device gb200-186gb "
+          "--device gb300-288gb --quiet --out-dir " +
+          out.string() + " --residuals " + (out / "residuals.csv").string());
+  CAPTURE(r.output);
+  REQUIRE(r.status == 0);
+  for (const char* name : {"b200-sxm-180gb", "b300-sxm-288gb", "gb200-186gb", "gb300-288gb"}) {
+    CAPTURE(name);
+    const std::string file = std::string(name) + ".kernel-model.json";
+    CHECK(read(out / file) == read(configs_dir() / "hardware" / "profiles" / file));
+  }
+  CHECK(read(out / "residuals.csv") ==
+        read(configs_dir() / "hardware" / "profiles" / "blackwell-kernel-model-residuals.csv"));
+}
+
 TEST_CASE("cli fit: bad input exits 2 with what was wrong") {
   const TempDir tmp("cli-fit");
   const auto out = tmp.subdir("models");

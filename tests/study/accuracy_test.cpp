@@ -79,12 +79,12 @@ json attention_case() {
               {{"seqlen", 2048}, {"batch", 1}, {"nheads", 16}, {"tflops", nullptr}}}}}}};
 }
 
-// A Megatron-Bridge-style MoE run in MXFP8 on B200s: nothing of it is modelled.
-json b200_case() {
-  return {{"id", "qwen3-b200"},
+// A Megatron-Bridge-style MoE run in MXFP8 on MI300Xs: nothing of it is modelled.
+json mi300x_case() {
+  return {{"id", "qwen3-mi300x"},
           {"category", "e2e_training"},
           {"source", {{"ref", "megatron-bridge-perf-archive"}}},
-          {"hardware", {{"gpu", "B200"}, {"gpu_count", 8}}},
+          {"hardware", {{"gpu", "MI300X"}, {"gpu_count", 8}}},
           {"config",
            {{"model", "Qwen3_30B_a3B"},
             {"precision", "MXFP8"},
@@ -232,19 +232,19 @@ TEST_CASE("accuracy: attention points count FLOPs as FlashAttention's benchmarks
 
 TEST_CASE("accuracy: a case the project cannot express is listed with every reason") {
   const testing::TempDir tmp("accuracy");
-  const auto report = study::accuracy(write(tmp, json::array({b200_case(), mpt_case()})));
+  const auto report = study::accuracy(write(tmp, json::array({mi300x_case(), mpt_case()})));
   CHECK(report.rows.size() == 1);
   REQUIRE(report.unexpressed.size() == 1);
   const auto& u = report.unexpressed[0];
-  CHECK(u.id == "qwen3-b200");
+  CHECK(u.id == "qwen3-mi300x");
   CHECK(u.source == "megatron-bridge-perf-archive");
-  for (const char* reason : {"device B200 not modelled", "fp8", "MoE (expert parallelism 8)"}) {
+  for (const char* reason : {"device MI300X not modelled", "fp8", "MoE (expert parallelism 8)"}) {
     CAPTURE(reason);
     CHECK(u.reason.find(reason) != std::string::npos);
   }
   // The JSON the notebook reads lists it too.
   const json j = study::to_json(report);
-  CHECK(j["unexpressed"][0]["id"] == "qwen3-b200");
+  CHECK(j["unexpressed"][0]["id"] == "qwen3-mi300x");
   CHECK(j["rows"][0]["id"] == "mpt-125m-h100");
   CHECK(j["summary"]["e2e"][0]["rows"] == 1);
 }
@@ -347,4 +347,41 @@ TEST_CASE("accuracy ratchet: the shipped DeepEP rows within 15% do not fall belo
   }
   CHECK(rows == 20);
   CHECK(within >= 16);
+}
+
+TEST_CASE("accuracy: the Blackwell GPUs of the calibration set map to their clusters") {
+  // Megatron-Bridge's 8-GPU rows: system DGX-B200 a DGX B200 node; DGX-GB200 8 GPUs (two
+  // compute trays) of a GB200 NVL72 rack; likewise B300 and GB300. A bf16 Llama 3 8B case on
+  // each (made-up published figures) is expressed, simulated on that cluster and its die.
+  const testing::TempDir tmp("accuracy");
+  const std::pair<const char*, const char*> gpus[] = {{"B200", "dgx-b200-1"},
+                                                      {"B300", "dgx-b300-1"},
+                                                      {"GB200", "gb200-nvl72-8gpus"},
+                                                      {"GB300", "gb300-nvl72-8gpus"}};
+  json cases = json::array();
+  for (const auto& [gpu, cluster] : gpus) {
+    cases.push_back({{"id", std::string("llama3-8b-") + gpu},
+                     {"category", "e2e_training"},
+                     {"source", {{"ref", "megatron-bridge-perf-archive"}}},
+                     {"hardware", {{"gpu", gpu}, {"gpu_count", 8}}},
+                     {"config",
+                      {{"model", "LLAMA3_8B"},
+                       {"precision", "bf16"},
+                       {"global_batch_size", 32},
+                       {"micro_batch_size", 1},
+                       {"seq_len", 8192},
+                       {"tp", 1},
+                       {"pp", 1}}},
+                     {"measured", {{"tokens_per_s_per_gpu", 10000}}}});
+  }
+  const auto report = study::accuracy(write(tmp, cases));
+  CHECK(report.unexpressed.empty());
+  for (const auto& [gpu, cluster] : gpus) {
+    CAPTURE(gpu);
+    const auto& r = row(report, std::string("llama3-8b-") + gpu);
+    CHECK(r.mapped_to == cluster);
+    CHECK(r.die ==
+          (std::string(gpu).find("300") != std::string::npos ? "Blackwell Ultra" : "Blackwell"));
+    CHECK(r.predicted > 0);
+  }
 }
