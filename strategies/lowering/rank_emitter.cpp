@@ -127,7 +127,7 @@ void RankEmitter::hold_chunk(int chunk) {
   const Schedule& schedule = assembly.schedule;
   const DeviceModelStates on_device =
       device_model_states(assembly.spec.zero, assembly.spec.state_format(), st.plan.parameters,
-                          assembly.spec.layout.dp);
+                          assembly.spec.layout.dp, st.plan.low_precision_parameters);
   program.add_initial_memory(
       rank, {MemoryCategory::parameters, MemoryTier::device, on_device.parameters});
   program.add_initial_memory(rank,

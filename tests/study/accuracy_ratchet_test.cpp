@@ -27,14 +27,17 @@ study::ErrorSummary all(study::AccuracyLevel level) {
 
 }  // namespace
 
-TEST_CASE("accuracy today: end to end (147 runs: mean 4.8%, max 26.7%)") {
+TEST_CASE("accuracy today: end to end (158 runs: mean 4.9%, max 26.7%)") {
   // The mean is within the bound (study::kE2eMeanErrorBound, 5%); the max is not.
+  // 158 = the 147 bf16 runs and the 11 FP8 runs that FP8 training made expressible (7 llm-foundry
+  // amp_fp8, 3 NeMo 24.07, 1 Megatron-Bridge FP8-CS: mean 7.2%, docs/precision.md); the 147
+  // alone keep their 4.76%.
   const auto s = all(study::AccuracyLevel::e2e);
-  CHECK(s.rows >= 147);
-  CHECK(s.mean_abs_error <= 0.0476);
+  CHECK(s.rows >= 158);
+  CHECK(s.mean_abs_error <= 0.0493);
   CHECK(s.mean_abs_error <= study::kE2eMeanErrorBound);
   CHECK(s.max_abs_error <= 0.267);
-  CHECK(s.within_10 >= 126);
+  CHECK(s.within_10 >= 135);
 }
 
 TEST_CASE("accuracy today: GEMM (32 cases: all within 10%, 22 within 5%, max 9.4%)") {
