@@ -84,7 +84,8 @@ TEST_CASE("fp8: the linear layers' GEMMs in fp8, attention and the head in bf16,
 
 TEST_CASE("fp8: te.Linear in another framework: no fused casts, weights cast every forward") {
   const Experiment e = load_experiment(kLlama, {cli("training.dtype", "fp8")});  // generic
-  const StagePlan& plan = pipeline_spec(e).stages.at(0);
+  const PipelineSpec spec = pipeline_spec(e);
+  const StagePlan& plan = spec.stages.at(0);
   for (const char* name : {"qkv.input.cast", "fc1.input.cast", "fc2.input.cast", "qkv.weight.cast",
                            "fc2.weight.cast"}) {
     CAPTURE(name);
@@ -102,7 +103,8 @@ TEST_CASE("fp8: current scaling runs an amax pass before every cast, none fused"
   const Experiment e =
       load_experiment(kLlama, {cli("training.framework", "megatron"), cli("training.dtype", "fp8"),
                                cli("training.fp8", {{"recipe", "current"}})});
-  const StagePlan& plan = pipeline_spec(e).stages.at(0);
+  const PipelineSpec spec = pipeline_spec(e);
+  const StagePlan& plan = spec.stages.at(0);
   for (const char* name : {"qkv.input", "proj.input", "fc1.input", "fc2.input"}) {
     CHECK(find(plan.forward, std::string(name) + ".amax") != nullptr);
     CHECK(find(plan.forward, std::string(name) + ".cast") != nullptr);
@@ -116,7 +118,8 @@ TEST_CASE("fp8: the first and last layers kept in bf16, block scaling's kernel c
       kLlama, {cli("training.dtype", "fp8"),
                cli("training.fp8",
                    {{"recipe", "block"}, {"bf16_first_layers", 1}, {"bf16_last_layers", 2}})});
-  const StagePlan& plan = pipeline_spec(e).stages.at(0);
+  const PipelineSpec spec = pipeline_spec(e);
+  const StagePlan& plan = spec.stages.at(0);
   CHECK(plan.low_precision_parameters == 29 * kLinearPerLayer);
   int fp8 = 0, bf16 = 0;
   for (const auto& s : plan.forward) {
@@ -189,7 +192,8 @@ TEST_CASE("fp4: NVFP4 on a GPU with FP4 tensor cores") {
       kLlama, {cli("cluster.device.peak_flops.fp4", "9000 TFLOP/s"), cli("training.dtype", "fp4")});
   REQUIRE(e.training.low_precision);
   CHECK(e.training.low_precision->recipe == ScalingRecipe::nvfp4);
-  const StagePlan& plan = pipeline_spec(e).stages.at(0);
+  const PipelineSpec spec = pipeline_spec(e);
+  const StagePlan& plan = spec.stages.at(0);
   const auto& g = std::get<Gemm>(find(plan.forward, "fc1")->work);
   CHECK(g.dtype == DType::fp4);
   CHECK(g.scaling == hw::GemmScaling::mx);
