@@ -9,6 +9,7 @@
 #include "experiment_helpers.hpp"
 #include "strategies/experiment.hpp"
 #include "strategies/foreign_inputs.hpp"
+#include "strategies/fsdp_input.hpp"
 #include "strategies/lowering.hpp"
 
 using namespace stratasim;
@@ -236,4 +237,50 @@ TEST_CASE("Megatron-LM's fp8 arguments: NVIDIA's Llama 3 8B FP8 recipe") {
   } catch (const config::ConfigError& err) {
     CHECK(contains(err.what(), "--fp8-recipe"));
   }
+}
+
+TEST_CASE("fp8 on Blackwell: tensor-scaled FP8 quantised in one direction, MXFP8 in two") {
+  // A device with FP4 tensor cores (Blackwell) reads FP8 operands in either major order.
+  const std::vector<Override> blackwell = {cli("cluster.device.peak_flops.fp4", "9000 TFLOP/s"),
+                                           cli("training.framework", "megatron"),
+                                           cli("training.dtype", "fp8")};
+  const Experiment e = load_experiment(kLlama, blackwell);
+  const PipelineSpec spec = pipeline_spec(e);
+  const Kernel* proj = find(spec.stages.at(0).forward, "proj.input.cast");
+  REQUIRE(proj != nullptr);
+  const std::int64_t n = 4096 * 4096 / 4;  // b s h / tp, one byte each, no transpose
+  CHECK(std::get<Elementwise>(proj->work).bytes_written == Bytes(n));
+  // Blackwell's backward GEMMs accumulate in fp32 themselves: the tensor class.
+  CHECK(std::get<Gemm>(find(spec.stages.at(0).backward, "fc1.wgrad")->work).scaling ==
+        hw::GemmScaling::tensor);
+  auto mx = blackwell;
+  mx.push_back(cli("training.fp8", {{"recipe", "mxfp8"}}));
+  const PipelineSpec mx_spec = pipeline_spec(load_experiment(kLlama, mx));
+  const Kernel* mx_proj = find(mx_spec.stages.at(0).forward, "proj.input.cast");
+  REQUIRE(mx_proj != nullptr);
+  // Both directions, each n bytes and one E8M0 scale per 32 elements.
+  CHECK(std::get<Elementwise>(mx_proj->work).bytes_written == Bytes(2 * (n + n / 32)));
+}
+
+TEST_CASE("Accelerate's mixed_precision fp8 with its fp8_config") {
+  const auto acc = fsdp_config_from_text(
+      "mixed_precision: fp8\n"
+      "fp8_config:\n"
+      "  backend: TE\n"
+      "  fp8_format: E4M3\n"
+      "  amax_history_length: 16\n"
+      "  amax_compute_algorithm: most_recent\n"
+      "fsdp_config:\n"
+      "  fsdp_sharding_strategy: FULL_SHARD\n",
+      "accelerate.yaml");
+  std::vector<Override> overrides = acc.overrides;
+  overrides.push_back(cli("parallelism.tp", 1));
+  overrides.push_back(cli("parallelism.dp", 8));
+  const Experiment e = load_experiment(kLlama, overrides);
+  REQUIRE(e.training.low_precision);
+  CHECK(e.training.low_precision->recipe == ScalingRecipe::delayed);
+  CHECK(e.training.low_precision->format == Fp8Format::e4m3);
+  CHECK(e.training.low_precision->amax_history_len == 16);
+  CHECK(e.training.low_precision->amax_compute_algo == AmaxAlgo::most_recent);
+  CHECK(e.training.framework == Framework::fsdp);
 }
