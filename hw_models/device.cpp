@@ -176,6 +176,7 @@ FlopRate DeviceSpec::peak(DType t) const {
       case DType::fp8:
         rate = at(DType::fp16) ? at(DType::fp16) : at(DType::bf16);
         break;
+      case DType::fp4:  // no FP4 tensor cores: no rate (strategies/precision.hpp refuses it)
       case DType::fp32:
         break;
     }

@@ -130,9 +130,16 @@ struct DeviceSpec {
   std::shared_ptr<const KernelModel> kernel_model;
 
   bool is_fpga() const { return fpga.has_value(); }
-  /// Peak for `t`, falling back as hardware does: tf32 -> fp32, bf16 <-> fp16, fp8 -> fp16.
-  /// Throws std::invalid_argument when the device has no usable rate.
+  /// Peak for `t`, falling back as hardware does: tf32 -> fp32, bf16 <-> fp16, fp8 -> fp16
+  /// (an FP8 kernel on a GPU without FP8 tensor cores runs as 16-bit). fp4 has no fallback:
+  /// only devices with FP4 tensor cores (Blackwell) quote it. Throws std::invalid_argument when
+  /// the device has no usable rate.
   FlopRate peak(DType t) const;
+  /// Whether the device quotes a rate of its own for `t` (no fallback): what training in fp8
+  /// or fp4 needs (strategies/precision.hpp).
+  bool has_native_peak(DType t) const {
+    return peak_flops[static_cast<std::size_t>(t)].has_value();
+  }
   /// Checks ranges; throws config::ValidationError with the offending key's path.
   void validate() const;
 };

@@ -243,36 +243,51 @@ double deepgemm_seconds(const GemmModel& model, std::int64_t m, std::int64_t n, 
 }
 
 std::string_view name_of(GemmScaling scaling) {
-  return scaling == GemmScaling::block ? "block" : "tensor";
+  switch (scaling) {
+    case GemmScaling::tensor:
+      return "tensor";
+    case GemmScaling::block:
+      return "block";
+    case GemmScaling::mx:
+      return "mx";
+  }
+  return "tensor";
 }
 
-namespace {
-bool block_fp8(DType dtype, GemmScaling scaling) {
-  return gemm_class_of(dtype, scaling) == GemmClass{DType::fp8, GemmScaling::block};
+std::optional<GemmScaling> gemm_scaling_from_name(std::string_view name) {
+  for (GemmScaling s : {GemmScaling::tensor, GemmScaling::block, GemmScaling::mx}) {
+    if (name_of(s) == name) return s;
+  }
+  return std::nullopt;
 }
-}  // namespace
 
 std::optional<GemmModel>& KernelModel::gemm_slot(DType dtype, GemmScaling scaling) {
-  return block_fp8(dtype, scaling) ? gemm_fp8_block : gemm[static_cast<std::size_t>(dtype)];
+  const GemmClass c = gemm_class_of(dtype, scaling);
+  if (c == GemmClass{DType::fp8, GemmScaling::block}) return gemm_fp8_block;
+  if (c == GemmClass{DType::fp8, GemmScaling::mx}) return gemm_fp8_mx;
+  return gemm[static_cast<std::size_t>(dtype)];
 }
 
 const std::optional<GemmModel>& KernelModel::gemm_slot(DType dtype, GemmScaling scaling) const {
-  return block_fp8(dtype, scaling) ? gemm_fp8_block : gemm[static_cast<std::size_t>(dtype)];
+  return const_cast<KernelModel*>(this)->gemm_slot(dtype, scaling);
 }
 
 std::string KernelModel::gemm_key(DType dtype, GemmScaling scaling) {
-  return block_fp8(dtype, scaling) ? "fp8-block" : std::string(name_of(dtype));
+  const GemmClass c = gemm_class_of(dtype, scaling);
+  if (c.scaling == GemmScaling::tensor) return std::string(name_of(dtype));
+  return std::string(name_of(dtype)) + "-" + std::string(name_of(c.scaling));
 }
 
 const GemmModel* KernelModel::gemm_for(DType dtype, GemmScaling scaling) const {
-  if (block_fp8(dtype, scaling) && gemm_fp8_block) return &*gemm_fp8_block;
-  if (const auto& g = gemm[static_cast<std::size_t>(dtype)]) return &*g;
-  if (dtype == DType::fp16) {
-    if (const auto& g = gemm[static_cast<std::size_t>(DType::bf16)]) return &*g;
-  }
-  if (dtype == DType::bf16) {
-    if (const auto& g = gemm[static_cast<std::size_t>(DType::fp16)]) return &*g;
-  }
+  if (const auto& g = gemm_slot(dtype, scaling)) return &*g;
+  // Fallbacks (kernel_model.hpp): the FP8 classes and NVFP4 on tensor-scaled FP8, the 16-bit
+  // dtypes on each other.
+  const auto slot = [&](DType t) { return gemm[static_cast<std::size_t>(t)]; };
+  std::optional<DType> other;
+  if (dtype == DType::fp8 || dtype == DType::fp4) other = DType::fp8;
+  if (dtype == DType::fp16) other = DType::bf16;
+  if (dtype == DType::bf16) other = DType::fp16;
+  if (other && slot(*other)) return &*gemm[static_cast<std::size_t>(*other)];
   return nullptr;
 }
 

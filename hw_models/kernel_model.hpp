@@ -103,26 +103,32 @@ enum class GemmScaling : std::uint8_t {
   /// Per-block scales, 1x128 for activations and 128x128 for weights (DeepSeek-V3's recipe,
   /// DeepGEMM): the partial sums are rescaled in fp32 on the CUDA cores every 128 of k.
   block,
+  /// Microscaling applied by the tensor cores themselves (Blackwell's block-scaled MMA): MXFP8
+  /// (OCP MX v1.0: 32-element blocks along k, E8M0 scales) for fp8, NVFP4 (16-element blocks,
+  /// E4M3 scales, one fp32 scale per tensor) for fp4, the only fp4 GEMM modelled.
+  mx,
 };
-/// "tensor", "block".
+/// "tensor", "block", "mx".
 std::string_view name_of(GemmScaling scaling);
+std::optional<GemmScaling> gemm_scaling_from_name(std::string_view name);
 
-/// The GEMM kernel classes a kernel model can hold: one per dtype (tensor-scaled), and
-/// block-scaled FP8.
+/// The GEMM kernel classes a kernel model can hold: one per dtype (tensor-scaled; fp4 is
+/// NVFP4), block-scaled FP8 (DeepGEMM) and MXFP8.
 struct GemmClass {
   DType dtype;
   GemmScaling scaling;
   friend constexpr bool operator==(const GemmClass&, const GemmClass&) = default;
 };
-/// The kernel class of a GEMM of `dtype` with `scaling`: block scaling is FP8's only (another
-/// dtype's block scaling is its plain class).
+/// The kernel class of a GEMM of `dtype` with `scaling`: block and mx scaling are FP8's classes
+/// (another dtype's scaling is its plain class: fp4's one class is NVFP4).
 constexpr GemmClass gemm_class_of(DType dtype, GemmScaling scaling) {
   return {dtype, dtype == DType::fp8 ? scaling : GemmScaling::tensor};
 }
 inline constexpr GemmClass kGemmClasses[] = {
     {DType::fp32, GemmScaling::tensor}, {DType::tf32, GemmScaling::tensor},
     {DType::fp16, GemmScaling::tensor}, {DType::bf16, GemmScaling::tensor},
-    {DType::fp8, GemmScaling::tensor},  {DType::fp8, GemmScaling::block}};
+    {DType::fp8, GemmScaling::tensor},  {DType::fp8, GemmScaling::block},
+    {DType::fp8, GemmScaling::mx},      {DType::fp4, GemmScaling::tensor}};
 
 /// DeepGEMM's block-scaled FP8 kernel as it runs a shape (the fp8-block class), the parameters
 /// beyond GemmModel's peak_fraction and latency. docs/gemm-efficiency.md derives each one; the
@@ -228,18 +234,23 @@ struct KernelModel {
   std::array<std::optional<GemmModel>, std::size(kAllDTypes)> gemm{};
   /// Block-scaled FP8 GEMMs (GemmScaling::block): JSON "gemm": {"fp8-block": ...}.
   std::optional<GemmModel> gemm_fp8_block;
+  /// MXFP8 GEMMs (GemmScaling::mx): JSON "gemm": {"fp8-mx": ...}.
+  std::optional<GemmModel> gemm_fp8_mx;
   std::array<std::optional<AttentionModel>, std::size(kAllAttentionImpls)> attention{};
   /// Free-form fit statistics per block, kept for the reader (not used by the cost model).
   nlohmann::json fit = nlohmann::json::object();
 
-  /// The GEMM parameters for `dtype` (fp16 <-> bf16 fall back on each other; block-scaled FP8
-  /// falls back on tensor-scaled FP8 where it has no parameters of its own), or nullptr.
+  /// The GEMM parameters for `dtype` (fp16 <-> bf16 fall back on each other; block-scaled and
+  /// MXFP8 fall back on tensor-scaled FP8 where they have no parameters of their own: Blackwell's
+  /// tensor cores apply the MX scales inside the MMA at the dense FP8 rate; NVFP4 falls back on
+  /// tensor-scaled FP8's, the same kernel structure at the FP4 peak: no FP4 GEMM is calibrated
+  /// yet), or nullptr.
   const GemmModel* gemm_for(DType dtype, GemmScaling scaling = GemmScaling::tensor) const;
-  /// The slot of a GEMM kernel class: gemm[dtype], or gemm_fp8_block for block-scaled FP8
-  /// (a block scaling of another dtype is its plain class).
+  /// The slot of a GEMM kernel class: gemm[dtype], or gemm_fp8_block / gemm_fp8_mx for block-
+  /// and MX-scaled FP8 (a block scaling of another dtype is its plain class).
   std::optional<GemmModel>& gemm_slot(DType dtype, GemmScaling scaling);
   const std::optional<GemmModel>& gemm_slot(DType dtype, GemmScaling scaling) const;
-  /// The JSON key of a GEMM kernel class: the dtype's name ("bf16"), or "fp8-block".
+  /// The JSON key of a GEMM kernel class: the dtype's name ("bf16"), "fp8-block" or "fp8-mx".
   static std::string gemm_key(DType dtype, GemmScaling scaling);
   const AttentionModel* attention_for(AttentionImpl impl) const;
 

@@ -246,7 +246,6 @@ Time DeviceCostModel::launch_overhead() const {
 }
 
 Time DeviceCostModel::gemm_work(const Gemm& w, const strategies::Kernel& kernel) const {
-  const std::int64_t size = size_of(w.dtype);
   if (const hw::DeviceProfile* profile = device_.profile.get()) {
     if (const auto* row = profile->find_gemm(w.m, w.n, w.k, w.batch, w.dtype)) return row->time;
   }
@@ -271,11 +270,12 @@ Time DeviceCostModel::gemm_work(const Gemm& w, const strategies::Kernel& kernel)
   const Time t_flop =
       compute_time(flops, device_.peak(w.dtype) *
                               (gemm_efficiency(w) * device_.efficiency.framework_compute * die));
-  const std::int64_t bytes = (w.m * w.k + w.k * w.n + w.m * w.n) * w.batch * size;
+  // A, B and C once, packed (fp4: two elements a byte).
+  const std::int64_t bytes = packed_bytes(w.dtype, (w.m * w.k + w.k * w.n + w.m * w.n) * w.batch);
   Bandwidth bandwidth = streaming_bandwidth();
   if (device_.is_fpga()) {
     // The weights (B) held in BRAM/URAM: the layer's traffic stays on chip.
-    const Bytes weights(w.k * w.n * w.batch * size);
+    const Bytes weights(packed_bytes(w.dtype, w.k * w.n * w.batch));
     if (weights <= device_.fpga->on_chip.capacity) {
       bandwidth = device_.fpga->on_chip.bandwidth * device_.efficiency.memory;
     }

@@ -278,6 +278,28 @@ MemorySettings read_memory(config::ObjectReader r) {
   return m;
 }
 
+// training.fp8 (strategies/precision.hpp), for training.dtype `gemm` ("fp8" or "fp4").
+LowPrecisionSpec read_low_precision(config::ObjectReader r, DType gemm) {
+  LowPrecisionSpec s;
+  s.dtype = gemm;
+  s.format = r.choice_or("format", {"hybrid", "e4m3"}, "hybrid") == "e4m3" ? Fp8Format::e4m3
+                                                                           : Fp8Format::hybrid;
+  s.recipe = *scaling_recipe_from_name(
+      r.choice_or("recipe", {"delayed", "current", "block", "mxfp8", "nvfp4"},
+                  gemm == DType::fp4 ? "nvfp4" : "delayed"));
+  s.amax_history_len = static_cast<int>(r.integer_in_or("amax_history_len", 1, 1 << 20, 1024));
+  s.amax_compute_algo = r.choice_or("amax_compute_algo", {"max", "most_recent"}, "max") == "max"
+                            ? AmaxAlgo::max
+                            : AmaxAlgo::most_recent;
+  s.attention = r.boolean_or("attention", false);
+  s.bf16_first_layers = static_cast<int>(r.integer_in_or("bf16_first_layers", 0, 1 << 20, 0));
+  s.bf16_last_layers = static_cast<int>(r.integer_in_or("bf16_last_layers", 0, 1 << 20, 0));
+  s.param_gather = r.boolean_or("param_gather", false);
+  s.tp_comm = r.boolean_or("tp_comm", false);
+  r.finish();
+  return s;
+}
+
 // `accumulation`: training.gradient_accumulation_steps (DeepSpeed's), 0 when not given; with
 // it, global_batch may be left out and follows from micro_batch x accumulation x dp.
 TrainingSpec read_training(config::ObjectReader r, std::int64_t& accumulation) {
@@ -286,7 +308,21 @@ TrainingSpec read_training(config::ObjectReader r, std::int64_t& accumulation) {
   t.global_batch = accumulation > 0 ? r.integer_in_or("global_batch", 1, std::int64_t{1} << 40, 0)
                                     : r.integer_in("global_batch", 1, std::int64_t{1} << 40);
   t.seq_len = static_cast<int>(r.integer_in("seq_len", 1, 1 << 24));
-  t.dtype = *dtype_from_name(r.choice_or("dtype", {"bf16", "fp16", "fp32"}, "bf16"));
+  t.dtype = *dtype_from_name(r.choice_or("dtype", {"bf16", "fp16", "fp32", "fp8", "fp4"}, "bf16"));
+  if (t.dtype == DType::fp8 || t.dtype == DType::fp4) {
+    // The linear layers' GEMMs in fp8 / fp4, everything else in bf16 (strategies/precision.hpp).
+    if (r.has("fp8")) {
+      t.low_precision = read_low_precision(r.object("fp8", "FP8 settings"), t.dtype);
+    } else {
+      t.low_precision = LowPrecisionSpec{};
+      t.low_precision->dtype = t.dtype;
+      if (t.dtype == DType::fp4) t.low_precision->recipe = ScalingRecipe::nvfp4;
+    }
+    t.dtype = DType::bf16;
+  } else if (r.has("fp8")) {
+    r.fail("fp8", "FP8 settings apply with training.dtype \"fp8\" or \"fp4\" (it is \"" +
+                      std::string(name_of(t.dtype)) + "\")");
+  }
   t.optimizer = *optimizer_from_name(r.choice_or("optimizer",
                                                  {"adam", "adamw", "sgd", "sgd_momentum", "rmsprop",
                                                   "adagrad", "adafactor", "lion", "adam8bit"},
@@ -571,6 +607,55 @@ void check_overlap_param_gather(const config::Document& doc, const Experiment& e
   if (e.parallelism.offload.optimizer) {
     doc.fail("parallelism.overlap_param_gather",
              "is not modelled with optimizer offload (parallelism.offload)");
+  }
+}
+
+// FP8 / FP4 training against the device and the rest of the experiment (strategies/
+// precision.hpp): the device's own FP8 (FP4) rate, 1D tensor parallelism, a transformer, layers
+// left to run in low precision, and what the options need.
+void check_low_precision(const config::Document& doc, const Experiment& e) {
+  if (!e.training.low_precision) return;
+  const LowPrecisionSpec& lp = *e.training.low_precision;
+  if (auto problem = low_precision_problem(lp, e.cluster.device))
+    doc.fail("training.dtype", *problem);
+  for (const auto& o : e.cluster.overrides) {
+    if (!o.device) continue;
+    if (auto problem = low_precision_problem(lp, *o.device)) doc.fail("training.dtype", *problem);
+  }
+  if (e.layer_table) {
+    doc.fail("training.dtype",
+             "FP8 / FP4 training is modelled for transformer models (a "
+             "layer-table model's layers have no linear layers to quantise)");
+  }
+  if (e.parallelism.tp_mode != TpMode::one_d) {
+    doc.fail("training.dtype",
+             "FP8 / FP4 training is modelled with 1D tensor parallelism (parallelism.tp_mode "
+             "\"1d\")");
+  }
+  if (lp.bf16_first_layers + lp.bf16_last_layers >= e.model.layers) {
+    doc.fail("training.fp8.bf16_first_layers",
+             "expected fewer layers kept in bf16 (first + last) than the model's " +
+                 std::to_string(e.model.layers));
+  }
+  if (lp.tp_comm && !(e.parallelism.sequence_parallel && e.parallelism.tp > 1)) {
+    doc.fail("training.fp8.tp_comm",
+             "FP8 tensor-parallel communication gathers the sequence-parallel inputs: set "
+             "parallelism.sequence_parallel with tp > 1");
+  }
+  if (lp.param_gather && effective_zero_stage(e) == 0 && !e.training.fsdp) {
+    doc.fail("training.fp8.param_gather",
+             "FP8 parameter gathering needs sharded weights or optimizer states (Megatron's "
+             "distributed optimizer, parallelism.zero >= 1, or FSDP)");
+  }
+  if (lp.param_gather && e.parallelism.zero_quantized_weights) {
+    doc.fail("training.fp8.param_gather",
+             "gathers the weights in FP8; ZeRO++'s quantised weights "
+             "(parallelism.zero_quantized_weights) gather them in int8: use one of them");
+  }
+  if (lp.attention && !e.training.flash_attention) {
+    doc.fail("training.fp8.attention",
+             "FP8 attention is a fused kernel's (Transformer Engine's FP8 dot-product attention): "
+             "set training.flash_attention");
   }
 }
 
@@ -1017,6 +1102,7 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
   check_context_parallel(doc, e);
   check_fsdp(doc, e);
   check_overlap_param_gather(doc, e);
+  check_low_precision(doc, e);
   resolve_batch(doc, e, accumulation);
   check_seq_len(doc, e);
   check_memory_techniques(doc, e);
@@ -1056,6 +1142,10 @@ ModelStateFormat model_state_format(const Experiment& e) {
   f.grad_dtype = e.training.grad_accumulation_dtype.value_or(d.grad_dtype);
   f.optimizer = e.training.optimizer;
   f.fp32_grad_copy = d.fp32_grad_copy;
+  if (e.training.low_precision) {
+    f.low_precision = e.training.low_precision;
+    f.quantised_directions = quantised_directions(*e.training.low_precision, e.cluster.device);
+  }
   return f;
 }
 

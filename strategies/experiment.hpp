@@ -221,6 +221,9 @@ struct TrainingSpec {
   std::optional<double> attention_efficiency;
   /// Which fused kernel runs attention when flash_attention is on (its calibrated rate).
   hw::AttentionImpl attention_kernel = hw::AttentionImpl::flash_attention_2;
+  /// FP8 or FP4 training (training.dtype "fp8" / "fp4" with training.fp8; strategies/
+  /// precision.hpp): the linear layers' GEMMs in low precision, `dtype` (then bf16) for the rest.
+  std::optional<LowPrecisionSpec> low_precision;
 
   /// training.hidden_dropout / attention_dropout: when given, they replace the model's
   /// (TransformerModel::hidden_dropout, attention_dropout) before lowering.

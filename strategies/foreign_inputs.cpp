@@ -589,7 +589,15 @@ const std::vector<std::string> kMegatronValued = {"--tensor-model-parallel-size"
                                                   "--hidden-dropout",
                                                   "--attention-dropout",
                                                   "--clip-grad",
-                                                  "--loss-scale"};
+                                                  "--loss-scale",
+                                                  "--fp8-format",
+                                                  "--fp8-recipe",
+                                                  "--fp8-amax-history-len",
+                                                  "--fp8-amax-compute-algo",
+                                                  "--fp4-format",
+                                                  "--fp4-recipe",
+                                                  "--num-layers-at-start-in-bf16",
+                                                  "--num-layers-at-end-in-bf16"};
 const std::vector<std::string> kMegatronFlags = {"--sequence-parallel",
                                                  "--moe-grouped-gemm",
                                                  "--moe-shared-expert-overlap",
@@ -614,7 +622,13 @@ const std::vector<std::string> kMegatronFlags = {"--sequence-parallel",
                                                  "--overlap-grad-reduce",
                                                  "--overlap-param-gather",
                                                  "--tp-comm-overlap",
-                                                 "--accumulate-allreduce-grads-in-fp32"};
+                                                 "--accumulate-allreduce-grads-in-fp32",
+                                                 "--fp8-param-gather",
+                                                 "--fp4-param-gather",
+                                                 "--first-last-layers-bf16",
+                                                 "--fp8-dot-product-attention",
+                                                 "--fp8-multi-head-attention",
+                                                 "--no-fp8-wgrad"};
 // Common arguments that do not change what is simulated (hyper-parameters, data, logging,
 // checkpoints, fusions): accepted silently, whatever values follow them.
 const std::vector<std::string> kMegatronIgnored = {"--lr",
@@ -700,6 +714,8 @@ const std::vector<std::string> kMegatronIgnored = {"--lr",
                                                    "--empty-unused-memory-level",
                                                    "--manual-gc",
                                                    "--bf16-param-gather",
+                                                   "--fp8-margin",
+                                                   "--fp8-interval",
                                                    "--rampup-batch-size",
                                                    "--eod-mask-loss",
                                                    "--reset-position-ids",
@@ -913,6 +929,7 @@ class MegatronReader : foreign::Reader {
     if (flag("--bf16")) set("training.dtype", "bf16", "--bf16");
     if (flag("--fp16")) set("training.dtype", "fp16", "--fp16");
     if (flag("--use-flash-attn")) set("training.flash_attention", true, "--use-flash-attn");
+    map_low_precision();
     // Megatron-LM's defaults around the layers (strategies/framework.hpp): fp32 main grads
     // with bf16, the distributed optimizer when asked for.
     set("training.framework", "megatron", "Megatron-LM arguments");
@@ -934,6 +951,87 @@ class MegatronReader : foreign::Reader {
     map_regularisation();
     map_recompute();
     map_model();
+  }
+
+  // FP8 and FP4 training (strategies/precision.hpp): --fp8-format or --fp4-format turns it on
+  // (Megatron-LM ignores the other fp8 / fp4 arguments without them); Megatron's defaults
+  // where an argument is not given: --fp8-recipe delayed, --fp8-amax-history-len 1,
+  // --fp8-amax-compute-algo most_recent, 1 layer at each end with --first-last-layers-bf16.
+  void map_low_precision() {
+    const bool fp8 = has("--fp8-format"), fp4 = has("--fp4-format");
+    if (fp8 && fp4) fail("--fp4-format", "contradicts --fp8-format: give one of them");
+    if (!fp8 && !fp4) {
+      for (const char* arg : {"--fp8-recipe", "--fp8-amax-history-len", "--fp8-amax-compute-algo",
+                              "--fp4-recipe", "--fp8-param-gather", "--fp4-param-gather",
+                              "--fp8-dot-product-attention", "--first-last-layers-bf16"}) {
+        if (has(arg) || flag(arg)) {
+          note(std::string(arg) + " has no effect without --fp8-format or --fp4-format");
+        }
+      }
+      return;
+    }
+    const auto defaulted = [&](const std::string& path, json value, const std::string& what) {
+      out_.overrides.push_back(
+          {path, std::move(value), source_ + " (Megatron-LM's default " + what + ")"});
+    };
+    if (fp8) {
+      set("training.dtype", "fp8", "--fp8-format");
+      set("training.fp8.format", choice("--fp8-format", {"e4m3", "hybrid"}), "--fp8-format");
+      if (has("--fp8-recipe")) {
+        const std::string r =
+            choice("--fp8-recipe", {"delayed", "tensorwise", "blockwise", "mxfp8"});
+        set("training.fp8.recipe",
+            r == "tensorwise"  ? "current"
+            : r == "blockwise" ? "block"
+                               : r,
+            "--fp8-recipe");
+      } else {
+        defaulted("training.fp8.recipe", "delayed", "--fp8-recipe delayed");
+      }
+      if (has("--fp8-amax-history-len")) {
+        set("training.fp8.amax_history_len", integer("--fp8-amax-history-len", 1, 1 << 20),
+            "--fp8-amax-history-len");
+      } else {
+        defaulted("training.fp8.amax_history_len", 1, "--fp8-amax-history-len 1");
+      }
+      if (has("--fp8-amax-compute-algo")) {
+        set("training.fp8.amax_compute_algo",
+            choice("--fp8-amax-compute-algo", {"most_recent", "max"}), "--fp8-amax-compute-algo");
+      } else {
+        defaulted("training.fp8.amax_compute_algo", "most_recent",
+                  "--fp8-amax-compute-algo most_recent");
+      }
+    } else {
+      set("training.dtype", "fp4", "--fp4-format");
+      choice("--fp4-format", {"e2m1"});
+      if (has("--fp4-recipe")) choice("--fp4-recipe", {"nvfp4"});
+      set("training.fp8.recipe", "nvfp4", has("--fp4-recipe") ? "--fp4-recipe" : "--fp4-format");
+    }
+    for (const char* arg : {"--fp8-param-gather", "--fp4-param-gather"}) {
+      if (flag(arg)) set("training.fp8.param_gather", true, arg);
+    }
+    if (flag("--fp8-dot-product-attention")) {
+      set("training.fp8.attention", true, "--fp8-dot-product-attention");
+    }
+    if (flag("--first-last-layers-bf16")) {
+      for (auto [arg, key] : {std::pair{"--num-layers-at-start-in-bf16", "bf16_first_layers"},
+                              std::pair{"--num-layers-at-end-in-bf16", "bf16_last_layers"}}) {
+        const std::string path = std::string("training.fp8.") + key;
+        if (has(arg)) {
+          set(path, integer(arg, 0, 1 << 20), arg);
+        } else {
+          defaulted(path, 1, std::string(arg) + " 1");
+        }
+      }
+    }
+    if (flag("--fp8-multi-head-attention")) {
+      note(
+          "--fp8-multi-head-attention is not modelled beyond --fp8-dot-product-attention (the "
+          "attention block's casts are costed as without it)");
+    }
+    if (flag("--no-fp8-wgrad")) {
+      note("--no-fp8-wgrad is not modelled: the weight-gradient GEMMs are costed in FP8");
+    }
   }
 
   // Dropout and gradient clipping as the run has them: the argument, or Megatron-LM's default

@@ -97,6 +97,7 @@ class FsdpReader : foreign::Reader {
       if (!it->is_object()) fail("fsdp_config", "expected an object, got " + shown(*it));
       config = &*it;
       at = "fsdp_config";
+      read_accelerate_fp8(file);
     }
     set("training.framework", "fsdp", at.empty() ? "file" : at);
     for (const auto& [raw, value] : config->items()) {
@@ -127,6 +128,39 @@ class FsdpReader : foreign::Reader {
     if (u.find("BF") != std::string::npos) return "bf16";
     if (u == "FP32" || u == "FLOAT32") return "fp32";
     return "fp16";
+  }
+
+  // An Accelerate config's mixed_precision "fp8" with its fp8_config (Accelerate's FP8 docs:
+  // backend TE = Transformer Engine's delayed scaling, AO = torchao's float8 linears, tensorwise
+  // current scaling; fp8_format HYBRID / E4M3; amax_history_length, amax_compute_algorithm):
+  // training.dtype fp8 and training.fp8 (docs/precision.md). Other mixed_precision values are
+  // left to the experiment, as before.
+  void read_accelerate_fp8(const json& file) {
+    const auto mp = file.find("mixed_precision");
+    if (mp == file.end() || !mp->is_string() || upper(mp->get<std::string>()) != "FP8") return;
+    set("training.dtype", "fp8", "mixed_precision");
+    const auto cfg = file.find("fp8_config");
+    if (cfg == file.end() || cfg->is_null()) return;
+    if (!cfg->is_object()) fail("fp8_config", "expected an object, got " + shown(*cfg));
+    for (const auto& [k, v] : cfg->items()) {
+      const std::string at = config::join_path("fp8_config", k);
+      if (k == "backend") {
+        const std::string b = name(v, at, {"TE", "AO", "MSAMP"});
+        if (b == "MSAMP") fail(at, "MS-AMP's FP8 is not modelled (TE or AO are)");
+        set("training.fp8.recipe", b == "AO" ? "current" : "delayed", at);
+      } else if (k == "fp8_format") {
+        set("training.fp8.format", name(v, at, {"HYBRID", "E4M3"}) == "E4M3" ? "e4m3" : "hybrid",
+            at);
+      } else if (k == "amax_history_length" || k == "amax_history_len") {
+        if (!v.is_number_integer()) fail(at, "expected an integer, got " + shown(v));
+        set("training.fp8.amax_history_len", v, at);
+      } else if (k == "amax_compute_algorithm" || k == "amax_compute_algo") {
+        set("training.fp8.amax_compute_algo",
+            name(v, at, {"MAX", "MOST_RECENT"}) == "MAX" ? "max" : "most_recent", at);
+      } else {
+        note("fp8_config." + k + " is not modelled");
+      }
+    }
   }
 
   void read_precision(const json& v, const std::string& at) {

@@ -55,6 +55,7 @@
 
 #include "hw_models/dtype.hpp"
 #include "hw_models/units.hpp"
+#include "strategies/precision.hpp"
 #include "strategies/program.hpp"
 
 namespace stratasim::strategies {
@@ -97,6 +98,11 @@ struct ModelStateFormat {
   /// The optimizer keeps an fp32 copy of 16-bit gradients (Megatron-LM's
   /// Float16OptimizerWithFloat16Params and distributed optimizer with fp16/bf16 main grads).
   bool fp32_grad_copy = false;
+  /// FP8 / FP4 training (strategies/precision.hpp): the linear weights' quantised copies are
+  /// kept besides them (quantised_directions directions), or instead of their `dtype` copy with
+  /// low_precision->param_gather (device_model_states in strategies/lowering/pipeline_spec.hpp).
+  std::optional<LowPrecisionSpec> low_precision;
+  int quantised_directions = 2;
   /// Mixed precision: the optimizer updates fp32 master weights (training dtype under 4 bytes).
   bool master_weights() const { return size_of(dtype) < 4; }
 };

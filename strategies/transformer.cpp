@@ -3,6 +3,7 @@
 #include "strategies/moe.hpp"
 
 #include <algorithm>
+#include <array>
 #include <utility>
 
 namespace stratasim::strategies {
@@ -39,6 +40,12 @@ struct Dims {
   const TransformerModel* model;  // MoE layers and MLA (1D only)
   const LayerSetting* setting;
   std::int64_t attn_out;  // the output projection's local input width: a d / t, MLA's a v / t
+  // FP8 / FP4 linear layers (strategies/precision.hpp), 1D only; the model's layer count for
+  // the layers kept in the high-precision dtype.
+  std::optional<LowPrecisionSpec> lp;
+  int directions;
+  int layers;
+  bool fused_modules, weight_cache;
 
   Dims(const TransformerModel& m, const LayerSetting& set)
       : b(set.micro_batch),
@@ -79,9 +86,85 @@ struct Dims {
         model(&m),
         setting(&set),
         attn_out(m.mla ? std::int64_t{m.heads} * m.mla->v_head_dim / set.tp
-                       : m.query_width() / set.tp) {}
+                       : m.query_width() / set.tp),
+        lp(set.low_precision),
+        directions(set.quantised_directions),
+        layers(m.layers),
+        fused_modules(set.te_fused_modules),
+        weight_cache(set.weight_cache) {}
 
   bool moe_layer(int layer) const { return model->is_moe_layer(layer); }
+
+  // Whether layer `layer`'s linear layers run in low precision.
+  bool low(int layer) const {
+    return lp && !nd && layer >= lp->bf16_first_layers && layer < layers - lp->bf16_last_layers;
+  }
+  // A linear layer's GEMM of layer `layer`: in low precision (the recipe's kernel class) or in
+  // the high-precision dtype. Backward GEMMs (dgrad, wgrad) of tensor-scaled FP8 on Hopper and
+  // Ada (2 quantised directions) run with TE's split accumulator (_2X_ACC_DGRAD, _2X_ACC_WGRAD:
+  // cuBLASLt without fast accumulation promotes the partial sums to fp32 every few MMAs), costed
+  // as the block-scaled class, whose calibrated cost is that promotion (docs/precision.md).
+  Kernel linear(int layer, std::string name, std::int64_t m, std::int64_t n, std::int64_t k,
+                bool backward = false) const {
+    if (!low(layer)) return Kernel{Gemm{m, n, k, 1, dtype}, std::move(name)};
+    hw::GemmScaling scaling = gemm_scaling(lp->recipe);
+    if (backward && lp->dtype == DType::fp8 && scaling == hw::GemmScaling::tensor &&
+        directions == 2) {
+      scaling = hw::GemmScaling::block;
+    }
+    return Kernel{Gemm{m, n, k, 1, lp->dtype, scaling}, std::move(name)};
+  }
+  // The quantisation of a tensor of `elements` feeding a low-precision GEMM of layer `layer`,
+  // appended to `k`: nothing when the producing kernel fuses it (`fusable` and the recipe
+  // fuses casts), else an amax pass (recipes without fused casts) and the cast.
+  void quantise(int layer, const std::string& name, std::int64_t elements, bool fusable,
+                std::vector<Kernel>& k) const {
+    if (!low(layer)) return;
+    if (fused_casts(lp->recipe) && fusable && fused_modules) return;
+    if (!fused_casts(lp->recipe)) k.push_back(amax_kernel(name + ".amax", elements, e));
+    k.push_back(quantise_kernel(*lp, name + ".cast", elements, e, directions));
+  }
+  // The quantisation of a linear weight (`elements` of this rank), appended to `k`: an amax
+  // pass where the recipe has no fused casts, and the cast.
+  void quantise_weight(const std::string& name, std::int64_t elements,
+                       std::vector<Kernel>& k) const {
+    if (!fused_casts(lp->recipe)) k.push_back(amax_kernel(name + ".amax", elements, e));
+    k.push_back(quantise_kernel(*lp, name + ".cast", elements, e, directions, true));
+  }
+  // Without the framework's weight cache, every forward of layer `layer` quantises the weight of
+  // linear `index` (linear_weight_shapes) before its GEMM.
+  void forward_weight(int layer, int index, std::vector<Kernel>& k) const {
+    if (!low(layer) || weight_cache) return;
+    const auto weights = linear_weight_shapes();
+    const auto [name, elements] = weights[static_cast<std::size_t>(index)];
+    quantise_weight(std::string(name) + ".weight", elements, k);
+  }
+  // The elements of the rank's linear weights of a layer (qkv, proj, fc1, fc2), and their sum.
+  std::array<std::pair<const char*, std::int64_t>, 4> linear_weight_shapes() const {
+    return {{{"qkv", h * qkv_width()},
+             {"proj", attn_out * h},
+             {"fc1", h * (up / t)},
+             {"fc2", ffn / t * h}}};
+  }
+  std::int64_t linear_weights() const {
+    std::int64_t n = 0;
+    for (const auto& w : linear_weight_shapes()) n += w.second;
+    return n;
+  }
+  // Of them, layer `layer`'s that run in low precision: none in a high-precision layer, qkv and
+  // proj only in an MoE layer (its experts' grouped GEMMs stay in the high-precision dtype).
+  std::int64_t low_precision_weights(int layer) const {
+    if (!low(layer)) return 0;
+    if (!moe_layer(layer)) return linear_weights();
+    const auto w = linear_weight_shapes();
+    return w[0].second + w[1].second;
+  }
+  // Bytes of a sequence-parallel all-gather of a linear layer's input: in the low-precision
+  // dtype with FP8 tensor-parallel communication.
+  Bytes gathered_input_bytes(int layer) const {
+    if (low(layer) && lp->tp_comm) return Bytes(packed_bytes(lp->dtype, tokens * h));
+    return hidden_bytes();
+  }
 
   std::int64_t qkv_width() const { return (a + 2 * kv) * d / t; }  // local QKV output width
   Bytes hidden_bytes() const { return Bytes(tokens * h * e); }     // one full [b, s, h] tensor
@@ -162,15 +245,18 @@ void append(std::vector<Kernel>& to, std::vector<Kernel> kernels) {
             std::make_move_iterator(kernels.end()));
 }
 
-// The fused (flash) attention kernel of one tensor-parallel rank.
-// The fused (flash) attention kernel of one tensor-parallel rank, in layer `layer` (whose
-// sliding window, if any, it applies; the unfused path computes the whole score matrix and
-// masks it, so a window saves nothing there).
+// The fused (flash) attention kernel of one tensor-parallel rank of layer `layer` (-1: none in
+// particular): its sliding window, if any (the unfused path computes the whole score matrix and
+// masks it, so a window saves nothing there); in FP8 with FP8 attention
+// (LowPrecisionSpec::attention) in a low-precision layer.
 Kernel fused_attention(const Dims& d, bool backward, int layer) {
-  Attention a{d.bl, d.heads_l, d.kv_l,  d.s,      d.s_kv,
-              d.d,  d.causal,  d.dtype, backward, d.attention_kernel};
+  const DType dtype = layer >= 0 && d.low(layer) && d.lp->attention ? DType::fp8 : d.dtype;
+  Attention a{d.bl, d.heads_l, d.kv_l, d.s, d.s_kv, d.d, d.causal, dtype, backward,
+              d.attention_kernel};
   // A window no shorter than the keys changes nothing: left unset (the Program is the same).
-  if (const std::int64_t w = d.model->window_of(layer); w > 0 && w < d.s_kv) a.window = w;
+  if (const std::int64_t w = layer >= 0 ? d.model->window_of(layer) : 0; w > 0 && w < d.s_kv) {
+    a.window = w;
+  }
   return Kernel{a, backward ? "attention.bwd" : "attention"};
 }
 
@@ -272,9 +358,9 @@ std::vector<Projection> qkv_projections(const Dims& d) {
   return p;
 }
 
-void qkv_forward(const Dims& d, std::vector<Kernel>& k) {
+void qkv_forward(const Dims& d, int layer, std::vector<Kernel>& k) {
   for (const Projection& p : qkv_projections(d)) {
-    k.push_back(gemm(p.name, d.tokens, p.out, p.in, d.dtype));
+    k.push_back(d.linear(layer, p.name, d.tokens, p.out, p.in));
     if (p.name == "q_down" || p.name == "kv_down") {  // the latent's RMSNorm
       k.push_back(elementwise(p.name + ".norm", d.tokens * p.out, d.tokens * p.out * d.e,
                               d.tokens * p.out * d.e));
@@ -283,13 +369,13 @@ void qkv_forward(const Dims& d, std::vector<Kernel>& k) {
 }
 
 // The data gradients (last projection first), or the weight gradients.
-void qkv_backward(const Dims& d, std::vector<Kernel>& k, bool weight) {
+void qkv_backward(const Dims& d, int layer, std::vector<Kernel>& k, bool weight) {
   const std::vector<Projection> ps = qkv_projections(d);
   for (auto it = ps.rbegin(); it != ps.rend(); ++it) {
     if (weight) {
-      k.push_back(gemm(it->name + ".wgrad", it->in, it->out, d.tokens, d.dtype));
+      k.push_back(d.linear(layer, it->name + ".wgrad", it->in, it->out, d.tokens, true));
     } else {
-      k.push_back(gemm(it->name + ".dgrad", d.tokens, it->in, it->out, d.dtype));
+      k.push_back(d.linear(layer, it->name + ".dgrad", d.tokens, it->in, it->out, true));
     }
   }
 }
@@ -303,12 +389,19 @@ void layer_forward(const Dims& d, int layer, Bytes attention_bytes, Bytes mlp_by
   if (d.sp) {
     out.push_back(compute(L + " ln1", std::move(attention), layer));
     out.push_back(tp_gather(d, L + " attention", layer));
+    out.back().bytes = d.gathered_input_bytes(layer);
     attention.clear();
   }
-  qkv_forward(d, attention);
+  d.quantise(layer, "qkv.input", d.tokens * d.h, true, attention);  // fused into ln1
+  d.forward_weight(layer, 0, attention);
+  qkv_forward(d, layer, attention);
   if (d.qk_norm) attention.push_back(qk_norm_kernel(d, false));
   attention_core_forward(d, layer, attention);
-  attention.push_back(gemm("proj", d.tokens, d.h, d.attn_out, d.dtype));
+  // FP8 attention writes proj's FP8 input itself.
+  d.quantise(layer, "proj.input", d.tokens * d.attn_out, d.lp && d.lp->attention && d.flash,
+             attention);
+  d.forward_weight(layer, 1, attention);
+  attention.push_back(d.linear(layer, "proj", d.tokens, d.h, d.attn_out));
   out.push_back(compute(L + " attention", std::move(attention), layer));
   out.back().activation_delta = attention_bytes;
   if (d.t > 1) out.push_back(tp_reduce(d, L + " attention", layer));
@@ -329,13 +422,18 @@ void layer_forward(const Dims& d, int layer, Bytes attention_bytes, Bytes mlp_by
   if (d.sp) {
     out.push_back(compute(L + " ln2", std::move(mlp), layer));
     out.push_back(tp_gather(d, L + " mlp", layer));
+    out.back().bytes = d.gathered_input_bytes(layer);
     mlp.clear();
   }
   const std::int64_t up_local = d.up / d.t, ffn_local = d.ffn / d.t;
-  mlp.push_back(gemm("fc1", d.tokens, up_local, d.h, d.dtype));
+  d.quantise(layer, "fc1.input", d.tokens * d.h, true, mlp);  // fused into ln2
+  d.forward_weight(layer, 2, mlp);
+  mlp.push_back(d.linear(layer, "fc1", d.tokens, up_local, d.h));
   mlp.push_back(elementwise(d.act, d.tokens * up_local, d.tokens * up_local * d.e,
                             d.tokens * ffn_local * d.e));
-  mlp.push_back(gemm("fc2", d.tokens, d.h, ffn_local, d.dtype));
+  d.quantise(layer, "fc2.input", d.tokens * ffn_local, true, mlp);  // fused into the activation
+  d.forward_weight(layer, 3, mlp);
+  mlp.push_back(d.linear(layer, "fc2", d.tokens, d.h, ffn_local));
   out.push_back(compute(L + " mlp", std::move(mlp), layer));
   out.back().activation_delta = mlp_bytes;
   if (d.t > 1) out.push_back(tp_reduce(d, L + " mlp", layer));
@@ -381,17 +479,20 @@ void dense_mlp_backward(const Dims& d, int layer, Bytes mlp_bytes, std::vector<K
     out.push_back(tp_gather(d, L + " mlp bwd", layer));
     k.clear();
   }
-  k.push_back(gemm("fc2.dgrad", d.tokens, ffn_local, d.h, d.dtype));
-  k.push_back(gemm("fc2.wgrad", ffn_local, d.h, d.tokens, d.dtype));
+  d.quantise(layer, "fc2.grad_output", d.tokens * d.h, false, k);
+  k.push_back(d.linear(layer, "fc2.dgrad", d.tokens, ffn_local, d.h, true));
+  k.push_back(d.linear(layer, "fc2.wgrad", ffn_local, d.h, d.tokens, true));
   k.push_back(elementwise(std::string(d.act) + ".bwd", d.tokens * up_local,
                           d.tokens * (up_local + ffn_local) * d.e, d.tokens * up_local * d.e));
-  k.push_back(gemm("fc1.dgrad", d.tokens, d.h, up_local, d.dtype));
+  // Fused into the activation's backward (TE's cast_transpose_dbias_dgelu).
+  d.quantise(layer, "fc1.grad_output", d.tokens * up_local, true, k);
+  k.push_back(d.linear(layer, "fc1.dgrad", d.tokens, d.h, up_local, true));
   if (d.sp) {  // fc1's input was gathered in forward and is gathered again for its wgrad
     out.push_back(compute(L + " mlp bwd", std::move(k), layer));
     out.push_back(tp_gather(d, L + " mlp input regather", layer));
     k.clear();
   }
-  k.push_back(gemm("fc1.wgrad", d.h, up_local, d.tokens, d.dtype));
+  k.push_back(d.linear(layer, "fc1.wgrad", d.h, up_local, d.tokens, true));
   out.push_back(compute(L + (d.sp ? " fc1 wgrad" : " mlp bwd"), std::move(k), layer));
   out.back().activation_delta = -mlp_bytes;
   if (d.t > 1) out.push_back(tp_reduce(d, L + " mlp bwd", layer));  // Megatron's f in backward
@@ -409,8 +510,9 @@ void layer_attention_backward(const Dims& d, int layer, int grad_unit, Bytes att
     out.push_back(tp_gather(d, L + " attention bwd", layer));
     k.clear();
   }
-  k.push_back(gemm("proj.dgrad", d.tokens, d.attn_out, d.h, d.dtype));
-  k.push_back(gemm("proj.wgrad", d.attn_out, d.h, d.tokens, d.dtype));
+  d.quantise(layer, "proj.grad_output", d.tokens * d.h, false, k);
+  k.push_back(d.linear(layer, "proj.dgrad", d.tokens, d.attn_out, d.h, true));
+  k.push_back(d.linear(layer, "proj.wgrad", d.attn_out, d.h, d.tokens, true));
   if (recomputed_core.count() > 0) {  // Megatron's checkpointed core attention
     out.push_back(compute(L + " proj bwd", std::move(k), layer));
     k.clear();
@@ -422,13 +524,14 @@ void layer_attention_backward(const Dims& d, int layer, int grad_unit, Bytes att
   }
   attention_core_backward(d, layer, k);
   if (d.qk_norm) k.push_back(qk_norm_kernel(d, true));
-  qkv_backward(d, k, false);
+  d.quantise(layer, "qkv.grad_output", d.tokens * d.qkv_width(), false, k);
+  qkv_backward(d, layer, k, false);
   if (d.sp) {
     out.push_back(compute(L + " attention bwd", std::move(k), layer));
     out.push_back(tp_gather(d, L + " attention input regather", layer));
     k.clear();
   }
-  qkv_backward(d, k, true);
+  qkv_backward(d, layer, k, true);
   out.push_back(compute(L + (d.sp ? " qkv wgrad" : " attention bwd"), std::move(k), layer));
   out.back().activation_delta = -attention_bytes;
   if (d.t > 1) out.push_back(tp_reduce(d, L + " attention bwd", layer));
@@ -977,7 +1080,9 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
   std::vector<int> layer_unit(static_cast<std::size_t>(layer_end - layer_begin));
   for (int l = layer_end - 1; l >= layer_begin; --l) {
     layer_unit[static_cast<std::size_t>(l - layer_begin)] = next_unit++;
-    plan.grad_units.push_back(layer_unit_of(model, setting, l));
+    GradUnit unit = layer_unit_of(model, setting, l);
+    unit.low_precision_parameters = d.low_precision_weights(l);
+    plan.grad_units.push_back(unit);
   }
   const std::int64_t embedding_params =
       d.vocab_local * d.h + (model.position_embedding == PositionEmbedding::learned
@@ -986,6 +1091,30 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
   const int embedding_unit = first ? next_unit++ : -1;
   if (first) plan.grad_units.push_back({"embedding", embedding_params, -1});
   for (const auto& u : plan.grad_units) plan.parameters += u.parameters;
+  // FP8 / FP4: each low-precision layer's linear weights (this rank's shards), quantised once
+  // per iteration after the optimizer step (an amax pass first where the recipe has no fused
+  // casts), and with delayed scaling one update of the amax histories and scales of the stage's
+  // 3 tensors per linear (TE's fused amax_and_scale_update: reads and writes each history).
+  if (d.lp) {
+    const auto weights = d.linear_weight_shapes();
+    int linears = 0;
+    for (int l = layer_begin; l < layer_end; ++l) {
+      if (!d.low(l)) continue;
+      for (const auto& [name, elements] : weights) {
+        // Cached over the microbatches: once per iteration (else in every forward).
+        if (d.weight_cache) {
+          d.quantise_weight(layer_name(l) + "." + name + ".weight", elements, plan.weight_casts);
+        }
+        plan.low_precision_parameters += elements;
+        ++linears;
+      }
+    }
+    if (d.lp->recipe == ScalingRecipe::delayed && linears > 0) {
+      const std::int64_t history = std::int64_t{3} * linears * d.lp->amax_history_len;
+      plan.weight_casts.push_back(
+          elementwise("fp8.amax_and_scale_update", history, history * 4, history * 4));
+    }
+  }
 
   const std::int64_t n_hidden = d.tokens * d.h;
   // ---- forward

@@ -13,7 +13,10 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
 #include "strategies/model.hpp"
+#include "strategies/precision.hpp"
 #include "strategies/program.hpp"
 #include "strategies/tp_modes.hpp"
 
@@ -35,6 +38,17 @@ struct LayerSetting {
   DType dtype = DType::bf16;
   bool flash_attention = false;
   hw::AttentionImpl attention_kernel = hw::AttentionImpl::flash_attention_2;  // when flash
+  /// FP8 / FP4 linear layers (strategies/precision.hpp: their GEMMs, cast and amax kernels;
+  /// 1D tensor parallelism), each tensor quantised in quantised_directions directions.
+  std::optional<LowPrecisionSpec> low_precision;
+  int quantised_directions = 2;
+  /// How the framework runs Transformer Engine (strategies/precision.hpp): its fused modules
+  /// (LayerNormLinear, LayerNormMLP: Megatron-Core's TE layer spec), which fuse casts into the
+  /// norm and the activation, or te.Linear in place of the framework's Linear (the others); and
+  /// whether it tells TE the first microbatch (Megatron's is_first_microbatch), so that weights
+  /// are quantised once per iteration, or not, so that every forward quantises them.
+  bool te_fused_modules = true;
+  bool weight_cache = true;
   /// Keep every compute op within one layer (ZeRO-3 gathers each layer's parameters before
   /// its first op); otherwise neighbouring compute segments merge across layers.
   bool split_layers = false;
@@ -138,6 +152,9 @@ struct GradUnit {
   /// Of `parameters`, the routed experts' (MoE layers): their gradients are reduced over the
   /// expert-data-parallel group and their optimizer states sharded over it, not over dp.
   std::int64_t expert_parameters = 0;
+  /// Of `parameters`, the linear weights whose GEMMs run in FP8 / FP4 (their all-gathers move
+  /// them quantised with LowPrecisionSpec::param_gather: gathered_weight_bytes).
+  std::int64_t low_precision_parameters = 0;
 };
 
 struct StagePlan {
@@ -150,7 +167,13 @@ struct StagePlan {
   std::vector<Segment> weight;
   std::vector<GradUnit> grad_units;
   std::int64_t parameters = 0;  // per rank
-  Bytes boundary_bytes;         // activation (and its gradient) sent to the next stage
+  /// Of `parameters`, the linear layers' weights whose GEMMs run in FP8 / FP4
+  /// (LayerSetting::low_precision; 0 without): they keep quantised copies.
+  std::int64_t low_precision_parameters = 0;
+  /// Kernels run once per iteration after the optimizer step: the quantisation of those
+  /// weights (TE casts them once per step, not per microbatch). Empty without low precision.
+  std::vector<Kernel> weight_casts;
+  Bytes boundary_bytes;  // activation (and its gradient) sent to the next stage
 };
 
 /// Activations one layer stores for backward, per rank and microbatch. Summed they follow

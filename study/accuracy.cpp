@@ -258,6 +258,47 @@ json fsdp_settings_of(const CaseReader& c, const std::string& source, const std:
   return fsdp;
 }
 
+// training.fp8 of a run that trained in FP8 (strategies/precision.hpp), from the precision it
+// printed and its software stack's recipe, or nothing for a precision not mapped:
+// - "amp_fp8" (Composer / llm-foundry): Transformer Engine's fp8_autocast with Composer's
+//   recipe, DelayedScaling(fp8_format=HYBRID, amax_history_len=16, amax_compute_algo="max");
+// - "fp8", "fp8 (hybrid)" (NeMo 24.07, Megatron-LM's Llama recipe, the DGX Cloud recipes): NeMo's
+//   and Megatron-LM's delayed scaling, HYBRID; NeMo's amax history (fp8_amax_history_len 1024,
+//   fp8_amax_compute_algo max);
+// - "FP8-CS" (Megatron-Bridge's bf16_with_fp8_current_scaling_mixed): current ("tensorwise")
+//   scaling, HYBRID, the first and last layer in bf16, FP8 parameter gathering;
+// - "FP8-MX", "MXFP8" (Megatron-Bridge's bf16_with_mxfp8_mixed): MXFP8, E4M3, FP8 parameter
+//   gathering;
+// - "bf16 + float8 linears" (torchtitan's float8 linears, torchao's tensorwise dynamic scaling):
+//   current scaling, E4M3.
+std::optional<json> fp8_settings_of(const std::string& precision) {
+  const std::string p = lower(precision);
+  if (p == "amp_fp8") {
+    return json{{"format", "hybrid"},
+                {"recipe", "delayed"},
+                {"amax_history_len", 16},
+                {"amax_compute_algo", "max"}};
+  }
+  if (p == "fp8" || p == "fp8 (hybrid)") {
+    return json{{"format", "hybrid"},
+                {"recipe", "delayed"},
+                {"amax_history_len", 1024},
+                {"amax_compute_algo", "max"}};
+  }
+  if (p == "fp8-cs" || p == "fp8-cs (fp8-mx)") {
+    return json{{"format", "hybrid"},
+                {"recipe", "current"},
+                {"bf16_first_layers", 1},
+                {"bf16_last_layers", 1},
+                {"param_gather", true}};
+  }
+  if (p == "fp8-mx" || p == "mxfp8") {
+    return json{{"format", "e4m3"}, {"recipe", "mxfp8"}, {"param_gather", true}};
+  }
+  if (p == "bf16 + float8 linears") return json{{"format", "e4m3"}, {"recipe", "current"}};
+  return std::nullopt;
+}
+
 struct E2eMapping {
   std::vector<std::string> reasons;  // empty: expressible
   json experiment;
@@ -340,11 +381,13 @@ E2eMapping map_e2e(const CaseReader& c, const std::string& source) {
   }
   // Precision.
   const auto precision = c.string("config.precision");
+  std::optional<json> fp8;
   if (!precision) {
     why.push_back("precision not printed");
   } else if (const std::string p = lower(*precision);
              p.find("fp8") != std::string::npos || p.find("float8") != std::string::npos) {
-    why.push_back("fp8");
+    fp8 = fp8_settings_of(*precision);
+    if (!fp8) why.push_back("fp8 recipe of precision " + *precision + " not mapped");
   } else if (p != "bf16" && p != "amp_bf16") {
     why.push_back("precision " + *precision + " not modelled");
   }
@@ -474,6 +517,10 @@ E2eMapping map_e2e(const CaseReader& c, const std::string& source) {
       {"global_batch", *global}, {"seq_len", seq}, {"dtype", "bf16"}, {"flash_attention", flash}};
   if (kSetTrainingFramework) training["framework"] = framework;
   if (!fsdp.is_null()) training["fsdp"] = fsdp;
+  if (fp8) {
+    training["dtype"] = "fp8";
+    training["fp8"] = *fp8;
+  }
   if (const auto kernel = attention_kernel_of(source); kernel && flash) {
     training["attention_kernel"] = *kernel;
   }

@@ -124,7 +124,7 @@ class AttrReader {
   }
   DType dtype(const json& v, const std::string& path) const {
     const auto d = v.is_string() ? dtype_from_name(v.get_ref<const std::string&>()) : std::nullopt;
-    if (!d) fail(path, "a dtype name (fp32, tf32, fp16, bf16, fp8)");
+    if (!d) fail(path, "a dtype name (fp32, tf32, fp16, bf16, fp8, fp4)");
     return *d;
   }
   template <typename E, int N>
@@ -668,10 +668,11 @@ TraceOp to_trace_op(ImportState& state, const NodeReader& in, int rank) {
       if (const auto d = in.string(kDtypeAttr)) {
         const auto dt = dtype_from_name(*d);
         if (!dt) {
-          throw TraceError(in.file, in.where(),
-                           std::string("attribute ") + kDtypeAttr +
-                               ": expected a dtype name (fp32, tf32, fp16, bf16, fp8), found \"" +
-                               *d + "\"");
+          throw TraceError(
+              in.file, in.where(),
+              std::string("attribute ") + kDtypeAttr +
+                  ": expected a dtype name (fp32, tf32, fp16, bf16, fp8, fp4), found \"" + *d +
+                  "\"");
         }
         c.dtype = *dt;
       }

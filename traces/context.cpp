@@ -125,11 +125,18 @@ ReportContext report_context(const strategies::Experiment& experiment) {
                           schedule_line + ", micro batch " + std::to_string(p.micro_batch) + ", " +
                           with_commas(experiment.microbatches()) + " microbatches per pipeline" +
                           (p.sequence_parallel ? ", sequence parallel" : "") + ep_text},
-      {"training", "global batch " + with_commas(experiment.training.global_batch) + " x " +
-                       with_commas(experiment.training.seq_len) + " tokens, " +
-                       std::string(name_of(experiment.training.dtype)) +
-                       training_extras(experiment) +
-                       (experiment.training.flash_attention ? ", flash attention" : "")},
+      {"training",
+       "global batch " + with_commas(experiment.training.global_batch) + " x " +
+           with_commas(experiment.training.seq_len) + " tokens, " +
+           std::string(name_of(experiment.training.dtype)) +
+           (experiment.training.low_precision
+                ? " with " + std::string(name_of(experiment.training.low_precision->dtype)) +
+                      " linear layers (" +
+                      std::string(strategies::name_of(experiment.training.low_precision->recipe)) +
+                      " scaling)"
+                : std::string()) +
+           training_extras(experiment) +
+           (experiment.training.flash_attention ? ", flash attention" : "")},
   };
   std::string memory_line =
       "ZeRO " + std::to_string(strategies::effective_zero_stage(experiment)) +

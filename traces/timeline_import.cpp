@@ -106,7 +106,8 @@ class Reader {
   }
   DType dtype(const json& j, const std::string& where) const {
     const auto t = dtype_from_name(string(j, where));
-    if (!t) fail(where, "expected a dtype (fp32, tf32, fp16, bf16, fp8), got \"" + j.dump() + "\"");
+    if (!t)
+      fail(where, "expected a dtype (fp32, tf32, fp16, bf16, fp8, fp4), got \"" + j.dump() + "\"");
     return *t;
   }
   template <class E, int N>
@@ -165,10 +166,9 @@ st::Kernel parse_kernel(const Reader& rd, const json& k, const std::string& wher
                count(*a, "gemm", 3), rd.dtype((*a)[4], at("gemm", 4))};
     if (a->size() == 6) {
       const std::string scaling = rd.string((*a)[5], at("gemm", 5));
-      if (scaling != "tensor" && scaling != "block") {
-        rd.fail(at("gemm", 5), "expected an FP8 scaling: tensor or block");
-      }
-      g.scaling = scaling == "block" ? hw::GemmScaling::block : hw::GemmScaling::tensor;
+      const auto parsed = hw::gemm_scaling_from_name(scaling);
+      if (!parsed) rd.fail(at("gemm", 5), "expected an FP8 scaling: tensor, block or mx");
+      g.scaling = *parsed;
     }
     kernel.work = g;
   } else if (const json* b = field("attention", attention_size())) {

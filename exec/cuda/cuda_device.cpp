@@ -115,6 +115,7 @@ kernels::ElemType elem_type(DType t) {
     case DType::bf16:
       return kernels::ElemType::bf16;
     case DType::fp8:
+    case DType::fp4:  // packed 4-bit elements move as bytes
       return kernels::ElemType::fp8;
   }
   return kernels::ElemType::f32;
@@ -142,6 +143,8 @@ ncclDataType_t nccl_type(DType t, const CallContext& ctx) {
       return ncclFloat16;
     case DType::bf16:
       return ncclBfloat16;
+    case DType::fp4:
+      return ncclUint8;  // packed 4-bit payload: two elements a byte
     case DType::fp8:
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0)
       return ncclFloat8e4m3;

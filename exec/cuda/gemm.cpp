@@ -18,6 +18,8 @@ cudaDataType_t input_type(DType dtype) {
       return CUDA_R_16BF;
     case DType::fp8:
       return CUDA_R_8F_E4M3;
+    case DType::fp4:  // refused in Matmuls::plan (NVFP4 GEMMs are not run)
+      return CUDA_R_8F_E4M3;
   }
   return CUDA_R_32F;
 }
@@ -87,6 +89,10 @@ const Matmuls::Plan& Matmuls::plan(const MatmulShape& s, const CallContext& ctx)
   const auto key = s.key();
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
 
+  if (s.dtype == DType::fp4) {
+    throw ExecError(ctx.where() + ": an fp4 (NVFP4) GEMM (" + shape_text(s) +
+                    ") is simulated only; the CUDA device does not run it");
+  }
   if (s.dtype == DType::fp8 && compute_capability_ < 89) {
     throw ExecError(ctx.where() + ": an fp8 GEMM (" + shape_text(s) +
                     ") needs a GPU of compute capability 8.9 or newer (Ada, Hopper); this one "

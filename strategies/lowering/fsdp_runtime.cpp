@@ -68,6 +68,7 @@ FsdpRuntime::FsdpRuntime(Assembly& assembly)
         f = it->second;
       }
       u.units[static_cast<std::size_t>(f)].parameters += g.parameters;
+      u.units[static_cast<std::size_t>(f)].low_precision_parameters += g.low_precision_parameters;
       unit_of.push_back(f);
     }
     for (Unit& unit : u.units) {
@@ -169,7 +170,9 @@ void FsdpRuntime::gather_if_needed(RankEmitter& rank, std::size_t j, OpId host, 
   if (!use.gathers || use.gather) return;
   const Unit& unit = units_[use.tmpl].units[static_cast<std::size_t>(use.unit)];
   const DType dtype = fsdp_.precision.param;
-  const Bytes full(unit.parameters * size_of(dtype));
+  // FSDP2's float8 all-gather (LowPrecisionSpec::param_gather): linear weights in FP8.
+  const Bytes full = gathered_weight_bytes(assembly_.spec.low_precision, unit.parameters,
+                                           unit.low_precision_parameters, size_of(dtype));
   OpInfo info{Stream::dp_comm,
               use.backward ? Phase::backward : Phase::forward,
               pass.microbatch / assembly_.slices,

@@ -91,21 +91,29 @@ ZeroGradientSync::ZeroGradientSync(Assembly& assembly)
       }
       for (std::size_t i = gather.buckets.size(); i-- > 0;) {
         const std::string index = std::to_string(out.gather.size());
+        std::int64_t low = 0;
+        for (int u = gather.buckets[i].first_unit; u <= gather.buckets[i].last_unit; ++u) {
+          low += st.plan.grad_units[static_cast<std::size_t>(u)].low_precision_parameters;
+        }
         out.gather.push_back({gather.buckets[i].parameters,
                               program.intern_label("param all-gather bucket " + index), 0, 0,
-                              first[i]});
+                              first[i], low});
       }
       continue;
     }
     for (std::int64_t left = st.plan.parameters - st.expert_parameters; left > 0;) {
       const std::int64_t elements = std::min(left, zero.allgather_bucket_size);
       const std::string index = std::to_string(out.gather.size());
+      // The linear weights' share of the bucket (buckets cut the plan's parameters evenly).
+      const std::int64_t low =
+          st.plan.parameters > 0 ? elements * st.plan.low_precision_parameters / st.plan.parameters
+                                 : 0;
       out.gather.push_back(
           {elements, program.intern_label("param all-gather bucket " + index),
            offload ? assembly.copy_kernels(assembly.shard_of(elements) * assembly.element_size,
                                            MemoryTier::host, MemoryTier::device, "params to device")
                    : 0,
-           program.intern_label("params to device bucket " + index)});
+           program.intern_label("params to device bucket " + index), -1, low});
       left -= elements;
     }
   }
@@ -176,13 +184,14 @@ OpId ZeroGradientSync::emit_bucket(RankEmitter& rank, const Bucket& b, OpId dep,
   return last;
 }
 
-OpId ZeroGradientSync::emit_gather(RankEmitter& rank, std::int64_t elements, std::uint32_t label,
-                                   std::span<const OpId> deps) {
+OpId ZeroGradientSync::emit_gather(RankEmitter& rank, std::int64_t elements, std::int64_t low,
+                                   std::uint32_t label, std::span<const OpId> deps) {
   OpInfo gather{Stream::dp_comm, Phase::other, -1, -1, -1, {}};
   gather.label_id = label;
   return rank.program.add(
       Collective{CollectiveKind::all_gather, assembly_.spec.dtype, assembly_.groups.dp(rank.rank),
-                 Bytes(elements * assembly_.element_size)},
+                 gathered_weight_bytes(assembly_.spec.low_precision, elements, low,
+                                       assembly_.element_size)},
       gather, deps);
 }
 
@@ -194,7 +203,7 @@ void ZeroGradientSync::rank_begins(RankEmitter& rank) {
     // The previous iteration's updated parameters, gathered from the iteration's start.
     for (std::size_t slot = 0; slot < rank.held.size(); ++slot) {
       for (const Gather& g : buckets_[assembly_.index_of(rank.held[slot], 0)].gather) {
-        gathered_[slot].push_back(emit_gather(rank, g.elements, g.label, {}));
+        gathered_[slot].push_back(emit_gather(rank, g.elements, g.low, g.label, {}));
       }
     }
   }
@@ -294,7 +303,7 @@ void ZeroGradientSync::after_optimizer_step(RankEmitter& rank, std::size_t slot,
       copy.label_id = g.copy_label;
       dep[0] = rank.program.add(Compute{g.copy}, copy, after_step);
     }
-    if (assembly_.spec.layout.dp > 1) emit_gather(rank, g.elements, g.label, dep);
+    if (assembly_.spec.layout.dp > 1) emit_gather(rank, g.elements, g.low, g.label, dep);
   }
 }
 

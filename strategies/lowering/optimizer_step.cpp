@@ -16,16 +16,39 @@ std::vector<OpId> step_deps(const RankEmitter& rank, std::size_t slot, bool afte
   return deps;
 }
 
+// The plan's once-per-iteration weight quantisation (StagePlan::weight_casts): of the whole
+// weights, or with FP8 parameter gathering (LowPrecisionSpec::param_gather) of the rank's
+// shard, which the optimizer writes quantised before the gathers (its share of the elements
+// and bytes).
+std::vector<Kernel> weight_casts(const StageTemplate& st, const ModelStateFormat& format) {
+  std::vector<Kernel> casts = st.plan.weight_casts;
+  if (!format.low_precision || !format.low_precision->param_gather || st.plan.parameters <= 0 ||
+      st.shard >= st.plan.parameters) {
+    return casts;
+  }
+  const auto share = [&](std::int64_t v) { return v * st.shard / st.plan.parameters; };
+  for (Kernel& k : casts) {
+    if (auto* w = std::get_if<Elementwise>(&k.work)) {
+      w->elements = share(w->elements);
+      w->bytes_read = Bytes(share(w->bytes_read.count()));
+      w->bytes_written = Bytes(share(w->bytes_written.count()));
+    }
+  }
+  return casts;
+}
+
 }  // namespace
 
 DeviceOptimizerStep::DeviceOptimizerStep(Assembly& assembly)
     : label_(assembly.program.intern_label("optimizer step")) {
   const ModelStateFormat format = assembly.spec.state_format();
   for (const StageTemplate& st : assembly.templates) {
-    kernels_.push_back(assembly.program.add_kernels(
-        {Kernel{OptimizerStep{st.shard, format.optimizer, format.dtype, false,
-                              size_of(format.grad_dtype) == 4 || format.fp32_grad_copy},
-                std::string(name_of(format.optimizer))}}));
+    std::vector<Kernel> kernels = {
+        Kernel{OptimizerStep{st.shard, format.optimizer, format.dtype, false,
+                             size_of(format.grad_dtype) == 4 || format.fp32_grad_copy},
+               std::string(name_of(format.optimizer))}};
+    for (Kernel& k : weight_casts(st, format)) kernels.push_back(std::move(k));
+    kernels_.push_back(assembly.program.add_kernels(std::move(kernels)));
   }
 }
 

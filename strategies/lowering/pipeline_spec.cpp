@@ -37,6 +37,11 @@ LayerSetting layer_setting(const Experiment& e) {
   s.dtype = e.training.dtype;
   s.flash_attention = e.training.flash_attention;
   s.attention_kernel = e.training.attention_kernel;
+  if (e.training.low_precision) {
+    s.low_precision = e.training.low_precision;
+    s.quantised_directions = quantised_directions(*e.training.low_precision, e.cluster.device);
+    s.te_fused_modules = s.weight_cache = e.training.framework == Framework::megatron;
+  }
   // ZeRO-3 gathers each layer before its first op; FSDP also reduces each unit after its last.
   s.split_layers = e.parallelism.zero == 3 || e.training.fsdp.has_value();
   s.moe = MoeSetting{e.parallelism.ep, e.parallelism.etp, e.parallelism.moe_allgather_dispatcher,
@@ -80,7 +85,8 @@ ZeroSettings zero_settings(const Experiment& e) {
 }
 
 DeviceModelStates device_model_states(const ZeroSettings& zero, const ModelStateFormat& format,
-                                      std::int64_t parameters, int dp) {
+                                      std::int64_t parameters, int dp,
+                                      std::int64_t low_precision_parameters) {
   const StateBytes state = state_bytes_per_parameter(format);
   const int d = zero.shard_degree(dp);
   const std::int64_t shard = zero.stage == 0 || d <= 1 ? parameters : (parameters + d - 1) / d;
@@ -91,6 +97,13 @@ DeviceModelStates device_model_states(const ZeroSettings& zero, const ModelState
   DeviceModelStates states{
       Bytes(params_off ? 0 : params * state.parameters), Bytes(grads * state.gradients),
       zero.offload_optimizer ? Bytes(0) : optimizer_state_bytes(format, shard), Bytes(0)};
+  if (format.low_precision && low_precision_parameters > 0 && !params_off && parameters > 0) {
+    // The held linear weights (their share of the parameters held) and their quantised copies.
+    const std::int64_t held = low_precision_parameters * params / parameters;
+    states.parameters +=
+        weight_copy_bytes(*format.low_precision, format.quantised_directions, held);
+    if (format.low_precision->param_gather) states.parameters -= Bytes(held * state.parameters);
+  }
   if (zero.stage == 3 && zero.hpz_partition_size > 1 && dp > 1) {
     states.hpz_secondary = hpz_secondary_bytes(zero, parameters, size_of(format.dtype));
   }
@@ -159,6 +172,8 @@ PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_p
   spec.grad_dtype = format.grad_dtype;
   spec.optimizer = format.optimizer;
   spec.fp32_grad_copy = format.fp32_grad_copy;
+  spec.low_precision = format.low_precision;
+  spec.quantised_directions = format.quantised_directions;
   spec.dp_bucket_size = e.parallelism.dp_bucket_size;
   spec.dp_overlap = e.parallelism.dp_overlap;
   spec.grad_compression = e.parallelism.grad_compression;

@@ -159,12 +159,16 @@ ZeroSettings zero_settings(const Experiment& experiment);
 /// offloaded).
 /// With hpZ (ZeroSettings::hpz_partition_size n > 1) also the secondary partition,
 /// hpz_secondary: ceil(Ψ/n) parameters, e bytes each or int8-quantised with qwZ.
+/// FP8 / FP4 training (format.low_precision): of the parameters held, the share that are
+/// `low_precision_parameters` (the linear weights) also keep their quantised copies
+/// (weight_copy_bytes, strategies/precision.hpp) and, with param_gather, not their e-byte copy.
 struct DeviceModelStates {
   Bytes parameters, gradients, optimizer, hpz_secondary;
   Bytes total() const { return parameters + gradients + optimizer + hpz_secondary; }
 };
 DeviceModelStates device_model_states(const ZeroSettings& zero, const ModelStateFormat& format,
-                                      std::int64_t parameters, int dp);
+                                      std::int64_t parameters, int dp,
+                                      std::int64_t low_precision_parameters = 0);
 /// hpZ's secondary partition of `parameters` (element_size bytes each): ceil(parameters / n)
 /// of them, e bytes each, or zeropp_quantized_bytes(ceil(parameters / n), 8) with qwZ.
 Bytes hpz_secondary_bytes(const ZeroSettings& zero, std::int64_t parameters,
@@ -184,8 +188,12 @@ struct PipelineSpec {
   std::optional<DType> grad_dtype;
   OptimizerKind optimizer = OptimizerKind::adam;
   bool fp32_grad_copy = false;  // ModelStateFormat::fp32_grad_copy
+  /// FP8 / FP4 training (ModelStateFormat::low_precision, quantised_directions).
+  std::optional<LowPrecisionSpec> low_precision;
+  int quantised_directions = 2;
   ModelStateFormat state_format() const {
-    return {dtype, grad_dtype.value_or(dtype), optimizer, fp32_grad_copy};
+    return {dtype,         grad_dtype.value_or(dtype), optimizer, fp32_grad_copy,
+            low_precision, quantised_directions};
   }
   /// One plan per model part (schedule_parts(): the pipeline stages, or more with interleaved and
   /// zb-v chunks); with TeraPipe one per part and slice, at part * slices + slice. Schedules

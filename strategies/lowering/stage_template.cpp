@@ -183,8 +183,11 @@ std::int64_t Assembly::shard_of(std::int64_t parameters) const {
 
 DeviceModelStates Assembly::model_states(const StageTemplate& st) const {
   const std::int64_t experts = st.expert_parameters;
-  DeviceModelStates states = device_model_states(spec.zero, spec.state_format(),
-                                                 st.plan.parameters - experts, spec.layout.dp);
+  // The dense parameters, with the FP8 / FP4 linear weights among them (their quantised copies).
+  const std::int64_t dense = st.plan.parameters - experts;
+  DeviceModelStates states =
+      device_model_states(spec.zero, spec.state_format(), dense, spec.layout.dp,
+                          std::min(st.plan.low_precision_parameters, dense));
   if (experts > 0) {
     const DeviceModelStates e =
         device_model_states(spec.zero, spec.state_format(), experts, spec.expert_dp());

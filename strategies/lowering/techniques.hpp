@@ -197,7 +197,8 @@ class FsdpRuntime : public TechniqueHook {
     std::int16_t layer = -1;  // -1: the root
     bool root = false;
     std::uint32_t gather_label = 0, reduce_label = 0, replica_label = 0, cast_label = 0;
-    std::uint32_t cast_kernels = 0;  // the gradient from param_dtype to reduce_dtype
+    std::uint32_t cast_kernels = 0;             // the gradient from param_dtype to reduce_dtype
+    std::int64_t low_precision_parameters = 0;  // GradUnit's, summed
   };
   struct Units {  // per template
     std::vector<Unit> units;
@@ -345,7 +346,7 @@ class ZeroGradientSync : public TechniqueHook {
   void after_optimizer_step(RankEmitter&, std::size_t slot, OpId step) override;
 
  private:
-  OpId emit_gather(RankEmitter& rank, std::int64_t elements, std::uint32_t label,
+  OpId emit_gather(RankEmitter& rank, std::int64_t elements, std::int64_t low, std::uint32_t label,
                    std::span<const OpId> deps);
   struct Bucket {
     UnitBucket units;
@@ -358,6 +359,7 @@ class ZeroGradientSync : public TechniqueHook {
     std::int64_t elements;
     std::uint32_t label, copy, copy_label;
     int first_forward = -1;  // overlap_param_gather: the first forward segment using it
+    std::int64_t low = 0;    // of `elements`, FP8 / FP4 linear weights (gathered_weight_bytes)
   };
   struct Buckets {  // per template
     std::vector<Bucket> reduce;

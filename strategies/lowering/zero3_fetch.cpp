@@ -186,7 +186,10 @@ void Zero3ParameterFetch::emit_fetch(RankEmitter& rank) {
   const Use& use = uses_of(pass)[j - pass_offset_[p]];
   const auto u = static_cast<std::size_t>(use.unit);
   const GradUnit& unit = st.plan.grad_units[u];
-  const Bytes full(unit.parameters * e), shard(assembly_.shard_of(unit.parameters) * e);
+  // With FP8 parameter gathering the linear weights are gathered (and held) quantised.
+  const Bytes full = gathered_weight_bytes(assembly_.spec.low_precision, unit.parameters,
+                                           unit.low_precision_parameters, e);
+  const Bytes shard(assembly_.shard_of(unit.parameters) * e);
   const auto layer = static_cast<std::int16_t>(unit.layer);
   OpInfo info{Stream::copy,
               forward ? Phase::forward : Phase::backward,
@@ -290,8 +293,11 @@ void Zero3ParameterFetch::before_segment(RankEmitter& rank, const PassState& ps,
     }
     if (uses[k].last == seg.index) {
       const auto u = static_cast<std::size_t>(uses[k].unit);
-      seg.effects.push_back({Bytes(-ps.st->plan.grad_units[u].parameters * assembly_.element_size),
-                             MemoryCategory::parameters, MemoryTier::device, true});
+      const GradUnit& unit = ps.st->plan.grad_units[u];
+      seg.effects.push_back(
+          {-gathered_weight_bytes(assembly_.spec.low_precision, unit.parameters,
+                                  unit.low_precision_parameters, assembly_.element_size),
+           MemoryCategory::parameters, MemoryTier::device, true});
     }
   }
 }

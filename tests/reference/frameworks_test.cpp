@@ -116,7 +116,8 @@ TEST_CASE("optimizers: the optimizer's part of the model states, hand-computed")
   // n = 4096^2 parameters in bf16 (mixed precision: a 4-byte fp32 master for every optimizer):
   const std::int64_t n = 4096LL * 4096;
   auto bytes = [&](OptimizerKind k) {
-    return optimizer_state_bytes(ModelStateFormat{DType::bf16, DType::bf16, k, false}, n).count();
+    return optimizer_state_bytes(ModelStateFormat{DType::bf16, DType::bf16, k, false, {}, 2}, n)
+        .count();
   };
   CHECK(bytes(OptimizerKind::adam) == (4 + 8) * n);   // master, m, v
   CHECK(bytes(OptimizerKind::adamw) == (4 + 8) * n);  // the same states
@@ -131,11 +132,11 @@ TEST_CASE("optimizers: the optimizer's part of the model states, hand-computed")
   // per state: 8192 blocks x 4 x 2.
   CHECK(bytes(OptimizerKind::adam8bit) == (4 + 2) * n + 8192 * 4 * 2);
   // fp32 training keeps no master: Adam's 8, RMSProp's 4.
-  CHECK(optimizer_state_bytes({DType::fp32, DType::fp32, OptimizerKind::adam, false}, n).count() ==
-        8 * n);
+  CHECK(optimizer_state_bytes({DType::fp32, DType::fp32, OptimizerKind::adam, false, {}, 2}, n)
+            .count() == 8 * n);
   // Megatron's fp16 optimizer keeps an fp32 copy of fp16 gradients: 4 + 4 + 8.
-  CHECK(optimizer_state_bytes({DType::fp16, DType::fp16, OptimizerKind::adam, true}, n).count() ==
-        16 * n);
+  CHECK(optimizer_state_bytes({DType::fp16, DType::fp16, OptimizerKind::adam, true, {}, 2}, n)
+            .count() == 16 * n);
 }
 
 TEST_CASE("gradients move in the gradient buffers' dtype: Megatron all-reduces fp32 main grads") {

@@ -71,7 +71,7 @@ TEST_CASE("zero-model-state-bytes: 16 bytes per parameter, 24 GB for GPT-2 1.5B 
   const auto psi = static_cast<std::int64_t>(ref["inputs"]["psi_params"].get<double>());
   const auto& breakdown = ref["expected"]["breakdown_bytes_per_param"];
   // Mixed-precision Adam with fp16 gradient buffers (ZeRO's setting; strategies/optimizer.hpp).
-  const ModelStateFormat fp16{DType::fp16, DType::fp16, OptimizerKind::adam, false};
+  const ModelStateFormat fp16{DType::fp16, DType::fp16, OptimizerKind::adam, false, {}, 2};
   const StateBytes bytes = state_bytes_per_parameter(fp16);
   const std::int64_t optimizer = optimizer_state_bytes(fp16, 1).count();
   CHECK(bytes.parameters == breakdown["fp16_params"].get<std::int64_t>());

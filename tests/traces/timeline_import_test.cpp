@@ -311,7 +311,7 @@ TEST_CASE("timeline import: malformed traces give errors naming the file and the
                    R"([[{"name":"mm","gemm":[64,7168,2048,1,"fp8","rows"]}]])");
     message = error_of(text);
     CHECK(message.find("gemm[5]") != std::string::npos);
-    CHECK(message.find("tensor or block") != std::string::npos);
+    CHECK(message.find("tensor, block or mx") != std::string::npos);
   }
   SUBCASE("an unknown format version") {
     auto text = replace(kTwoRanks, R"("format":1)", R"("format":7)");
