@@ -251,8 +251,8 @@ void append(std::vector<Kernel>& to, std::vector<Kernel> kernels) {
 // (LowPrecisionSpec::attention) in a low-precision layer.
 Kernel fused_attention(const Dims& d, bool backward, int layer) {
   const DType dtype = layer >= 0 && d.low(layer) && d.lp->attention ? DType::fp8 : d.dtype;
-  Attention a{d.bl, d.heads_l, d.kv_l, d.s, d.s_kv, d.d, d.causal, dtype, backward,
-              d.attention_kernel};
+  Attention a{d.bl, d.heads_l, d.kv_l, d.s,      d.s_kv,
+              d.d,  d.causal,  dtype,  backward, d.attention_kernel};
   // A window no shorter than the keys changes nothing: left unset (the Program is the same).
   if (const std::int64_t w = layer >= 0 ? d.model->window_of(layer) : 0; w > 0 && w < d.s_kv) {
     a.window = w;
