@@ -48,9 +48,10 @@ TEST_CASE("every shipped Hugging Face config.json simulates as the model of an e
   int n = 0;
   for (const auto& f : fs::directory_iterator(configs_dir() / "models" / "hf")) {
     CAPTURE(f.path());
-    // Short sequences and a small batch: GPT-2 learns only 1,024 positions.
+    // Short sequences and a small batch: GPT-2 learns only 1,024 positions. Sequence
+    // parallelism, which the mixture-of-experts models need with tp > 1 (Megatron-Core's rule).
     auto r = run("simulate llama2-7b-h100-8 --model " + f.path().string() +
-                 " --seq-len 1024 --global-batch 8");
+                 " --seq-len 1024 --global-batch 8 --set parallelism.sequence_parallel=true");
     CAPTURE(r.output);
     CHECK(r.status == 0);
     CHECK(has(r.output, "model            " + f.path().stem().string()));

@@ -81,7 +81,7 @@ TEST_CASE("bad MoE inputs exit 2 naming the key") {
   check_bad_input(
       "simulate mixtral-8x7b-h100-64-ep8 --set parallelism.ep=8 --set "
       "parallelism.etp=4",
-      {"parallelism.ep", "must divide tp * dp"});
+      {"parallelism.ep", "must divide tp * cp * dp"});
   check_bad_input("simulate mixtral-8x7b-h100-64-ep8 --set model.moe.top_k=9",
                   {"model.moe.top_k", "num_experts (8)"});
   check_bad_input("simulate mixtral-8x7b-h100-64-ep8 --set model.moe.topk=2",
