@@ -56,6 +56,24 @@ int group_size(const Program& p, std::uint32_t group) {
   return static_cast<int>(p.groups()[group].ranks.size());
 }
 
+// Rank 0's groups: the sizes of the expert-gradient ("expert") and dense gradient
+// reduce-scatter ("dense") groups, and the members of its all-to-all (ep) group.
+std::pair<std::map<std::string, int>, std::set<std::int32_t>> rank0_groups(const Program& p) {
+  std::map<std::string, int> sizes;
+  std::set<std::int32_t> ep_members;
+  for (const Op& op : p.ops_of(0)) {
+    const auto* c = std::get_if<Collective>(&op.work);
+    if (c == nullptr) continue;
+    const std::string& label = p.label_of(op);
+    if (label.find("expert grad") != std::string::npos) sizes["expert"] = group_size(p, c->group);
+    if (label.find("grad reduce-scatter") == 0) sizes["dense"] = group_size(p, c->group);
+    if (c->kind == CollectiveKind::all_to_all) {
+      for (int r : p.groups()[c->group].ranks) ep_members.insert(r);
+    }
+  }
+  return {sizes, ep_members};
+}
+
 }  // namespace
 
 TEST_CASE("MoE parameter counts equal the published figures") {
@@ -156,18 +174,7 @@ TEST_CASE("the experts' gradients are reduced over the expert-data-parallel grou
   // dp 8, ep 4: expert_dp = 8 / 4 = 2; Megatron-Core's layout puts ep ranks consecutive.
   const Experiment e = moe_experiment(8, 4);
   const Program p = lower(e);
-  std::map<std::string, int> sizes;
-  std::set<std::int32_t> ep_members;
-  for (const Op& op : p.ops_of(0)) {
-    const auto* c = std::get_if<Collective>(&op.work);
-    if (c == nullptr) continue;
-    const std::string& label = p.label_of(op);
-    if (label.find("expert grad") != std::string::npos) sizes["expert"] = group_size(p, c->group);
-    if (label.find("grad reduce-scatter") == 0) sizes["dense"] = group_size(p, c->group);
-    if (c->kind == CollectiveKind::all_to_all) {
-      for (int r : p.groups()[c->group].ranks) ep_members.insert(r);
-    }
-  }
+  auto [sizes, ep_members] = rank0_groups(p);
   CHECK(sizes["expert"] == 2);
   CHECK(sizes["dense"] == 8);  // Megatron's distributed optimizer: dense over dp
   CHECK(ep_members == std::set<std::int32_t>{0, 1, 2, 3});
@@ -184,18 +191,7 @@ TEST_CASE("with context parallelism, ep is carved out of dp x cp as Megatron-Cor
   CHECK(e.parallelism.expert_dp() == 2);
   const Program p = lower(e);
   CHECK(p.world_size() == 8);
-  std::map<std::string, int> sizes;
-  std::set<std::int32_t> ep_members;
-  for (const Op& op : p.ops_of(0)) {
-    const auto* c = std::get_if<Collective>(&op.work);
-    if (c == nullptr) continue;
-    const std::string& label = p.label_of(op);
-    if (label.find("expert grad") != std::string::npos) sizes["expert"] = group_size(p, c->group);
-    if (label.find("grad reduce-scatter") == 0) sizes["dense"] = group_size(p, c->group);
-    if (c->kind == CollectiveKind::all_to_all) {
-      for (int r : p.groups()[c->group].ranks) ep_members.insert(r);
-    }
-  }
+  auto [sizes, ep_members] = rank0_groups(p);
   CHECK(sizes["expert"] == 2);
   CHECK(sizes["dense"] == 8);
   CHECK(ep_members == std::set<std::int32_t>{0, 1, 2, 3});
