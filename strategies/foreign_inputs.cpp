@@ -790,6 +790,14 @@ class MegatronReader : foreign::Reader {
   static bool contains(const std::vector<std::string>& list, const std::string& name) {
     return std::find(list.begin(), list.end(), name) != list.end();
   }
+  // The largest parallel degree an argument may give.
+  static constexpr std::int64_t kDegree = 1 << 24;
+
+  // A parallel degree: `path` set from `arg` when it is given (1 to kDegree).
+  void set_degree(const std::string& path, const char* arg) {
+    if (has(arg)) set(path, integer(arg, 1, kDegree), arg);
+  }
+
   /// Reader::set, its origin the argument with its value ("--tp 8").
   void set(const std::string& path, json value, const std::string& arg) {
     auto it = values_.find(arg);
@@ -836,7 +844,7 @@ class MegatronReader : foreign::Reader {
   // parallelism runs Transformer Engine's fused attention, so flash attention is on.
   void map_context_parallel() {
     const bool size = has("--context-parallel-size");
-    const std::int64_t cp = size ? integer("--context-parallel-size", 1, 1 << 24) : 1;
+    const std::int64_t cp = size ? integer("--context-parallel-size", 1, kDegree) : 1;
     if (size) {
       set("parallelism.cp", cp, "--context-parallel-size");
       if (!has("--tensor-model-parallel-size") && !has("--pipeline-model-parallel-size")) {
@@ -860,16 +868,9 @@ class MegatronReader : foreign::Reader {
   }
 
   void map() {
-    constexpr std::int64_t kDegree = 1 << 24;
     // Parallelism.
-    if (has("--tensor-model-parallel-size")) {
-      set("parallelism.tp", integer("--tensor-model-parallel-size", 1, kDegree),
-          "--tensor-model-parallel-size");
-    }
-    if (has("--pipeline-model-parallel-size")) {
-      set("parallelism.pp", integer("--pipeline-model-parallel-size", 1, kDegree),
-          "--pipeline-model-parallel-size");
-    }
+    set_degree("parallelism.tp", "--tensor-model-parallel-size");
+    set_degree("parallelism.pp", "--pipeline-model-parallel-size");
     if (has("--tensor-model-parallel-size") || has("--pipeline-model-parallel-size")) {
       // Megatron's data-parallel size is what remains of the world, as with --tp and --pp.
       out_.overrides.push_back({"parallelism.dp", nullptr, source_ + " (dp = world / (tp x pp))"});
@@ -1172,15 +1173,8 @@ class MegatronReader : foreign::Reader {
   // Megatron-Core's MoE arguments (megatron/training/arguments.py, _add_moe_args): the
   // model's experts (model.moe) and their parallel layout (parallelism.ep, etp, moe_*).
   void map_moe() {
-    constexpr std::int64_t kDegree = 1 << 24;
-    if (has("--expert-model-parallel-size")) {
-      set("parallelism.ep", integer("--expert-model-parallel-size", 1, kDegree),
-          "--expert-model-parallel-size");
-    }
-    if (has("--expert-tensor-parallel-size")) {
-      set("parallelism.etp", integer("--expert-tensor-parallel-size", 1, kDegree),
-          "--expert-tensor-parallel-size");
-    }
+    set_degree("parallelism.ep", "--expert-model-parallel-size");
+    set_degree("parallelism.etp", "--expert-tensor-parallel-size");
     if (has("--moe-token-dispatcher-type")) {
       const std::string type =
           choice("--moe-token-dispatcher-type", {"allgather", "alltoall", "alltoall_seq", "flex"});
