@@ -59,8 +59,19 @@ std::string_view name_of(ScheduleKind s) {
       return "chimera";
     case ScheduleKind::terapipe:
       return "terapipe";
+    case ScheduleKind::dualpipe:
+      return "dualpipe";
   }
   return "?";
+}
+
+bool splits_backward(ScheduleKind kind) {
+  return kind == ScheduleKind::zb_h1 || kind == ScheduleKind::zb_h2 || kind == ScheduleKind::zb_v ||
+         kind == ScheduleKind::dualpipe;
+}
+
+bool holds_parts_twice(ScheduleKind kind) {
+  return kind == ScheduleKind::chimera || kind == ScheduleKind::dualpipe;
 }
 
 std::optional<ScheduleKind> schedule_from_name(std::string_view name) {
@@ -208,11 +219,17 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
   p.sequence_parallel = r.boolean_or("sequence_parallel", false);
   p.pipeline_scatter_gather = r.boolean_or("pipeline_scatter_gather", true);
   p.pipeline_batched_p2p = r.boolean_or("pipeline_batched_p2p", false);
+  const bool overlap_given = r.has("dualpipe_overlap");
+  p.dualpipe_overlap = r.boolean_or("dualpipe_overlap", true);
   p.schedule =
       *schedule_from_name(r.choice_or("schedule",
                                       {"gpipe", "1f1b", "interleaved", "pipedream-2bw", "merak-scp",
-                                       "zb-h1", "zb-h2", "zb-v", "chimera", "terapipe"},
+                                       "zb-h1", "zb-h2", "zb-v", "chimera", "terapipe", "dualpipe"},
                                       "1f1b"));
+  if (overlap_given && p.schedule != ScheduleKind::dualpipe) {
+    r.fail("dualpipe_overlap", "applies to the dualpipe schedule only, not \"" +
+                                   std::string(name_of(p.schedule)) + "\"");
+  }
   p.virtual_stages = static_cast<int>(r.integer_in_or("virtual_stages", 1, 1 << 12, 1));
   p.sequence_slices = static_cast<int>(r.integer_in_or("sequence_slices", 1, 1 << 16, 1));
   p.tp_overlap = static_cast<int>(r.integer_in_or("tp_overlap", 1, 64, 1));
@@ -446,8 +463,7 @@ void check_tp_mode(const config::Document& doc, const Experiment& e) {
                  ": Merak's sub-pipelined tensor parallelism "
                  "(parallelism.tp_overlap > 1) is modelled with \"1d\" only");
   }
-  if (p.schedule == ScheduleKind::zb_h1 || p.schedule == ScheduleKind::zb_h2 ||
-      p.schedule == ScheduleKind::zb_v) {
+  if (splits_backward(p.schedule)) {
     doc.fail("parallelism.tp_mode",
              mode + ": the split backward of " + std::string(name_of(p.schedule)) +
                  " would separate the weight-gradient GEMMs from their mesh reductions; it is "
@@ -954,7 +970,7 @@ void check_schedule(const config::Document& doc, const Experiment& e) {
              "schedule \"" +
                  std::string(name_of(p.schedule)) + "\" and pp " + number(p.pp));
   }
-  const ScheduleOptions options{p.virtual_stages, p.sequence_slices};
+  const ScheduleOptions options{p.virtual_stages, p.sequence_slices, false, p.dualpipe_overlap};
   if (auto problem =
           schedule_constraint(p.schedule, p.pp, static_cast<int>(e.microbatches()), options)) {
     doc.fail("parallelism.schedule", *problem +
@@ -970,7 +986,8 @@ void check_partition(const config::Document& doc, const Experiment& e) {
   const auto& p = e.parallelism;
   const auto& m = e.model;
   const int parts =
-      schedule_parts(p.schedule, p.pp, ScheduleOptions{p.virtual_stages, p.sequence_slices});
+      schedule_parts(p.schedule, p.pp,
+                     ScheduleOptions{p.virtual_stages, p.sequence_slices, false, p.dualpipe_overlap});
   if (parts > m.layers) {
     doc.fail(p.virtual_stages > 1 ? "parallelism.virtual_stages" : "parallelism.pp",
              std::string(name_of(p.schedule)) + " cuts the model into " + number(parts) +
@@ -1015,10 +1032,10 @@ void check_tp_overlap(const config::Document& doc, const Experiment& e) {
           "tensor-parallel collectives: choose one";
     } else if (e.layer_table) {
       problem = "splits the GEMMs of transformer layers; a layer-table model has none";
-    } else if (p.schedule == ScheduleKind::zb_h1 || p.schedule == ScheduleKind::zb_h2 ||
-               p.schedule == ScheduleKind::zb_v) {
+    } else if (splits_backward(p.schedule)) {
       problem =
-          "is not modelled with the split backward of the zb-* schedules (its chunked "
+          "is not modelled with the split backward of the zb-* and dualpipe schedules (its "
+          "chunked "
           "weight-gradient GEMMs would move to the W pass without their collectives)";
     }
     if (problem != nullptr) doc.fail("parallelism.tp_comm_overlap", problem);

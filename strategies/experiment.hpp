@@ -37,13 +37,21 @@ enum class ScheduleKind {
   zb_v,           // Zero Bubble V: 2 chunks per device in a V, split backward
   chimera,        // two pipelines in opposite directions, each stage held twice
   terapipe,       // token-level slices of each sequence (parallelism.sequence_slices)
+  dualpipe,       // DeepSeek's DualPipe: Chimera's two directions, F&B pairs overlapped
 };
 inline constexpr ScheduleKind kAllSchedules[] = {
     ScheduleKind::gpipe,         ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
     ScheduleKind::pipedream_2bw, ScheduleKind::merak_scp,   ScheduleKind::zb_h1,
     ScheduleKind::zb_h2,         ScheduleKind::zb_v,        ScheduleKind::chimera,
-    ScheduleKind::terapipe};
+    ScheduleKind::terapipe,      ScheduleKind::dualpipe};
 std::string_view name_of(ScheduleKind s);
+/// Whether `kind` splits each backward into B (input gradients) and W (weight gradients) passes
+/// (Zero Bubble's zb-h1, zb-h2, zb-v; DualPipe): what cannot follow its weight-gradient GEMMs
+/// into W is refused with it.
+bool splits_backward(ScheduleKind kind);
+/// Whether `kind` holds every model part on two devices, one per direction (Chimera, DualPipe):
+/// their gradients are summed over both.
+bool holds_parts_twice(ScheduleKind kind);
 /// The schedule called `name` ("1f1b", "zb-h1", ...), if any.
 std::optional<ScheduleKind> schedule_from_name(std::string_view name);
 
@@ -98,6 +106,10 @@ struct ParallelismSpec {
   /// without overlap_p2p_comm (--no-overlap-p2p-communication; Schedule::batched_p2p): off,
   /// sends overlap as with Megatron's default.
   bool pipeline_batched_p2p = false;
+  /// DualPipe's overlapped forward-backward pairs (Schedule::overlap_next): on, as DeepSeek-V3
+  /// runs it; off, the pairs run one pass after the other (the reference DualPipe without a
+  /// module's overlapped_forward_backward).
+  bool dualpipe_overlap = true;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   /// Model chunks per device with the interleaved schedule (Megatron's
   /// virtual_pipeline_model_parallel_size); 1 otherwise.

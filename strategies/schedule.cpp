@@ -1,6 +1,7 @@
 #include "strategies/schedule.hpp"
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <limits>
 #include <stdexcept>
@@ -73,6 +74,13 @@ std::optional<std::string> schedule_constraint(ScheduleKind kind, int p, int m,
       if (p % 2 != 0 || m % 2 != 0) {
         return "chimera needs an even number of pipeline stages (" + std::to_string(p) +
                ") and of microbatches (" + std::to_string(m) + "), half for each direction";
+      }
+      break;
+    case ScheduleKind::dualpipe:
+      if (p % 2 != 0 || m % 2 != 0 || m < 2 * p) {
+        return "dualpipe needs an even number of pipeline stages (" + std::to_string(p) +
+               ") and an even number of microbatches (" + std::to_string(m) +
+               "), half for each direction, at least twice the stages";
       }
       break;
     default:
@@ -283,6 +291,106 @@ void list_schedule(Schedule& s, const ListScheduling& how) {
   }
 }
 
+// Two pipelines over the same p parts in opposite directions (Chimera, DualPipe): chunks
+// 0..p-1 the down pipeline (part c on device c), p..2p-1 the up pipeline (part c - p on device
+// 2p - 1 - c); even units run down, odd units up; device d's parts are summed with device
+// p - 1 - d's.
+void bidirectional_layout(Schedule& s) {
+  const int p = s.stages;
+  s.chunks = 2 * p;
+  s.parts = p;
+  for (int c = 0; c < 2 * p; ++c) {
+    const int part = c % p;
+    s.device_of_chunk.push_back(c < p ? c : 2 * p - 1 - c);
+    s.part_of_chunk.push_back(part);
+    s.next_chunk.push_back(part + 1 < p ? c + 1 : -1);
+    s.prev_chunk.push_back(part > 0 ? c - 1 : -1);
+  }
+  for (int u = 0; u < s.microbatches; ++u) s.first_chunk.push_back(u % 2 == 0 ? 0 : p);
+  for (int d = 0; d < p; ++d) s.replica_device.push_back(p - 1 - d);
+}
+
+// DualPipe's order for device d, step by step as the reference DualPipe.step() issues it
+// (schedule.hpp). Phase 0 is the direction whose start the device is nearer: the down
+// pipeline on the first half of the devices, the up one on the second half.
+void dualpipe_order(Schedule& s, int d) {
+  const int p = s.stages, half_ranks = p / 2, half_chunks = s.microbatches / 2;
+  const int h = std::min(d, p - 1 - d);
+  const bool second_half = d >= half_ranks;
+  const bool middle = d == half_ranks - 1 || d == half_ranks;
+  // The chunk this device runs in each phase, and the next unit of each phase's direction.
+  const std::array<int, 2> down_up = {d, 2 * p - 1 - d};
+  const std::array<int, 2> chunk = {down_up[second_half ? 1 : 0], down_up[second_half ? 0 : 1]};
+  const std::array<int, 2> parity = {second_half ? 1 : 0, second_half ? 0 : 1};
+  std::array<int, 2> next_f{}, next_b{};
+  std::deque<Pass> weights;  // split backwards awaiting their W, oldest first
+  auto& out = s.passes[static_cast<std::size_t>(d)];
+  auto& pair = s.overlap_next[static_cast<std::size_t>(d)];
+  auto add = [&](Pass x) {
+    out.push_back(x);
+    pair.push_back(false);
+  };
+  auto forward = [&](int phase) {
+    const auto i = static_cast<std::size_t>(phase);
+    add(pass(PassKind::forward, 2 * next_f[i]++ + parity[i], chunk[i]));
+  };
+  // A backward: split (its W waits in the queue) or whole (its W right after it).
+  auto backward = [&](int phase, bool split) {
+    const auto i = static_cast<std::size_t>(phase);
+    const Pass b = pass(PassKind::backward, 2 * next_b[i]++ + parity[i], chunk[i]);
+    add(b);
+    if (split) {
+      weights.push_back(pass(PassKind::weight, b.microbatch, b.chunk));
+    } else {
+      add(pass(PassKind::weight, b.microbatch, b.chunk));
+    }
+  };
+  auto weight = [&] {
+    add(weights.front());
+    weights.pop_front();
+  };
+  auto overlapped = [&](int f_phase, int b_phase) {  // F&B: a forward paired with a backward
+    forward(f_phase);
+    pair.back() = true;
+    backward(b_phase, false);
+  };
+  for (int i = 0; i < 2 * (half_ranks - h - 1); ++i) forward(0);  // 1: nF0
+  for (int i = 0; i < h + 1; ++i) {                               // 2: nF0F1
+    forward(0);
+    forward(1);
+  }
+  for (int i = 0; i < half_ranks - h - 1; ++i) {  // 3: nB1W1F1, zero bubble
+    backward(1, true);
+    weight();
+    forward(1);
+  }
+  for (int i = 0; i < half_chunks - p + h + 1; ++i) {  // 4: nF0B1F1B0, the main step
+    if (i == 0 && middle) {                            // not overlapped, to shorten the bubble
+      forward(0);
+      backward(1, false);
+    } else {
+      overlapped(0, 1);
+    }
+    overlapped(1, 0);
+  }
+  for (int i = 0; i < half_ranks - h - 1; ++i) {  // 5: nB1F1B0
+    backward(1, false);
+    overlapped(1, 0);
+  }
+  bool split = false;  // 6: nB1B0, the second half of them split
+  for (int i = 0; i < h + 1; ++i) {
+    if (i == (h + 1) / 2 && h % 2 == 1) split = true;
+    backward(1, split);
+    if (i == (h + 1) / 2 && h % 2 == 0) split = true;
+    backward(0, split);
+  }
+  for (int i = 0; i < half_ranks - h - 1; ++i) {  // 7: nWB0, zero bubble
+    weight();
+    backward(0, true);
+  }
+  while (!weights.empty()) weight();  // 8: nW
+}
+
 }  // namespace
 
 Schedule make_schedule(ScheduleKind kind, int p, int m, const ScheduleOptions& options) {
@@ -388,20 +496,15 @@ Schedule make_schedule(ScheduleKind kind, int p, int m, const ScheduleOptions& o
       list_schedule(s, how);
       break;
     }
+    case ScheduleKind::dualpipe:
+      bidirectional_layout(s);
+      s.split_backward = true;
+      s.overlap_next.resize(static_cast<std::size_t>(p));
+      for (int d = 0; d < p; ++d) dualpipe_order(s, d);
+      if (!options.overlap_pairs) s.overlap_next.clear();
+      break;
     case ScheduleKind::chimera: {
-      // Chunks 0..p-1: the down pipeline (part c on device c); p..2p-1: the up pipeline (part
-      // c - p on device 2p - 1 - c).
-      s.chunks = 2 * p;
-      s.parts = p;
-      for (int c = 0; c < 2 * p; ++c) {
-        const int part = c % p;
-        s.device_of_chunk.push_back(c < p ? c : 2 * p - 1 - c);
-        s.part_of_chunk.push_back(part);
-        s.next_chunk.push_back(part + 1 < p ? c + 1 : -1);
-        s.prev_chunk.push_back(part > 0 ? c - 1 : -1);
-      }
-      for (int u = 0; u < m; ++u) s.first_chunk.push_back(u % 2 == 0 ? 0 : p);
-      for (int d = 0; d < p; ++d) s.replica_device.push_back(p - 1 - d);
+      bidirectional_layout(s);
       ListScheduling how;  // Chimera's forward-first order, backward twice the forward
       how.forward = 1;
       how.backward = 2;

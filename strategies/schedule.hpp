@@ -38,6 +38,9 @@ struct ScheduleOptions {
   int sequence_slices = 1;  // terapipe: slices per sequence
   /// interleaved: Megatron's batched point-to-point communication (Schedule::batched_p2p).
   bool batched_p2p = false;
+  /// dualpipe: its forward-backward pairs overlapped (Schedule::overlap_next); false runs them
+  /// one after the other.
+  bool overlap_pairs = true;
 };
 
 /// A schedule: model chunks placed on the pipeline's devices and, per device, its passes in
@@ -87,6 +90,12 @@ struct Schedule {
   bool batched_p2p = false;
   std::vector<int> steady_begin, steady_end;  // per device, with batched_p2p
   std::vector<std::vector<Pass>> passes;      // per device, in issue order
+  /// DualPipe's overlapped forward-backward chunks: per device (empty: none), true at index i
+  /// when passes i (a forward) and i + 1 (a backward of the other direction) run as one pair,
+  /// their segments interleaved so that either's communication (expert all-to-alls, tensor-
+  /// parallel collectives) runs while the other computes (the lowering alternates the two at
+  /// every communication step: RankEmitter).
+  std::vector<std::vector<bool>> overlap_next;
 
   int units() const { return microbatches * slices; }
   int first_chunk_of(int unit) const {
@@ -128,6 +137,16 @@ std::optional<std::string> schedule_constraint(ScheduleKind kind, int stages, in
 ///   even units down and odd units up; the order is list scheduling of the two with forward
 ///   time 1 and backward 2, forwards first, at most 2p forwards in flight per device (their
 ///   weight passes not yet run, for zb-v); p even, m even.
+/// - dualpipe (DeepSeek-V3, arXiv:2412.19437 section 3.2.1; deepseek-ai/DualPipe): Chimera's
+///   chunk map (device d holds part d of the down pipeline and part p - 1 - d of the up one, even
+///   units down, odd up, parameters twice); per device, the reference step() order with its
+///   relative phases (the direction the device is nearer the start of is phase 0) and
+///   h = min(d, p - 1 - d), H = m / 2: 2(p/2 - h - 1) F0; h + 1 (F0 F1); p/2 - h - 1 (B1 W F1);
+///   H - p + h + 1 ((F0&B1) (F1&B0)), the middle devices' first pair not overlapped;
+///   p/2 - h - 1 (B1 (F1&B0)); h + 1 (B1 B0), the zero-bubble split from the middle on;
+///   p/2 - h - 1 (W B0); h + 1 W. A & marks an overlapped pair (Schedule::overlap_next); W
+///   passes pop the oldest split backward (FIFO), a backward not split is followed by its W at
+///   once (after its pair). Bubble (p/2 - 1)(F&B + B - 3W); p even, m even, m >= 2p.
 /// - terapipe: GPipe over token slices: each microbatch's sequence cut into `sequence_slices`
 ///   slices, all forwards in order, then the backwards with slices in reverse (a slice's keys and
 ///   values serve the slices after it, whose backwards produce their gradients first).

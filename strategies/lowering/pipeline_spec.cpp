@@ -158,7 +158,7 @@ PipelineSpec pipeline_spec(const Experiment& e) {
 
 ScheduleOptions schedule_options(const Experiment& e) {
   return ScheduleOptions{e.parallelism.virtual_stages, e.parallelism.sequence_slices,
-                         e.parallelism.pipeline_batched_p2p};
+                         e.parallelism.pipeline_batched_p2p, e.parallelism.dualpipe_overlap};
 }
 
 PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_per_part) {
@@ -191,9 +191,9 @@ PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_p
   const int p = spec.layout.pp;
   const ScheduleKind kind = spec.schedule;
   // Tied embeddings are synchronised between the devices of the first and the last part; ZB-V
-  // puts both on device 0 and every Chimera end device holds both.
-  spec.shared_embedding = e.model.tied_embeddings && p > 1 && kind != ScheduleKind::zb_v &&
-                          kind != ScheduleKind::chimera;
+  // puts both on device 0 and every Chimera (and DualPipe) end device holds both.
+  spec.shared_embedding =
+      e.model.tied_embeddings && p > 1 && kind != ScheduleKind::zb_v && !holds_parts_twice(kind);
   const std::int64_t rows = (std::int64_t{e.model.vocab} + spec.layout.tp - 1) / spec.layout.tp;
   // Megatron all-reduces the word embeddings' main_grad: in the gradient buffers' dtype.
   spec.embedding_sync_bytes = Bytes(rows * e.model.hidden * size_of(format.grad_dtype));
@@ -311,10 +311,10 @@ std::vector<SpecProblem> technique_problems(const ZeroSettings& zero,
              " reduce-scatters gradient shards instead, which is not modelled compressed "
              "(use parallelism.zero 0 or grad_compression \"none\")"});
   }
-  if (schedule == ScheduleKind::chimera && zero.stage > 0) {
-    problems.push_back({"parallelism.zero",
-                        "chimera holds every stage on two devices; ZeRO sharding with it "
-                        "is not modelled (use 0)"});
+  if (holds_parts_twice(schedule) && zero.stage > 0) {
+    problems.push_back({"parallelism.zero", std::string(name_of(schedule)) +
+                                                " holds every stage on two devices; ZeRO "
+                                                "sharding with it is not modelled (use 0)"});
   }
   return problems;
 }

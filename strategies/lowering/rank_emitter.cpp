@@ -168,8 +168,51 @@ void RankEmitter::find_gradient_passes() {
 }
 
 void RankEmitter::emit_pass(std::size_t p) {
+  const auto& pairs = assembly.schedule.overlap_next;
+  if (!pairs.empty() && pairs[static_cast<std::size_t>(device)][p]) return emit_pair(p);
+  if (p > 0 && !pairs.empty() && pairs[static_cast<std::size_t>(device)][p - 1]) return;
+  Cursor& c = cursors_[0];
+  if (!begin_pass(p, c)) return;
+  while (!c.done()) emit_segment(c, c.next++);
+  end_pass(c);
+}
+
+// DualPipe's overlapped forward and backward (Schedule::overlap_next): both receive first and
+// both wait for both inputs (the reference waits for the pair's receives together), then
+// their segments alternate, each running up to and including its next communication step, so
+// that one's collective (an expert all-to-all, a tensor-parallel reduction) is in flight while
+// the other's compute runs (DeepSeek-V3's overlapped_forward_backward); then both end and send.
+void RankEmitter::emit_pair(std::size_t p) {
+  Cursor& f = cursors_[0];
+  Cursor& b = cursors_[1];
+  const bool f_open = begin_pass(p, f);
+  const bool b_open = begin_pass(p + 1, b);
+  if (f_open && b_open) {  // the pair starts once both inputs are in (one batch_isend_irecv)
+    const std::size_t f_inputs = f.input.size();
+    f.input.insert(f.input.end(), b.input.begin(), b.input.end());
+    b.input.insert(b.input.end(), f.input.begin(),
+                   f.input.begin() + static_cast<std::ptrdiff_t>(f_inputs));
+  }
+  while ((f_open && !f.done()) || (b_open && !b.done())) {
+    if (f_open) advance_to_communication(f);
+    if (b_open) advance_to_communication(b);
+  }
+  if (f_open) end_pass(f);
+  if (b_open) end_pass(b);
+}
+
+void RankEmitter::advance_to_communication(Cursor& c) {
+  while (!c.done()) {
+    const bool compute = (*c.ps.range.steps)[c.next].compute;
+    emit_segment(c, c.next++);
+    if (!compute) return;
+  }
+}
+
+bool RankEmitter::begin_pass(std::size_t p, Cursor& c) {
   const Schedule& schedule = assembly.schedule;
-  PassState ps;
+  PassState& ps = c.ps;
+  ps = PassState{};
   ps.index = p;
   ps.pass = (*passes)[p];
   const Pass& pass = ps.pass;
@@ -183,35 +226,41 @@ void RankEmitter::emit_pass(std::size_t p) {
              : pass.kind == PassKind::recompute ? Phase::recompute
                                                 : Phase::backward;
   ps.range = assembly.range_of(pass);
-  if (pass.kind == PassKind::weight && ps.range.begin == ps.range.end) return;
-  if (pass.kind == PassKind::recompute && ps.range.begin == ps.range.end) return;
+  if (pass.kind == PassKind::weight && ps.range.begin == ps.range.end) return false;
+  if (pass.kind == PassKind::recompute && ps.range.begin == ps.range.end) return false;
   // Where the input comes from and where the output goes: the neighbouring chunks of the chain
   // (forward: previous, backward: next), on another device or on this one.
-  const auto c = static_cast<std::size_t>(pass.chunk);
-  const int from_chunk = forward                           ? schedule.prev_chunk[c]
-                         : pass.kind == PassKind::backward ? schedule.next_chunk[c]
+  const auto ch = static_cast<std::size_t>(pass.chunk);
+  const int from_chunk = forward                           ? schedule.prev_chunk[ch]
+                         : pass.kind == PassKind::backward ? schedule.next_chunk[ch]
                                                            : -1;
-  const int to_chunk = forward                           ? schedule.next_chunk[c]
-                       : pass.kind == PassKind::backward ? schedule.prev_chunk[c]
-                                                         : -1;
+  c.to_chunk = forward                           ? schedule.next_chunk[ch]
+               : pass.kind == PassKind::backward ? schedule.prev_chunk[ch]
+                                                 : -1;
   for (const auto& hook : hooks_) hook->pass_begins(*this, ps);
-  receive_input(ps, from_chunk);
-  chain_last_.clear();
-  last_ring_recv_.reset();
-  for (std::size_t i = ps.range.begin; i < ps.range.end; ++i) emit_segment(ps, i);
+  receive_input(c, from_chunk);
+  c.chain_last.clear();
+  c.last_ring_recv.reset();
+  c.next = ps.range.begin;
+  return true;
+}
+
+void RankEmitter::end_pass(Cursor& c) {
+  PassState& ps = c.ps;
+  const Pass& pass = ps.pass;
   if (!ps.previous) {  // a pass without segments passes its input on
-    if (input_.empty()) return;
+    if (c.input.empty()) return;
     OpInfo info{Stream::compute, ps.phase, ps.microbatch, -1, -1, {}};
     info.label_id = recv_input_label_;
-    ps.previous = program.add(Compute{no_kernels_}, info, input_);
-    chain_last_.assign(1, ps.previous);
+    ps.previous = program.add(Compute{no_kernels_}, info, c.input);
+    c.chain_last.assign(1, ps.previous);
   }
   pass_end_[pass_key(pass.kind, pass.microbatch, pass.chunk)] = *ps.previous;
   if (ps.grad_pass) last_backward[ps.slot] = *ps.previous;
   for (const auto& hook : hooks_) hook->pass_ends(*this, ps, *ps.previous);
   // The held forward send goes first: each channel keeps its order of sends.
-  flush_deferred_send(p, ps.previous);
-  send_output(ps, to_chunk);
+  flush_deferred_send(ps.index, ps.previous);
+  send_output(c);
 }
 
 // Schedule::batched_p2p: a steady-state step's forward sends with the backward after it.
@@ -235,13 +284,15 @@ void RankEmitter::flush_deferred_send(std::size_t index, std::optional<OpId> aft
 }
 
 // The pass's input: received from another device, or the end of the pass it follows here.
-void RankEmitter::receive_input(const PassState& ps, int from_chunk) {
+void RankEmitter::receive_input(Cursor& c, int from_chunk) {
+  const PassState& ps = c.ps;
+  std::vector<OpId>& input = c.input;
   const Pass& pass = ps.pass;
   const int unit = pass.microbatch;
   const int from_device = device_of(from_chunk);
-  input_.clear();
+  input.clear();
   // Schedule::batched_p2p: the sends of the device's previous step complete first.
-  input_.insert(input_.end(), batch_sends_.begin(), batch_sends_.end());
+  input.insert(input.end(), batch_sends_.begin(), batch_sends_.end());
   batch_sends_.clear();
   if (from_device >= 0 && from_device != device) {
     // PipeDream-2BW: a carried backward's gradient came in the previous iteration unless the
@@ -260,26 +311,28 @@ void RankEmitter::receive_input(const PassState& ps, int from_chunk) {
                                            assembly.pipeline_message(bytes)},
                                       info));
       for (const auto& hook : hooks_) hook->input_received(*this, ps, bytes, received_);
-      input_.insert(input_.end(), received_.begin(), received_.end());
+      input.insert(input.end(), received_.begin(), received_.end());
     }
   } else if (from_device == device) {  // the neighbouring chunk on this device
     const auto it = pass_end_.find(pass_key(pass.kind, unit, from_chunk));
-    if (it != pass_end_.end()) input_.push_back(it->second);
+    if (it != pass_end_.end()) input.push_back(it->second);
   }
   if (pass.kind == PassKind::backward && assembly.separate_recompute) {
     const auto it = pass_end_.find(pass_key(PassKind::recompute, unit, pass.chunk));
-    if (it != pass_end_.end()) input_.push_back(it->second);
+    if (it != pass_end_.end()) input.push_back(it->second);
   }
   if (pass.kind == PassKind::weight) {
     const auto it = pass_end_.find(pass_key(PassKind::backward, unit, pass.chunk));
-    if (it != pass_end_.end()) input_.push_back(it->second);
+    if (it != pass_end_.end()) input.push_back(it->second);
   }
 }
 
-void RankEmitter::emit_segment(PassState& ps, std::size_t i) {
+void RankEmitter::emit_segment(Cursor& c, std::size_t i) {
+  PassState& ps = c.ps;
+  auto& chain_last = c.chain_last;
   const TemplateStep& step = (*ps.range.steps)[i];
   const auto chain = static_cast<std::size_t>(step.chain);
-  if (chain_last_.size() <= chain) chain_last_.resize(chain + 1);
+  if (chain_last.size() <= chain) chain_last.resize(chain + 1);
   OpInfo info{step.compute ? Stream::compute : Stream::tp_comm,
               step.recompute ? Phase::recompute : ps.phase,
               ps.microbatch,
@@ -288,10 +341,10 @@ void RankEmitter::emit_segment(PassState& ps, std::size_t i) {
               {}};
   info.label_id = step.label;
   deps_.clear();
-  if (chain_last_[chain]) {
-    deps_.push_back(*chain_last_[chain]);
+  if (chain_last[chain]) {
+    deps_.push_back(*chain_last[chain]);
   } else {
-    deps_.insert(deps_.end(), input_.begin(), input_.end());
+    deps_.insert(deps_.end(), c.input.begin(), c.input.end());
   }
   effects_.clear();
   const Bytes device_activations = step.activation_delta + step.checkpoint_delta;
@@ -302,7 +355,7 @@ void RankEmitter::emit_segment(PassState& ps, std::size_t i) {
   for (const auto& hook : hooks_) hook->before_segment(*this, ps, seg);
   OpId op = 0;
   if (step.ring_step) {
-    op = emit_ring_step(step, info);
+    op = emit_ring_step(c, step, info);
   } else {
     const Work work =
         step.compute ? Work(Compute{step.kernels})
@@ -312,7 +365,7 @@ void RankEmitter::emit_segment(PassState& ps, std::size_t i) {
   }
   ps.earlier = ps.previous;
   ps.previous = op;
-  chain_last_[chain] = op;
+  chain_last[chain] = op;
   if (ps.final_grad_pass && step.compute) {
     for (int u : *step.grads_done) unit_done[ps.slot][static_cast<std::size_t>(u)] = op;
   }
@@ -327,7 +380,7 @@ void RankEmitter::emit_segment(PassState& ps, std::size_t i) {
 // forwards the shard the step before it brought; the previous exchange's last Recv, long done,
 // for a first step); the Recv carries its memory effects, and what follows in the chain waits
 // for it (the shard it brings). Returns the Recv.
-OpId RankEmitter::emit_ring_step(const TemplateStep& step, OpInfo info) {
+OpId RankEmitter::emit_ring_step(Cursor& c, const TemplateStep& step, OpInfo info) {
   const Group& group = program.groups()[assembly.groups.tp(step.axis, rank)];
   const auto n = static_cast<std::ptrdiff_t>(group.ranks.size());
   const std::ptrdiff_t at =
@@ -336,15 +389,17 @@ OpId RankEmitter::emit_ring_step(const TemplateStep& step, OpInfo info) {
   const std::int32_t prev = group.ranks[static_cast<std::size_t>((at + n - 1) % n)];
   info.stream = Stream::tp_comm;
   ring_deps_.assign(deps_.begin(), deps_.end());
-  if (last_ring_recv_) ring_deps_.push_back(*last_ring_recv_);
+  if (c.last_ring_recv) ring_deps_.push_back(*c.last_ring_recv);
   program.add(Send{next, step.bytes, step.sms}, info, ring_deps_);
   info.stream = Stream::pp_recv;
-  last_ring_recv_ = program.add(Recv{prev, step.bytes}, info, deps_, effects_);
-  return *last_ring_recv_;
+  c.last_ring_recv = program.add(Recv{prev, step.bytes}, info, deps_, effects_);
+  return *c.last_ring_recv;
 }
 
-void RankEmitter::send_output(const PassState& ps, int to_chunk) {
+void RankEmitter::send_output(const Cursor& c) {
+  const PassState& ps = c.ps;
   const Pass& pass = ps.pass;
+  const int to_chunk = c.to_chunk;
   const int to_device = device_of(to_chunk);
   if (to_device < 0 || to_device == device) return;
   const bool received_later = pass.kind == PassKind::backward &&
@@ -355,7 +410,7 @@ void RankEmitter::send_output(const PassState& ps, int to_chunk) {
   OpInfo info{Stream::pp_send, ps.phase, ps.microbatch, -1, -1, {}};
   info.label_id = forward ? ps.st->send_activation : ps.st->send_gradient;
   deps_.clear();
-  for (const auto& last : chain_last_) {
+  for (const auto& last : c.chain_last) {
     if (last) deps_.push_back(*last);
   }
   const Bytes bytes = forward ? ps.st->plan.boundary_bytes

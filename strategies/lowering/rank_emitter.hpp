@@ -5,6 +5,7 @@
 // complete, and the last op issued on the dp-comm and copy streams.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -56,11 +57,27 @@ class RankEmitter {
   bool mirrored(int rank) const;
   void hold_chunk(int chunk);
   void find_gradient_passes();
+  // A pass being emitted: what the hooks see of it and where its ops chain. Two are open at
+  // once when a pair of passes is interleaved (Schedule::overlap_next).
+  struct Cursor {
+    PassState ps;
+    int to_chunk = -1;
+    std::vector<OpId> input;                      // what its first segment of each chain waits for
+    std::vector<std::optional<OpId>> chain_last;  // per chain of segments, its last op
+    std::optional<OpId> last_ring_recv;           // its last ring-step Recv
+    std::size_t next = 0;                         // its next segment
+    bool done() const { return next >= ps.range.end; }
+  };
   void emit_pass(std::size_t index);
-  void receive_input(const PassState& ps, int from_chunk);
-  void emit_segment(PassState& ps, std::size_t i);
-  OpId emit_ring_step(const TemplateStep& step, OpInfo info);
-  void send_output(const PassState& ps, int to_chunk);
+  void emit_pair(std::size_t index);
+  bool begin_pass(std::size_t index, Cursor& c);
+  void end_pass(Cursor& c);
+  /// Emits `c`'s segments up to and including its next communication step (or to its end).
+  void advance_to_communication(Cursor& c);
+  void receive_input(Cursor& c, int from_chunk);
+  void emit_segment(Cursor& c, std::size_t i);
+  OpId emit_ring_step(Cursor& c, const TemplateStep& step, OpInfo info);
+  void send_output(const Cursor& c);
   bool send_waits_for_next(std::size_t index) const;
   void flush_deferred_send(std::size_t index, std::optional<OpId> after);
   void emit_chunk_ends();
@@ -71,10 +88,9 @@ class RankEmitter {
   const std::vector<std::unique_ptr<TechniqueHook>>& hooks_;
   bool mirror_tp_ = false;
   std::uint32_t recv_input_label_ = 0, no_kernels_ = 0;
-  std::vector<OpId> deps_, input_, received_;
+  std::vector<OpId> deps_, received_;
   std::vector<MemoryEffect> effects_;
-  std::vector<std::optional<OpId>> chain_last_;
-  std::optional<OpId> last_ring_recv_;  // the pass's last ring-step Recv
+  std::array<Cursor, 2> cursors_;  // the pass (and its pair) being emitted
   std::vector<OpId> ring_deps_;
   std::unordered_map<std::uint64_t, OpId> pass_end_;  // last op of each pass of the rank
   // Schedule::batched_p2p: a forward's send held until the backward after it, and the sends

@@ -43,6 +43,8 @@ bool ruled_out(ScheduleKind kind, int p, int m) {
       return m < p;
     case ScheduleKind::chimera:
       return p % 2 != 0 || m % 2 != 0;
+    case ScheduleKind::dualpipe:
+      return p % 2 != 0 || m % 2 != 0 || m < 2 * p;
     default:
       return false;
   }
@@ -267,7 +269,8 @@ TEST_CASE("every schedule: each unit's passes once per chunk of its chain, in or
         CHECK(s.slices == o.sequence_slices);
         CHECK(s.parts == schedule_parts(kind, p, o));
         CHECK(s.split_backward == (kind == ScheduleKind::zb_h1 || kind == ScheduleKind::zb_h2 ||
-                                   kind == ScheduleKind::zb_v));
+                                   kind == ScheduleKind::zb_v || kind == ScheduleKind::dualpipe));
+        CHECK(s.split_backward == splits_backward(kind));
         CHECK(s.overlapping_iterations ==
               (kind == ScheduleKind::pipedream_2bw || kind == ScheduleKind::zb_h2));
         CHECK(s.weight_versions == (kind == ScheduleKind::pipedream_2bw ? 2 : 1));

@@ -262,3 +262,55 @@ TEST_CASE("schedules that do not apply throw the constraint's message") {
   CHECK(schedule_parts(ScheduleKind::interleaved, 4, {3, 1}) == 12);
   CHECK(schedule_parts(ScheduleKind::chimera, 4) == 4);
 }
+
+TEST_CASE("DualPipe on 4 stages and 8 microbatches: the reference step() order, F&B pairs") {
+  // Hand-expanded from deepseek-ai/DualPipe's DualPipe.step() for num_ranks 4, num_chunks 8
+  // (half_num_chunks 4): device 0 (half_rank 0, not a middle rank) runs phase 0 on the down
+  // chunk 0 (even units) and phase 1 on the up chunk 7 (odd units):
+  //   step 1: 2 F0; step 2: F0 F1; step 3: B1 (zero bubble) W F1; step 4 (1 round): F0&B1,
+  //   F1&B0; step 5: B1, F1&B0; step 6: B1, B0 (split from here); step 7: W B0 (split);
+  //   step 8: W. A backward not split is followed by its own W.
+  const Schedule s = make_schedule(ScheduleKind::dualpipe, 4, 8);
+  const auto F = PassKind::forward, B = PassKind::backward, W = PassKind::weight;
+  const std::vector<Pass> device0 = {
+      {F, 0, 0}, {F, 2, 0}, {F, 4, 0}, {F, 1, 7}, {B, 1, 7}, {W, 1, 7}, {F, 3, 7},
+      {F, 6, 0}, {B, 3, 7}, {W, 3, 7}, {F, 5, 7}, {B, 0, 0}, {W, 0, 0},  // step 4
+      {B, 5, 7}, {W, 5, 7}, {F, 7, 7}, {B, 2, 0}, {W, 2, 0},             // step 5
+      {B, 7, 7}, {W, 7, 7}, {B, 4, 0},                                   // step 6
+      {W, 4, 0}, {B, 6, 0},                                              // step 7
+      {W, 6, 0}};                                                        // step 8
+  CHECK(s.passes[0] == device0);
+  // The pairs: F6&B3, F5&B0 (step 4) and F7&B2 (step 5).
+  std::vector<std::size_t> pairs;
+  for (std::size_t i = 0; i < s.overlap_next[0].size(); ++i) {
+    if (s.overlap_next[0][i]) pairs.push_back(i);
+  }
+  CHECK(pairs == std::vector<std::size_t>{7, 10, 15});
+  // Device 1 (half_rank 1, a middle rank): phase 0 down chunk 1, phase 1 up chunk 6. Step 2
+  // twice; step 4 twice, its first F0 and B1 not overlapped; step 6 splits its second round.
+  const std::vector<Pass> device1 = {
+      {F, 0, 1}, {F, 1, 6}, {F, 2, 1}, {F, 3, 6},                        // step 2
+      {F, 4, 1}, {B, 1, 6}, {W, 1, 6}, {F, 5, 6}, {B, 0, 1}, {W, 0, 1},  // step 4, round 1
+      {F, 6, 1}, {B, 3, 6}, {W, 3, 6}, {F, 7, 6}, {B, 2, 1}, {W, 2, 1},  // step 4, round 2
+      {B, 5, 6}, {W, 5, 6}, {B, 4, 1}, {W, 4, 1}, {B, 7, 6}, {B, 6, 1},  // step 6
+      {W, 7, 6}, {W, 6, 1}};                                             // step 8
+  CHECK(s.passes[1] == device1);
+  pairs.clear();
+  for (std::size_t i = 0; i < s.overlap_next[1].size(); ++i) {
+    if (s.overlap_next[1][i]) pairs.push_back(i);
+  }
+  CHECK(pairs == std::vector<std::size_t>{7, 10, 13});
+  // Chimera's chunk map: device d holds parts d and p - 1 - d, parameters summed with p - 1 - d.
+  CHECK(s.chunks_of(0) == std::vector<int>{0, 7});
+  CHECK(s.part_of_chunk[7] == 3);
+  CHECK(s.replica_device == std::vector<int>{3, 2, 1, 0});
+  CHECK(s.split_backward);
+  // Without the overlap the order is the same, with no pairs.
+  const Schedule serial = make_schedule(ScheduleKind::dualpipe, 4, 8, {1, 1, false, false});
+  CHECK(serial.passes == s.passes);
+  CHECK(serial.overlap_next.empty());
+  // The constraints: p even, m even, m >= 2p.
+  CHECK_THROWS_AS(make_schedule(ScheduleKind::dualpipe, 4, 6), std::invalid_argument);
+  CHECK_THROWS_AS(make_schedule(ScheduleKind::dualpipe, 3, 12), std::invalid_argument);
+  CHECK_THROWS_AS(make_schedule(ScheduleKind::dualpipe, 4, 9), std::invalid_argument);
+}
