@@ -61,12 +61,173 @@ UlyssesBytes ulysses_bytes(const Attention& a) {
 
 namespace {
 
+// A piece of `s`: its provenance and chain, no memory effects or gradient units.
+Segment piece_of(const Segment& s, std::vector<Kernel> kernels) {
+  Segment p;
+  p.compute = true;
+  p.kernels = std::move(kernels);
+  p.label = s.label;
+  p.layer_begin = s.layer_begin;
+  p.layer_end = s.layer_end;
+  p.recompute = s.recompute;
+  p.chain = s.chain;
+  return p;
+}
+
+// The pieces one attention kernel of segment `s` becomes, appended to `out`: named after the
+// attention's layer (`layer`: its segment's, or in a segment merged over several layers, one
+// attention per layer, the k-th one's; -1 when not known).
+class AttentionPieces {
+ public:
+  AttentionPieces(const Segment& s, int layer, std::vector<Segment>& out)
+      : s_(s), layer_(layer), out_(out) {}
+
+  void add_comm(const std::string& what, int chain, CollectiveKind kind, Bytes bytes,
+                Bytes activation_delta = Bytes(0), bool ring_step = false) {
+    Segment c;
+    c.compute = false;
+    c.axis = TpAxis::cp;
+    name(c, what);
+    c.recompute = s_.recompute;
+    c.chain = chain;
+    c.collective = kind;
+    c.bytes = bytes;
+    c.activation_delta = activation_delta;
+    c.ring_step = ring_step;
+    out_.push_back(std::move(c));
+  }
+  void add_block(const Kernel& k, const std::string& what, int chain) {
+    Segment b = piece_of(s_, {k});
+    name(b, what);
+    b.chain = chain;
+    out_.push_back(std::move(b));
+  }
+  // An empty compute segment on `chain`, after what `chain` last did.
+  void add_join(const std::string& what, int chain) {
+    Segment join = piece_of(s_, {});
+    join.label = s_.label + " " + what;
+    join.chain = chain;
+    out_.push_back(std::move(join));
+  }
+
+ private:
+  void name(Segment& x, const std::string& what) const {
+    x.layer_begin = s_.layer_begin;
+    x.layer_end = s_.layer_end;
+    if (layer_ >= 0) {
+      x.layer_begin = layer_;
+      x.layer_end = layer_ + 1;
+      x.label = "L" + std::to_string(layer_) + " " + what;
+    } else {
+      x.label = s_.label + " " + what;
+    }
+  }
+
+  const Segment& s_;
+  int layer_;
+  std::vector<Segment>& out_;
+};
+
+std::string step_label(const char* what, int i) {
+  return std::string(what) + " " + std::to_string(i);
+}
+
+// DeepSpeed-Ulysses: all-to-alls trade the sequence split for a head split around the whole
+// attention. Returns the buffers to release after it (none).
+Bytes ulysses_steps(AttentionPieces& pieces, const Kernel& k, const Attention& a, int n, int c) {
+  if (a.heads % n != 0 || (a.kv_heads > 0 && a.kv_heads % n != 0)) {
+    throw std::invalid_argument(
+        "context_parallel: Ulysses needs the rank's heads (" + std::to_string(a.heads) +
+        ") and kv_heads (" + std::to_string(a.kv_heads) + ") divisible by cp " + std::to_string(n));
+  }
+  const UlyssesBytes bytes = ulysses_bytes(a);
+  auto a2a = [&](const std::string& what, Bytes b) {
+    pieces.add_comm("cp all-to-all " + what, c, CollectiveKind::all_to_all, b);
+  };
+  Kernel whole = k;
+  auto& w = std::get<Attention>(whole.work);
+  w.heads /= n;
+  if (w.kv_heads > 0) w.kv_heads /= n;
+  w.seq_q *= n;
+  w.seq_kv *= n;
+  if (!a.backward) {
+    a2a("q", bytes.q);
+    a2a("k", bytes.k);
+    a2a("v", bytes.v);
+    pieces.add_block(whole, "attention (heads / cp)", c);
+    a2a("out", bytes.out);
+  } else {
+    a2a("dout", bytes.out);
+    pieces.add_block(whole, "attention.bwd (heads / cp)", c);
+    a2a("dq", bytes.q);
+    a2a("dk", bytes.k);
+    a2a("dv", bytes.v);
+  }
+  return Bytes(0);
+}
+
+// The whole sequence's KV gathered (forward and backward), dKV reduce-scattered. Returns the
+// gathered buffer, released after the attention.
+Bytes allgather_steps(AttentionPieces& pieces, const Kernel& k, const Attention& a, int n, int c) {
+  const Bytes gathered = ring_kv_bytes(a) * static_cast<std::int64_t>(n);
+  pieces.add_comm("cp all-gather kv", c, CollectiveKind::all_gather, gathered, gathered);
+  Kernel all = k;
+  std::get<Attention>(all.work).batch *= n;
+  pieces.add_block(all, a.backward ? "attention.bwd (all kv)" : "attention (all kv)", c);
+  if (a.backward) {
+    pieces.add_comm("cp reduce-scatter dkv", c, CollectiveKind::reduce_scatter, gathered);
+  }
+  return gathered;
+}
+
+// Ring, forward (see the header): exchange j (1 .. n-1) brings the KV block j; block i waits
+// for exchange i. Chains: `c` and fresh ones from `fresh`, so that each exchange overlaps the
+// block before it. Returns the two receive buffers.
+Bytes ring_forward_steps(AttentionPieces& pieces, const Kernel& k, Bytes kv, int n, int c,
+                         int fresh) {
+  auto chain_of = [&](int i) { return i == 0 ? fresh : i == 1 ? c : fresh + i - 1; };
+  const Bytes buffers = kv * 2;
+  for (int i = 0; i < n; ++i) {
+    if (i + 1 < n) {
+      pieces.add_comm(step_label("cp ring kv", i + 1), chain_of(i + 1), CollectiveKind::all_reduce,
+                      kv, i == 0 ? buffers : Bytes(0), true);
+    }
+    pieces.add_block(k, step_label("attention cp step", i), chain_of(i));
+  }
+  return buffers;
+}
+
+// Ring, backward: exchange i (0 .. n-1) sends KV for block i + 1 (i < n - 1) and the dKV of
+// block i - 1 (i > 0); it waits for block i - 1 and block i for exchange i - 1. Two chains
+// alternate: exchange 0 on c, block 0 on the fresh one; exchange i on block i - 1's chain,
+// block i on exchange i - 1's. Returns the four receive buffers.
+Bytes ring_backward_steps(AttentionPieces& pieces, const Kernel& k, Bytes kv, int n, int c,
+                          int fresh) {
+  const Bytes buffers = kv * 4;
+  int exchange_chain = c, block_chain = fresh;
+  int last_exchange = c;
+  for (int i = 0; i < n; ++i) {
+    const Bytes bytes = kv * static_cast<std::int64_t>((i + 1 < n ? 1 : 0) + (i > 0 ? 1 : 0));
+    pieces.add_comm(step_label("cp ring kv+dkv", i), exchange_chain, CollectiveKind::all_reduce,
+                    bytes, i == 0 ? buffers : Bytes(0), true);
+    last_exchange = exchange_chain;
+    pieces.add_block(k, step_label("attention.bwd cp step", i), block_chain);
+    std::swap(exchange_chain, block_chain);
+  }
+  if (last_exchange != c) {
+    // The last dKV reaches its owner on the other chain: an empty compute segment waits for it
+    // so that the compute after the attention (on `c`, after it on the compute stream) does.
+    pieces.add_join("cp ring dkv received", last_exchange);
+  }
+  return buffers;
+}
+
 // Builds the context-parallel version of one pass.
 class PassRewriter {
  public:
   PassRewriter(const ContextParallel& cp, int fresh_chain) : cp_(cp), fresh_(fresh_chain) {}
 
-  std::vector<Segment> rewrite(const std::vector<Segment>& pass) {
+  std::vector<Segment> rewrite(const std::vector<Segment>& pass) const {
     std::vector<Segment> out;
     for (const Segment& s : pass) {
       const bool has_attention =
@@ -83,51 +244,7 @@ class PassRewriter {
   }
 
  private:
-  // A piece of `s`: its provenance and chain, no memory effects or gradient units.
-  static Segment piece_of(const Segment& s, std::vector<Kernel> kernels) {
-    Segment p;
-    p.compute = true;
-    p.kernels = std::move(kernels);
-    p.label = s.label;
-    p.layer_begin = s.layer_begin;
-    p.layer_end = s.layer_end;
-    p.recompute = s.recompute;
-    p.chain = s.chain;
-    return p;
-  }
-
-  // The layer of the attention being split (its segment's, or in a segment merged over several
-  // layers, one attention per layer, the k-th one's), and its label.
-  void name(Segment& x, const Segment& s, const std::string& what) const {
-    x.layer_begin = s.layer_begin;
-    x.layer_end = s.layer_end;
-    if (layer_ >= 0) {
-      x.layer_begin = layer_;
-      x.layer_end = layer_ + 1;
-      x.label = "L" + std::to_string(layer_) + " " + what;
-    } else {
-      x.label = s.label + " " + what;
-    }
-  }
-
-  Segment comm(const Segment& s, const std::string& what, int chain) const {
-    Segment c;
-    c.compute = false;
-    c.axis = TpAxis::cp;
-    name(c, s, what);
-    c.recompute = s.recompute;
-    c.chain = chain;
-    return c;
-  }
-
-  Segment block(const Segment& s, const Kernel& k, const std::string& what, int chain) const {
-    Segment b = piece_of(s, {k});
-    name(b, s, what);
-    b.chain = chain;
-    return b;
-  }
-
-  void split(const Segment& s, std::vector<Segment>& out) {
+  void split(const Segment& s, std::vector<Segment>& out) const {
     const auto attentions = std::count_if(s.kernels.begin(), s.kernels.end(), [](const Kernel& k) {
       return std::holds_alternative<Attention>(k.work);
     });
@@ -159,125 +276,30 @@ class PassRewriter {
         continue;
       }
       flush(false);
-      layer_ = per_layer ? s.layer_begin + index : -1;
+      AttentionPieces pieces(s, per_layer ? s.layer_begin + index : -1, out);
       ++index;
-      release = attention_steps(s, k, *a, out);
+      release = attention_steps(pieces, k, *a, s.chain);
     }
     flush(true);
   }
 
   // The steps of one attention kernel; returns the buffers to release after them.
-  Bytes attention_steps(const Segment& s, const Kernel& k, const Attention& a,
-                        std::vector<Segment>& out) {
-    const int n = cp_.cp;
-    const int c = s.chain;
-    if (cp_.mode == CpMode::ulysses) {
-      if (a.heads % n != 0 || (a.kv_heads > 0 && a.kv_heads % n != 0)) {
-        throw std::invalid_argument("context_parallel: Ulysses needs the rank's heads (" +
-                                    std::to_string(a.heads) + ") and kv_heads (" +
-                                    std::to_string(a.kv_heads) + ") divisible by cp " +
-                                    std::to_string(n));
-      }
-      const UlyssesBytes bytes = ulysses_bytes(a);
-      auto a2a = [&](const std::string& what, Bytes b) {
-        Segment x = comm(s, "cp all-to-all " + what, c);
-        x.collective = CollectiveKind::all_to_all;
-        x.bytes = b;
-        out.push_back(std::move(x));
-      };
-      Kernel whole = k;
-      auto& w = std::get<Attention>(whole.work);
-      w.heads /= n;
-      if (w.kv_heads > 0) w.kv_heads /= n;
-      w.seq_q *= n;
-      w.seq_kv *= n;
-      if (!a.backward) {
-        a2a("q", bytes.q);
-        a2a("k", bytes.k);
-        a2a("v", bytes.v);
-        out.push_back(block(s, whole, "attention (heads / cp)", c));
-        a2a("out", bytes.out);
-      } else {
-        a2a("dout", bytes.out);
-        out.push_back(block(s, whole, "attention.bwd (heads / cp)", c));
-        a2a("dq", bytes.q);
-        a2a("dk", bytes.k);
-        a2a("dv", bytes.v);
-      }
-      return Bytes(0);
+  Bytes attention_steps(AttentionPieces& pieces, const Kernel& k, const Attention& a,
+                        int chain) const {
+    switch (cp_.mode) {
+      case CpMode::ulysses:
+        return ulysses_steps(pieces, k, a, cp_.cp, chain);
+      case CpMode::allgather:
+        return allgather_steps(pieces, k, a, cp_.cp, chain);
+      case CpMode::ring:
+        break;
     }
-    const Bytes kv = ring_kv_bytes(a);
-    if (cp_.mode == CpMode::allgather) {
-      // The whole sequence's KV gathered (forward and backward), dKV reduce-scattered.
-      const Bytes gathered = kv * static_cast<std::int64_t>(n);
-      Segment g = comm(s, "cp all-gather kv", c);
-      g.collective = CollectiveKind::all_gather;
-      g.bytes = gathered;
-      g.activation_delta = gathered;
-      out.push_back(std::move(g));
-      Kernel all = k;
-      std::get<Attention>(all.work).batch *= n;
-      out.push_back(block(s, all, a.backward ? "attention.bwd (all kv)" : "attention (all kv)", c));
-      if (a.backward) {
-        Segment r = comm(s, "cp reduce-scatter dkv", c);
-        r.collective = CollectiveKind::reduce_scatter;
-        r.bytes = gathered;
-        out.push_back(std::move(r));
-      }
-      return gathered;
-    }
-    // Ring: see the header. Chains: `c` and fresh ones from fresh_, so that each exchange
-    // overlaps the block before it.
-    auto step_label = [](const char* what, int i) {
-      return std::string(what) + " " + std::to_string(i);
-    };
-    if (!a.backward) {
-      // Exchange j (1 .. n-1) brings the KV block j; block i waits for exchange i.
-      auto chain_of = [&](int i) { return i == 0 ? fresh_ : i == 1 ? c : fresh_ + i - 1; };
-      const Bytes buffers = kv * 2;
-      for (int i = 0; i < n; ++i) {
-        if (i + 1 < n) {
-          Segment x = comm(s, step_label("cp ring kv", i + 1), chain_of(i + 1));
-          x.ring_step = true;
-          x.bytes = kv;
-          if (i == 0) x.activation_delta = buffers;
-          out.push_back(std::move(x));
-        }
-        out.push_back(block(s, k, step_label("attention cp step", i), chain_of(i)));
-      }
-      return buffers;
-    }
-    // Backward: exchange i (0 .. n-1) sends KV for block i + 1 (i < n - 1) and the dKV of block
-    // i - 1 (i > 0); it waits for block i - 1 and block i for exchange i - 1. Two chains
-    // alternate: exchange 0 on c, block 0 on the fresh one; exchange i on block i - 1's chain,
-    // block i on exchange i - 1's.
-    const Bytes buffers = kv * 4;
-    int exchange_chain = c, block_chain = fresh_;
-    int last_exchange = c;
-    for (int i = 0; i < n; ++i) {
-      Segment x = comm(s, step_label("cp ring kv+dkv", i), exchange_chain);
-      x.ring_step = true;
-      x.bytes = kv * static_cast<std::int64_t>((i + 1 < n ? 1 : 0) + (i > 0 ? 1 : 0));
-      if (i == 0) x.activation_delta = buffers;
-      last_exchange = exchange_chain;
-      out.push_back(std::move(x));
-      out.push_back(block(s, k, step_label("attention.bwd cp step", i), block_chain));
-      std::swap(exchange_chain, block_chain);
-    }
-    if (last_exchange != c) {
-      // The last dKV reaches its owner on the other chain: an empty compute segment waits for it
-      // so that the compute after the attention (on `c`, after it on the compute stream) does.
-      Segment join = piece_of(s, {});
-      join.label = s.label + " cp ring dkv received";
-      join.chain = last_exchange;
-      out.push_back(std::move(join));
-    }
-    return buffers;
+    return a.backward ? ring_backward_steps(pieces, k, ring_kv_bytes(a), cp_.cp, chain, fresh_)
+                      : ring_forward_steps(pieces, k, ring_kv_bytes(a), cp_.cp, chain, fresh_);
   }
 
   ContextParallel cp_;
   int fresh_;
-  int layer_ = -1;
 };
 
 }  // namespace
