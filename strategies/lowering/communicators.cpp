@@ -93,37 +93,50 @@ Communicators::Communicators(Program& program, const PipelineSpec& spec, const S
       }
     }
   }
-  if (spec.moe) make_expert_groups(program, layout, *spec.moe);
+  if (spec.moe) make_expert_groups(program, layout, *spec.moe, schedule.replica_device);
 }
 
 void Communicators::make_expert_groups(Program& program, const RankLayout& layout,
-                                       const MoeSetting& moe) {
+                                       const MoeSetting& moe,
+                                       const std::vector<int>& replica_device) {
   const int flat = layout.tp * layout.dp, etp = moe.etp, ep = moe.ep;
   const int edp = flat / (etp * ep);
   const auto world = static_cast<std::size_t>(layout.world_size());
   // The stage's rank of flat index i (t = i mod tp, d = i / tp).
   auto rank_of = [&](int i, int stage) { return layout.rank(i % layout.tp, i / layout.tp, stage); };
-  auto make = [&](std::vector<std::uint32_t>& out, int size, const std::string& name,
-                  auto member) {  // member(stage, group, j): flat index of the j-th member
+  // Groups of `size` ranks of a stage; with `both_copies` (a schedule holding every part on two
+  // devices) of the stage and its replica device (the same part's other copy), 2 size ranks.
+  auto make = [&](std::vector<std::uint32_t>& out, int size, const std::string& name, auto member,
+                  bool both_copies) {  // member(group, j): flat index of member j
     out.assign(world, kNoGroup);
-    if (size <= 1) return;
+    const bool twice = both_copies && !replica_device.empty();
+    if (size * (twice ? 2 : 1) <= 1) return;
     for (int stage = 0; stage < layout.pp; ++stage) {
+      const int partner = twice ? replica_device[static_cast<std::size_t>(stage)] : stage;
+      if (partner < stage) continue;  // made with the partner's
       for (int g = 0; g < flat / size; ++g) {
         std::vector<std::int32_t> ranks;
         for (int j = 0; j < size; ++j) ranks.push_back(rank_of(member(g, j), stage));
-        const auto id = program.add_group(
-            ranks, name + " s" + std::to_string(stage) + " g" + std::to_string(g));
+        if (partner != stage) {
+          for (int j = 0; j < size; ++j) ranks.push_back(rank_of(member(g, j), partner));
+        }
+        const std::string stages =
+            " s" + std::to_string(stage) + (partner != stage ? "+s" + std::to_string(partner) : "");
+        const auto id = program.add_group(ranks, name + stages + " g" + std::to_string(g));
         for (int r : ranks) out[static_cast<std::size_t>(r)] = id;
       }
     }
   };
   // ep group g: etp index g mod etp, expert-dp index g / etp.
-  make(axis_[static_cast<std::size_t>(TpAxis::ep)], ep, "ep",
-       [&](int g, int j) { return g % etp + etp * (j + ep * (g / etp)); });
-  make(axis_[static_cast<std::size_t>(TpAxis::etp)], etp, "etp",
-       [&](int g, int j) { return j + etp * g; });
-  // expert-dp group g: etp and ep indices g mod (etp ep).
-  make(expert_dp_, edp, "expert dp", [&](int g, int j) { return g + etp * ep * j; });
+  make(
+      axis_[static_cast<std::size_t>(TpAxis::ep)], ep, "ep",
+      [&](int g, int j) { return g % etp + etp * (j + ep * (g / etp)); }, false);
+  make(
+      axis_[static_cast<std::size_t>(TpAxis::etp)], etp, "etp",
+      [&](int g, int j) { return j + etp * g; }, false);
+  // expert-dp group g: etp and ep indices g mod (etp ep); over both copies of a part held twice.
+  make(
+      expert_dp_, edp, "expert dp", [&](int g, int j) { return g + etp * ep * j; }, true);
 }
 
 std::optional<std::uint32_t> Communicators::expert_dp(int rank) const {

@@ -65,7 +65,9 @@ class Communicators {
   /// etp index i mod etp, ep index (i / etp) mod ep and expert-data-parallel index
   /// i / (etp ep). Its ep group (TpAxis::ep through tp()) shares the stage, etp and
   /// expert-dp indices; its etp group (TpAxis::etp) the stage, ep and expert-dp indices; its
-  /// expert-data-parallel group the stage, etp and ep indices (nullopt for a group of one).
+  /// expert-data-parallel group the stage, etp and ep indices (nullopt for a group of one),
+  /// and with a schedule holding every part on two devices (Schedule::replica_device) the
+  /// same ranks of the replica device too, whose experts' gradients are summed with them.
   /// Made after every other group.
   std::optional<std::uint32_t> expert_dp(int rank) const;
 
@@ -79,7 +81,8 @@ class Communicators {
   void make_block_groups(Program& program, const RankLayout& layout, int size,
                          const std::string& block_name, std::vector<std::uint32_t>* blocks,
                          const std::string& strided_name, std::vector<std::uint32_t>* strided);
-  void make_expert_groups(Program& program, const RankLayout& layout, const MoeSetting& moe);
+  void make_expert_groups(Program& program, const RankLayout& layout, const MoeSetting& moe,
+                          const std::vector<int>& replica_device);
   void make_zeropp_groups(Program& program, const RankLayout& layout, const ZeroSettings& zero);
   std::uint32_t pick(const std::vector<std::uint32_t>& groups, int rank) const {
     return groups.empty() ? dp(rank) : groups[static_cast<std::size_t>(rank)];

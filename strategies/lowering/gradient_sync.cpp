@@ -43,7 +43,7 @@ ZeroGradientSync::ZeroGradientSync(Assembly& assembly)
     : assembly_(assembly), buckets_(assembly.templates.size()) {
   const ZeroSettings& zero = assembly.spec.zero;
   const bool offload = zero.offload_optimizer;
-  per_microbatch_ = zero.stage >= 2 && (assembly.spec.layout.dp > 1 || offload);
+  per_microbatch_ = zero.stage >= 2 && (assembly.spec.state_dp() > 1 || offload);
   qgz_ = zero.quantized_gradients && assembly.spec.layout.dp > 1;
   pool_ = StagingPool(assembly.spec.dp_overlap ? 2 : 1);
   const std::int64_t grad_bytes = assembly.grad_element_size;
@@ -165,7 +165,7 @@ OpId ZeroGradientSync::emit_bucket(RankEmitter& rank, const Bucket& b, OpId dep,
       if (!step.compute) rank.last_dp_comm = last;
     }
     rank.last_dp_comm = last;
-  } else if (assembly_.spec.layout.dp > 1) {
+  } else if (assembly_.spec.state_dp() > 1) {
     OpInfo info{Stream::dp_comm, Phase::other, microbatch, -1, -1, {}};
     info.label_id = b.reduce_label;
     const std::array<OpId, 1> dep1 = {last};
@@ -199,7 +199,7 @@ void ZeroGradientSync::rank_begins(RankEmitter& rank) {
   pool_.reset();
   gathered_.assign(rank.held.size(), {});
   forwarded_.assign(rank.held.size(), 0);
-  if (assembly_.spec.zero.overlap_param_gather && assembly_.spec.layout.dp > 1) {
+  if (assembly_.spec.zero.overlap_param_gather && assembly_.spec.state_dp() > 1) {
     // The previous iteration's updated parameters, gathered from the iteration's start.
     for (std::size_t slot = 0; slot < rank.held.size(); ++slot) {
       for (const Gather& g : buckets_[assembly_.index_of(rank.held[slot], 0)].gather) {
@@ -282,7 +282,7 @@ void ZeroGradientSync::pass_ends(RankEmitter& rank, const PassState& ps, OpId la
 void ZeroGradientSync::gradients_complete(RankEmitter& rank, std::size_t slot) {
   // Stage 1: reduce-scatter (and offload) buckets once the last microbatch has produced them.
   const ZeroSettings& zero = assembly_.spec.zero;
-  if (zero.stage != 1 || (assembly_.spec.layout.dp <= 1 && !zero.offload_optimizer)) return;
+  if (zero.stage != 1 || (assembly_.spec.state_dp() <= 1 && !zero.offload_optimizer)) return;
   for (const Bucket& b : buckets_[assembly_.index_of(rank.held[slot], 0)].reduce) {
     const OpId dep = assembly_.spec.dp_overlap
                          ? rank.unit_done[slot][static_cast<std::size_t>(b.units.last_unit)]
@@ -303,7 +303,7 @@ void ZeroGradientSync::after_optimizer_step(RankEmitter& rank, std::size_t slot,
       copy.label_id = g.copy_label;
       dep[0] = rank.program.add(Compute{g.copy}, copy, after_step);
     }
-    if (assembly_.spec.layout.dp > 1) emit_gather(rank, g.elements, g.low, g.label, dep);
+    if (assembly_.spec.state_dp() > 1) emit_gather(rank, g.elements, g.low, g.label, dep);
   }
 }
 

@@ -222,7 +222,7 @@ PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_p
   // Stage-aware recomputation fits what is left beside the model state ZeRO keeps.
   const std::vector<StageRecompute> recompute = recompute_plan(e, [&spec](int,
                                                                           std::int64_t parameters) {
-    return device_model_states(spec.zero, spec.state_format(), parameters, spec.layout.dp).total();
+    return device_model_states(spec.zero, spec.state_format(), parameters, spec.state_dp()).total();
   });
   const int sub_batches = e.parallelism.tp_overlap;
   const int slices = kind == ScheduleKind::terapipe ? spec.schedule_options.sequence_slices : 1;
@@ -311,10 +311,11 @@ std::vector<SpecProblem> technique_problems(const ZeroSettings& zero,
              " reduce-scatters gradient shards instead, which is not modelled compressed "
              "(use parallelism.zero 0 or grad_compression \"none\")"});
   }
-  if (holds_parts_twice(schedule) && zero.stage > 0) {
+  if (holds_parts_twice(schedule) && (zero.stage == 3 || zero.shard_group > 0)) {
     problems.push_back({"parallelism.zero", std::string(name_of(schedule)) +
-                                                " holds every stage on two devices; ZeRO "
-                                                "sharding with it is not modelled (use 0)"});
+                                                " holds every stage on two devices; ZeRO stage 3 "
+                                                "and hybrid sharding with it are not modelled "
+                                                "(use 0, 1 or 2)"});
   }
   return problems;
 }

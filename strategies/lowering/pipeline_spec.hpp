@@ -254,10 +254,16 @@ struct PipelineSpec {
   /// units' expert_parameters are reduced over the expert-data-parallel group
   /// (ExpertGradientSync) and their optimizer states sharded over it.
   std::optional<MoeSetting> moe;
-  /// Ranks of an expert-data-parallel group: tp * dp / (ep * etp), layout.dp counting dp x cp
-  /// (1 without MoE).
+  /// Devices holding each model part: 2 with a schedule that holds every part on two devices
+  /// (Chimera, DualPipe: holds_parts_twice), else 1.
+  int part_copies() const { return holds_parts_twice(schedule) ? 2 : 1; }
+  /// Ranks over which a part's gradients are summed and ZeRO shards its states (the data-
+  /// parallel group, Communicators::dp_size): layout.dp (dp x cp) times part_copies().
+  int state_dp() const { return layout.dp * part_copies(); }
+  /// Ranks of an expert-data-parallel group: tp * dp / (ep * etp), layout.dp counting dp x cp,
+  /// times part_copies() (1 without MoE).
   int expert_dp() const {
-    return moe ? layout.tp * layout.dp / std::max(1, moe->ep * moe->etp) : 1;
+    return moe ? layout.tp * layout.dp / std::max(1, moe->ep * moe->etp) * part_copies() : 1;
   }
   Time step_overhead;
   Time microbatch_overhead;

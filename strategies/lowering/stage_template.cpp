@@ -177,7 +177,7 @@ Bytes Assembly::pipeline_message(Bytes boundary) const {
 }
 
 std::int64_t Assembly::shard_of(std::int64_t parameters) const {
-  const std::int64_t d = spec.zero.shard_degree(spec.layout.dp);
+  const std::int64_t d = spec.zero.shard_degree(spec.state_dp());
   return d > 1 ? (parameters + d - 1) / d : parameters;
 }
 
@@ -186,7 +186,7 @@ DeviceModelStates Assembly::model_states(const StageTemplate& st) const {
   // The dense parameters, with the FP8 / FP4 linear weights among them (their quantised copies).
   const std::int64_t dense = st.plan.parameters - experts;
   DeviceModelStates states =
-      device_model_states(spec.zero, spec.state_format(), dense, spec.layout.dp,
+      device_model_states(spec.zero, spec.state_format(), dense, spec.state_dp(),
                           std::min(st.plan.low_precision_parameters, dense));
   if (experts > 0) {
     const DeviceModelStates e =

@@ -215,6 +215,39 @@ TEST_CASE("expert optimizer states are sharded over expert-data-parallel ranks")
   CHECK(optimizer == 12 * ((dense + 7) / 8 + (experts + 1) / 2));
 }
 
+TEST_CASE("dualpipe: both copies of a part share its expert-dp group and its state shards") {
+  // pp 2, dp 4, ep 2 with DualPipe (m = 16 / 4 = 4 = 2p): every device holds both parts, each
+  // also held by the other device. The expert gradients of a part are summed over its expert-dp
+  // ranks on both devices: 2 x tp dp / ep = 4 ranks; the dense ones over both devices' dp
+  // groups: 2 x 4 = 8 ranks. The distributed optimizer shards the device's states (all of the
+  // model: parts 0 and 1, i.e. 4 layers, embedding, head, final norm) over those groups.
+  Experiment e = moe_experiment(4, 2, 2);
+  e.parallelism.schedule = ScheduleKind::dualpipe;
+  const Program p = lower(e);
+  auto [sizes, ep_members] = rank0_groups(p);
+  CHECK(sizes["expert"] == 4);
+  CHECK(sizes["dense"] == 8);
+  CHECK(ep_members == std::set<std::int32_t>{0, 1});
+  const TransformerModel& m = e.model;
+  // Per rank: 4 local experts (8 / ep 2) x 3 x 256 x 512 per layer, 4 layers.
+  const std::int64_t experts = 4 * 4 * 3 * 256 * 512;
+  const std::int64_t total = 4 * layer_unit_of(m, layer_setting(e), 0).parameters + 2 * 1024 * 256 +
+                             256;  // embedding, head, final norm
+  std::int64_t optimizer = 0;
+  for (const auto& r : p.initial_memory(0)) {
+    if (r.category == MemoryCategory::optimizer_states) optimizer += r.bytes.count();
+  }
+  // Each of the two chunks' states sharded apart: part 0 holds the embedding and 2 layers,
+  // part 1 the other 2 layers, the final norm and the head.
+  const std::int64_t layer = layer_unit_of(m, layer_setting(e), 0).parameters;
+  const std::int64_t part_experts = experts / 2;
+  const std::int64_t dense0 = 1024 * 256 + 2 * layer - part_experts;
+  const std::int64_t dense1 = 2 * layer + 256 + 1024 * 256 - part_experts;
+  CHECK(total == dense0 + dense1 + experts);
+  CHECK(optimizer == 12 * ((dense0 + 7) / 8 + (part_experts + 3) / 4 + (dense1 + 7) / 8 +
+                           (part_experts + 3) / 4));
+}
+
 TEST_CASE("MoE options: allgather dispatcher, shared-expert overlap, etp") {
   Experiment e = moe_experiment(8, 4);
   e.parallelism.moe_allgather_dispatcher = true;
