@@ -60,10 +60,10 @@ TEST_CASE("schedule options and constraints are errors at the key to change") {
   check_error(
       pipeline({cli("parallelism.schedule", "interleaved"), cli("parallelism.virtual_stages", 8)}),
       "parallelism.virtual_stages", "32 parts");
-  // Chimera: even stages and microbatches; no ZeRO.
+  // Chimera: even stages and microbatches; no ZeRO-3.
   check_error(pipeline({cli("parallelism.schedule", "chimera"), cli("training.global_batch", 5)}),
               "parallelism.schedule", "even");
-  check_error(pipeline({cli("parallelism.schedule", "chimera"), cli("parallelism.zero", 1)}),
+  check_error(pipeline({cli("parallelism.schedule", "chimera"), cli("parallelism.zero", 3)}),
               "parallelism.zero", "chimera");
   // TeraPipe slices must divide the sequence; slices need terapipe.
   check_error(
