@@ -57,8 +57,11 @@ TEST_CASE("technique_problems names the setting to change") {
   CHECK(paths(technique_problems(z, none, ScheduleKind::one_f_one_b)) ==
         std::vector<std::string>{"parallelism.offload"});
   z = {};
-  z.stage = 1;
+  z.stage = 1;  // ZeRO-1 with Chimera (and DualPipe) is modelled; compression with ZeRO is not
   CHECK(paths(technique_problems(z, fp16, ScheduleKind::chimera)) ==
+        std::vector<std::string>{"parallelism.grad_compression"});
+  z.stage = 3;
+  CHECK(paths(technique_problems(z, fp16, ScheduleKind::dualpipe)) ==
         std::vector<std::string>{"parallelism.grad_compression", "parallelism.zero"});
   z = {};
   z.stage = 5;
