@@ -82,13 +82,15 @@ constexpr std::string_view kKernelDevices[] = {"a100-sxm4-80gb", "h100-sxm5-80gb
                                                "b200-sxm-180gb", "b300-sxm-288gb", "gb200-186gb",
                                                "gb300-288gb"};
 
-// Model names of the calibration set -> catalog models (configs/models), for cases that name a
-// model without giving its shape. Keys are lower case without spaces, '-', '_' or '.'.
+// Model names of the calibration set -> catalog models (configs/models, or a Hugging Face
+// config.json of configs/models/hf read as the model: one source of truth for the shape), for
+// cases that name a model without giving its shape. Keys are lower case without spaces, '-', '_'
+// or '.'; a variant in parentheses ("Qwen3_30B_a3B (tokendrop)") is model_variant()'s.
 const std::map<std::string, std::string>& catalog_models() {
   static const std::map<std::string, std::string> models = {
-      {"llama27b", "llama2-7b"},   {"llama213b", "llama2-13b"}, {"llama270b", "llama2-70b"},
-      {"llama38b", "llama3-8b"},   {"llama318b", "llama3-8b"},  {"llama370b", "llama3-70b"},
-      {"llama3170b", "llama3-70b"}};
+      {"llama27b", "llama2-7b"},    {"llama213b", "llama2-13b"},     {"llama270b", "llama2-70b"},
+      {"llama38b", "llama3-8b"},    {"llama318b", "llama3-8b"},      {"llama370b", "llama3-70b"},
+      {"llama3170b", "llama3-70b"}, {"qwen330ba3b", "qwen3-30b-a3b"}};
   return models;
 }
 
@@ -96,6 +98,18 @@ const std::map<std::string, std::string>& catalog_models() {
 // an expert-parallel degree.
 constexpr std::string_view kMoeNames[] = {"a3b",     "a22b",     "grok",
                                           "mixtral", "deepseek", "nemotron_3"};
+
+// The variants Megatron-Bridge's tables print after a MoE model's name, in parentheses, and what
+// each sets on the model (docs/accuracy.md):
+// - "dropless": every token reaches its experts (the default: no capacity factor);
+// - "tokendrop": Megatron-Bridge's token-drop recipes set --moe-expert-capacity-factor 1.0 with
+//   the expert inputs padded to that capacity (moe_pad_expert_input_to_capacity): an expert takes
+//   at most ceil(1.0 x its even share) of the routed tokens (model.moe.capacity_factor 1.0).
+struct ModelVariant {
+  std::string_view name;
+  std::optional<double> capacity_factor;
+};
+constexpr ModelVariant kModelVariants[] = {{"dropless", std::nullopt}, {"tokendrop", 1.0}};
 
 // ---- Reading the calibration file: every field the mapping needs, checked, with errors naming
 // the file and the JSON path.
@@ -302,6 +316,9 @@ std::optional<json> fp8_settings_of(const std::string& precision) {
 struct E2eMapping {
   std::vector<std::string> reasons;  // empty: expressible
   json experiment;
+  /// Settings of a catalog model the case changes (a MoE variant's capacity factor), applied
+  /// once the model file is read: "model.moe.capacity_factor" = 1.0.
+  std::vector<strategies::Override> model_overrides;
   std::string cluster;
   std::string quantity;  // "tokens/s per GPU" or "step time (s)"
   double published = 0;
@@ -360,6 +377,16 @@ json gpt2_model(const CaseReader& c, const std::string& name, std::int64_t seq_l
           {"causal", true}};
 }
 
+// A model name and the variant printed after it in parentheses: "Qwen3_30B_a3B (tokendrop)" ->
+// {"Qwen3_30B_a3B", "tokendrop"}; a name without one -> {name, ""}.
+std::pair<std::string, std::string> model_variant(const std::string& name) {
+  const auto open = name.rfind('(');
+  if (name.empty() || name.back() != ')' || open == std::string::npos) return {name, ""};
+  std::string base = name.substr(0, open);
+  while (!base.empty() && base.back() == ' ') base.pop_back();
+  return {base, name.substr(open + 1, name.size() - open - 2)};
+}
+
 E2eMapping map_e2e(const CaseReader& c, const std::string& source) {
   E2eMapping m;
   auto& why = m.reasons;
@@ -391,15 +418,27 @@ E2eMapping map_e2e(const CaseReader& c, const std::string& source) {
   } else if (p != "bf16" && p != "amp_bf16") {
     why.push_back("precision " + *precision + " not modelled");
   }
-  // What the simulator has no model of.
+  // The model, and a variant printed after its name.
   const std::string model = c.string("config.model").value_or("");
-  const std::int64_t ep = c.count("config.ep").value_or(1);
-  if (ep > 1) {
-    why.push_back("MoE (expert parallelism " + std::to_string(ep) + ")");
-  } else if (std::any_of(std::begin(kMoeNames), std::end(kMoeNames), [&](std::string_view n) {
-               return lower(model).find(n) != std::string::npos;
-             })) {
-    why.push_back("MoE");
+  const auto [base_model, variant] = model_variant(model);
+  if (!variant.empty()) {
+    const auto* v = std::find_if(std::begin(kModelVariants), std::end(kModelVariants),
+                                 [&](const ModelVariant& k) { return k.name == lower(variant); });
+    if (v == std::end(kModelVariants)) {
+      why.push_back("model variant (" + variant + ") not mapped");
+    } else if (v->capacity_factor) {
+      m.model_overrides.push_back({"model.moe.capacity_factor", *v->capacity_factor,
+                                   "calibration case " + c.id() + ": " + model});
+    }
+  }
+  // Mixture of experts: the printed expert-parallel degree (parallelism.ep); a MoE model that
+  // prints none is not mapped.
+  const auto ep_printed = c.count("config.ep");
+  const std::int64_t ep = ep_printed.value_or(1);
+  if (!ep_printed &&
+      std::any_of(std::begin(kMoeNames), std::end(kMoeNames),
+                  [&](std::string_view n) { return lower(model).find(n) != std::string::npos; })) {
+    why.push_back("MoE with no expert-parallel degree printed");
   }
   // Context parallelism (Megatron's --context-parallel-size, NeMo's context_parallel_size): TE's
   // ring attention, Megatron's default cp_comm_type p2p, unless the case names another.
@@ -426,7 +465,7 @@ E2eMapping map_e2e(const CaseReader& c, const std::string& source) {
     model_doc = mpt_model(c, model, seq);
   } else if (source == "flash-attn-training-gpt3" && c.present("config.hidden_size")) {
     model_doc = gpt2_model(c, model, seq);
-  } else if (auto it = catalog_models().find(squeezed(model)); it != catalog_models().end()) {
+  } else if (auto it = catalog_models().find(squeezed(base_model)); it != catalog_models().end()) {
     model_doc = it->second;
   } else {
     why.push_back("model " + (model.empty() ? std::string("(unnamed)") : model) +
@@ -462,6 +501,18 @@ E2eMapping map_e2e(const CaseReader& c, const std::string& source) {
   const std::int64_t pp = c.count("config.pp").value_or(1);
   if (tp < 1 || pp < 1 || gpus % (tp * pp * cp) != 0) {
     why.push_back("tp x pp x cp does not divide the GPUs");
+  }
+  // Expert tensor parallelism: printed, or Megatron-Core's default when tp is 1
+  // (expert_tensor_parallel_size unset takes tensor_model_parallel_size: 1, as Megatron-Bridge's
+  // MoE recipes also set it). With tp above 1 the default (tp) and the recipes' 1 differ, so a
+  // case that does not print it is not mapped.
+  std::optional<std::int64_t> etp = c.count("config.etp");
+  if (ep > 1 && !etp) {
+    if (tp == 1) {
+      etp = 1;
+    } else {
+      why.push_back("expert tensor parallelism not printed (tp " + std::to_string(tp) + ")");
+    }
   }
   const std::string framework = framework_of(source);
   int zero = 0;
@@ -508,6 +559,15 @@ E2eMapping map_e2e(const CaseReader& c, const std::string& source) {
     parallelism["cp"] = cp;
     parallelism["cp_mode"] = cp_mode;
   }
+  if (ep > 1) {
+    // No case prints its token dispatcher. Megatron-Bridge's performance recipes
+    // (scripts/performance/configs/qwen/) run the flex dispatcher with DeepEP or HybridEP, which
+    // within one NVLink domain sends each routed copy once to its expert's rank and back: the
+    // all-to-all dispatcher's traffic (docs/accuracy.md).
+    parallelism["ep"] = ep;
+    parallelism["etp"] = *etp;
+    parallelism["moe_token_dispatcher"] = "alltoall";
+  }
   if (fsdp.is_null()) parallelism["zero"] = zero;  // else the FSDP sharding's
   if (const std::int64_t vp = c.count("config.vp").value_or(1); vp > 1 && pp > 1) {
     parallelism["schedule"] = "interleaved";
@@ -550,7 +610,8 @@ void compare_e2e(const CaseReader& c, const std::string& source, const TrainingO
   strategies::Experiment experiment;
   const json document = m.experiment;
   try {
-    experiment = from_json(std::move(m.experiment), {}, "calibration case " + c.id());
+    experiment =
+        from_json(std::move(m.experiment), m.model_overrides, "calibration case " + c.id());
   } catch (const config::ConfigError& e) {
     out.unexpressed.push_back({AccuracyLevel::e2e, c.id(), source,
                                std::string("the experiment loader rejects it: ") + e.what()});
@@ -588,9 +649,12 @@ void compare_e2e(const CaseReader& c, const std::string& source, const TrainingO
   row.peak_memory_fraction = static_cast<double>(r.report.peak_memory.count()) /
                              static_cast<double>(r.context.device_capacity.count());
   row.experiment = document;
+  for (const auto& o : m.model_overrides) {
+    row.note += (row.note.empty() ? "" : "; ") + o.path + " " + o.value.dump();
+  }
   if (!r.report.fits) {
-    row.note = "predicted out of memory: peak " + gib(r.report.peak_memory) + " of " +
-               gib(r.context.device_capacity);
+    row.note += std::string(row.note.empty() ? "" : "; ") + "predicted out of memory: peak " +
+                gib(r.report.peak_memory) + " of " + gib(r.context.device_capacity);
   }
   out.rows.push_back(std::move(row));
 }

@@ -7,8 +7,9 @@
 //   Experiment (a JSON document through study::from_json, so the loader validates it) and goes
 //   through study::simulate. The compared quantity is tokens/s per GPU when the case gives it
 //   (measured or derived by the collector), else the step time in seconds. Cases it cannot
-//   express (a device not modelled, fp8, MoE, context parallelism, LoRA, a precision not
-//   printed, ...) are listed with every reason that applies, decided by explicit rules.
+//   express (a device not modelled, a model with no shape given or in the catalog, LoRA, a
+//   precision or an expert layout not printed, ...) are listed with every reason that applies,
+//   decided by explicit rules.
 // - Kernel level (with AccuracyOptions::kernels): the kernel cases of study/calibration_set.hpp
 //   (GEMMs at their shapes and dtypes, every point of the fused-attention series:
 //   FlashAttention 1, 2, 3 and cuDNN), costed by study::predicted_seconds (work time, launch

@@ -27,19 +27,26 @@ study::ErrorSummary all(study::AccuracyLevel level) {
 
 }  // namespace
 
-TEST_CASE("accuracy today: end to end (164 runs: mean 5.2%, max 28.9%)") {
+TEST_CASE("accuracy today: end to end (190 runs: mean 10.5%, max 253.5%)") {
   // Neither of the issue's bounds (study::kE2eMeanErrorBound 5%, every row 15%) is met by this
-  // population. 164 = the 147 bf16 runs of issue 15 (mean 4.76% on their own, within 5%), the
+  // population. 190 = the 147 bf16 runs of issue 15 (mean 4.76% on their own, within 5%), the
   // 11 FP8 runs on H100 (7 llm-foundry amp_fp8, 4 NeMo 24.07 FP8: docs/precision.md), DGX
-  // Cloud's Llama 3.1 8B bf16 and FP8 runs with context parallelism 2 (+7.7%, +8.3%), and
-  // Megatron-Bridge's Llama 3 8B FP8-CS runs on DGX H100 (-18.0%) and, with no fitted Blackwell
-  // die factor or attention model, on DGX B200 (+21.8%), GB200 (+28.9%) and GB300 (+5.4%)
-  // (docs/accuracy.md). The bounds below are these figures rounded up.
+  // Cloud's Llama 3.1 8B bf16 and FP8 runs with context parallelism 2 (+7.7%, +8.3%),
+  // Megatron-Bridge's Llama 3 8B FP8-CS runs on DGX H100 (-18.0%), DGX B200 (+21.8%), GB200
+  // (+28.9%) and GB300 (+5.4%), and Megatron-Bridge's 26 Qwen3-30B-A3B MXFP8 pre-training runs
+  // (EP 8) on DGX B200, DGX B300, GB200 and GB300 (releases 25.11 to 26.08).
+  // The Qwen3 rows made the figures WORSE, honestly (before them: 164 rows, mean 5.2%, max
+  // 28.9%, 139 within 10%): the same printed configuration measured 26-31k tokens/s per GPU up
+  // to release 26.04.01 and 40-45k from 26.06 on (predicted +21% to +60% and -5% to -15%), and
+  // DGX B200's two MBS-1 runs (9,299 and 9,691 tokens/s per GPU, a third of the same GPU at
+  // MBS 4) are predicted +239% and +254%: host-bound MoE layers the cost model does not have
+  // (docs/accuracy.md, "Today's figures"). Nothing is fitted to them. The bounds below are these
+  // figures rounded up; lower them as the model improves.
   const auto s = all(study::AccuracyLevel::e2e);
-  CHECK(s.rows >= 164);
-  CHECK(s.mean_abs_error <= 0.0521);
-  CHECK(s.max_abs_error <= 0.290);
-  CHECK(s.within_10 >= 139);
+  CHECK(s.rows >= 190);
+  CHECK(s.mean_abs_error <= 0.1048);
+  CHECK(s.max_abs_error <= 2.536);
+  CHECK(s.within_10 >= 143);
 }
 
 TEST_CASE("accuracy today: GEMM (38 cases: all within 10%, 28 within 5%, max 9.4%)") {

@@ -98,6 +98,32 @@ json mi300x_case() {
           {"measured", {{"tokens_per_s_per_gpu", 100}}}};
 }
 
+// Megatron-Bridge's Qwen3-30B-A3B pre-training row of release 26.04 on DGX-GB200, as the
+// calibration set prints it (mbridge-26.04-pre-training-qwen3-30b-a3b-dgx-gb200-8-mxfp8: 8 GPUs,
+// MXFP8, GBS 512, MBS 4, sequence 4096, FSDP 0, TP 1, PP 1, CP 1, VP n/a, EP 8, 26,032 tokens/s
+// per GPU); `model` and `precision` replaceable for the variants.
+json qwen3_moe_case(const std::string& id, const std::string& model, const json& precision) {
+  return {{"id", id},
+          {"category", "e2e_training"},
+          {"source", {{"ref", "megatron-bridge-perf-archive"}}},
+          {"hardware", {{"gpu", "GB200"}, {"gpu_count", 8}, {"system", "DGX-GB200"}}},
+          {"config",
+           {{"model", model},
+            {"task", "Pre-Training"},
+            {"release", "26.04"},
+            {"precision", precision},
+            {"global_batch_size", 512},
+            {"micro_batch_size", 4},
+            {"seq_len", 4096},
+            {"fsdp", 0},
+            {"tp", 1},
+            {"pp", 1},
+            {"cp", 1},
+            {"vp", nullptr},
+            {"ep", 8}}},
+          {"measured", {{"tokens_per_s_per_gpu", 26032}}}};
+}
+
 std::filesystem::path write(const testing::TempDir& tmp, const json& cases) {
   const auto file = tmp.path() / "calibration.json";
   std::ofstream(file) << json{{"schema_version", 1}, {"cases", cases}}.dump(1);
@@ -238,12 +264,9 @@ TEST_CASE("accuracy: a case the project cannot express is listed with every reas
   const auto& u = report.unexpressed[0];
   CHECK(u.id == "qwen3-mi300x");
   CHECK(u.source == "megatron-bridge-perf-archive");
-  for (const char* reason : {"device MI300X not modelled", "MoE (expert parallelism 8)"}) {
-    CAPTURE(reason);
-    CHECK(u.reason.find(reason) != std::string::npos);
-  }
-  // MXFP8 is mapped (docs/precision.md): not a reason of its own.
-  CHECK(u.reason.find("fp8") == std::string::npos);
+  // The device is the only reason: MXFP8 (docs/precision.md), the model (the catalog's
+  // Qwen3-30B-A3B) and expert parallelism 8 are mapped.
+  CHECK(u.reason == "device MI300X not modelled");
   // The JSON the notebook reads lists it too.
   const json j = study::to_json(report);
   CHECK(j["unexpressed"][0]["id"] == "qwen3-mi300x");
@@ -386,4 +409,92 @@ TEST_CASE("accuracy: the Blackwell GPUs of the calibration set map to their clus
           (std::string(gpu).find("300") != std::string::npos ? "Blackwell Ultra" : "Blackwell"));
     CHECK(r.predicted > 0);
   }
+}
+
+TEST_CASE("accuracy: Megatron-Bridge's Qwen3-30B-A3B MXFP8 row is the catalog model with ep 8") {
+  // The row prints no shape: the model is the catalog's Hugging Face config.json
+  // (configs/models/hf/qwen3-30b-a3b.json), read as the model; the printed layout is the
+  // experiment's (tp 1, pp 1, 8 GPUs -> dp 8; EP 8; Megatron-Core's expert tensor parallelism
+  // with tp 1: 1), MBS 4, GBS 512, sequence 4096, Megatron's distributed optimizer (zero 1),
+  // MXFP8 as Megatron-Bridge's bf16_with_mxfp8_mixed, DGX-GB200 as 8 GPUs of a GB200 NVL72 rack.
+  const testing::TempDir tmp("accuracy");
+  const auto report = study::accuracy(
+      write(tmp, json::array({qwen3_moe_case("qwen3-gb200", "Qwen3_30B_a3B", "MXFP8")})));
+  CHECK(report.unexpressed.empty());
+  const auto& r = row(report, "qwen3-gb200");
+  CHECK(r.mapped_to == "gb200-nvl72-8gpus");
+  CHECK(r.die == "Blackwell");
+  CHECK(r.published == 26032);
+  const json& e = r.experiment;
+  CHECK(e.at("model") == "qwen3-30b-a3b");
+  const json& p = e.at("parallelism");
+  CHECK(p.at("tp") == 1);
+  CHECK(p.at("pp") == 1);
+  CHECK(p.at("dp") == 8);
+  CHECK(p.at("ep") == 8);
+  CHECK(p.at("etp") == 1);
+  CHECK(p.at("micro_batch") == 4);
+  CHECK(p.at("zero") == 1);
+  CHECK(p.at("moe_token_dispatcher") == "alltoall");
+  CHECK_FALSE(p.contains("cp"));
+  const json& t = e.at("training");
+  CHECK(t.at("global_batch") == 512);
+  CHECK(t.at("seq_len") == 4096);
+  CHECK(t.at("dtype") == "fp8");
+  CHECK(t.at("fp8").at("recipe") == "mxfp8");
+  CHECK(t.at("framework") == "megatron");
+  // Simulated as that experiment with the model file written out: the same prediction, and the
+  // model is Qwen3-30B-A3B's 128 experts, 8 per token, 48 layers.
+  json by_hand = e;
+  by_hand["model"] = (testing::configs_dir() / "models/hf/qwen3-30b-a3b.json").string();
+  const auto expected = study::simulate(study::from_json(by_hand));
+  CHECK(expected.experiment.model.layers == 48);
+  REQUIRE(expected.experiment.model.moe.has_value());
+  CHECK(expected.experiment.model.moe->num_experts == 128);
+  CHECK(expected.experiment.model.moe->top_k == 8);
+  CHECK(r.predicted == doctest::Approx(expected.report.tokens_per_s / 8).epsilon(1e-12));
+}
+
+TEST_CASE(
+    "accuracy: a tokendrop row is the model with capacity factor 1.0, when its precision "
+    "is printed") {
+  // Megatron-Bridge's "(tokendrop)" rows ran apply_moe_token_drop: --moe-expert-capacity-factor
+  // 1.0 with the expert inputs padded to capacity. The calibration set's two such rows (release
+  // 25.09) print no precision: that stays their one reason. With a precision (made up here) the
+  // row is expressed, the capacity factor said in its note.
+  const testing::TempDir tmp("accuracy");
+  const auto report = study::accuracy(
+      write(tmp, json::array({qwen3_moe_case("unprinted", "Qwen3_30B_a3B (tokendrop)", nullptr),
+                              qwen3_moe_case("printed", "Qwen3_30B_a3B (tokendrop)", "MXFP8"),
+                              qwen3_moe_case("dropless", "Qwen3_30B_a3B (dropless)", "MXFP8")})));
+  REQUIRE(report.unexpressed.size() == 1);
+  CHECK(report.unexpressed[0].id == "unprinted");
+  CHECK(report.unexpressed[0].reason == "precision not printed");
+  const auto& tokendrop = row(report, "printed");
+  CHECK(tokendrop.note.find("model.moe.capacity_factor 1.0") != std::string::npos);
+  CHECK(tokendrop.experiment.at("model") == "qwen3-30b-a3b");
+  const auto& dropless = row(report, "dropless");
+  CHECK(dropless.note.find("capacity_factor") == std::string::npos);
+  // Balanced routing (Megatron-Bridge forces it in its MoE benchmarks) fills every expert to
+  // exactly its even share, so capacity 1.0 drops and pads nothing: the same prediction.
+  CHECK(tokendrop.predicted == doctest::Approx(dropless.predicted).epsilon(1e-9));
+}
+
+TEST_CASE("accuracy: MoE rows whose layout is not printed in full keep a precise reason") {
+  const testing::TempDir tmp("accuracy");
+  // tp 2 without an expert tensor-parallel degree: Megatron-Core's default (etp = tp = 2) and
+  // Megatron-Bridge's recipes (etp 1) differ.
+  json tp2 = qwen3_moe_case("tp2", "Qwen3_30B_a3B", "MXFP8");
+  tp2["config"]["tp"] = 2;
+  // An expert-parallel degree not printed ("n/a") on a MoE model.
+  json no_ep = qwen3_moe_case("no-ep", "Qwen3_30B_a3B", "MXFP8");
+  no_ep["config"]["ep"] = nullptr;
+  // A variant the mapping does not know.
+  json variant = qwen3_moe_case("variant", "Qwen3_30B_a3B (w/o MTP)", "MXFP8");
+  const auto report = study::accuracy(write(tmp, json::array({tp2, no_ep, variant})));
+  CHECK(report.rows.empty());
+  REQUIRE(report.unexpressed.size() == 3);
+  CHECK(report.unexpressed[0].reason == "expert tensor parallelism not printed (tp 2)");
+  CHECK(report.unexpressed[1].reason == "MoE with no expert-parallel degree printed");
+  CHECK(report.unexpressed[2].reason == "model variant (w/o MTP) not mapped");
 }
