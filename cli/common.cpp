@@ -139,7 +139,7 @@ void add_experiment_options(CLI::App* cmd, SimulateArgs& sim_args) {
   cmd->add_option("--seq-len", sim_args.seq_len, "Tokens per sample")->check(CLI::PositiveNumber);
   cmd->add_option("--schedule", sim_args.schedule,
                   "Pipeline schedule: gpipe, 1f1b, interleaved, pipedream-2bw, merak-scp, zb-h1, "
-                  "zb-h2, zb-v, chimera or terapipe (docs/schedules.md)");
+                  "zb-h2, zb-v, chimera, terapipe or dualpipe (docs/schedules.md)");
   cmd->add_option("--virtual-stages", sim_args.virtual_stages,
                   "Model chunks per device with the interleaved schedule")
       ->check(CLI::PositiveNumber);
