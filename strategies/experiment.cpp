@@ -242,6 +242,7 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
       r.choice_or("moe_token_dispatcher", {"alltoall", "allgather"}, "alltoall") == "allgather";
   p.moe_shared_expert_overlap = r.boolean_or("moe_shared_expert_overlap", false);
   p.moe_grouped_gemm = r.boolean_or("moe_grouped_gemm", true);
+  p.moe_fp8_dispatch = r.boolean_or("moe_fp8_dispatch", false);
   p.dp_bucket_size = r.bytes_or("dp_bucket_size", p.dp_bucket_size);
   if (p.dp_bucket_size.count() <= 0) r.fail("dp_bucket_size", "expected a positive size");
   p.dp_overlap = r.boolean_or("dp_overlap", true);
@@ -1058,6 +1059,7 @@ void check_moe(const config::Document& doc, const Experiment& e) {
                       : p.etp > 1                   ? "parallelism.etp"
                       : p.moe_allgather_dispatcher  ? "parallelism.moe_token_dispatcher"
                       : p.moe_shared_expert_overlap ? "parallelism.moe_shared_expert_overlap"
+                      : p.moe_fp8_dispatch          ? "parallelism.moe_fp8_dispatch"
                                                     : nullptr;
     if (key != nullptr) {
       doc.fail(key, "applies to a mixture-of-experts model (model.moe), and model " + m.name +
@@ -1100,6 +1102,15 @@ void check_moe(const config::Document& doc, const Experiment& e) {
   if (p.tp_overlap > 1 || p.tp_comm_overlap) {
     doc.fail(p.tp_overlap > 1 ? "parallelism.tp_overlap" : "parallelism.tp_comm_overlap",
              "is not modelled with a mixture-of-experts model");
+  }
+  if (p.moe_fp8_dispatch && (!e.training.low_precision || p.moe_allgather_dispatcher)) {
+    doc.fail("parallelism.moe_fp8_dispatch",
+             p.moe_allgather_dispatcher
+                 ? "expected the \"alltoall\" token dispatcher (FP8 dispatch quantises the "
+                   "all-to-all's tokens), got \"allgather\""
+                 : "expected training.dtype \"fp8\" or \"fp4\" (the experts' GEMMs in low "
+                   "precision), got \"" +
+                       std::string(name_of(e.training.dtype)) + "\"");
   }
 }
 

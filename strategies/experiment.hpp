@@ -141,6 +141,10 @@ struct ParallelismSpec {
   /// Megatron's --moe-grouped-gemm: one grouped GEMM over the local experts (else one GEMM
   /// per expert, sequentially).
   bool moe_grouped_gemm = true;
+  /// The forward dispatch all-to-all moves the tokens in FP8, 1 byte an element and one fp32
+  /// scale per 128 (DeepEP's FP8 dispatch, as DeepSeek-V3 trained; the combine and the backward
+  /// stay in bf16). Needs training.dtype fp8 / fp4 and the alltoall dispatcher.
+  bool moe_fp8_dispatch = false;
   int expert_dp() const {
     return ep * etp > 0 ? tp * std::max(cp, 1) * std::max(dp, 1) / (ep * etp) : 1;
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -46,6 +47,11 @@ Bytes dispatch_bytes(std::int64_t tokens, std::int64_t hidden, int top_k,
   return Bytes(tokens * hidden * top_k * element_bytes * (ep - 1) / ep);
 }
 
+std::int64_t token_bytes(std::int64_t tokens, std::int64_t hidden, std::int64_t element_bytes,
+                         bool fp8) {
+  return tokens * (fp8 ? fp8_dispatch_bytes(hidden) : hidden * element_bytes);
+}
+
 namespace {
 
 // The shapes of one rank's MoE block.
@@ -57,8 +63,13 @@ struct MoeDims {
   DType dtype;
   double imbalance;
   std::int64_t received;  // tokens the most loaded rank's experts take (etp-gathered)
+  // FP8 / FP4: the spec when this layer runs its linear layers in low precision (else unset).
+  std::optional<LowPrecisionSpec> lp;
+  int directions;
+  bool weight_cache;
 
-  MoeDims(const TransformerModel& model, const LayerSetting& s)
+  // `layer` < 0: a layer in low precision when the setting has it.
+  MoeDims(const TransformerModel& model, const LayerSetting& s, int layer)
       : m(*model.moe),
         set(s.moe),
         h(model.hidden),
@@ -76,15 +87,49 @@ struct MoeDims {
         tokens_full(s.micro_batch * s.seq_len),
         gated(model.activation == Activation::swiglu),
         sp(s.tp > 1),
-        dtype(s.dtype) {
+        dtype(s.dtype),
+        directions(s.quantised_directions),
+        weight_cache(s.weight_cache) {
+    if (s.low_precision &&
+        (layer < 0 || low_precision_layer(*s.low_precision, layer, model.layers))) {
+      lp = s.low_precision;
+    }
     const ExpertLoad load = expert_load(m, static_cast<double>(T), set.ep);
     imbalance = load.imbalance();
     received = static_cast<std::int64_t>(std::ceil(load.max)) * set.etp;
   }
-  // The dispatch all-to-all's size: the T k permuted tokens, scaled by the slowest receiver.
-  Bytes a2a_bytes() const {
-    return Bytes(
-        static_cast<std::int64_t>(std::ceil(static_cast<double>(T * k * h * e) * imbalance)));
+  // The dispatch all-to-all's size: the T k permuted tokens (in FP8 with `fp8`: the forward
+  // dispatch with MoeSetting::fp8_dispatch), scaled by the slowest receiver.
+  Bytes a2a_bytes(bool fp8 = false) const {
+    return Bytes(static_cast<std::int64_t>(
+        std::ceil(static_cast<double>(token_bytes(T * k, h, e, fp8)) * imbalance)));
+  }
+  bool fp8_dispatch() const { return lp && set.fp8_dispatch && !set.allgather_dispatcher; }
+  // A GEMM of `role`: in low precision where low_precision_gemm says so in a low-precision
+  // layer, else in the high-precision dtype.
+  Kernel gemm_of(GemmRole role, std::string name, std::int64_t rows, std::int64_t n,
+                 std::int64_t kk, std::int64_t batch = 1, bool backward = false) const {
+    if (lp && low_precision_gemm(*lp, role)) {
+      return low_precision_gemm_kernel(*lp, directions, std::move(name), rows, n, kk, batch,
+                                       backward);
+    }
+    return Kernel{Gemm{rows, n, kk, batch, dtype}, std::move(name)};
+  }
+  // The quantisation (a kernel: nothing fuses it) of a low-precision GEMM's input or output
+  // gradient of `elements`, appended to `out`.
+  void quantise(const std::string& name, std::int64_t elements, std::vector<Kernel>& out) const {
+    if (lp) append_quantise(*lp, name, elements, e, directions, false, out);
+  }
+  // Without the framework's weight cache, every forward quantises the weights (this rank's
+  // `elements`) before their GEMM.
+  void forward_weight(const std::string& name, std::int64_t elements,
+                      std::vector<Kernel>& out) const {
+    if (lp && !weight_cache)
+      append_quantise_weight(*lp, name + ".weight", elements, e, directions, out);
+  }
+  // What a linear layer saves of its input of `elements`: quantised in a low-precision layer.
+  std::int64_t saved_input(std::int64_t elements) const {
+    return lp ? saved_input_bytes(*lp, elements).count() : elements * e;
   }
   std::int64_t per_expert() const { return (received + local - 1) / local; }
 };
@@ -124,12 +169,14 @@ Segment collective(const std::string& label, CollectiveKind kind, Bytes bytes, T
 // The experts' GEMMs of one pass: one grouped GEMM (batch = local experts) per projection, or
 // one GEMM per expert without grouped GEMM.
 void expert_gemm(const MoeDims& d, std::vector<Kernel>& k, const std::string& name, std::int64_t m,
-                 std::int64_t n, std::int64_t kk) {
+                 std::int64_t n, std::int64_t kk, bool backward = false) {
   if (d.set.grouped_gemm) {
-    k.push_back(gemm(name, m, n, kk, d.dtype, d.local));
+    k.push_back(d.gemm_of(GemmRole::expert, name, m, n, kk, d.local, backward));
     return;
   }
-  for (std::int64_t i = 0; i < d.local; ++i) k.push_back(gemm(name, m, n, kk, d.dtype));
+  for (std::int64_t i = 0; i < d.local; ++i) {
+    k.push_back(d.gemm_of(GemmRole::expert, name, m, n, kk, 1, backward));
+  }
 }
 
 // The shared experts: a tensor-parallel dense FFN of width sw over the tokens (all-gathered
@@ -147,10 +194,14 @@ void shared_experts(const MoeDims& d, const std::string& L, int layer, bool back
   }
   std::vector<Kernel> k;
   if (!backward) {
-    k.push_back(gemm("shared.fc1", n, up_l, d.h, d.dtype));
+    d.quantise("shared.fc1.input", n * d.h, k);
+    d.forward_weight("shared.fc1", d.h * up_l, k);
+    k.push_back(d.gemm_of(GemmRole::linear, "shared.fc1", n, up_l, d.h));
     k.push_back(elementwise(d.gated ? "shared.swiglu" : "shared.gelu", n * up_l, n * up_l * d.e,
                             n * sw_l * d.e));
-    k.push_back(gemm("shared.fc2", n, d.h, sw_l, d.dtype));
+    d.quantise("shared.fc2.input", n * sw_l, k);
+    d.forward_weight("shared.fc2", sw_l * d.h, k);
+    k.push_back(d.gemm_of(GemmRole::linear, "shared.fc2", n, d.h, sw_l));
     if (d.m.shared_expert_gate) {
       k.push_back(gemm("shared.gate", n, 1, d.h, d.dtype));
       k.push_back(elementwise("shared.gate_mul", n * d.h, n * d.h * d.e, n * d.h * d.e));
@@ -161,12 +212,14 @@ void shared_experts(const MoeDims& d, const std::string& L, int layer, bool back
       k.push_back(gemm("shared.gate.dgrad", n, d.h, 1, d.dtype));
       k.push_back(gemm("shared.gate.wgrad", d.h, 1, n, d.dtype));
     }
-    k.push_back(gemm("shared.fc2.dgrad", n, sw_l, d.h, d.dtype));
-    k.push_back(gemm("shared.fc2.wgrad", sw_l, d.h, n, d.dtype));
+    d.quantise("shared.fc2.grad_output", n * d.h, k);
+    k.push_back(d.gemm_of(GemmRole::linear, "shared.fc2.dgrad", n, sw_l, d.h, 1, true));
+    k.push_back(d.gemm_of(GemmRole::linear, "shared.fc2.wgrad", sw_l, d.h, n, 1, true));
     k.push_back(elementwise(d.gated ? "shared.swiglu.bwd" : "shared.gelu.bwd", n * up_l,
                             n * (up_l + sw_l) * d.e, n * up_l * d.e));
-    k.push_back(gemm("shared.fc1.dgrad", n, d.h, up_l, d.dtype));
-    k.push_back(gemm("shared.fc1.wgrad", d.h, up_l, n, d.dtype));
+    d.quantise("shared.fc1.grad_output", n * up_l, k);
+    k.push_back(d.gemm_of(GemmRole::linear, "shared.fc1.dgrad", n, d.h, up_l, 1, true));
+    k.push_back(d.gemm_of(GemmRole::linear, "shared.fc1.wgrad", d.h, up_l, n, 1, true));
   }
   out.push_back(
       compute(L + (backward ? " shared experts bwd" : " shared experts"), std::move(k), layer));
@@ -178,8 +231,9 @@ void shared_experts(const MoeDims& d, const std::string& L, int layer, bool back
 }
 
 // The dispatch (or, in the combine's place, the combine) collective of the chosen dispatcher.
+// `fp8`: the forward dispatch with MoeSetting::fp8_dispatch (alltoall only).
 void dispatch(const MoeDims& d, const std::string& label, bool gather, int layer,
-              std::vector<Segment>& out) {
+              std::vector<Segment>& out, bool fp8 = false) {
   if (d.set.ep <= 1) return;
   if (d.set.allgather_dispatcher) {
     const Bytes all(d.T * d.set.ep * d.h * d.e);
@@ -187,7 +241,7 @@ void dispatch(const MoeDims& d, const std::string& label, bool gather, int layer
                              gather ? CollectiveKind::all_gather : CollectiveKind::reduce_scatter,
                              all, TpAxis::ep, layer));
   } else {
-    out.push_back(collective(label + " all-to-all", CollectiveKind::all_to_all, d.a2a_bytes(),
+    out.push_back(collective(label + " all-to-all", CollectiveKind::all_to_all, d.a2a_bytes(fp8),
                              TpAxis::ep, layer));
   }
 }
@@ -202,12 +256,12 @@ void etp_collective(const MoeDims& d, const std::string& label, CollectiveKind k
 
 std::vector<Segment> moe_block_forward(const TransformerModel& model, const LayerSetting& setting,
                                        int layer, Bytes stored) {
-  const MoeDims d(model, setting);
+  const MoeDims d(model, setting, layer);
   const std::string L = "L" + std::to_string(layer) + " moe";
   std::vector<Segment> out;
   std::vector<Kernel> k;
   const std::int64_t scores = d.T * d.E;
-  k.push_back(gemm("router", d.T, d.E, d.h, d.dtype));
+  k.push_back(d.gemm_of(GemmRole::router, "router", d.T, d.E, d.h));
   k.push_back(
       elementwise(d.m.router == MoeRouter::softmax_topk ? "router.softmax" : "router.sigmoid",
                   scores, scores * d.e, scores * 4));
@@ -218,20 +272,32 @@ std::vector<Segment> moe_block_forward(const TransformerModel& model, const Laye
   if (!d.set.allgather_dispatcher) {
     const std::int64_t n = d.T * d.k * d.h;
     k.push_back(elementwise("moe.permute", n, d.T * d.h * d.e + d.T * d.k * 8, n * d.e));
+    // FP8 dispatch: the permuted tokens quantised (1x128 blocks) before the all-to-all.
+    if (d.fp8_dispatch() && d.set.ep > 1) {
+      k.push_back(elementwise("moe.dispatch.cast", n, n * d.e, fp8_dispatch_bytes(n)));
+    }
   }
   out.push_back(compute(L + " router", std::move(k), layer));
-  dispatch(d, L + " dispatch", true, layer, out);
+  dispatch(d, L + " dispatch", true, layer, out, d.fp8_dispatch());
   if (d.set.shared_expert_overlap) shared_experts(d, L, layer, false, 1, out);
   k.clear();
+  if (d.fp8_dispatch() && d.set.ep > 1) {  // the received tokens back in the training dtype
+    const std::int64_t n = d.received / d.set.etp * d.h;
+    k.push_back(elementwise("moe.dispatch.dequantize", n, fp8_dispatch_bytes(n), n * d.e));
+  }
   if (d.set.allgather_dispatcher) {  // the gathered tokens permuted locally
     const std::int64_t n = d.received / d.set.etp * d.h;
     k.push_back(elementwise("moe.permute", n, d.T * d.set.ep * d.h * d.e, n * d.e));
   }
   etp_collective(d, L + " etp all-gather", CollectiveKind::all_gather, layer, out);
   const std::int64_t m = d.per_expert(), up_l = d.up / d.set.etp, f_l = d.f / d.set.etp;
+  d.quantise("experts.fc1.input", d.received * d.h, k);
+  d.forward_weight("experts.fc1", d.local * d.h * up_l, k);
   expert_gemm(d, k, "experts.fc1", m, up_l, d.h);
   k.push_back(elementwise(d.gated ? "experts.swiglu" : "experts.gelu", d.received * up_l,
                           d.received * up_l * d.e, d.received * f_l * d.e));
+  d.quantise("experts.fc2.input", d.received * f_l, k);
+  d.forward_weight("experts.fc2", d.local * f_l * d.h, k);
   expert_gemm(d, k, "experts.fc2", m, d.h, f_l);
   out.push_back(compute(L + " experts", std::move(k), layer));
   out.back().activation_delta = stored;
@@ -247,7 +313,7 @@ std::vector<Segment> moe_block_forward(const TransformerModel& model, const Laye
 
 std::vector<Segment> moe_block_backward(const TransformerModel& model, const LayerSetting& setting,
                                         int layer, Bytes stored) {
-  const MoeDims d(model, setting);
+  const MoeDims d(model, setting, layer);
   const std::string L = "L" + std::to_string(layer) + " moe";
   std::vector<Segment> out;
   if (!d.set.shared_expert_overlap) shared_experts(d, L, layer, true, 0, out);
@@ -260,12 +326,14 @@ std::vector<Segment> moe_block_backward(const TransformerModel& model, const Lay
   etp_collective(d, L + " etp all-gather bwd", CollectiveKind::all_gather, layer, out);
   std::vector<Kernel> k;
   const std::int64_t m = d.per_expert(), up_l = d.up / d.set.etp, f_l = d.f / d.set.etp;
-  expert_gemm(d, k, "experts.fc2.dgrad", m, f_l, d.h);
-  expert_gemm(d, k, "experts.fc2.wgrad", f_l, d.h, m);
+  d.quantise("experts.fc2.grad_output", d.received * d.h, k);
+  expert_gemm(d, k, "experts.fc2.dgrad", m, f_l, d.h, true);
+  expert_gemm(d, k, "experts.fc2.wgrad", f_l, d.h, m, true);
   k.push_back(elementwise(d.gated ? "experts.swiglu.bwd" : "experts.gelu.bwd", d.received * up_l,
                           d.received * (up_l + f_l) * d.e, d.received * up_l * d.e));
-  expert_gemm(d, k, "experts.fc1.dgrad", m, d.h, up_l);
-  expert_gemm(d, k, "experts.fc1.wgrad", d.h, up_l, m);
+  d.quantise("experts.fc1.grad_output", d.received * up_l, k);
+  expert_gemm(d, k, "experts.fc1.dgrad", m, d.h, up_l, true);
+  expert_gemm(d, k, "experts.fc1.wgrad", d.h, up_l, m, true);
   out.push_back(compute(L + " experts bwd", std::move(k), layer));
   etp_collective(d, L + " etp reduce-scatter bwd", CollectiveKind::reduce_scatter, layer, out);
   dispatch(d, L + " dispatch bwd", false, layer, out);
@@ -273,26 +341,42 @@ std::vector<Segment> moe_block_backward(const TransformerModel& model, const Lay
   const std::int64_t scores = d.T * d.E;
   k.push_back(elementwise("moe.permute.bwd", n, n * d.e, d.T * d.h * d.e));
   k.push_back(elementwise("router.scores.bwd", scores, scores * 8, scores * d.e));
-  k.push_back(gemm("router.dgrad", d.T, d.h, d.E, d.dtype));
-  k.push_back(gemm("router.wgrad", d.E, d.h, d.T, d.dtype));
+  k.push_back(d.gemm_of(GemmRole::router, "router.dgrad", d.T, d.h, d.E));
+  k.push_back(d.gemm_of(GemmRole::router, "router.wgrad", d.E, d.h, d.T));
   out.push_back(compute(L + " router bwd", std::move(k), layer));
   out.back().activation_delta = -stored;
   return out;
 }
 
-Bytes moe_block_activations(const TransformerModel& model, const LayerSetting& setting) {
-  const MoeDims d(model, setting);
+Bytes moe_block_activations(const TransformerModel& model, const LayerSetting& setting, int layer) {
+  const MoeDims d(model, setting, layer);
   const std::int64_t up_l = d.up / d.set.etp, f_l = d.f / d.set.etp;
-  std::int64_t bytes = d.T * d.h * d.e                          // router input (ln2 output)
-                       + d.T * d.E * 4                          // fp32 routing probabilities
-                       + d.T * d.k * d.h * d.e                  // permuted tokens
-                       + d.received * (d.h + up_l + f_l) * d.e  // fc1, activation, fc2 inputs
-                       + d.T * d.k * d.h * d.e;                 // combine output (unpermute input)
+  std::int64_t bytes = d.T * d.h * d.e                    // router input (ln2 output)
+                       + d.T * d.E * 4                    // fp32 routing probabilities
+                       + d.T * d.k * d.h * d.e            // permuted tokens
+                       + d.saved_input(d.received * d.h)  // fc1 input
+                       + d.received * up_l * d.e          // activation input
+                       + d.saved_input(d.received * f_l)  // fc2 input
+                       + d.T * d.k * d.h * d.e;           // combine output (unpermute input)
   if (d.m.shared_experts > 0) {
     const std::int64_t n = d.sp ? d.tokens_full : d.T;
-    bytes += n * (d.h + d.sw_up / d.t + d.sw / d.t) * d.e;
+    bytes += d.saved_input(n * d.h) + n * (d.sw_up / d.t) * d.e + d.saved_input(n * (d.sw / d.t));
   }
   return Bytes(bytes);
+}
+
+std::vector<LinearWeight> moe_linear_weights(const TransformerModel& model,
+                                             const LayerSetting& setting) {
+  const MoeDims d(model, setting, -1);
+  const std::int64_t up_l = d.up / d.set.etp, f_l = d.f / d.set.etp;
+  std::vector<LinearWeight> out;
+  if (d.m.shared_experts > 0) {
+    out.push_back({"shared.fc1", d.h * (d.sw_up / d.t), 1});
+    out.push_back({"shared.fc2", d.sw / d.t * d.h, 1});
+  }
+  out.push_back({"experts.fc1", d.local * d.h * up_l, d.local});
+  out.push_back({"experts.fc2", d.local * f_l * d.h, d.local});
+  return out;
 }
 
 MoeRankParameters moe_parameters_per_rank(const TransformerModel& model,

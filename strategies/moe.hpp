@@ -23,9 +23,21 @@
 //   parallel as the dense MLP: all-gather, GEMMs, reduce-scatter), after the routed experts or,
 //   with shared_expert_overlap, beside the dispatch all-to-all (a second chain of the pass).
 // Backward mirrors it: the all-to-alls again (gradients), data- and weight-gradient GEMMs.
+//
+// FP8 / FP4 (LayerSetting::low_precision, in a low-precision layer; strategies/precision.hpp's
+// low_precision_gemm is the rule): the routed experts' grouped GEMMs (TE's GroupedLinear) and
+// the shared experts' GEMMs run in the recipe's class; the router stays in the high-precision
+// dtype. GroupedLinear and the shared experts' TE Linears quantise their inputs and output
+// gradients themselves (no norm or activation fuses them: every cast is a kernel), weights
+// once per iteration with the weight cache (StagePlan::weight_casts) or in every forward; each
+// saves its FP8 input for the backward (saved_input_bytes). With MoeSetting::fp8_dispatch
+// (DeepEP, DeepSeek-V3) the forward dispatch all-to-all moves the permuted tokens in FP8 with
+// 1x128 fp32 scales (fp8_dispatch_bytes: a cast before, a dequantisation after); the combine
+// and the backward all-to-alls stay in the high-precision dtype.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "strategies/transformer.hpp"
@@ -52,6 +64,24 @@ ExpertLoad expert_load(const MoeSpec& moe, double tokens, int ep);
 /// balanced load: tokens * hidden * top_k * element_bytes * (ep - 1) / ep.
 Bytes dispatch_bytes(std::int64_t tokens, std::int64_t hidden, int top_k,
                      std::int64_t element_bytes, int ep);
+/// The all-to-all's nccl-tests size of `tokens` routed copies of `hidden` elements each: in
+/// FP8 with `fp8` (fp8_dispatch_bytes per token: hidden + 4 ceil(hidden / 128)), else at
+/// `element_bytes` each.
+std::int64_t token_bytes(std::int64_t tokens, std::int64_t hidden, std::int64_t element_bytes,
+                         bool fp8);
+
+/// A linear layer's weight on one rank: its name, elements, and the GEMMs it runs (a grouped
+/// GEMM over n local experts: n).
+struct LinearWeight {
+  std::string name;
+  std::int64_t elements = 0;
+  std::int64_t gemms = 1;
+};
+/// The MoE block's linear weights on one rank that run in low precision in an FP8 / FP4 layer:
+/// the shared experts' fc1 and fc2 (tp-sharded; none without shared experts) and the local
+/// routed experts' fc1 and fc2 (etp-sharded; the router and Qwen's gate excluded).
+std::vector<LinearWeight> moe_linear_weights(const TransformerModel& model,
+                                             const LayerSetting& setting);
 
 /// The forward and the backward of the MoE block of `layer` (after ln2, up to the block's
 /// output, before the residual add), for one rank; `stored` is what the forward stores for the
@@ -63,7 +93,10 @@ std::vector<Segment> moe_block_backward(const TransformerModel& model, const Lay
 /// What the MoE block stores per microbatch and rank: the router's input and fp32 probabilities,
 /// the permuted tokens, the experts' fc1 input, activation input and fc2 input (the received
 /// tokens, etp-gathered), the combine's input, the shared experts' as the dense MLP's.
-Bytes moe_block_activations(const TransformerModel& model, const LayerSetting& setting);
+/// In a low-precision layer (`layer`; -1: one that is), the linear inputs (the experts' and
+/// shared experts' fc1 and fc2 inputs) are saved quantised (saved_input_bytes).
+Bytes moe_block_activations(const TransformerModel& model, const LayerSetting& setting,
+                            int layer = -1);
 
 /// Parameters of an MoE layer's MLP held by one rank: `dense` the router, the shared experts
 /// (sharded over tp as the dense MLP) and Qwen's shared gate; `experts` its num_experts / ep

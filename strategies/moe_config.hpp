@@ -72,6 +72,9 @@ struct MoeSetting {
   bool allgather_dispatcher = false;  // Megatron's allgather token dispatcher (else alltoall)
   bool shared_expert_overlap = false;
   bool grouped_gemm = true;
+  /// The forward dispatch all-to-all in FP8 with 1x128 fp32 scales (DeepEP, DeepSeek-V3;
+  /// parallelism.moe_fp8_dispatch): FP8 / FP4 training and the alltoall dispatcher only.
+  bool fp8_dispatch = false;
   bool operator==(const MoeSetting&) const = default;
 };
 

@@ -117,6 +117,67 @@ Kernel amax_kernel(std::string name, std::int64_t elements, std::int64_t e) {
   return Kernel{Elementwise{elements, Bytes(elements * e), Bytes(4)}, std::move(name)};
 }
 
+bool low_precision_gemm(const LowPrecisionSpec& spec, GemmRole role) {
+  switch (role) {
+    case GemmRole::linear:
+    case GemmRole::expert:
+      return true;
+    case GemmRole::attention_core:
+      return spec.attention;
+    case GemmRole::router:
+    case GemmRole::head:
+      return false;
+  }
+  return false;
+}
+
+bool low_precision_layer(const LowPrecisionSpec& spec, int layer, int layers) {
+  return layer >= spec.bf16_first_layers && layer < layers - spec.bf16_last_layers;
+}
+
+Kernel low_precision_gemm_kernel(const LowPrecisionSpec& spec, int directions, std::string name,
+                                 std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch,
+                                 bool backward) {
+  hw::GemmScaling scaling = gemm_scaling(spec.recipe);
+  if (backward && spec.dtype == DType::fp8 && scaling == hw::GemmScaling::tensor &&
+      directions == 2) {
+    scaling = hw::GemmScaling::block;
+  }
+  return Kernel{Gemm{m, n, k, batch, spec.dtype, scaling}, std::move(name)};
+}
+
+void append_quantise(const LowPrecisionSpec& spec, const std::string& name, std::int64_t elements,
+                     std::int64_t e, int directions, bool fused, std::vector<Kernel>& k) {
+  if (fused && fused_casts(spec.recipe)) return;
+  if (!fused_casts(spec.recipe)) k.push_back(amax_kernel(name + ".amax", elements, e));
+  k.push_back(quantise_kernel(spec, name + ".cast", elements, e, directions));
+}
+
+void append_quantise_weight(const LowPrecisionSpec& spec, const std::string& name,
+                            std::int64_t elements, std::int64_t e, int directions,
+                            std::vector<Kernel>& k) {
+  if (!fused_casts(spec.recipe)) k.push_back(amax_kernel(name + ".amax", elements, e));
+  k.push_back(quantise_kernel(spec, name + ".cast", elements, e, directions, true));
+}
+
+Bytes saved_input_bytes(const LowPrecisionSpec& spec, std::int64_t elements) {
+  return Bytes(quantised_bytes(spec, elements, false));
+}
+
+std::int64_t fp8_dispatch_bytes(std::int64_t elements) {
+  LowPrecisionSpec deepep;
+  deepep.recipe = ScalingRecipe::block;  // 1 x 128 blocks of activations, fp32 scales
+  return quantised_bytes(deepep, elements, false);
+}
+
+bool reduces_amax(const LowPrecisionSpec& spec) {
+  return spec.recipe == ScalingRecipe::delayed;
+}
+
+Bytes amax_reduction_bytes(std::int64_t gemms, bool forward) {
+  return Bytes((forward ? 3 : 2) * gemms * 4);
+}
+
 Bytes gathered_weight_bytes(const std::optional<LowPrecisionSpec>& spec, std::int64_t parameters,
                             std::int64_t low, std::int64_t element_size) {
   if (!spec || !spec->param_gather || low <= 0) return Bytes(parameters * element_size);

@@ -3,12 +3,15 @@
 // copies of the weights hold in memory. docs/precision.md explains every rule with its sources.
 //
 // What runs in low precision (Transformer Engine's recipes, as Megatron-LM and NeMo use them):
-// the GEMMs of the transformer layers' linear layers (qkv, proj, fc1, fc2: forward, dgrad and
-// wgrad). The attention core (softmax, the two batched GEMMs or the fused kernel) stays in the
-// high-precision dtype unless `attention` (TE's FP8 dot-product attention), and so do norms,
-// embeddings, the LM head and the loss; `bf16_first_layers` / `bf16_last_layers` keep whole
-// layers in it (Megatron-LM's --first-last-layers-bf16). Everything else (activations stored,
-// gradients, weights, optimizer) keeps training.dtype's high-precision dtype (bf16).
+// the GEMMs of the transformer layers' linear layers (qkv, proj, fc1, fc2, MLA's projections, an
+// MoE layer's shared experts: forward, dgrad and wgrad) and the routed experts' grouped GEMMs
+// (TE's GroupedLinear); low_precision_gemm() is the one rule. The MoE router (Megatron's
+// TopKRouter, a plain linear in bf16 or fp32) stays in the high-precision dtype. The attention core
+// (softmax, the two batched GEMMs or the fused kernel) stays in the high-precision dtype unless
+// `attention` (TE's FP8 dot-product attention), and so do norms, embeddings, the LM head and the
+// loss; `bf16_first_layers` / `bf16_last_layers` keep whole layers in it (Megatron-LM's
+// --first-last-layers-bf16). Everything else (activations stored, gradients, weights, optimizer)
+// keeps training.dtype's high-precision dtype (bf16).
 //
 // Recipes (ScalingRecipe) and the GEMM kernel class each runs (hw::GemmScaling):
 // - delayed (TE DelayedScaling): one scale per tensor from an amax history
@@ -42,6 +45,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "hw_models/device.hpp"
 #include "hw_models/dtype.hpp"
@@ -113,6 +117,60 @@ Kernel quantise_kernel(const LowPrecisionSpec& spec, std::string name, std::int6
 /// The amax pass before a cast (current scaling, NVFP4's per-tensor scale): reads elements x e,
 /// writes one fp32.
 Kernel amax_kernel(std::string name, std::int64_t elements, std::int64_t e);
+
+/// The GEMMs of a transformer layer by role, for the one rule of which run in low precision.
+enum class GemmRole : std::uint8_t {
+  linear,          // qkv, proj, fc1, fc2, MLA's projections, the shared experts' fc1 and fc2
+  expert,          // the routed experts' fc1 and fc2 (TE GroupedLinear, or one TE Linear each)
+  router,          // the MoE router (and Qwen's shared-expert gate): torch linears
+  attention_core,  // QK^T and PV, or the fused kernel
+  head,            // the LM head (Megatron's output layer is not a TE module)
+};
+/// Whether a GEMM of `role` in a low-precision layer runs in spec.dtype: linear and expert
+/// always, attention_core with spec.attention, router and head never.
+bool low_precision_gemm(const LowPrecisionSpec& spec, GemmRole role);
+/// Whether layer `layer` (0-based) of a model of `layers` runs its low-precision GEMMs in
+/// spec.dtype: all but the first bf16_first_layers and the last bf16_last_layers.
+bool low_precision_layer(const LowPrecisionSpec& spec, int layer, int layers);
+/// The kernel of a GEMM [m, k] x [k, n] (`batch` of them: a grouped GEMM) in low precision:
+/// spec.dtype in the recipe's class; the backward GEMMs (dgrad, wgrad) of tensor-scaled FP8
+/// with 2 quantised directions (Hopper, Ada) as the block class (TE's split accumulator,
+/// docs/precision.md).
+Kernel low_precision_gemm_kernel(const LowPrecisionSpec& spec, int directions, std::string name,
+                                 std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch,
+                                 bool backward);
+/// Appends to `k` the quantisation of an activation or gradient of `elements` (element size
+/// e) that feeds a low-precision GEMM: nothing when `fused` (the producing kernel writes it in
+/// FP8) and the recipe fuses casts; else an amax pass where the recipe has no fused casts, and
+/// the cast kernel `<name>.cast`.
+void append_quantise(const LowPrecisionSpec& spec, const std::string& name, std::int64_t elements,
+                     std::int64_t e, int directions, bool fused, std::vector<Kernel>& k);
+/// ... of a weight: an amax pass where the recipe has no fused casts, and the cast.
+void append_quantise_weight(const LowPrecisionSpec& spec, const std::string& name,
+                            std::int64_t elements, std::int64_t e, int directions,
+                            std::vector<Kernel>& k);
+
+/// What a low-precision linear layer saves of its input of `elements` for its backward: the
+/// quantised copy in one direction (TE's Linear, LayerNormLinear, LayerNormMLP and
+/// GroupedLinear save the FP8 input the GEMM read, and on Hopper only its columnwise X^T for
+/// wgrad), quantised_bytes of it, in place of the high-precision input.
+Bytes saved_input_bytes(const LowPrecisionSpec& spec, std::int64_t elements);
+
+/// Bytes of `elements` of tokens dispatched in FP8 (parallelism.moe_fp8_dispatch: DeepEP's and
+/// DeepSeek-V3's format, E4M3 with one fp32 scale per 128 elements of a token, whatever the
+/// recipe): elements + 4 ceil(elements / 128).
+std::int64_t fp8_dispatch_bytes(std::int64_t elements);
+
+/// Whether the recipe keeps amax histories that TE all-reduces (max) over the amax reduction
+/// group at the end of every forward of an fp8_autocast region and of its backward: delayed
+/// scaling only (current scaling takes each tensor's own amax, the block, MXFP8 and NVFP4
+/// recipes scale blocks inside the cast: no history to reduce).
+bool reduces_amax(const LowPrecisionSpec& spec);
+/// Bytes of that all-reduce for a region of `gemms` low-precision GEMMs (a grouped GEMM of n
+/// experts counts n): one fp32 amax per FP8 tensor, 3 per GEMM in the forward (TE's
+/// scaling_fwd: input, weight, output) and 2 in the backward (scaling_bwd: output gradient,
+/// input gradient).
+Bytes amax_reduction_bytes(std::int64_t gemms, bool forward);
 
 /// Bytes an all-gather (or the gathered copy) of `parameters` weights of which `low` are linear
 /// weights takes with FP8 parameter gathering (spec.param_gather): the linear weights quantised

@@ -41,6 +41,8 @@ std::string_view name_of(TpAxis a) {
       return "etp";
     case TpAxis::cp:
       return "cp";
+    case TpAxis::amax:
+      return "amax";
   }
   return "?";
 }
@@ -52,7 +54,8 @@ TpCoord TpMesh::coord(int t) const {
 
 int TpMesh::axis_size(TpAxis axis) const {
   if (axis == TpAxis::tp) return p;
-  if (mode == TpMode::one_d || axis == TpAxis::ep || axis == TpAxis::etp || axis == TpAxis::cp) {
+  if (mode == TpMode::one_d || axis == TpAxis::ep || axis == TpAxis::etp || axis == TpAxis::cp ||
+      axis == TpAxis::amax) {
     return 1;  // outside the mesh
   }
   if (axis == TpAxis::tp_depth) return mode == TpMode::two_d ? 1 : d;

@@ -34,10 +34,12 @@ std::optional<TpMode> tp_mode_from_name(std::string_view name);
 /// tp_mode 2d, 2.5d and 3d, or a group outside the tensor-parallel mesh (a mesh has size 1 on
 /// it): a mixture-of-experts layer's expert-parallel group `ep` and expert-tensor-parallel group
 /// `etp` (strategies/moe.hpp; Communicators makes them), and the rank's context-parallel group
-/// `cp` (strategies/context_parallel.hpp).
-enum class TpAxis : std::uint8_t { tp, tp_row, tp_col, tp_depth, ep, etp, cp };
-inline constexpr int kTpAxisCount = 7;
-/// "tp", "tp_row", "tp_col", "tp_depth", "ep", "etp", "cp".
+/// `cp` (strategies/context_parallel.hpp), and FP8's amax reduction group `amax` (the stage's
+/// tensor-, context- and data-parallel ranks: Megatron's get_amax_reduction_group,
+/// strategies/precision.hpp reduces_amax).
+enum class TpAxis : std::uint8_t { tp, tp_row, tp_col, tp_depth, ep, etp, cp, amax };
+inline constexpr int kTpAxisCount = 8;
+/// "tp", "tp_row", "tp_col", "tp_depth", "ep", "etp", "cp", "amax".
 std::string_view name_of(TpAxis a);
 
 struct TpCoord {

@@ -96,40 +96,26 @@ struct Dims {
   bool moe_layer(int layer) const { return model->is_moe_layer(layer); }
 
   // Whether layer `layer`'s linear layers run in low precision.
-  bool low(int layer) const {
-    return lp && !nd && layer >= lp->bf16_first_layers && layer < layers - lp->bf16_last_layers;
-  }
-  // A linear layer's GEMM of layer `layer`: in low precision (the recipe's kernel class) or in
-  // the high-precision dtype. Backward GEMMs (dgrad, wgrad) of tensor-scaled FP8 on Hopper and
-  // Ada (2 quantised directions) run with TE's split accumulator (_2X_ACC_DGRAD, _2X_ACC_WGRAD:
-  // cuBLASLt without fast accumulation promotes the partial sums to fp32 every few MMAs), costed
-  // as the block-scaled class, whose calibrated cost is that promotion (docs/precision.md).
+  bool low(int layer) const { return lp && !nd && low_precision_layer(*lp, layer, layers); }
+  // A linear layer's GEMM of layer `layer`: in low precision (the recipe's kernel class,
+  // low_precision_gemm_kernel) or in the high-precision dtype.
   Kernel linear(int layer, std::string name, std::int64_t m, std::int64_t n, std::int64_t k,
                 bool backward = false) const {
     if (!low(layer)) return Kernel{Gemm{m, n, k, 1, dtype}, std::move(name)};
-    hw::GemmScaling scaling = gemm_scaling(lp->recipe);
-    if (backward && lp->dtype == DType::fp8 && scaling == hw::GemmScaling::tensor &&
-        directions == 2) {
-      scaling = hw::GemmScaling::block;
-    }
-    return Kernel{Gemm{m, n, k, 1, lp->dtype, scaling}, std::move(name)};
+    return low_precision_gemm_kernel(*lp, directions, std::move(name), m, n, k, 1, backward);
   }
   // The quantisation of a tensor of `elements` feeding a low-precision GEMM of layer `layer`,
-  // appended to `k`: nothing when the producing kernel fuses it (`fusable` and the recipe
-  // fuses casts), else an amax pass (recipes without fused casts) and the cast.
+  // appended to `k` (append_quantise): `fusable` when the producing kernel is one of TE's fused
+  // modules' (with a framework that uses them).
   void quantise(int layer, const std::string& name, std::int64_t elements, bool fusable,
                 std::vector<Kernel>& k) const {
     if (!low(layer)) return;
-    if (fused_casts(lp->recipe) && fusable && fused_modules) return;
-    if (!fused_casts(lp->recipe)) k.push_back(amax_kernel(name + ".amax", elements, e));
-    k.push_back(quantise_kernel(*lp, name + ".cast", elements, e, directions));
+    append_quantise(*lp, name, elements, e, directions, fusable && fused_modules, k);
   }
-  // The quantisation of a linear weight (`elements` of this rank), appended to `k`: an amax
-  // pass where the recipe has no fused casts, and the cast.
+  // The quantisation of a linear weight (`elements` of this rank), appended to `k`.
   void quantise_weight(const std::string& name, std::int64_t elements,
                        std::vector<Kernel>& k) const {
-    if (!fused_casts(lp->recipe)) k.push_back(amax_kernel(name + ".amax", elements, e));
-    k.push_back(quantise_kernel(*lp, name + ".cast", elements, e, directions, true));
+    append_quantise_weight(*lp, name, elements, e, directions, k);
   }
   // Without the framework's weight cache, every forward of layer `layer` quantises the weight of
   // linear `index` (linear_weight_shapes) before its GEMM.
@@ -151,14 +137,29 @@ struct Dims {
     for (const auto& w : linear_weight_shapes()) n += w.second;
     return n;
   }
-  // Of them, layer `layer`'s that run in low precision: none in a high-precision layer, qkv and
-  // proj only in an MoE layer (its experts' grouped GEMMs stay in the high-precision dtype).
-  std::int64_t low_precision_weights(int layer) const {
-    if (!low(layer)) return 0;
-    if (!moe_layer(layer)) return linear_weights();
+  // The low-precision weights of layer `layer` (this rank's): none in a high-precision layer;
+  // qkv, proj, fc1, fc2 in a dense one; qkv, proj and the MoE block's linear layers
+  // (moe_linear_weights: shared and routed experts) in an MoE layer.
+  std::vector<LinearWeight> low_precision_weight_list(int layer) const {
+    std::vector<LinearWeight> out;
+    if (!low(layer)) return out;
     const auto w = linear_weight_shapes();
-    return w[0].second + w[1].second;
+    const std::size_t dense = moe_layer(layer) ? 2 : w.size();
+    for (std::size_t i = 0; i < dense; ++i) out.push_back({w[i].first, w[i].second, 1});
+    if (moe_layer(layer)) {
+      for (LinearWeight& x : moe_linear_weights(*model, *setting)) out.push_back(std::move(x));
+    }
+    return out;
   }
+  std::int64_t low_precision_weights(int layer) const {
+    std::int64_t n = 0;
+    for (const LinearWeight& w : low_precision_weight_list(layer)) n += w.elements;
+    return n;
+  }
+  // The low-precision GEMMs of layer `layer` (a grouped GEMM of n experts counts n): the amax
+  // reduction's tensors. The attention block's projections (MLA's several) and proj, then
+  // the MLP's (dense fc1 and fc2, or the MoE block's).
+  std::int64_t low_precision_gemms(int layer) const;
   // Bytes of a sequence-parallel all-gather of a linear layer's input: in the low-precision
   // dtype with FP8 tensor-parallel communication.
   Bytes gathered_input_bytes(int layer) const {
@@ -250,7 +251,9 @@ void append(std::vector<Kernel>& to, std::vector<Kernel> kernels) {
 // masks it, so a window saves nothing there); in FP8 with FP8 attention
 // (LowPrecisionSpec::attention) in a low-precision layer.
 Kernel fused_attention(const Dims& d, bool backward, int layer) {
-  const DType dtype = layer >= 0 && d.low(layer) && d.lp->attention ? DType::fp8 : d.dtype;
+  const DType dtype =
+      layer >= 0 && d.low(layer) && low_precision_gemm(*d.lp, GemmRole::attention_core) ? DType::fp8
+                                                                                        : d.dtype;
   Attention a{d.bl, d.heads_l, d.kv_l, d.s,      d.s_kv,
               d.d,  d.causal,  dtype,  backward, d.attention_kernel};
   // A window no shorter than the keys changes nothing: left unset (the Program is the same).
@@ -356,6 +359,14 @@ std::vector<Projection> qkv_projections(const Dims& d) {
   p.push_back({"kv_down", d.h, std::int64_t{a.kv_lora_rank} + a.qk_rope_head_dim});
   p.push_back({"kv_up", a.kv_lora_rank, heads_l * (a.qk_nope_head_dim + a.v_head_dim)});
   return p;
+}
+
+std::int64_t Dims::low_precision_gemms(int layer) const {
+  if (!low(layer)) return 0;
+  std::int64_t n = static_cast<std::int64_t>(qkv_projections(*this).size()) + 1;
+  if (!moe_layer(layer)) return n + 2;
+  for (const LinearWeight& w : moe_linear_weights(*model, *setting)) n += w.gemms;
+  return n;
 }
 
 void qkv_forward(const Dims& d, int layer, std::vector<Kernel>& k) {
@@ -886,10 +897,22 @@ std::vector<ActivationItem> nd_layer_activations(const Dims& d) {
 }  // namespace
 
 std::vector<ActivationItem> layer_activations(const TransformerModel& model,
-                                              const LayerSetting& setting) {
+                                              const LayerSetting& setting, int layer) {
   const Dims d(model, setting);
   if (d.nd) return nd_layer_activations(d);
   const std::int64_t e = d.e;
+  // A linear layer's saved input of `elements`: quantised in a low-precision layer.
+  const bool low = layer < 0 ? d.lp.has_value() : d.low(layer);
+  const auto saved = [&](std::int64_t elements) {
+    return low ? saved_input_bytes(*d.lp, elements) : Bytes(elements * e);
+  };
+  const std::int64_t proj_in = d.tokens * d.qd / d.t;
+  // The attention output: kept by the fused kernel in its dtype besides proj's FP8 copy.
+  const Bytes proj_input =
+      low ? saved(proj_in) + Bytes(d.flash && !low_precision_gemm(*d.lp, GemmRole::attention_core)
+                                       ? proj_in * e
+                                       : 0)
+          : Bytes(proj_in * e);
   // Tensors replicated across tensor-parallel ranks, unless sequence parallelism shards them.
   const std::int64_t rep = d.tokens_sp * d.h;
   const std::int64_t scores = d.b * (d.a / d.t) * d.s * d.s_kv;
@@ -898,7 +921,7 @@ std::vector<ActivationItem> layer_activations(const TransformerModel& model,
   // outputs only where that dropout runs (Dims::hidden_dropout, Dims::attention_dropout).
   std::vector<ActivationItem> items = {
       {"ln1 input", Bytes(rep * e)},
-      {"qkv input (ln1 output)", Bytes(rep * e)},
+      {"qkv input (ln1 output)", saved(rep)},
       {"q", Bytes(d.tokens * d.qd / d.t * e)},
       {"k", Bytes(d.tokens * kv_width * e)},
       {"v", Bytes(d.tokens * kv_width * e)},
@@ -909,16 +932,16 @@ std::vector<ActivationItem> layer_activations(const TransformerModel& model,
     items.push_back({"softmax dropout mask", Bytes(scores)});
     items.push_back({"softmax dropout output", Bytes(scores * e)});
   }
-  items.push_back({"proj input", Bytes(d.tokens * d.qd / d.t * e)});
+  items.push_back({"proj input", proj_input});
   if (d.hidden_dropout) items.push_back({"attention dropout mask", Bytes(rep)});
   if (d.qk_norm) {
     items.push_back({"q and k norm inputs", Bytes(d.tokens * (d.heads_l + d.kv_l) * d.d * e)});
   }
   if (d.post_norm) items.push_back({"post_ln1 input", Bytes(rep * e)});
   items.push_back({"ln2 input", Bytes(rep * e)});
-  items.push_back({"fc1 input (ln2 output)", Bytes(rep * e)});
+  items.push_back({"fc1 input (ln2 output)", saved(rep)});
   items.push_back({std::string(d.act) + " input", Bytes(d.tokens * (d.up / d.t) * e)});
-  items.push_back({"fc2 input", Bytes(d.tokens * (d.ffn / d.t) * e)});
+  items.push_back({"fc2 input", saved(d.tokens * (d.ffn / d.t))});
   if (d.hidden_dropout) items.push_back({"mlp dropout mask", Bytes(rep)});
   if (d.post_norm) items.push_back({"post_ln2 input", Bytes(rep * e)});
   return items;
@@ -1044,22 +1067,25 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
                                  const StageRecompute& recompute) {
   const Dims d(model, setting);
   const bool first = stage == 0, last = stage == stages - 1;
-  const auto items = layer_activations(model, setting);
   const ItemRanges ranges = item_ranges(d);
-  const Bytes attention_bytes = sum_bytes(items, 0, ranges.attention_end);
-  const Bytes dense_mlp_bytes = sum_bytes(items, ranges.attention_end, items.size());
+  // What layer l stores per block (its linear inputs quantised in a low-precision layer).
+  const auto attention_bytes_of = [&](int l) {
+    return sum_bytes(layer_activations(model, setting, l), 0, ranges.attention_end);
+  };
   // An MoE layer's MLP block stores the MoE block's tensors (and the hidden dropout's mask).
-  const Bytes moe_mlp_bytes =
-      model.moe ? moe_block_activations(model, setting) + Bytes(d.hidden_dropout ? d.n_res : 0)
-                : Bytes();
   const auto mlp_bytes_of = [&](int l) {
-    return model.is_moe_layer(l) ? moe_mlp_bytes : dense_mlp_bytes;
+    if (model.is_moe_layer(l)) {
+      return moe_block_activations(model, setting, l) + Bytes(d.hidden_dropout ? d.n_res : 0);
+    }
+    const auto items = layer_activations(model, setting, l);
+    return sum_bytes(items, ranges.attention_end, items.size());
   };
   // Selective recomputation: the attention core's items are not stored (none with flash
   // attention, whose core keeps only its softmax statistics: nothing to recompute).
-  const Bytes core_bytes = recompute.selective && !d.flash
-                               ? sum_bytes(items, ranges.core_begin, ranges.core_end)
-                               : Bytes();
+  const Bytes core_bytes =
+      recompute.selective && !d.flash
+          ? sum_bytes(layer_activations(model, setting), ranges.core_begin, ranges.core_end)
+          : Bytes();
   // Full recomputation: layers [layer_begin, recomputed_end) in groups of `group`.
   const int recomputed_end =
       layer_begin + std::clamp(recompute.recomputed_layers, 0, layer_end - layer_begin);
@@ -1091,30 +1117,41 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
   const int embedding_unit = first ? next_unit++ : -1;
   if (first) plan.grad_units.push_back({"embedding", embedding_params, -1});
   for (const auto& u : plan.grad_units) plan.parameters += u.parameters;
-  // FP8 / FP4: each low-precision layer's linear weights (this rank's shards), quantised once
-  // per iteration after the optimizer step (an amax pass first where the recipe has no fused
-  // casts), and with delayed scaling one update of the amax histories and scales of the stage's
-  // 3 tensors per linear (TE's fused amax_and_scale_update: reads and writes each history).
+  // FP8 / FP4: each low-precision layer's linear weights (this rank's shards: an MoE layer's
+  // shared and local experts' too), quantised once per iteration after the optimizer step (an
+  // amax pass first where the recipe has no fused casts), and with delayed scaling one update
+  // of the amax histories and scales of the stage's 3 tensors per GEMM (TE's fused
+  // amax_and_scale_update: reads and writes each history).
+  std::int64_t low_gemms = 0;  // the stage's low-precision GEMMs (amax reduction)
   if (d.lp) {
-    const auto weights = d.linear_weight_shapes();
-    int linears = 0;
     for (int l = layer_begin; l < layer_end; ++l) {
-      if (!d.low(l)) continue;
-      for (const auto& [name, elements] : weights) {
+      for (const LinearWeight& w : d.low_precision_weight_list(l)) {
         // Cached over the microbatches: once per iteration (else in every forward).
         if (d.weight_cache) {
-          d.quantise_weight(layer_name(l) + "." + name + ".weight", elements, plan.weight_casts);
+          d.quantise_weight(layer_name(l) + "." + w.name + ".weight", w.elements,
+                            plan.weight_casts);
         }
-        plan.low_precision_parameters += elements;
-        ++linears;
+        plan.low_precision_parameters += w.elements;
       }
+      low_gemms += d.low_precision_gemms(l);
     }
-    if (d.lp->recipe == ScalingRecipe::delayed && linears > 0) {
-      const std::int64_t history = std::int64_t{3} * linears * d.lp->amax_history_len;
+    if (d.lp->recipe == ScalingRecipe::delayed && low_gemms > 0) {
+      const std::int64_t history = std::int64_t{3} * low_gemms * d.lp->amax_history_len;
       plan.weight_casts.push_back(
           elementwise("fp8.amax_and_scale_update", history, history * 4, history * 4));
     }
   }
+  // Delayed scaling: TE all-reduces (max) the amaxes of the stage's FP8 tensors over the amax
+  // reduction group when the forward's fp8_autocast region ends (Megatron wraps the stage's
+  // layers in one region with this recipe) and when its backward ends.
+  const bool amax_reduction =
+      d.lp && reduces_amax(*d.lp) && low_gemms > 0 && setting.amax_reduction_ranks > 1;
+  const auto amax_all_reduce = [&](bool forward, std::vector<Segment>& out) {
+    if (!amax_reduction) return;
+    out.push_back(axis_collective(forward ? "fp8 amax all-reduce" : "fp8 amax all-reduce bwd",
+                                  CollectiveKind::all_reduce,
+                                  amax_reduction_bytes(low_gemms, forward), TpAxis::amax, -1));
+  };
 
   const std::int64_t n_hidden = d.tokens * d.h;
   // ---- forward
@@ -1145,9 +1182,10 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
       any_layer_forward(d, l, Bytes(), Bytes(), fwd);
       if (l == group_begin(l)) fwd[at].checkpoint_delta += checkpoint;
     } else {
-      any_layer_forward(d, l, attention_bytes - core_bytes, mlp_bytes_of(l), fwd);
+      any_layer_forward(d, l, attention_bytes_of(l) - core_bytes, mlp_bytes_of(l), fwd);
     }
   }
+  amax_all_reduce(true, fwd);
   const std::int64_t logits = d.tokens * d.vocab_local;
   // Stored by the head: final norm input and output (with 2D, 2.5D and 3D its input block and
   // the output all-gathered over the tp group), fp32 logits (Korthikanti's 4sbv/t term), and
@@ -1211,7 +1249,7 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
       const std::size_t group_start = bwd.size();
       for (int r = group_begin(l); r <= l; ++r) {
         const std::size_t at = bwd.size();
-        any_layer_forward(d, r, attention_bytes, mlp_bytes_of(r), bwd);
+        any_layer_forward(d, r, attention_bytes_of(r), mlp_bytes_of(r), bwd);
         for (std::size_t i = at; i < bwd.size(); ++i) {
           bwd[i].recompute = true;
           bwd[i].label = "recompute " + bwd[i].label;
@@ -1219,10 +1257,11 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
       }
       bwd[group_start].checkpoint_fetch = checkpoint;  // the recompute starts from the checkpoint
     }
-    any_layer_backward(d, l, layer_unit[static_cast<std::size_t>(l - layer_begin)], attention_bytes,
-                       mlp_bytes_of(l), full ? Bytes() : core_bytes, bwd);
+    any_layer_backward(d, l, layer_unit[static_cast<std::size_t>(l - layer_begin)],
+                       attention_bytes_of(l), mlp_bytes_of(l), full ? Bytes() : core_bytes, bwd);
     if (full && l == group_begin(l)) bwd.back().checkpoint_delta -= checkpoint;
   }
+  amax_all_reduce(false, bwd);
   if (first) {
     std::vector<Kernel> k;
     if (d.hidden_dropout) {

@@ -54,6 +54,11 @@ struct LayerSetting {
   bool split_layers = false;
   /// Mixture-of-experts layout (ParallelismSpec::ep, etp, moe_*); read only for MoE layers.
   MoeSetting moe;
+  /// Ranks of the FP8 amax reduction group (Megatron's get_amax_reduction_group: the stage's
+  /// tensor-, context- and data-parallel ranks): with delayed scaling (reduces_amax) and more
+  /// than one, each stage's forward and backward end with the all-reduce (max) of the amaxes
+  /// of its low-precision GEMMs' tensors (amax_reduction_bytes) on TpAxis::amax.
+  int amax_reduction_ranks = 1;
 
   /// The tensor-parallel mesh (make_tp_mesh(tp_mode, tp, tp_depth)).
   TpMesh mesh() const { return make_tp_mesh(tp_mode, tp, tp_depth); }
@@ -187,8 +192,14 @@ struct StagePlan {
 /// attention the fused kernel applies attention dropout and stores no mask. With
 /// tp_mode 2d and 2.5d every item is the rank's block (1/q^2, 1/(d q^2) of the whole); 3d keeps
 /// each Linear's gathered input and weight (docs/tensor-parallelism.md).
+/// FP8 / FP4 (setting.low_precision, 1D, in layer `layer`, -1: a layer in low precision): the
+/// inputs of the linear layers are saved quantised (saved_input_bytes: TE saves the FP8 input
+/// its GEMM read) in place of the high-precision ones: qkv's and fc1's (the norms' outputs) and
+/// fc2's; proj's input is the attention output, which the fused (flash) attention kernel also
+/// keeps for its backward in the high-precision dtype unless it runs in FP8 (then it is one
+/// FP8 tensor): with bf16 flash attention, the item holds both.
 std::vector<ActivationItem> layer_activations(const TransformerModel& model,
-                                              const LayerSetting& setting);
+                                              const LayerSetting& setting, int layer = -1);
 
 /// What full recomputation stores per layer group and microbatch: the group's input, one
 /// [s, b, h] tensor (Korthikanti's 2sbh with a 2-byte dtype), sharded over the

@@ -88,6 +88,13 @@ PartitionProblem partition_problem(const Experiment& e) {
     for (int c = 0; c < par.cp; ++c) ranks.push_back(c * par.tp);
     tp_shape[static_cast<std::size_t>(strategies::TpAxis::cp)] = shape_of(ranks, e.cluster);
   }
+  {  // FP8's amax reduction group: stage 0's tp * cp * dp ranks (Communicators)
+    std::vector<std::int32_t> ranks;
+    for (int r = 0; r < par.tp * std::max(1, par.cp) * std::max(1, par.dp); ++r) {
+      ranks.push_back(r);
+    }
+    tp_shape[static_cast<std::size_t>(strategies::TpAxis::amax)] = shape_of(ranks, e.cluster);
+  }
   const ZeroSettings zero = zero_settings(e);
   const ModelStateFormat format = model_state_format(e);
   auto state = [&](std::int64_t parameters) {

@@ -94,6 +94,20 @@ Communicators::Communicators(Program& program, const PipelineSpec& spec, const S
     }
   }
   if (spec.moe) make_expert_groups(program, layout, *spec.moe, schedule.replica_device);
+  // FP8 delayed scaling's amax reduction group: every rank of a stage (made last, so that the
+  // other groups keep their ids).
+  if (spec.low_precision && reduces_amax(*spec.low_precision) && layout.tp * layout.dp > 1) {
+    auto& groups = axis_[static_cast<std::size_t>(TpAxis::amax)];
+    groups.assign(world, kNoGroup);
+    for (int stage = 0; stage < layout.pp; ++stage) {
+      std::vector<std::int32_t> ranks;
+      for (int dp = 0; dp < layout.dp; ++dp) {
+        for (int t = 0; t < layout.tp; ++t) ranks.push_back(layout.rank(t, dp, stage));
+      }
+      const auto id = program.add_group(ranks, "amax s" + std::to_string(stage));
+      for (int r : ranks) groups[static_cast<std::size_t>(r)] = id;
+    }
+  }
 }
 
 void Communicators::make_expert_groups(Program& program, const RankLayout& layout,

@@ -41,11 +41,17 @@ LayerSetting layer_setting(const Experiment& e) {
     s.low_precision = e.training.low_precision;
     s.quantised_directions = quantised_directions(*e.training.low_precision, e.cluster.device);
     s.te_fused_modules = s.weight_cache = e.training.framework == Framework::megatron;
+    s.amax_reduction_ranks =
+        e.parallelism.tp * std::max(1, e.parallelism.cp) * std::max(1, e.parallelism.dp);
   }
   // ZeRO-3 gathers each layer before its first op; FSDP also reduces each unit after its last.
   s.split_layers = e.parallelism.zero == 3 || e.training.fsdp.has_value();
-  s.moe = MoeSetting{e.parallelism.ep, e.parallelism.etp, e.parallelism.moe_allgather_dispatcher,
-                     e.parallelism.moe_shared_expert_overlap, e.parallelism.moe_grouped_gemm};
+  s.moe = MoeSetting{e.parallelism.ep,
+                     e.parallelism.etp,
+                     e.parallelism.moe_allgather_dispatcher,
+                     e.parallelism.moe_shared_expert_overlap,
+                     e.parallelism.moe_grouped_gemm,
+                     e.parallelism.moe_fp8_dispatch};
   return s;
 }
 
