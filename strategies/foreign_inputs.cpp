@@ -1496,6 +1496,7 @@ const std::vector<std::string> kHfCommon = {"_name_or_path",
                                             "attention_probs_dropout_prob",
                                             "rope_theta",
                                             "rope_scaling",
+                                            "rope_parameters",
                                             "pretraining_tp",
                                             "quantization_config"};
 
@@ -1651,11 +1652,10 @@ class HfReader {
                "embd_pdrop",
                "attn_implementation"};
       if (type == "llama4_text") {
-        known.insert(known.end(),
-                     {"intermediate_size_mlp", "interleave_moe_layer_step", "moe_layers",
-                      "no_rope_layers", "no_rope_layer_interval", "attention_chunk_size",
-                      "use_qk_norm", "attn_temperature_tuning", "floor_scale", "attn_scale",
-                      "for_llm_compressor", "rope_parameters"});
+        known.insert(known.end(), {"intermediate_size_mlp", "interleave_moe_layer_step",
+                                   "moe_layers", "no_rope_layers", "no_rope_layer_interval",
+                                   "attention_chunk_size", "use_qk_norm", "attn_temperature_tuning",
+                                   "floor_scale", "attn_scale", "for_llm_compressor"});
       }
       read_llama(m, type);
       if (type == "llama4_text") read_llama4(m);
@@ -2033,7 +2033,7 @@ class HfReader {
           "attn_temperature_tuning: the NoPE layers' scaling of the queries by position is not "
           "costed (one elementwise pass over the queries)");
     }
-    for (const char* key : {"floor_scale", "attn_scale", "for_llm_compressor", "rope_parameters",
+    for (const char* key : {"floor_scale", "attn_scale", "for_llm_compressor",
                             "router_jitter_noise", "output_router_logits"}) {
       r_.has(key);
     }
