@@ -222,11 +222,12 @@ double DeviceCostModel::attention_efficiency(const Attention& a) const {
                                         : nullptr;
   if (model == nullptr) return device_.efficiency.attention;
   // Keys each query attends to: all of them, (causal) on average seq_kv - seq_q / 2, or fewer
-  // within a sliding window (strategies::attention_keys_per_query).
+  // within a sliding window or an attention chunk (strategies::attention_keys_per_query).
   const double keys = strategies::attention_keys_per_query(a);
   // The fall-off is fitted against the sequence length of self-attention benchmarks, where a
   // causal kernel's keys per query are s / 2: undo that halving to look up the same curve (a
-  // windowed kernel's band of w keys per query is costed as a causal kernel over 2w tokens).
+  // windowed kernel's band of w keys per query is costed as a causal kernel over 2w tokens, a
+  // chunked one as a causal kernel over one chunk).
   const double s = a.causal ? 2 * keys : keys;
   return model->efficiency(a.impl, a.backward, a.causal, static_cast<double>(a.head_dim), s);
 }

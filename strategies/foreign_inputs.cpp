@@ -567,6 +567,14 @@ const std::vector<std::string> kMegatronValued = {"--tensor-model-parallel-size"
                                                   "--moe-router-num-groups",
                                                   "--moe-router-group-topk",
                                                   "--moe-router-score-function",
+                                                  "--moe-expert-parallel-size",
+                                                  "--topk",
+                                                  "--expert-interval",
+                                                  "--mlp-type",
+                                                  "--moe-train-capacity-factor",
+                                                  "--moe-min-capacity",
+                                                  "--moe-loss-coeff",
+                                                  "--num-experts-switch",
                                                   "--micro-batch-size",
                                                   "--global-batch-size",
                                                   "--seq-length",
@@ -601,6 +609,10 @@ const std::vector<std::string> kMegatronValued = {"--tensor-model-parallel-size"
 const std::vector<std::string> kMegatronFlags = {"--sequence-parallel",
                                                  "--moe-grouped-gemm",
                                                  "--moe-shared-expert-overlap",
+                                                 "--disable-moe-token-dropping",
+                                                 "--enable-expert-tensor-parallelism",
+                                                 "--use-tutel",
+                                                 "--deepspeed",
                                                  "--no-scatter-gather-tensors-in-pipeline",
                                                  "--no-overlap-p2p-communication",
                                                  "--group-query-attention",
@@ -726,7 +738,11 @@ const std::vector<std::string> kMegatronIgnored = {"--lr",
                                                    "--async-save",
                                                    "--use-dist-ckpt",
                                                    "--dist-ckpt-format",
-                                                   "--no-create-attention-mask-in-dataloader"};
+                                                   "--no-create-attention-mask-in-dataloader",
+                                                   "--moe-eval-capacity-factor",
+                                                   "--create-moe-param-group",
+                                                   "--disable-moe-top2-2nd-expert-sampling",
+                                                   "--deepspeed_config"};
 
 std::vector<MegatronArg> parse_megatron(const std::vector<std::string>& words,
                                         const std::string& source, ForeignInput& out) {
@@ -761,7 +777,11 @@ class MegatronReader : foreign::Reader {
     for (const auto& a : args) {
       const bool valued = contains(kMegatronValued, a.name);
       const bool flag = contains(kMegatronFlags, a.name);
-      if (valued) {
+      if (a.name == "--num-experts" && !a.values.empty()) {
+        // Megatron-DeepSpeed's --num-experts takes one count per MoE layer (nargs='+').
+        num_experts_ = a.values;
+        values_[a.name] = a.values.front();
+      } else if (valued) {
         if (a.values.size() != 1) {
           fail(a.name, "expects one value, got " + std::to_string(a.values.size()));
         }
@@ -877,6 +897,11 @@ class MegatronReader : foreign::Reader {
     }
     map_context_parallel();
     map_moe();
+    if (flag("--deepspeed")) {
+      note(
+          "--deepspeed: a Megatron-DeepSpeed launch line; its DeepSpeed config "
+          "(--deepspeed_config) is not read from it: give that file to stratasim's --deepspeed");
+    }
     int vpp = 0;
     if (has("--virtual-pipeline-model-parallel-size")) {
       vpp = static_cast<int>(integer("--virtual-pipeline-model-parallel-size", 1, 1 << 12));
@@ -1107,8 +1132,7 @@ class MegatronReader : foreign::Reader {
     if (has("--ffn-hidden-size")) {
       set("model.ffn_hidden", integer("--ffn-hidden-size", 1, kBig), "--ffn-hidden-size");
     } else if (hidden) {
-      // Megatron's default: 4h, or 2/3 of it rounded down to a multiple of 64 with SwiGLU.
-      const std::int64_t ffn = flag("--swiglu") ? (4 * *hidden * 2 / 3) / 64 * 64 : 4 * *hidden;
+      const std::int64_t ffn = *ffn_width();
       if (ffn < 1) fail("--hidden-size", "gives no FFN width; give --ffn-hidden-size");
       set("model.ffn_hidden", ffn, "--hidden-size");
       note("--ffn-hidden-size not given: " + std::to_string(ffn) + " as Megatron derives it from " +
@@ -1173,6 +1197,24 @@ class MegatronReader : foreign::Reader {
   // Megatron-Core's MoE arguments (megatron/training/arguments.py, _add_moe_args): the
   // model's experts (model.moe) and their parallel layout (parallelism.ep, etp, moe_*).
   void map_moe() {
+    const char* model_args[] = {"--moe-router-topk",
+                                "--moe-ffn-hidden-size",
+                                "--moe-shared-expert-intermediate-size",
+                                "--moe-router-load-balancing-type",
+                                "--moe-aux-loss-coeff",
+                                "--moe-layer-freq",
+                                "--moe-expert-capacity-factor",
+                                "--moe-router-num-groups",
+                                "--moe-router-group-topk",
+                                "--moe-router-score-function"};
+    if (const std::string marker = deepspeed_moe_arg(); !marker.empty()) {
+      std::vector<const char*> core(std::begin(model_args), std::end(model_args));
+      core.insert(core.end(), {"--expert-model-parallel-size", "--expert-tensor-parallel-size",
+                               "--moe-token-dispatcher-type", "--moe-grouped-gemm",
+                               "--moe-shared-expert-overlap"});
+      map_deepspeed_moe(marker, core);
+      return;
+    }
     set_degree("parallelism.ep", "--expert-model-parallel-size");
     set_degree("parallelism.etp", "--expert-tensor-parallel-size");
     if (has("--moe-token-dispatcher-type")) {
@@ -1189,16 +1231,6 @@ class MegatronReader : foreign::Reader {
     if (flag("--moe-shared-expert-overlap")) {
       set("parallelism.moe_shared_expert_overlap", true, "--moe-shared-expert-overlap");
     }
-    const char* model_args[] = {"--moe-router-topk",
-                                "--moe-ffn-hidden-size",
-                                "--moe-shared-expert-intermediate-size",
-                                "--moe-router-load-balancing-type",
-                                "--moe-aux-loss-coeff",
-                                "--moe-layer-freq",
-                                "--moe-expert-capacity-factor",
-                                "--moe-router-num-groups",
-                                "--moe-router-group-topk",
-                                "--moe-router-score-function"};
     if (!has("--num-experts")) {
       for (const char* arg : model_args) {
         if (has(arg)) fail(arg, "configures experts: it needs --num-experts");
@@ -1252,8 +1284,163 @@ class MegatronReader : foreign::Reader {
     }
   }
 
+  // Megatron-DeepSpeed's MoE (microsoft/Megatron-DeepSpeed, megatron/arguments.py and
+  // megatron/model/transformer.py: deepspeed.moe.layer.MoE in ParallelTransformerLayer):
+  // --num-experts (one count, or one per MoE layer) experts on every --expert-interval-th layer
+  // (default 2: layers interval - 1, 2 interval - 1, ...; get_num_experts_per_layer), top
+  // --topk (default 1) of a softmax gate, each expert the model's MLP; --moe-expert-parallel-size
+  // ranks share a layer's experts; capacity --moe-train-capacity-factor (default 1.0) unless
+  // --disable-moe-token-dropping; --moe-loss-coeff (default 0.1); --mlp-type residual (PR-MoE's
+  // residual MLP) a dense MLP of the same width every token goes through, mixed by a learned
+  // coefficient. Whether these (rather than Megatron-Core's) are in use.
+  static constexpr const char* kDeepSpeedMoeArgs[] = {
+      "--moe-expert-parallel-size", "--topk",
+      "--expert-interval",          "--mlp-type",
+      "--moe-min-capacity",         "--moe-train-capacity-factor",
+      "--moe-loss-coeff",           "--num-experts-switch"};
+  static constexpr const char* kDeepSpeedMoeFlags[] = {
+      "--disable-moe-token-dropping", "--enable-expert-tensor-parallelism", "--use-tutel"};
+  // The first Megatron-DeepSpeed MoE argument given (or --deepspeed with --num-experts), or "".
+  std::string deepspeed_moe_arg() const {
+    for (const char* arg : kDeepSpeedMoeArgs) {
+      if (has(arg)) return arg;
+    }
+    for (const char* arg : kDeepSpeedMoeFlags) {
+      if (flag(arg)) return arg;
+    }
+    if (num_experts_.size() > 1) return "--num-experts";
+    if (flag("--deepspeed") && has("--num-experts")) return "--deepspeed";
+    return "";
+  }
+
+  void map_deepspeed_moe(const std::string& marker, const std::vector<const char*>& core_args) {
+    for (const char* arg : core_args) {
+      if (has(arg) || flag(arg)) {
+        fail(arg, "is Megatron-Core's MoE argument, and " + marker +
+                      " Megatron-DeepSpeed's: a launch line configures its experts with one of "
+                      "them");
+      }
+    }
+    if (has("--num-experts-switch")) {
+      fail("--num-experts-switch",
+           "Megatron-DeepSpeed's SwitchMLP is not modelled; give --num-experts (DeepSpeed's MoE)");
+    }
+    if (flag("--enable-expert-tensor-parallelism")) {
+      // The experts split over the model's tensor-parallel ranks.
+      set("parallelism.etp",
+          has("--tensor-model-parallel-size") ? integer("--tensor-model-parallel-size", 1, kDegree)
+                                              : 1,
+          "--enable-expert-tensor-parallelism");
+    }
+    set_degree("parallelism.ep", "--moe-expert-parallel-size");
+    const std::int64_t experts =
+        has("--num-experts") ? integer("--num-experts", 1, 1 << 20) : std::int64_t{1};
+    for (const auto& count : num_experts_) {
+      if (count != num_experts_.front()) {
+        fail("--num-experts",
+             "gives MoE layers different expert counts (" + values_.at("--num-experts") + ", " +
+                 quote_text(count) +
+                 "; DeepSpeed's PR-MoE pyramid): stratasim's MoE layers have one expert count");
+      }
+    }
+    const std::int64_t interval =
+        has("--expert-interval") ? integer("--expert-interval", 1, 100'000) : 2;
+    if (num_experts_.size() > 1 && has("--num-layers") &&
+        static_cast<std::int64_t>(num_experts_.size()) !=
+            integer("--num-layers", 1, 100'000) / interval) {
+      fail("--num-experts", "gives " + std::to_string(num_experts_.size()) +
+                                " counts; expected one, or one per MoE layer (num_layers / "
+                                "expert_interval = " +
+                                std::to_string(integer("--num-layers", 1, 100'000) / interval) +
+                                ")");
+    }
+    if (experts <= 1) {
+      note(
+          "--num-experts 1: a dense model (Megatron-DeepSpeed's default); its MoE arguments "
+          "have no effect");
+      return;
+    }
+    set("model.moe.num_experts", experts, "--num-experts");
+    set("model.moe.top_k", has("--topk") ? integer("--topk", 1, experts) : 1, "--topk");
+    if (const auto ffn = ffn_width()) {
+      set("model.moe.ffn_hidden", *ffn,
+          has("--ffn-hidden-size") ? "--ffn-hidden-size" : "--hidden-size");
+    } else {
+      fail("--num-experts", "needs --ffn-hidden-size (or --hidden-size) for the experts' width");
+    }
+    const auto defaulted = [&](const std::string& path, json value, const std::string& what) {
+      out_.overrides.push_back(
+          {path, std::move(value), source_ + " (Megatron-DeepSpeed's default " + what + ")"});
+    };
+    // MoE on layers interval - 1, 2 interval - 1, ... (layer_num % interval == 0, 1-based).
+    if (has("--expert-interval")) {
+      set("model.moe.first_dense", interval - 1, "--expert-interval");
+      set("model.moe.interval", interval, "--expert-interval");
+    } else {
+      defaulted("model.moe.first_dense", 1, "--expert-interval 2");
+      defaulted("model.moe.interval", 2, "--expert-interval 2");
+    }
+    if (has("--moe-loss-coeff")) {
+      set("model.moe.aux_loss_coeff", number("--moe-loss-coeff", 0, 1e6), "--moe-loss-coeff");
+    } else {
+      defaulted("model.moe.aux_loss_coeff", 0.1, "--moe-loss-coeff 0.1");
+    }
+    if (flag("--disable-moe-token-dropping")) {
+      if (has("--moe-train-capacity-factor")) {
+        note("--moe-train-capacity-factor has no effect with --disable-moe-token-dropping");
+      }
+    } else if (has("--moe-train-capacity-factor")) {
+      set("model.moe.capacity_factor", number("--moe-train-capacity-factor", 1e-6, 1e6),
+          "--moe-train-capacity-factor");
+    } else {
+      defaulted("model.moe.capacity_factor", 1.0, "--moe-train-capacity-factor 1.0");
+    }
+    if (has("--moe-min-capacity")) {
+      integer("--moe-min-capacity", 0, std::int64_t{1} << 40);
+      note(
+          "--moe-min-capacity is not modelled: an expert's capacity is at least it in "
+          "DeepSpeed, which matters only when capacity_factor x tokens x topk / experts is "
+          "smaller");
+    }
+    if (has("--mlp-type") && choice("--mlp-type", {"standard", "residual"}) == "residual") {
+      set("model.moe.shared_experts", 1, "--mlp-type");
+      set("model.moe.shared_expert_gate", true, "--mlp-type");
+      note(
+          "--mlp-type residual: PR-MoE's residual MLP is modelled as a shared expert of the "
+          "experts' width, its mixing coefficient (a Linear hidden -> 2 with bias) as a "
+          "shared-expert gate (hidden -> 1: hidden + 2 parameters fewer per MoE layer), split "
+          "over tensor parallelism like the dense MLP");
+    }
+    if (flag("--use-tutel")) {
+      note("--use-tutel: Tutel's kernels are not modelled (costed as DeepSpeed's experts)");
+    }
+    // deepspeed.moe.experts.Experts runs its local experts one after another.
+    out_.overrides.push_back({"parallelism.moe_grouped_gemm", false,
+                              source_ + " (Megatron-DeepSpeed: DeepSpeed's experts run one GEMM "
+                                        "each, not a grouped GEMM)"});
+    if (has("--tensor-model-parallel-size") && !flag("--enable-expert-tensor-parallelism")) {
+      note(
+          "DeepSpeed's expert-parallel groups lie within the data-parallel group, each expert "
+          "replicated over the tensor-parallel ranks, which split the tokens between them; "
+          "modelled with Megatron-Core's layout (ep x etp ranks carved out of tp x dp), which "
+          "holds the same experts and tokens per rank but puts tensor-parallel ranks in an "
+          "expert-parallel group");
+    }
+  }
+
+  // The MLP's width: --ffn-hidden-size, or Megatron's default from --hidden-size (4h, or 2/3 of
+  // it rounded down to a multiple of 64 with SwiGLU); none without either.
+  std::optional<std::int64_t> ffn_width() const {
+    constexpr std::int64_t kBig = 1 << 24;
+    if (has("--ffn-hidden-size")) return integer("--ffn-hidden-size", 1, kBig);
+    if (!has("--hidden-size")) return std::nullopt;
+    const std::int64_t hidden = integer("--hidden-size", 1, kBig);
+    return flag("--swiglu") ? (4 * hidden * 2 / 3) / 64 * 64 : 4 * hidden;
+  }
+
   std::map<std::string, std::string> values_;
   std::set<std::string> flags_;
+  std::vector<std::string> num_experts_;  // --num-experts' values (Megatron-DeepSpeed: several)
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1309,6 +1496,7 @@ const std::vector<std::string> kHfCommon = {"_name_or_path",
                                             "attention_probs_dropout_prob",
                                             "rope_theta",
                                             "rope_scaling",
+                                            "rope_parameters",
                                             "pretraining_tp",
                                             "quantization_config"};
 
@@ -1327,6 +1515,10 @@ class HfReader {
   void convert() {
     const json& object = *doc_.find(path_);
     const std::string type = model_type(object);
+    if (type == "llama4") {
+      convert_llama4();
+      return;
+    }
     json m = json::object();
     m["type"] = "transformer";
     const auto file = doc_.file_of(path_);
@@ -1459,7 +1651,14 @@ class HfReader {
                "resid_pdrop",
                "embd_pdrop",
                "attn_implementation"};
+      if (type == "llama4_text") {
+        known.insert(known.end(), {"intermediate_size_mlp", "interleave_moe_layer_step",
+                                   "moe_layers", "no_rope_layers", "no_rope_layer_interval",
+                                   "attention_chunk_size", "use_qk_norm", "attn_temperature_tuning",
+                                   "floor_scale", "attn_scale", "for_llm_compressor"});
+      }
       read_llama(m, type);
+      if (type == "llama4_text") read_llama4(m);
       if (type == "mixtral") {
         json moe = json::object();
         moe["num_experts"] = integer("num_local_experts", "moe.num_experts", 1 << 20);
@@ -1545,7 +1744,9 @@ class HfReader {
         {"Gemma2ForCausalLM", "gemma2"},
         {"Gemma3ForCausalLM", "gemma3_text"},
         {"Phi3ForCausalLM", "phi3"},
-        {"NemotronForCausalLM", "nemotron"}};
+        {"NemotronForCausalLM", "nemotron"},
+        {"Llama4ForConditionalGeneration", "llama4"},
+        {"Llama4ForCausalLM", "llama4_text"}};
     auto it = object.find("architectures");
     if (it != object.end() && it->is_array()) {
       for (const auto& a : *it) {
@@ -1729,22 +1930,24 @@ class HfReader {
     }
   }
 
-  // The period n of a Gemma 3 layer_types list ("sliding_attention" / "full_attention") whose
-  // global layers are exactly n - 1, 2n - 1, ...; `fallback` when there is no list.
-  int global_every_of_layer_types(int layers, int fallback) {
+  // The period n of a layer_types list (`local` -- Gemma 3's "sliding_attention", Llama 4's
+  // "chunked_attention" -- or "full_attention") whose global layers are exactly n - 1, 2n - 1,
+  // ...; `fallback` when there is no list.
+  int global_every_of_layer_types(int layers, int fallback,
+                                  const std::string& local = "sliding_attention") {
     const auto* list = doc_.find(r_.path_of("layer_types"));
     r_.has("layer_types");
     if (list == nullptr || list->is_null()) return fallback;
     const auto fail = [&](const std::string& why) { doc_.fail(r_.path_of("layer_types"), why); };
+    const std::string choices = "\"" + local + "\" or \"full_attention\"";
     if (!list->is_array() || static_cast<int>(list->size()) != layers) {
-      fail("expected one of \"sliding_attention\" or \"full_attention\" per layer (" +
-           std::to_string(layers) + ")");
+      fail("expected one of " + choices + " per layer (" + std::to_string(layers) + ")");
     }
     int period = 0;
     for (int i = 0; i < layers; ++i) {
       const auto& t = (*list)[static_cast<std::size_t>(i)];
-      if (!t.is_string() || (t != "sliding_attention" && t != "full_attention")) {
-        fail("[" + std::to_string(i) + "]: expected \"sliding_attention\" or \"full_attention\"");
+      if (!t.is_string() || (t != local && t != "full_attention")) {
+        fail("[" + std::to_string(i) + "]: expected " + choices);
       }
       if (t == "full_attention" && period == 0) period = i + 1;
     }
@@ -1757,6 +1960,165 @@ class HfReader {
       }
     }
     return period;
+  }
+
+  // Llama 4's multimodal config.json (model_type llama4, Llama4Config): the text model is its
+  // text_config (model_type llama4_text), read as a config.json of its own (errors name
+  // text_config's keys) and put in the place of the whole; the vision encoder and the
+  // multimodal projector are not modelled (the text model is what trains).
+  void convert_llama4() {
+    const std::string text = config::join_path(path_, "text_config");
+    const json* t = doc_.find(text);
+    r_.has("text_config");
+    if (t == nullptr || !t->is_object()) {
+      r_.fail("text_config",
+              "expected the text model's config (an object, model_type llama4_text): Llama 4's "
+              "text model is what stratasim trains");
+    }
+    if (!t->contains("model_type")) {
+      json with_type = *t;
+      with_type["model_type"] = "llama4_text";
+      doc_.set(text, std::move(with_type), source_ + " (text_config of model_type llama4)");
+    }
+    if (const auto* v = doc_.find(r_.path_of("vision_config")); v != nullptr && !v->is_null()) {
+      note(
+          "vision_config: the vision encoder and the multimodal projector are not modelled; "
+          "the text model (text_config) is trained on text tokens");
+    }
+    HfReader(doc_, text, notes_, source_).convert();
+    json model = *doc_.find(text);
+    const auto file = doc_.file_of(path_);
+    model["source"] = "Hugging Face config.json (model_type llama4, its text_config)" +
+                      (file.empty() ? std::string() : ": " + file.string());
+    doc_.set(path_, std::move(model), source_ + " (text_config read as a stratasim model)");
+  }
+
+  // Llama 4's text model (modeling_llama4.py, Llama4TextConfig):
+  // - MoE layers (moe_layers, or every interleave_moe_layer_step-th: layers step - 1, 2 step -
+  //   1, ...): num_local_experts routed experts of intermediate_size, num_experts_per_tok per
+  //   token, plus one shared expert of intermediate_size every token goes through; the other
+  //   layers' dense MLP is intermediate_size_mlp wide;
+  // - NoPE layers (no_rope_layers 0, by default every no_rope_layer_interval-th: layers 3, 7,
+  //   ...) attend globally without RoPE; the RoPE layers within chunks of attention_chunk_size
+  //   tokens (layer_types "chunked_attention" / "full_attention" when given);
+  // - use_qk_norm: a weightless L2 norm of q and k on the RoPE layers.
+  void read_llama4(json& m) {
+    const int layers = static_cast<int>(m["layers"].get<std::int64_t>());
+    m["ffn_hidden"] = integer_or("intermediate_size_mlp", "ffn_hidden", 16384);
+    // Attention: chunked on the RoPE layers, global on the NoPE ones.
+    const int nope_every = nope_period(layers);
+    const auto* chunk = doc_.find(r_.path_of("attention_chunk_size"));
+    r_.has("attention_chunk_size");
+    if (chunk == nullptr || !chunk->is_null()) {  // Llama4TextConfig's default: 8192
+      hf_key_["attention_chunk"] = "attention_chunk_size";
+      m["attention_chunk"] =
+          r_.integer_in_or("attention_chunk_size", 1, std::int64_t{1} << 40, 8192);
+      const int period = global_every_of_layer_types(layers, nope_every, "chunked_attention");
+      if (period > 0) {
+        hf_key_["global_attention_every"] = "layer_types";
+        m["global_attention_every"] = period;
+      }
+    }
+    if (r_.boolean_or("use_qk_norm", true)) {
+      m["qk_norm"] = true;
+      m["qk_norm_l2"] = true;
+      if (nope_every > 0) {
+        note(
+            "use_qk_norm: the L2 norm of q and k (no weights) runs on the RoPE layers only; "
+            "costed on every layer (one elementwise pass over q and k on the NoPE layers too)");
+      }
+    }
+    if (nope_every > 0 && r_.boolean_or("attn_temperature_tuning", true)) {
+      note(
+          "attn_temperature_tuning: the NoPE layers' scaling of the queries by position is not "
+          "costed (one elementwise pass over the queries)");
+    }
+    for (const char* key : {"floor_scale", "attn_scale", "for_llm_compressor",
+                            "router_jitter_noise", "output_router_logits"}) {
+      r_.has(key);
+    }
+    // Mixture of experts.
+    const auto [first, interval] = llama4_moe_layers(layers);
+    if (interval == 0) return;  // no MoE layer: a dense model
+    json moe = json::object();
+    moe["num_experts"] = integer_or("num_local_experts", "moe.num_experts", 16, 1 << 20);
+    moe["top_k"] = integer_or("num_experts_per_tok", "moe.top_k", 1, 1 << 20);
+    moe["ffn_hidden"] = integer("intermediate_size", "moe.ffn_hidden");
+    moe["shared_experts"] = 1;  // Llama4TextMoe's shared_expert, of intermediate_size
+    moe["first_dense"] = first;
+    moe["interval"] = interval;
+    moe["aux_loss_coeff"] = r_.number_or("router_aux_loss_coef", 0.001);
+    note(
+        "Llama 4's router (a sigmoid of the top-k logits, scaling the experts' inputs) is costed "
+        "as softmax_topk: the same Linear hidden -> num_local_experts and top-k");
+    m["moe"] = std::move(moe);
+  }
+
+  // Every how many layers a NoPE layer comes (0: none), from no_rope_layers (1: RoPE, 0: NoPE;
+  // at least one per layer) or no_rope_layer_interval (default 4).
+  int nope_period(int layers) {
+    const auto* list = doc_.find(r_.path_of("no_rope_layers"));
+    r_.has("no_rope_layers");
+    if (list == nullptr || list->is_null() || (list->is_array() && list->empty())) {
+      const auto n = r_.integer_in_or("no_rope_layer_interval", 1, 1 << 20, 4);
+      return n > layers ? 0 : static_cast<int>(n);  // no NoPE layer among the model's
+    }
+    r_.has("no_rope_layer_interval");
+    const auto fail = [&](const std::string& why) { doc_.fail(r_.path_of("no_rope_layers"), why); };
+    if (!list->is_array() || static_cast<int>(list->size()) < layers) {
+      fail("expected 1 (RoPE) or 0 (NoPE) for each of the " + std::to_string(layers) + " layers");
+    }
+    int period = 0;
+    for (int i = 0; i < layers; ++i) {
+      const auto& v = (*list)[static_cast<std::size_t>(i)];
+      if (!v.is_number_integer() || (v != 0 && v != 1)) {
+        fail("[" + std::to_string(i) + "]: expected 1 (RoPE) or 0 (NoPE)");
+      }
+      if (v == 0 && period == 0) period = i + 1;
+    }
+    for (int i = 0; period > 0 && i < layers; ++i) {
+      const bool nope = (i + 1) % period == 0;
+      if (nope != ((*list)[static_cast<std::size_t>(i)] == 0)) {
+        fail("is not a NoPE layer every " + std::to_string(period) +
+             " layers: only that pattern (or no NoPE layer) is modelled");
+      }
+    }
+    return period;
+  }
+
+  // Llama 4's MoE layers as (first, interval): moe_layers when given (evenly spaced up to the
+  // last layer; empty: none), else every interleave_moe_layer_step-th layer from step - 1.
+  // interval 0: no MoE layer.
+  std::pair<int, int> llama4_moe_layers(int layers) {
+    const auto* list = doc_.find(r_.path_of("moe_layers"));
+    r_.has("moe_layers");
+    const auto step = r_.integer_in_or("interleave_moe_layer_step", 1, 1 << 20, 1);
+    if (list == nullptr || list->is_null()) {
+      if (step > layers) return {0, 0};
+      hf_key_["moe.interval"] = "interleave_moe_layer_step";
+      return {static_cast<int>(step) - 1, static_cast<int>(step)};
+    }
+    const auto fail = [&](const std::string& why) { doc_.fail(r_.path_of("moe_layers"), why); };
+    if (!list->is_array()) fail("expected a list of layer indices");
+    if (list->empty()) return {0, 0};
+    std::vector<int> ids;
+    for (const auto& v : *list) {
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= layers) {
+        fail("expected layer indices from 0 to " + std::to_string(layers - 1) + ", got " +
+             shown(v));
+      }
+      ids.push_back(v.get<int>());
+    }
+    const int first = ids.front();
+    const int interval = ids.size() > 1 ? ids[1] - ids[0] : layers;
+    std::vector<int> expected;
+    for (int l = first; interval > 0 && l < layers; l += interval) expected.push_back(l);
+    if (interval <= 0 || ids != expected) {
+      fail(
+          "only evenly spaced MoE layers running to the last layers (first, first + n, ...) "
+          "are modelled");
+    }
+    return {first, interval};
   }
 
   // DeepSeek-V2 / V3 (modeling_deepseek.py): MLA attention, first_k_dense_replace dense layers,

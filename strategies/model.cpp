@@ -121,8 +121,22 @@ void TransformerModel::validate() const {
   if (global_attention_every < 0) {
     throw ValidationError("global_attention_every", "expected 0 (every layer local) or more");
   }
-  if (global_attention_every > 0 && sliding_window == 0) {
-    throw ValidationError("global_attention_every", "needs a sliding_window");
+  if (attention_chunk < 0) {
+    throw ValidationError("attention_chunk", "expected a chunk of at least 1 token, or 0 for none");
+  }
+  if (attention_chunk > 0 && !causal) {
+    throw ValidationError("attention_chunk", "chunked attention needs causal attention");
+  }
+  if (attention_chunk > 0 && sliding_window > 0) {
+    throw ValidationError("attention_chunk",
+                          "a layer attends within a sliding window or within chunks, not both: "
+                          "give sliding_window or attention_chunk");
+  }
+  if (global_attention_every > 0 && sliding_window == 0 && attention_chunk == 0) {
+    throw ValidationError("global_attention_every", "needs a sliding_window or attention_chunk");
+  }
+  if (qk_norm_l2 && !qk_norm) {
+    throw ValidationError("qk_norm_l2", "describes the q/k norm: it needs qk_norm");
   }
   if (final_logit_softcap < 0) {
     throw ValidationError("final_softcap", "expected a positive cap, or 0 for none");
@@ -298,6 +312,8 @@ TransformerModel read_model(const config::Document& doc, const std::string& path
   m.sliding_window = r.integer_in_or("sliding_window", 0, std::int64_t{1} << 40, 0);
   m.global_attention_every =
       static_cast<int>(r.integer_in_or("global_attention_every", 0, 100'000, 0));
+  m.attention_chunk = r.integer_in_or("attention_chunk", 0, std::int64_t{1} << 40, 0);
+  m.qk_norm_l2 = r.boolean_or("qk_norm_l2", false);
   m.final_logit_softcap = r.number_or("final_softcap", 0.0);
   m.attention_logit_softcap = r.number_or("attention_softcap", 0.0);
   if (r.has("moe")) m.moe = read_moe(r.object("moe", "a mixture-of-experts block"));

@@ -5,7 +5,8 @@
 // every Linear or on Q, K and V only (Qwen2); RMSNorm on each head's queries and keys (Qwen3,
 // Gemma 3); norms after the attention and MLP blocks as well as before (Gemma 2 and 3);
 // sliding-window attention on all layers (Mistral) or all but every n-th (Gemma 2: n = 2,
-// Gemma 3: n = 6); tanh soft-capping of the logits (Gemma 2); tied or untied embeddings.
+// Gemma 3: n = 6); chunked attention on all but every n-th layer (Llama 4: n = 4); tanh
+// soft-capping of the logits (Gemma 2); tied or untied embeddings.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +59,9 @@ struct TransformerModel {
   /// RMSNorm (LayerNorm with `norm` layernorm) over each head's queries and keys before the
   /// attention core: head_dim weights each (Qwen3, Gemma 3, OLMo 2; --qk-layernorm).
   bool qk_norm = false;
+  /// With qk_norm: the norm is an L2 normalisation without weights (Llama 4's use_qk_norm,
+  /// Llama4TextL2Norm): the same elementwise passes, no parameters.
+  bool qk_norm_l2 = false;
   /// A norm after each block's output as well, before its residual add (Gemma 2 and 3's
   /// post_attention_layernorm and post_feedforward_layernorm): two more norms per layer.
   bool post_norm = false;
@@ -67,6 +71,11 @@ struct TransformerModel {
   /// with 0, all layers are local (Mistral).
   std::int64_t sliding_window = 0;
   int global_attention_every = 0;
+  /// Chunked attention (Llama 4's attention_chunk_size): the sequence is cut into chunks of
+  /// `attention_chunk` tokens and a query sees the keys of its own chunk up to itself
+  /// (Attention::chunk); 0: none. Exclusive with `sliding_window`; `global_attention_every`
+  /// n > 0 makes every n-th layer global in the same way (Llama 4: n = 4, its NoPE layers).
+  std::int64_t attention_chunk = 0;
   /// Gemma 2's final_logit_softcapping: logits become c tanh(logits / c), an elementwise pass
   /// over the logits forward and backward; 0: none.
   double final_logit_softcap = 0;
@@ -90,11 +99,19 @@ struct TransformerModel {
   std::int64_t up_width() const { return gated() ? 2 * std::int64_t{ffn_hidden} : ffn_hidden; }
   /// Whether Q, K and V carry biases (`bias` or `qkv_bias`).
   bool has_qkv_bias() const { return bias || qkv_bias; }
-  /// The sliding window layer `layer` (0-based) attends with, or 0 for global attention.
+  /// Whether layer `layer` (0-based) attends globally: no sliding window and no chunking, or
+  /// one of every `global_attention_every` layers (layers n - 1, 2n - 1, ...).
+  bool global_attention_layer(int layer) const {
+    if (sliding_window <= 0 && attention_chunk <= 0) return true;
+    return global_attention_every > 0 && (layer + 1) % global_attention_every == 0;
+  }
+  /// The sliding window layer `layer` (0-based) attends with, or 0 for none.
   std::int64_t window_of(int layer) const {
-    if (sliding_window <= 0) return 0;
-    return global_attention_every > 0 && (layer + 1) % global_attention_every == 0 ? 0
-                                                                                   : sliding_window;
+    return global_attention_layer(layer) ? 0 : sliding_window;
+  }
+  /// The attention chunk layer `layer` (0-based) attends within, or 0 for none.
+  std::int64_t chunk_of(int layer) const {
+    return global_attention_layer(layer) ? 0 : attention_chunk;
   }
   /// Weights of one norm over the hidden dimension (LayerNorm: weight and bias).
   std::int64_t norm_parameters() const {
@@ -102,10 +119,11 @@ struct TransformerModel {
   }
   /// Weights of a layer's norms, all replicated over tensor parallelism: two (four with
   /// post_norm) over the hidden dimension, and with qk_norm one over head_dim each for the
-  /// queries and the keys.
+  /// queries and the keys (none with qk_norm_l2).
   std::int64_t layer_norm_parameters() const {
-    const std::int64_t per_head =
-        norm == Norm::layernorm ? 2 * std::int64_t{head_dim()} : head_dim();
+    const std::int64_t per_head = qk_norm_l2                ? 0
+                                  : norm == Norm::layernorm ? 2 * std::int64_t{head_dim()}
+                                                            : head_dim();
     return (post_norm ? 4 : 2) * norm_parameters() + (qk_norm ? 2 * per_head : 0);
   }
   /// Name of the MLP's activation kernel ("gelu", "swiglu", "geglu", "relu2").

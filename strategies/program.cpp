@@ -1,6 +1,7 @@
 #include "strategies/program.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 #include <stdexcept>
 
@@ -117,6 +118,16 @@ double attention_keys_per_query(const Attention& a) {
   const double kv = static_cast<double>(a.seq_kv);
   if (!a.causal || a.seq_kv <= 0 || a.seq_q <= 0) return kv;
   const double q = static_cast<double>(std::min(a.seq_q, a.seq_kv));
+  if (a.chunk > 0 && a.chunk < a.seq_kv) {
+    // Keys seen by the queries at positions 0..n-1: c^2 / 2 per whole chunk, r^2 / 2 for the
+    // r positions of a partial one.
+    const double c = static_cast<double>(a.chunk);
+    const auto visible = [c](double n) {
+      const double whole = std::floor(n / c), r = n - whole * c;
+      return whole * c * c / 2 + r * r / 2;
+    };
+    return (visible(kv) - visible(kv - q)) / q;
+  }
   if (a.window <= 0 || a.window >= a.seq_kv) return kv - q / 2;
   const double w = static_cast<double>(a.window);
   const auto visible = [w](double n) { return n <= w ? n * n / 2 : w * w / 2 + (n - w) * w; };

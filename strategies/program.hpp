@@ -81,6 +81,12 @@ struct Attention {
   /// latest keys, itself included (Mistral's and Gemma's sliding_window; FlashAttention's
   /// window_size = (window - 1, 0)). 0: no window.
   std::int64_t window = 0;
+  /// Chunked (block-local) attention, causal only: the keys are cut into chunks of `chunk`
+  /// positions (0 to chunk - 1, chunk to 2 chunk - 1, ...) and a query sees the keys of its own
+  /// chunk up to itself (Llama 4's attention_chunk_size on its RoPE layers). Not a sliding
+  /// window: a query early in its chunk sees few keys however many precede it. 0: no chunking.
+  /// At most one of `window` and `chunk` is set.
+  std::int64_t chunk = 0;
 };
 
 /// Memory-bound work: norms, activations, dropout, residual adds, softmax.
@@ -161,7 +167,10 @@ Flops attention_flops(const Attention& a);
 /// keys 0..p, counted continuously as Megatron's FLOPs formulas do (seq_kv - seq_q / 2 when
 /// seq_q = seq_kv: half the score matrix); with a window w, query p sees min(p, w) keys:
 /// (F(seq_kv) - F(seq_kv - seq_q)) / seq_q with F(n) = n^2 / 2 for n <= w, else w^2 / 2 +
-/// (n - w) w. attention_flops is matmul_flops x keys / seq_kv.
+/// (n - w) w; with chunks of c, query p sees (p mod c) of its chunk's keys plus itself, counted
+/// continuously as c^2 / 2 per whole chunk: F(n) = floor(n / c) c^2 / 2 + (n mod c)^2 / 2 (so
+/// c / 2 per query when seq_q = seq_kv is a multiple of c). attention_flops is matmul_flops x
+/// keys / seq_kv.
 double attention_keys_per_query(const Attention& a);
 
 // ---- Ops.

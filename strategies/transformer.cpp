@@ -247,8 +247,8 @@ void append(std::vector<Kernel>& to, std::vector<Kernel> kernels) {
 }
 
 // The fused (flash) attention kernel of one tensor-parallel rank of layer `layer` (-1: none in
-// particular): its sliding window, if any (the unfused path computes the whole score matrix and
-// masks it, so a window saves nothing there); in FP8 with FP8 attention
+// particular): its sliding window or attention chunk, if any (the unfused path computes the
+// whole score matrix and masks it, so neither saves anything there); in FP8 with FP8 attention
 // (LowPrecisionSpec::attention) in a low-precision layer.
 Kernel fused_attention(const Dims& d, bool backward, int layer) {
   const DType dtype =
@@ -259,6 +259,10 @@ Kernel fused_attention(const Dims& d, bool backward, int layer) {
   // A window no shorter than the keys changes nothing: left unset (the Program is the same).
   if (const std::int64_t w = layer >= 0 ? d.model->window_of(layer) : 0; w > 0 && w < d.s_kv) {
     a.window = w;
+  }
+  // Likewise a chunk no shorter than the keys (Llama 4's 8192 at 8192 tokens or fewer).
+  if (const std::int64_t c = layer >= 0 ? d.model->chunk_of(layer) : 0; c > 0 && c < d.s_kv) {
+    a.chunk = c;
   }
   return Kernel{a, backward ? "attention.bwd" : "attention"};
 }

@@ -154,7 +154,9 @@ json kernel_to_json(const st::Kernel& k) {
         } else if constexpr (std::is_same_v<W, st::Attention>) {
           json a = json::array({"attention", k.name, w.batch, w.heads, w.kv_heads, w.seq_q,
                                 w.seq_kv, w.head_dim, w.causal, name_of(w.dtype), w.backward});
-          if (w.window > 0) a.push_back(w.window);  // a sliding window: a twelfth value
+          // A sliding window: a twelfth value; an attention chunk: a thirteenth, after it.
+          if (w.window > 0 || w.chunk > 0) a.push_back(w.window);
+          if (w.chunk > 0) a.push_back(w.chunk);
           return a;
         } else if constexpr (std::is_same_v<W, st::Elementwise>) {
           return json::array(
@@ -177,7 +179,7 @@ json kernel_to_json(const st::Kernel& k) {
 }
 
 st::Kernel kernel_from_json(const AttrReader& in, const json& v, const std::string& p) {
-  in.array(v, p, 3, 11);
+  in.array(v, p, 3, 13);
   const std::string& kind = in.string(v[0], p + "[0]");
   st::Kernel k;
   k.name = in.string(v[1], p + "[1]");
@@ -187,7 +189,7 @@ st::Kernel kernel_from_json(const AttrReader& in, const json& v, const std::stri
     in.array(v, p, 7, 7);
     k.work = st::Gemm{dim(2), dim(3), dim(4), dim(5), in.dtype(v[6], p + "[6]")};
   } else if (kind == "attention") {
-    in.array(v, p, 11, 12);
+    in.array(v, p, 11, 13);
     st::Attention a{dim(2),
                     dim(3),
                     dim(4),
@@ -197,7 +199,8 @@ st::Kernel kernel_from_json(const AttrReader& in, const json& v, const std::stri
                     in.boolean(v[8], p + "[8]"),
                     in.dtype(v[9], p + "[9]"),
                     in.boolean(v[10], p + "[10]")};
-    if (v.size() == 12) a.window = dim(11);
+    if (v.size() >= 12) a.window = dim(11);
+    if (v.size() == 13) a.chunk = dim(12);
     k.work = a;
   } else if (kind == "elementwise") {
     in.array(v, p, 5, 5);

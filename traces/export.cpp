@@ -277,11 +277,13 @@ nlohmann::json kernel_json(const strategies::Kernel& k) {
           j["attention"] = json::array({w.batch, w.heads, w.kv_heads, w.seq_q, w.seq_kv, w.head_dim,
                                         w.causal, name_of(w.dtype), w.backward});
           // The fused kernel, when not the default (FlashAttention-2): a tenth value.
-          // A sliding window (when set): an eleventh, after the kernel.
-          if (w.impl != hw::AttentionImpl::flash_attention_2 || w.window > 0) {
+          // A sliding window (when set): an eleventh, after the kernel; an attention chunk
+          // (when set): a twelfth, after the window.
+          if (w.impl != hw::AttentionImpl::flash_attention_2 || w.window > 0 || w.chunk > 0) {
             j["attention"].push_back(hw::name_of(w.impl));
           }
-          if (w.window > 0) j["attention"].push_back(w.window);
+          if (w.window > 0 || w.chunk > 0) j["attention"].push_back(w.window);
+          if (w.chunk > 0) j["attention"].push_back(w.chunk);
         } else if constexpr (std::is_same_v<W, strategies::Elementwise>) {
           j["elementwise"] =
               json::array({w.elements, w.bytes_read.count(), w.bytes_written.count()});

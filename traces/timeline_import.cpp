@@ -154,10 +154,11 @@ st::Kernel parse_kernel(const Reader& rd, const json& k, const std::string& wher
     const auto it = k.find(key);
     return it != k.end() && it->is_array() && it->size() == base + 1 ? base + 1 : base;
   };
-  // The attention array grew two: the fused kernel (a tenth value), then a sliding window.
+  // The attention array grew three: the fused kernel (a tenth value), then a sliding window,
+  // then an attention chunk.
   auto attention_size = [&] {
     const auto it = k.find("attention");
-    return it != k.end() && it->is_array() && (it->size() == 10 || it->size() == 11)
+    return it != k.end() && it->is_array() && (it->size() >= 10 && it->size() <= 12)
                ? it->size()
                : std::size_t{9};
   };
@@ -191,7 +192,8 @@ st::Kernel parse_kernel(const Reader& rd, const json& k, const std::string& wher
       }
       w.impl = *impl;
     }
-    if (b->size() == 11) w.window = count(*b, "attention", 10);
+    if (b->size() >= 11) w.window = count(*b, "attention", 10);
+    if (b->size() == 12) w.chunk = count(*b, "attention", 11);
     kernel.work = w;
   } else if (const json* c = field("elementwise", 3)) {
     kernel.work = st::Elementwise{count(*c, "elementwise", 0), Bytes(count(*c, "elementwise", 1)),

@@ -47,6 +47,31 @@ TEST_CASE("Megatron-LM's MoE arguments set the experts and their layout") {
       {"--moe-token-dispatcher-type", "not modelled"});
 }
 
+TEST_CASE("Megatron-DeepSpeed's MoE arguments simulate; what is not modelled exits 2") {
+  // examples_deepspeed/MoE/ds_pretrain_gpt_125M_MoE64.sh's MoE options (microsoft/
+  // Megatron-DeepSpeed) with the 125M GPT's shape, on the Mixtral example's 64 H100s.
+  const std::string line =
+      "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 "
+      "--moe-expert-parallel-size 8 --num-experts 64 --moe-loss-coeff 0.01 "
+      "--moe-train-capacity-factor 1.0 --moe-eval-capacity-factor 1.0 --moe-min-capacity 4 "
+      "--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 2048 "
+      "--max-position-embeddings 2048 --micro-batch-size 4 --global-batch-size 256 --fp16 "
+      "--deepspeed --deepspeed_config ds_config.json";
+  auto r = run("simulate mixtral-8x7b-h100-64-ep8 --megatron-args \"" + line + "\"");
+  CAPTURE(r.output);
+  CHECK(r.status == 0);
+  CHECK(has(r.output, "64 experts, top-1"));
+  // PR-MoE's pyramid of expert counts: one count per model is modelled.
+  check_bad_input(
+      "simulate mixtral-8x7b-h100-64-ep8 --megatron-args \"--num-layers 12 --hidden-size 768 "
+      "--num-experts 32 32 32 32 64 64 --mlp-type residual\"",
+      {"--num-experts", "different expert counts"});
+  check_bad_input(
+      "simulate mixtral-8x7b-h100-64-ep8 --megatron-args \"--hidden-size 768 --num-experts 8 "
+      "--topk 2 --moe-router-topk 2\"",
+      {"--moe-router-topk", "Megatron-Core"});
+}
+
 TEST_CASE("a Hugging Face Mixtral config.json reads as configs/models/mixtral-8x7b.json") {
   const TempDir tmp("cli");
   auto dir = tmp.subdir("hf-mixtral");

@@ -81,6 +81,7 @@ void hash_kernel(Hasher& h, const Kernel& k) {
           // Added after the hashes were first recorded: hashed only when not the default, so
           // that programs with FlashAttention-2 keep their hashes.
           if (w.window > 0) h.i64(1000 + w.window);
+          if (w.chunk > 0) h.i64(-w.chunk);  // apart from the windows' 1000 + w
           if (w.impl != hw::AttentionImpl::flash_attention_2) {
             h.i64(100 + static_cast<std::int64_t>(w.impl));
           }

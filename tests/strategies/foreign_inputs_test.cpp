@@ -271,6 +271,99 @@ TEST_CASE("Hugging Face Qwen MoE: Qwen1.5-MoE-A2.7B and Qwen3-30B-A3B, total and
   CHECK(step.find("at model.decoder_sparse_step") != std::string::npos);
 }
 
+TEST_CASE("Hugging Face Llama 4 Scout and Maverick: text model, total and active parameters") {
+  std::vector<std::string> notes;
+  const auto scout = hf("llama-4-scout-17b-16e.json", &notes);
+  REQUIRE(scout.moe.has_value());
+  CHECK(scout.moe->num_experts == 16);
+  CHECK(scout.moe->top_k == 1);
+  CHECK(scout.moe->ffn_hidden == 8192);  // intermediate_size: each routed expert
+  CHECK(scout.moe->shared_experts == 1);
+  CHECK(scout.moe->shared_width() == 8192);
+  CHECK(scout.ffn_hidden == 16384);  // intermediate_size_mlp: the dense layers' MLP (none here)
+  CHECK(scout.moe->first_dense == 0);
+  CHECK(scout.moe->interval == 1);  // interleave_moe_layer_step 1: every layer
+  CHECK(scout.qk_norm);
+  CHECK(scout.qk_norm_l2);
+  CHECK(scout.attention_chunk == 8192);
+  CHECK(scout.global_attention_every == 4);  // NoPE layers 3, 7, ...: global attention
+  CHECK(scout.chunk_of(0) == 8192);
+  CHECK(scout.chunk_of(3) == 0);
+  CHECK(scout.window_of(0) == 0);
+  CHECK(!scout.tied_embeddings);
+  // h 5120, L 48, a 40, g 8, d 128, V 202048, 16 experts of 8192 (top 1) plus a shared one of
+  // 8192: attention 5120 x 5120 + 2 x 5120 x 1024 + 5120 x 5120 = 62,914,560, norms 2 x 5120
+  // (the L2 q/k norm has no weights), router 16 x 5120 = 81,920, an expert 3 x 5120 x 8192 =
+  // 125,829,120. A layer 62,914,560 + 10,240 + 81,920 + 17 x 125,829,120 = 2,202,101,760 (all
+  // experts) or + 2 x 125,829,120 = 314,664,960 (one routed and the shared); x 48, + embeddings
+  // and head 2 x 202048 x 5120 + final norm 5120: 107,769,861,120 total, 17,172,894,720 active.
+  CHECK(scout.parameters() == 107'769'861'120);
+  CHECK(scout.active_parameters() == 17'172'894'720);
+  // Meta's published figures: 109B total, 17B active. The total counts the vision encoder and
+  // projector, which are not modelled: the text model is within 1.2% of it.
+  CHECK(static_cast<double>(scout.parameters()) == doctest::Approx(109e9).epsilon(0.012));
+  CHECK(static_cast<double>(scout.active_parameters()) == doctest::Approx(17e9).epsilon(0.02));
+  CHECK(contains(notes, "vision_config: the vision encoder"));
+  CHECK(contains(notes, "costed as softmax_topk"));
+  CHECK(!contains(notes, "is not read"));
+
+  const auto maverick = hf("llama-4-maverick-17b-128e.json", &notes);
+  REQUIRE(maverick.moe.has_value());
+  CHECK(maverick.moe->num_experts == 128);
+  CHECK(maverick.moe->first_dense == 1);  // interleave_moe_layer_step 2: layers 1, 3, ..., 47
+  CHECK(maverick.moe->interval == 2);
+  CHECK(!maverick.is_moe_layer(0));
+  CHECK(maverick.is_moe_layer(47));
+  CHECK(!maverick.qk_norm);  // use_qk_norm false
+  // 24 MoE layers: 62,914,560 + 10,240 + router 128 x 5120 = 655,360 + 129 x 125,829,120 =
+  // 16,295,536,640 (all experts) or 315,238,400 (two experts); 24 dense layers 62,914,560 +
+  // 10,240 + 3 x 5120 x 16384 = 314,583,040. 24 x (16,295,536,640 + 314,583,040) +
+  // 2,068,976,640 = 400,711,848,960 total; 24 x (315,238,400 + 314,583,040) + 2,068,976,640 =
+  // 17,184,691,200 active (Meta: 400B total, 17B active).
+  CHECK(maverick.parameters() == 400'711'848'960);
+  CHECK(maverick.active_parameters() == 17'184'691'200);
+  CHECK(static_cast<double>(maverick.parameters()) == doctest::Approx(400e9).epsilon(0.01));
+  CHECK(!contains(notes, "is not read"));
+
+  // The text model alone (model_type llama4_text) reads the same; layouts not modelled, and a
+  // multimodal config without its text model, name their key.
+  const std::string text = R"({"model_type": "llama4_text", "hidden_size": 64,
+      "intermediate_size": 32, "intermediate_size_mlp": 128, "num_hidden_layers": 8,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 100,
+      "num_local_experts": 4)";
+  const auto small =
+      hf_model_from_text(text + R"(, "attention_chunk_size": 16})", "config.json", notes);
+  CHECK(small.attention_chunk == 16);
+  CHECK(small.global_attention_every == 4);
+  CHECK(small.moe->interval == 1);
+  const auto listed = hf_model_from_text(
+      text + R"(, "moe_layers": [1, 3, 5, 7], "no_rope_layers": [1, 1, 0, 1, 1, 0, 1, 1]})",
+      "config.json", notes);
+  CHECK(listed.moe->first_dense == 1);
+  CHECK(listed.moe->interval == 2);
+  CHECK(listed.global_attention_every == 3);  // NoPE layers 2 and 5
+  const auto unchunked =
+      hf_model_from_text(text + R"(, "attention_chunk_size": null})", "config.json", notes);
+  CHECK(unchunked.attention_chunk == 0);
+  CHECK(unchunked.global_attention_every == 0);
+  const auto error = [&](const std::string& tail) {
+    return error_of([&] { hf_model_from_text(text + tail, "config.json", notes); });
+  };
+  CHECK(error(R"(, "moe_layers": [1, 2, 5]})").find("at model.moe_layers") != std::string::npos);
+  CHECK(error(R"(, "no_rope_layers": [1, 0, 1, 1, 1, 1, 1, 0]})")
+            .find("at model.no_rope_layers: is not a NoPE layer every 2") != std::string::npos);
+  CHECK(error(R"(, "num_experts_per_tok": 0})").find("at model.num_experts_per_tok") !=
+        std::string::npos);
+  CHECK(error_of([&] {
+          hf_model_from_text(R"({"model_type": "llama4", "vision_config": {}})", "config.json",
+                             notes);
+        }).find("at model.text_config") != std::string::npos);
+  CHECK(error_of([&] {
+          hf_model_from_text(R"({"model_type": "llama4", "text_config": {"hidden_size": 0}})",
+                             "config.json", notes);
+        }).find("at model.text_config.hidden_size") != std::string::npos);
+}
+
 TEST_CASE("Hugging Face Gemma 1/2/3 and Nemotron: shapes, windows, soft-caps, counts") {
   std::vector<std::string> notes;
   const auto gemma = hf("gemma-7b.json", &notes);
@@ -655,6 +748,103 @@ TEST_CASE("Megatron arguments: shell quoting, bad values and unsupported setting
     load("gpt3-1.7b-a100-8", megatron_from_args("--tensor-model-parallel-size 5").overrides);
   });
   CHECK(tp.find("--megatron-args (--tensor-model-parallel-size 5)") != std::string::npos);
+}
+
+TEST_CASE("Megatron-DeepSpeed MoE arguments: experts on every other layer, ep, capacity") {
+  // examples_deepspeed/MoE/ds_pretrain_gpt_1.3B_MoE128.sh's megatron_options (microsoft/
+  // Megatron-DeepSpeed), its variables filled in, on 8 GPUs (the script's EP_PARALLEL_SIZE is
+  // the GPU count: 8 here).
+  const std::string line =
+      "--override-opt_param-scheduler --adam-beta1 0.9 --adam-beta2 0.95 "
+      "--tensor-model-parallel-size 1 --moe-expert-parallel-size 8 --num-experts 128 "
+      "--moe-loss-coeff 0.01 --moe-train-capacity-factor 1.0 --moe-eval-capacity-factor 1.0 "
+      "--moe-min-capacity 4 --init-method-std 0.014 --micro-batch-size 8 "
+      "--global-batch-size 512 --num-layers 24 --hidden-size 2048 --num-attention-heads 16 "
+      "--seq-length 2048 --max-position-embeddings 2048 --lr 1.2e-4 --min-lr 1.0e-6 "
+      "--lr-decay-style cosine --split 98,2,0 --weight-decay 0.1 --clip-grad 1.0 "
+      "--hysteresis 2 --num-workers 0 --fp16 --create-moe-param-group --deepspeed "
+      "--deepspeed_config ds_config.json";
+  const auto mg = megatron_from_args(line);
+  const auto e = load("gpt3-1.7b-a100-8", mg.overrides);
+  REQUIRE(e.model.moe.has_value());
+  const auto& moe = *e.model.moe;
+  CHECK(moe.num_experts == 128);
+  CHECK(moe.top_k == 1);              // --topk's default
+  CHECK(moe.ffn_hidden == 4 * 2048);  // the model's MLP: 4h without --ffn-hidden-size
+  CHECK(moe.first_dense == 1);        // --expert-interval's default 2: layer_num % 2 == 0,
+  CHECK(moe.interval == 2);           // layers 1, 3, ..., 23 (0-based)
+  CHECK(!e.model.is_moe_layer(0));
+  CHECK(e.model.is_moe_layer(23));
+  CHECK(moe.aux_loss_coeff == 0.01);
+  REQUIRE(moe.capacity_factor.has_value());
+  CHECK(*moe.capacity_factor == 1.0);  // token dropping on (DeepSpeed's drop_tokens)
+  CHECK(moe.shared_experts == 0);
+  CHECK(e.parallelism.ep == 8);
+  CHECK(e.parallelism.etp == 1);
+  CHECK(!e.parallelism.moe_grouped_gemm);  // DeepSpeed's experts: one GEMM each
+  CHECK(e.training.dtype == DType::fp16);
+  CHECK(contains(mg.notes, "--moe-min-capacity is not modelled"));
+
+  // Defaults: --moe-loss-coeff 0.1, --moe-train-capacity-factor 1.0; --deepspeed with
+  // --num-experts alone is enough to read DeepSpeed's layout (every other layer).
+  const auto plain = load(
+      "gpt3-1.7b-a100-8",
+      megatron_from_args("--deepspeed --num-experts 8 --topk 2 --ffn-hidden-size 9216").overrides);
+  CHECK(plain.model.moe->top_k == 2);
+  CHECK(plain.model.moe->interval == 2);
+  CHECK(plain.model.moe->aux_loss_coeff == 0.1);
+  CHECK(*plain.model.moe->capacity_factor == 1.0);
+  CHECK(plain.parallelism.ep == 1);
+
+  // PR-MoE (ds_pretrain_gpt_1.3B_PR-MoE64or128.sh): --mlp-type residual is a shared expert of
+  // the experts' width behind a gate; one count per MoE layer is read when they agree; no
+  // token dropping is dropless; expert tensor parallelism splits the experts over tp.
+  const auto pr = megatron_from_args(
+      "--tensor-model-parallel-size 2 --sequence-parallel --moe-expert-parallel-size 4 "
+      "--num-experts 64 64 64 64 64 64 64 64 64 64 64 64 --mlp-type residual --num-layers 24 "
+      "--expert-interval 2 --disable-moe-token-dropping --enable-expert-tensor-parallelism "
+      "--ffn-hidden-size 9216");
+  const auto residual = load("gpt3-1.7b-a100-8", pr.overrides);
+  CHECK(residual.model.moe->num_experts == 64);
+  CHECK(residual.model.moe->shared_experts == 1);
+  CHECK(residual.model.moe->shared_width() == residual.model.moe->ffn_hidden);
+  CHECK(residual.model.moe->shared_expert_gate);
+  CHECK(!residual.model.moe->capacity_factor.has_value());
+  CHECK(residual.parallelism.ep == 4);
+  CHECK(residual.parallelism.etp == 2);
+  CHECK(contains(pr.notes, "PR-MoE's residual MLP"));
+
+  // --num-experts 1 (Megatron-DeepSpeed's default) is a dense model.
+  const auto dense = megatron_from_args("--num-experts 1 --topk 2");
+  CHECK(!load("gpt3-1.7b-a100-8", dense.overrides).model.moe.has_value());
+  CHECK(contains(dense.notes, "a dense model"));
+
+  // What is not modelled, or contradicts, names the flag.
+  auto error = [](const std::string& args) { return error_of([&] { megatron_from_args(args); }); };
+  CHECK(error("--num-layers 24 --num-experts 64 64 64 64 64 64 64 64 64 64 128 128 "
+              "--mlp-type residual")
+            .find("at --num-experts: gives MoE layers different expert counts") !=
+        std::string::npos);
+  CHECK(error("--num-layers 24 --num-experts 64 64 64")
+            .find("expected one, or one per MoE layer (num_layers / expert_interval = 12)") !=
+        std::string::npos);
+  CHECK(error("--num-experts 8 --topk 2 --moe-router-topk 2")
+            .find("at --moe-router-topk: is Megatron-Core's MoE argument") != std::string::npos);
+  CHECK(error("--num-experts 8 --moe-expert-parallel-size 2 --expert-model-parallel-size 2")
+            .find("at --expert-model-parallel-size") != std::string::npos);
+  CHECK(error("--num-experts 8 --ffn-hidden-size 64 --mlp-type pyramid")
+            .find("expected one of standard, residual") != std::string::npos);
+  CHECK(
+      error("--deepspeed --num-experts 8 --num-experts-switch 8").find("at --num-experts-switch") !=
+      std::string::npos);
+  CHECK(error("--num-experts 8 --topk 9").find("at --topk") != std::string::npos);
+  // An expert-parallel size the experiment rejects names the argument.
+  const std::string ep = error_of([] {
+    load("gpt3-1.7b-a100-8",
+         megatron_from_args("--num-experts 8 --moe-expert-parallel-size 16 --ffn-hidden-size 9216")
+             .overrides);
+  });
+  CHECK(ep.find("--moe-expert-parallel-size 16") != std::string::npos);
 }
 
 TEST_CASE("Megatron arguments: context parallelism") {

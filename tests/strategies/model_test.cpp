@@ -138,3 +138,86 @@ TEST_CASE("sliding-window attention: keys per query, FLOPs and the layers that u
   CHECK(strategies::layer_parameters_per_rank(m, 2) ==
         (512 * 2048 + 1024 * 512 + 3 * 512 * 1024) / 2 + 4 * 512 + 2 * 256);
 }
+
+TEST_CASE("chunked attention: keys per query, FLOPs and the layers that use it") {
+  using strategies::Attention;
+  // 8 tokens, causal, chunks of 3: [0, 3), [3, 6), [6, 8). Counted continuously as the causal
+  // share is (c^2 / 2 per whole chunk, r^2 / 2 for a partial one of r): 4.5 + 4.5 + 2 = 11
+  // keys for 8 queries. A sliding window of 3 over the same tokens sees 19.5 (the test above):
+  // a chunk is not a window.
+  Attention a{1, 1, 1, 8, 8, 16};
+  a.chunk = 3;
+  CHECK(strategies::attention_keys_per_query(a) == doctest::Approx(11.0 / 8));
+  a.chunk = 0;
+  a.window = 3;
+  CHECK(strategies::attention_keys_per_query(a) == doctest::Approx(19.5 / 8));
+  // A chunk no shorter than the keys is plain causal attention: s / 2.
+  a.window = 0;
+  a.chunk = 8;
+  CHECK(strategies::attention_keys_per_query(a) == doctest::Approx(4.0));
+  // Llama 4's chunk of 8192 at 10,000 tokens: one whole chunk and 1,808 tokens of the next,
+  // (8192^2 + 1808^2) / 2 / 10000 = 3,518.8864 keys per query (causal without chunks: 5,000).
+  Attention llama4{1, 40, 8, 10000, 10000, 128};
+  llama4.chunk = 8192;
+  CHECK(strategies::attention_keys_per_query(llama4) == doctest::Approx(3518.8864));
+  // FLOPs: 4 s_q s_kv d heads x keys / s_kv = 4 x 10000 x 3518.8864 x 128 x 40.
+  CHECK(strategies::attention_flops(llama4).count() ==
+        doctest::Approx(4.0 * 10000 * 3518.8864 * 128 * 40));
+  // 4096 queries after 4096 earlier tokens in chunks of 2048: the queries fill chunks 2 and 3
+  // whole, c / 2 = 1024 keys each on average.
+  Attention late{1, 1, 1, 4096, 8192, 128};
+  late.chunk = 2048;
+  CHECK(strategies::attention_keys_per_query(late) == doctest::Approx(1024.0));
+
+  // A Llama-4-like model: chunks of 1024 on all layers but every 4th (layers 3 and 7 global,
+  // Llama 4's NoPE layers) at 4096 tokens; its weightless L2 q/k norm runs, with no weights.
+  strategies::TransformerModel m;
+  m.name = "chunked";
+  m.layers = 8;
+  m.hidden = 512;
+  m.heads = 4;
+  m.kv_heads = 2;
+  m.ffn_hidden = 1024;
+  m.vocab = 1000;
+  m.activation = strategies::Activation::swiglu;
+  m.norm = strategies::Norm::rmsnorm;
+  m.position_embedding = strategies::PositionEmbedding::rotary;
+  m.bias = false;
+  m.qk_norm = true;
+  m.qk_norm_l2 = true;
+  m.attention_chunk = 1024;
+  m.global_attention_every = 4;
+  m.hidden_dropout = m.attention_dropout = 0;
+  m.validate();
+  strategies::LayerSetting set;
+  set.seq_len = 4096;
+  set.flash_attention = true;
+  set.split_layers = true;
+  const auto plan = strategies::plan_transformer_stage(m, set, 0, 1, 0, 8);
+  std::map<int, std::int64_t> chunk_of_layer;
+  int qk_norms = 0;
+  for (const auto& seg : plan.forward) {
+    for (const auto& k : seg.kernels) {
+      if (const auto* at = std::get_if<Attention>(&k.work)) {
+        chunk_of_layer[seg.layer_begin] = at->chunk;
+        CHECK(at->window == 0);
+      }
+      qk_norms += k.name == "qk_norm" ? 1 : 0;
+    }
+  }
+  CHECK(chunk_of_layer ==
+        std::map<int, std::int64_t>{
+            {0, 1024}, {1, 1024}, {2, 1024}, {3, 0}, {4, 1024}, {5, 1024}, {6, 1024}, {7, 0}});
+  CHECK(qk_norms == 8);
+  // A layer: q 512 x 512, k and v 512 x 256 each, proj 512 x 512, SwiGLU 3 x 512 x 1024, two
+  // RMSNorms 2 x 512 and no q/k norm weights.
+  CHECK(m.layer_parameters() == 512 * 512 + 2 * 512 * 256 + 512 * 512 + 3 * 512 * 1024 + 2 * 512);
+
+  // A window and chunks together, or chunks in an encoder, name the key.
+  auto both = m;
+  both.sliding_window = 512;
+  CHECK_THROWS_WITH(both.validate(), doctest::Contains("sliding window or within chunks"));
+  auto encoder = m;
+  encoder.causal = false;
+  CHECK_THROWS_WITH(encoder.validate(), doctest::Contains("needs causal attention"));
+}

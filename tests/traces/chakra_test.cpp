@@ -187,6 +187,17 @@ TEST_CASE("chakra: GPT-3 1.7B with tp 2, pp 2 and with ZeRO-3 round-trips to the
     o.push_back({"parallelism.zero", 3, "test"});
     round_trip(experiment("gpt3-1.7b-a100-8.json", o), false);
   }
+  // The attention kernels' sliding window (a twelfth value) and chunk (a thirteenth) come back:
+  // lost, the replayed attention would cost the whole causal matrix.
+  for (const char* key : {"model.sliding_window", "model.attention_chunk"}) {
+    CAPTURE(key);
+    auto o = tp_pp;
+    o.push_back({"training.flash_attention", true, "test"});
+    o.push_back({key, 512, "test"});
+    o.push_back({"model.global_attention_every", 4, "test"});
+    round_trip(experiment("gpt3-1.7b-a100-8.json", o), false);
+    round_trip(experiment("gpt3-1.7b-a100-8.json", o), true);
+  }
 }
 
 TEST_CASE("chakra: export fills durations from a timeline and refuses mirrored programs") {

@@ -200,6 +200,21 @@ TEST_CASE("timeline import: replaying an exported simulation reproduces its iter
     plain.push_back(set("training.flash_attention", true));
     CHECK(round_trip("gpt3-1.7b-a100-8", plain, true).original != approx(r.original));
   }
+  SUBCASE("... sliding windows and attention chunks") {
+    // The kernel lists carry the window and the chunk (an eleventh and a twelfth value).
+    auto plain = small;
+    plain.push_back(set("training.flash_attention", true));
+    const double full = round_trip("gpt3-1.7b-a100-8", plain, true).original;
+    for (const char* key : {"model.sliding_window", "model.attention_chunk"}) {
+      CAPTURE(key);
+      auto o = plain;
+      o.push_back(set(key, 512));
+      o.push_back(set("model.global_attention_every", 4));
+      const auto r = round_trip("gpt3-1.7b-a100-8", o, true);
+      CHECK(r.replayed == approx(r.original));
+      CHECK(r.original < full);
+    }
+  }
   SUBCASE("gpt-tiny-3d-8") {
     const auto r = round_trip("gpt-tiny-3d-8", {}, true);
     CHECK(r.replayed == approx(r.original));
