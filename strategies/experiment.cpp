@@ -986,9 +986,9 @@ void check_schedule(const config::Document& doc, const Experiment& e) {
 void check_partition(const config::Document& doc, const Experiment& e) {
   const auto& p = e.parallelism;
   const auto& m = e.model;
-  const int parts =
-      schedule_parts(p.schedule, p.pp,
-                     ScheduleOptions{p.virtual_stages, p.sequence_slices, false, p.dualpipe_overlap});
+  const int parts = schedule_parts(
+      p.schedule, p.pp,
+      ScheduleOptions{p.virtual_stages, p.sequence_slices, false, p.dualpipe_overlap});
   if (parts > m.layers) {
     doc.fail(p.virtual_stages > 1 ? "parallelism.virtual_stages" : "parallelism.pp",
              std::string(name_of(p.schedule)) + " cuts the model into " + number(parts) +

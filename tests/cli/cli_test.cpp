@@ -379,7 +379,7 @@ TEST_CASE("schedules: every applicable schedule, best first, and a CSV") {
   CAPTURE(r.output);
   REQUIRE(r.status == 0);
   for (const char* name : {"gpipe", "1f1b", "interleaved", "pipedream-2bw", "merak-scp", "zb-h1",
-                           "zb-h2", "zb-v", "chimera", "terapipe"}) {
+                           "zb-h2", "zb-v", "chimera", "terapipe", "dualpipe"}) {
     CHECK(r.output.find(name) != std::string::npos);
   }
   // Rows are sorted by iteration time among the runs that fit.
@@ -399,7 +399,8 @@ TEST_CASE("schedules: every applicable schedule, best first, and a CSV") {
     previous = t;
     ++rows;
   }
-  CHECK(rows == 20);  // 10 schedules x micro batches 1 and 2 (16 and 8 microbatches)
+  // 11 schedules x micro batches 1 and 2 (16 and 8 microbatches; dualpipe needs m >= 2p = 8).
+  CHECK(rows == 22);
 }
 
 TEST_CASE("partition prints the plan with predicted stage times") {

@@ -27,7 +27,7 @@ study::ErrorSummary all(study::AccuracyLevel level) {
 
 }  // namespace
 
-TEST_CASE("accuracy today: end to end (190 runs: mean 10.5%, max 253.5%)") {
+TEST_CASE("accuracy today: end to end (190 runs: mean 11.3%, max 275.5%)") {
   // Neither of the issue's bounds (study::kE2eMeanErrorBound 5%, every row 15%) is met by this
   // population. 190 = the 147 bf16 runs of issue 15 (mean 4.76% on their own, within 5%), the
   // 11 FP8 runs on H100 (7 llm-foundry amp_fp8, 4 NeMo 24.07 FP8: docs/precision.md), DGX
@@ -40,13 +40,17 @@ TEST_CASE("accuracy today: end to end (190 runs: mean 10.5%, max 253.5%)") {
   // to release 26.04.01 and 40-45k from 26.06 on (predicted +21% to +60% and -5% to -15%), and
   // DGX B200's two MBS-1 runs (9,299 and 9,691 tokens/s per GPU, a third of the same GPU at
   // MBS 4) are predicted +239% and +254%: host-bound MoE layers the cost model does not have
-  // (docs/accuracy.md, "Today's figures"). Nothing is fitted to them. The bounds below are these
-  // figures rounded up; lower them as the model improves.
+  // (docs/accuracy.md, "Today's figures"). Nothing is fitted to them. Since the experts' GEMMs
+  // run in the recipe's FP8 class and the saved linear inputs are FP8 (as Transformer Engine
+  // runs them), the Qwen3 rows of releases 26.06 and later are within -10% to +1.4%, and the
+  // older releases' (and the MBS-1 runs) further off: mean 11.3% (was 10.5%), max 275.5%,
+  // 146 within 10% (was 143). The bounds below are these figures rounded up; lower them as the
+  // model improves.
   const auto s = all(study::AccuracyLevel::e2e);
   CHECK(s.rows >= 190);
-  CHECK(s.mean_abs_error <= 0.1048);
-  CHECK(s.max_abs_error <= 2.536);
-  CHECK(s.within_10 >= 143);
+  CHECK(s.mean_abs_error <= 0.1128);
+  CHECK(s.max_abs_error <= 2.755);
+  CHECK(s.within_10 >= 146);
 }
 
 TEST_CASE("accuracy today: GEMM (38 cases: all within 10%, 28 within 5%, max 9.4%)") {
