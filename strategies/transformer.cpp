@@ -1066,50 +1066,79 @@ GradUnit layer_unit_of(const TransformerModel& m, const LayerSetting& setting, i
   return unit;
 }
 
-StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetting& setting,
-                                 int stage, int stages, int layer_begin, int layer_end,
-                                 const StageRecompute& recompute) {
-  const Dims d(model, setting);
-  const bool first = stage == 0, last = stage == stages - 1;
-  const ItemRanges ranges = item_ranges(d);
-  // What layer l stores per block (its linear inputs quantised in a low-precision layer).
-  const auto attention_bytes_of = [&](int l) {
-    return sum_bytes(layer_activations(model, setting, l), 0, ranges.attention_end);
-  };
-  // An MoE layer's MLP block stores the MoE block's tensors (and the hidden dropout's mask).
-  const auto mlp_bytes_of = [&](int l) {
-    if (model.is_moe_layer(l)) {
-      return moe_block_activations(model, setting, l) + Bytes(d.hidden_dropout ? d.n_res : 0);
-    }
-    const auto items = layer_activations(model, setting, l);
-    return sum_bytes(items, ranges.attention_end, items.size());
-  };
-  // Selective recomputation: the attention core's items are not stored (none with flash
-  // attention, whose core keeps only its softmax statistics: nothing to recompute).
-  const Bytes core_bytes =
-      recompute.selective && !d.flash
-          ? sum_bytes(layer_activations(model, setting), ranges.core_begin, ranges.core_end)
-          : Bytes();
-  // Full recomputation: layers [layer_begin, recomputed_end) in groups of `group`.
-  const int recomputed_end =
-      layer_begin + std::clamp(recompute.recomputed_layers, 0, layer_end - layer_begin);
-  const int group = std::max(1, recompute.group);
-  const Bytes checkpoint = checkpoint_bytes(model, setting);
-  const auto fully_recomputed = [&](int l) { return l < recomputed_end; };
-  const auto group_begin = [&](int l) { return layer_begin + (l - layer_begin) / group * group; };
-  const auto group_end = [&](int l) { return std::min(group_begin(l) + group, recomputed_end); };
-  StagePlan plan;
-  plan.boundary_bytes = Bytes(d.n_res * d.e);
+namespace {
 
-  // Gradient units in the order backward completes them: head, layers last to first, embedding.
+// What a stage's layers store and which of them are recomputed: per layer, the bytes its
+// attention and MLP blocks keep for the backward (linear inputs quantised in a low-precision
+// layer; an MoE layer's MLP block the MoE block's tensors and the hidden dropout's mask), and
+// full recomputation's groups.
+class StageStorage {
+ public:
+  StageStorage(const TransformerModel& model, const LayerSetting& setting, const Dims& d,
+               int layer_begin, int layer_end, const StageRecompute& recompute)
+      : model_(model),
+        setting_(setting),
+        d_(d),
+        ranges_(item_ranges(d)),
+        layer_begin_(layer_begin),
+        recomputed_end_(layer_begin +
+                        std::clamp(recompute.recomputed_layers, 0, layer_end - layer_begin)),
+        group_(std::max(1, recompute.group)),
+        checkpoint(checkpoint_bytes(model, setting)),
+        // Selective recomputation: the attention core's items are not stored (none with flash
+        // attention, whose core keeps only its softmax statistics: nothing to recompute).
+        core_bytes(recompute.selective && !d.flash ? sum_bytes(layer_activations(model, setting),
+                                                               ranges_.core_begin, ranges_.core_end)
+                                                   : Bytes()) {}
+
+  Bytes attention_bytes(int l) const {
+    return sum_bytes(layer_activations(model_, setting_, l), 0, ranges_.attention_end);
+  }
+  Bytes mlp_bytes(int l) const {
+    if (model_.is_moe_layer(l)) {
+      return moe_block_activations(model_, setting_, l) + Bytes(d_.hidden_dropout ? d_.n_res : 0);
+    }
+    const auto items = layer_activations(model_, setting_, l);
+    return sum_bytes(items, ranges_.attention_end, items.size());
+  }
+  // Full recomputation: layers [layer_begin, recomputed_end) in groups of `group`.
+  bool fully_recomputed(int l) const { return l < recomputed_end_; }
+  int group_begin(int l) const { return layer_begin_ + (l - layer_begin_) / group_ * group_; }
+  int group_end(int l) const { return std::min(group_begin(l) + group_, recomputed_end_); }
+
+ private:
+  const TransformerModel& model_;
+  const LayerSetting& setting_;
+  const Dims& d_;
+  ItemRanges ranges_;
+  int layer_begin_, recomputed_end_, group_;
+
+ public:
+  const Bytes checkpoint;  // a full-recomputation group's input
+  const Bytes core_bytes;  // what selective recomputation does not store per layer
+};
+
+// The gradient units of a stage in the order backward completes them: head, layers last to
+// first, embedding; their ids (-1: the stage has none).
+struct StageUnits {
+  int head = -1, embedding = -1;
+  std::vector<int> layer;  // per layer of the stage, from layer_begin
+};
+
+StageUnits add_grad_units(const TransformerModel& model, const LayerSetting& setting, const Dims& d,
+                          bool first, bool last, int stages, int layer_begin, int layer_end,
+                          StagePlan& plan) {
+  StageUnits ids;
   int next_unit = 0;
   const std::int64_t head_params = norm_parameters_per_rank(model, d.mesh) +
                                    (!model.tied_embeddings || stages > 1 ? d.vocab_local * d.h : 0);
-  const int head_unit = last ? next_unit++ : -1;
-  if (last) plan.grad_units.push_back({"head", head_params, -1});
-  std::vector<int> layer_unit(static_cast<std::size_t>(layer_end - layer_begin));
+  if (last) {
+    ids.head = next_unit++;
+    plan.grad_units.push_back({"head", head_params, -1});
+  }
+  ids.layer.resize(static_cast<std::size_t>(layer_end - layer_begin));
   for (int l = layer_end - 1; l >= layer_begin; --l) {
-    layer_unit[static_cast<std::size_t>(l - layer_begin)] = next_unit++;
+    ids.layer[static_cast<std::size_t>(l - layer_begin)] = next_unit++;
     GradUnit unit = layer_unit_of(model, setting, l);
     unit.low_precision_parameters = d.low_precision_weights(l);
     plan.grad_units.push_back(unit);
@@ -1118,33 +1147,193 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
       d.vocab_local * d.h + (model.position_embedding == PositionEmbedding::learned
                                  ? std::int64_t{model.max_seq_len} * d.h
                                  : 0);
-  const int embedding_unit = first ? next_unit++ : -1;
-  if (first) plan.grad_units.push_back({"embedding", embedding_params, -1});
+  if (first) {
+    ids.embedding = next_unit++;
+    plan.grad_units.push_back({"embedding", embedding_params, -1});
+  }
   for (const auto& u : plan.grad_units) plan.parameters += u.parameters;
-  // FP8 / FP4: each low-precision layer's linear weights (this rank's shards: an MoE layer's
-  // shared and local experts' too), quantised once per iteration after the optimizer step (an
-  // amax pass first where the recipe has no fused casts), and with delayed scaling one update
-  // of the amax histories and scales of the stage's 3 tensors per GEMM (TE's fused
-  // amax_and_scale_update: reads and writes each history).
-  std::int64_t low_gemms = 0;  // the stage's low-precision GEMMs (amax reduction)
-  if (d.lp) {
-    for (int l = layer_begin; l < layer_end; ++l) {
-      for (const LinearWeight& w : d.low_precision_weight_list(l)) {
-        // Cached over the microbatches: once per iteration (else in every forward).
-        if (d.weight_cache) {
-          d.quantise_weight(layer_name(l) + "." + w.name + ".weight", w.elements,
-                            plan.weight_casts);
-        }
-        plan.low_precision_parameters += w.elements;
+  return ids;
+}
+
+// FP8 / FP4: each low-precision layer's linear weights (this rank's shards: an MoE layer's
+// shared and local experts' too), quantised once per iteration after the optimizer step (an
+// amax pass first where the recipe has no fused casts), and with delayed scaling one update of
+// the amax histories and scales of the stage's 3 tensors per GEMM (TE's fused
+// amax_and_scale_update: reads and writes each history). Returns the stage's low-precision
+// GEMMs (the amax reduction's size).
+std::int64_t add_weight_casts(const Dims& d, int layer_begin, int layer_end, StagePlan& plan) {
+  std::int64_t low_gemms = 0;
+  if (!d.lp) return low_gemms;
+  for (int l = layer_begin; l < layer_end; ++l) {
+    for (const LinearWeight& w : d.low_precision_weight_list(l)) {
+      // Cached over the microbatches: once per iteration (else in every forward).
+      if (d.weight_cache) {
+        d.quantise_weight(layer_name(l) + "." + w.name + ".weight", w.elements, plan.weight_casts);
       }
-      low_gemms += d.low_precision_gemms(l);
+      plan.low_precision_parameters += w.elements;
     }
-    if (d.lp->recipe == ScalingRecipe::delayed && low_gemms > 0) {
-      const std::int64_t history = std::int64_t{3} * low_gemms * d.lp->amax_history_len;
-      plan.weight_casts.push_back(
-          elementwise("fp8.amax_and_scale_update", history, history * 4, history * 4));
+    low_gemms += d.low_precision_gemms(l);
+  }
+  if (d.lp->recipe == ScalingRecipe::delayed && low_gemms > 0) {
+    const std::int64_t history = std::int64_t{3} * low_gemms * d.lp->amax_history_len;
+    plan.weight_casts.push_back(
+        elementwise("fp8.amax_and_scale_update", history, history * 4, history * 4));
+  }
+  return low_gemms;
+}
+
+// The first stage's embedding: the rank's rows of the (vocab-parallel) table gathered by the
+// int64 token ids; the learned positions' rows added.
+void embedding_forward(const TransformerModel& model, const Dims& d, std::vector<Segment>& fwd) {
+  const std::int64_t n_hidden = d.tokens * d.h;
+  std::vector<Kernel> k = {
+      elementwise("embedding.lookup", n_hidden, n_hidden * d.e + d.tokens * 8, n_hidden * d.e)};
+  if (model.position_embedding == PositionEmbedding::learned) {
+    k.push_back(
+        elementwise("embedding.position_add", n_hidden, 2 * n_hidden * d.e, n_hidden * d.e));
+  }
+  fwd.push_back(compute("embedding", std::move(k)));
+  if (d.t > 1) fwd.push_back(tp_reduce(d, "embedding", -1));  // vocab-parallel embedding
+  // The embedding's all-reduce leaves the whole [b s, h] on every rank; with 2D, 2.5D and 3D
+  // each keeps its block (n_res elements). Megatron applies hidden dropout to it.
+  if (d.hidden_dropout) {
+    fwd.push_back(compute("embedding dropout", {elementwise("embedding.dropout", d.n_res,
+                                                            d.n_res * d.e, d.n_res * (d.e + 1))}));
+    fwd.back().activation_delta = Bytes(d.n_res);  // dropout mask
+  }
+}
+
+void embedding_backward_segments(const TransformerModel& model, const Dims& d, int unit,
+                                 std::vector<Segment>& bwd) {
+  std::vector<Kernel> k;
+  if (d.hidden_dropout) {
+    k.push_back(elementwise("embedding.dropout.bwd", d.n_res, d.n_res * (d.e + 1), d.n_res * d.e));
+  }
+  if (d.sp || d.nd) {  // the vocab-parallel table's gradient needs the whole [b s, h]
+    push_compute(bwd, "embedding dropout bwd", std::move(k), -1);
+    bwd.push_back(tp_gather(d, "embedding bwd", -1));
+    k.clear();
+  }
+  k.push_back(embedding_backward(d, "embedding.grad", d.vocab_local));
+  if (model.position_embedding == PositionEmbedding::learned) {
+    k.push_back(embedding_backward(d, "embedding.position_grad", model.max_seq_len));
+  }
+  bwd.push_back(compute("embedding bwd", std::move(k)));
+  bwd.back().activation_delta = -Bytes(d.hidden_dropout ? d.n_res : 0);  // the dropout mask
+  bwd.back().grads_done.push_back(unit);
+}
+
+// Stored by the head: final norm input and output (with 2D, 2.5D and 3D its input block and
+// the output all-gathered over the tp group), fp32 logits (Korthikanti's 4sbv/t term), and
+// with a final soft-cap the capped logits its backward differentiates (1 - tanh^2).
+Bytes head_stored_bytes(const TransformerModel& model, const Dims& d) {
+  const std::int64_t logits = d.tokens * d.vocab_local;
+  const bool softcap = model.final_logit_softcap > 0;
+  return Bytes((d.nd ? d.n_res * d.e + d.tokens * d.h * d.e : 2 * d.n_res * d.e) + logits * 4 +
+               (softcap ? logits * d.e : 0));
+}
+
+// The last stage's final norm, logits and loss.
+void head_forward(const TransformerModel& model, const Dims& d, std::vector<Segment>& fwd) {
+  const std::int64_t logits = d.tokens * d.vocab_local;
+  std::vector<Kernel> k;
+  if (d.nd) {  // the vocab-parallel head (as 1D) needs the whole [b s, h] on every rank
+    nd_norm(d, "final norm", "final_norm", false, -1, fwd);
+    fwd.push_back(tp_gather(d, "head", -1));
+  } else {
+    k.push_back(norm_kernel(d, "final_norm", false));
+  }
+  if (d.sp) {
+    fwd.push_back(compute("final norm", std::move(k)));
+    fwd.push_back(tp_gather(d, "head", -1));
+    k.clear();
+  }
+  k.push_back(gemm("logits", d.tokens, d.vocab_local, d.h, d.dtype));
+  if (model.final_logit_softcap > 0) {  // c tanh(logits / c)
+    k.push_back(elementwise("logits.softcap", logits, logits * d.e, logits * d.e));
+  }
+  cross_entropy_forward(d, logits, k);
+  fwd.push_back(compute("head", std::move(k)));
+  fwd.back().activation_delta = head_stored_bytes(model, d);
+  if (d.t > 1) {  // vocab-parallel cross entropy: max, sum of exponentials, target logit
+    fwd.push_back(
+        collective("loss tp all-reduce", CollectiveKind::all_reduce, Bytes(3 * d.tokens * 4)));
+    fwd.push_back(compute("loss", {elementwise("loss", d.tokens, 3 * d.tokens * 4, d.tokens * 4)}));
+  }
+}
+
+void head_backward(const TransformerModel& model, const Dims& d, int unit,
+                   std::vector<Segment>& bwd) {
+  const std::int64_t logits = d.tokens * d.vocab_local;
+  std::vector<Kernel> k;
+  cross_entropy_backward(d, logits, k);
+  if (model.final_logit_softcap > 0) {
+    k.push_back(elementwise("logits.softcap.bwd", logits, 2 * logits * d.e, logits * d.e));
+  }
+  k.push_back(gemm("logits.dgrad", d.tokens, d.h, d.vocab_local, d.dtype));
+  k.push_back(gemm("logits.wgrad", d.h, d.vocab_local, d.tokens, d.dtype));
+  bwd.push_back(compute("head bwd", std::move(k)));
+  bwd.back().activation_delta = -head_stored_bytes(model, d);
+  if (d.t > 1) bwd.push_back(tp_reduce(d, "head bwd", -1));
+  if (d.nd) {  // each rank keeps its block of the all-reduced input gradient
+    nd_norm(d, "final norm bwd", "final_norm", true, -1, bwd);
+  } else {
+    bwd.push_back(compute("final norm bwd", {norm_kernel(d, "final_norm.bwd", true)}));
+  }
+  bwd.back().grads_done.push_back(unit);
+}
+
+// The layers' forward: a fully recomputed layer runs keeping only its group's input.
+void layers_forward(const Dims& d, const StageStorage& s, int layer_begin, int layer_end,
+                    std::vector<Segment>& fwd) {
+  for (int l = layer_begin; l < layer_end; ++l) {
+    if (s.fully_recomputed(l)) {
+      const std::size_t at = fwd.size();
+      any_layer_forward(d, l, Bytes(), Bytes(), fwd);
+      if (l == s.group_begin(l)) fwd[at].checkpoint_delta += s.checkpoint;
+    } else {
+      any_layer_forward(d, l, s.attention_bytes(l) - s.core_bytes, s.mlp_bytes(l), fwd);
     }
   }
+}
+
+// The layers' backward, last to first; a full-recomputation group's forward runs again before
+// its last layer's backward, storing its activations.
+void layers_backward(const Dims& d, const StageStorage& s, const StageUnits& units, int layer_begin,
+                     int layer_end, std::vector<Segment>& bwd) {
+  for (int l = layer_end - 1; l >= layer_begin; --l) {
+    const bool full = s.fully_recomputed(l);
+    if (full && l == s.group_end(l) - 1) {
+      const std::size_t group_start = bwd.size();
+      for (int r = s.group_begin(l); r <= l; ++r) {
+        const std::size_t at = bwd.size();
+        any_layer_forward(d, r, s.attention_bytes(r), s.mlp_bytes(r), bwd);
+        for (std::size_t i = at; i < bwd.size(); ++i) {
+          bwd[i].recompute = true;
+          bwd[i].label = "recompute " + bwd[i].label;
+        }
+      }
+      bwd[group_start].checkpoint_fetch = s.checkpoint;  // the recompute starts from it
+    }
+    any_layer_backward(d, l, units.layer[static_cast<std::size_t>(l - layer_begin)],
+                       s.attention_bytes(l), s.mlp_bytes(l), full ? Bytes() : s.core_bytes, bwd);
+    if (full && l == s.group_begin(l)) bwd.back().checkpoint_delta -= s.checkpoint;
+  }
+}
+
+}  // namespace
+
+StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetting& setting,
+                                 int stage, int stages, int layer_begin, int layer_end,
+                                 const StageRecompute& recompute) {
+  const Dims d(model, setting);
+  const bool first = stage == 0, last = stage == stages - 1;
+  const StageStorage storage(model, setting, d, layer_begin, layer_end, recompute);
+  StagePlan plan;
+  plan.boundary_bytes = Bytes(d.n_res * d.e);
+  const StageUnits units =
+      add_grad_units(model, setting, d, first, last, stages, layer_begin, layer_end, plan);
+  const std::int64_t low_gemms = add_weight_casts(d, layer_begin, layer_end, plan);
   // Delayed scaling: TE all-reduces (max) the amaxes of the stage's FP8 tensors over the amax
   // reduction group when the forward's fp8_autocast region ends (Megatron wraps the stage's
   // layers in one region with this recipe) and when its backward ends.
@@ -1157,134 +1346,18 @@ StagePlan plan_transformer_stage(const TransformerModel& model, const LayerSetti
                                   amax_reduction_bytes(low_gemms, forward), TpAxis::amax, -1));
   };
 
-  const std::int64_t n_hidden = d.tokens * d.h;
-  // ---- forward
   std::vector<Segment> fwd;
-  if (first) {
-    // The rank's rows of the (vocab-parallel) table gathered by the int64 token ids; the
-    // learned positions' rows added.
-    std::vector<Kernel> k = {
-        elementwise("embedding.lookup", n_hidden, n_hidden * d.e + d.tokens * 8, n_hidden * d.e)};
-    if (model.position_embedding == PositionEmbedding::learned) {
-      k.push_back(
-          elementwise("embedding.position_add", n_hidden, 2 * n_hidden * d.e, n_hidden * d.e));
-    }
-    fwd.push_back(compute("embedding", std::move(k)));
-    if (d.t > 1) fwd.push_back(tp_reduce(d, "embedding", -1));  // vocab-parallel embedding
-    // The embedding's all-reduce leaves the whole [b s, h] on every rank; with 2D, 2.5D and 3D
-    // each keeps its block (n_res elements). Megatron applies hidden dropout to it.
-    if (d.hidden_dropout) {
-      fwd.push_back(
-          compute("embedding dropout",
-                  {elementwise("embedding.dropout", d.n_res, d.n_res * d.e, d.n_res * (d.e + 1))}));
-      fwd.back().activation_delta = Bytes(d.n_res);  // dropout mask
-    }
-  }
-  for (int l = layer_begin; l < layer_end; ++l) {
-    if (fully_recomputed(l)) {  // run it, keep only the group's input
-      const std::size_t at = fwd.size();
-      any_layer_forward(d, l, Bytes(), Bytes(), fwd);
-      if (l == group_begin(l)) fwd[at].checkpoint_delta += checkpoint;
-    } else {
-      any_layer_forward(d, l, attention_bytes_of(l) - core_bytes, mlp_bytes_of(l), fwd);
-    }
-  }
+  if (first) embedding_forward(model, d, fwd);
+  layers_forward(d, storage, layer_begin, layer_end, fwd);
   amax_all_reduce(true, fwd);
-  const std::int64_t logits = d.tokens * d.vocab_local;
-  // Stored by the head: final norm input and output (with 2D, 2.5D and 3D its input block and
-  // the output all-gathered over the tp group), fp32 logits (Korthikanti's 4sbv/t term), and
-  // with a final soft-cap the capped logits its backward differentiates (1 - tanh^2).
-  const bool softcap = model.final_logit_softcap > 0;
-  const Bytes head_stored =
-      Bytes((d.nd ? d.n_res * d.e + d.tokens * d.h * d.e : 2 * d.n_res * d.e) + logits * 4 +
-            (softcap ? logits * d.e : 0));
-  if (last) {
-    std::vector<Kernel> k;
-    if (d.nd) {  // the vocab-parallel head (as 1D) needs the whole [b s, h] on every rank
-      nd_norm(d, "final norm", "final_norm", false, -1, fwd);
-      fwd.push_back(tp_gather(d, "head", -1));
-    } else {
-      k.push_back(norm_kernel(d, "final_norm", false));
-    }
-    if (d.sp) {
-      fwd.push_back(compute("final norm", std::move(k)));
-      fwd.push_back(tp_gather(d, "head", -1));
-      k.clear();
-    }
-    k.push_back(gemm("logits", d.tokens, d.vocab_local, d.h, d.dtype));
-    if (softcap) {  // c tanh(logits / c)
-      k.push_back(elementwise("logits.softcap", logits, logits * d.e, logits * d.e));
-    }
-    cross_entropy_forward(d, logits, k);
-    fwd.push_back(compute("head", std::move(k)));
-    fwd.back().activation_delta = head_stored;
-    if (d.t > 1) {  // vocab-parallel cross entropy: max, sum of exponentials, target logit
-      fwd.push_back(
-          collective("loss tp all-reduce", CollectiveKind::all_reduce, Bytes(3 * d.tokens * 4)));
-      fwd.push_back(
-          compute("loss", {elementwise("loss", d.tokens, 3 * d.tokens * 4, d.tokens * 4)}));
-    }
-  }
+  if (last) head_forward(model, d, fwd);
   plan.forward = merge_compute(std::move(fwd), setting.split_layers);
 
-  // ---- backward (reverse order)
-  std::vector<Segment> bwd;
-  if (last) {
-    std::vector<Kernel> k;
-    cross_entropy_backward(d, logits, k);
-    if (softcap) {
-      k.push_back(elementwise("logits.softcap.bwd", logits, 2 * logits * d.e, logits * d.e));
-    }
-    k.push_back(gemm("logits.dgrad", d.tokens, d.h, d.vocab_local, d.dtype));
-    k.push_back(gemm("logits.wgrad", d.h, d.vocab_local, d.tokens, d.dtype));
-    bwd.push_back(compute("head bwd", std::move(k)));
-    bwd.back().activation_delta = -head_stored;
-    if (d.t > 1) bwd.push_back(tp_reduce(d, "head bwd", -1));
-    if (d.nd) {  // each rank keeps its block of the all-reduced input gradient
-      nd_norm(d, "final norm bwd", "final_norm", true, -1, bwd);
-    } else {
-      bwd.push_back(compute("final norm bwd", {norm_kernel(d, "final_norm.bwd", true)}));
-    }
-    bwd.back().grads_done.push_back(head_unit);
-  }
-  for (int l = layer_end - 1; l >= layer_begin; --l) {
-    const bool full = fully_recomputed(l);
-    if (full && l == group_end(l) - 1) {  // the group's forward again, storing its activations
-      const std::size_t group_start = bwd.size();
-      for (int r = group_begin(l); r <= l; ++r) {
-        const std::size_t at = bwd.size();
-        any_layer_forward(d, r, attention_bytes_of(r), mlp_bytes_of(r), bwd);
-        for (std::size_t i = at; i < bwd.size(); ++i) {
-          bwd[i].recompute = true;
-          bwd[i].label = "recompute " + bwd[i].label;
-        }
-      }
-      bwd[group_start].checkpoint_fetch = checkpoint;  // the recompute starts from the checkpoint
-    }
-    any_layer_backward(d, l, layer_unit[static_cast<std::size_t>(l - layer_begin)],
-                       attention_bytes_of(l), mlp_bytes_of(l), full ? Bytes() : core_bytes, bwd);
-    if (full && l == group_begin(l)) bwd.back().checkpoint_delta -= checkpoint;
-  }
+  std::vector<Segment> bwd;  // in reverse order
+  if (last) head_backward(model, d, units.head, bwd);
+  layers_backward(d, storage, units, layer_begin, layer_end, bwd);
   amax_all_reduce(false, bwd);
-  if (first) {
-    std::vector<Kernel> k;
-    if (d.hidden_dropout) {
-      k.push_back(
-          elementwise("embedding.dropout.bwd", d.n_res, d.n_res * (d.e + 1), d.n_res * d.e));
-    }
-    if (d.sp || d.nd) {  // the vocab-parallel table's gradient needs the whole [b s, h]
-      push_compute(bwd, "embedding dropout bwd", std::move(k), -1);
-      bwd.push_back(tp_gather(d, "embedding bwd", -1));
-      k.clear();
-    }
-    k.push_back(embedding_backward(d, "embedding.grad", d.vocab_local));
-    if (model.position_embedding == PositionEmbedding::learned) {
-      k.push_back(embedding_backward(d, "embedding.position_grad", model.max_seq_len));
-    }
-    bwd.push_back(compute("embedding bwd", std::move(k)));
-    bwd.back().activation_delta = -Bytes(d.hidden_dropout ? d.n_res : 0);  // the dropout mask
-    bwd.back().grads_done.push_back(embedding_unit);
-  }
+  if (first) embedding_backward_segments(model, d, units.embedding, bwd);
   plan.backward = merge_compute(std::move(bwd), setting.split_layers);
   return plan;
 }
