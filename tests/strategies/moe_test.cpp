@@ -52,6 +52,15 @@ Experiment moe_experiment(int dp, int ep, int pp = 1) {
   return e;
 }
 
+// The optimizer states `rank` holds from the start.
+std::int64_t optimizer_bytes(const Program& p, int rank) {
+  std::int64_t bytes = 0;
+  for (const auto& r : p.initial_memory(rank)) {
+    if (r.category == MemoryCategory::optimizer_states) bytes += r.bytes.count();
+  }
+  return bytes;
+}
+
 int group_size(const Program& p, std::uint32_t group) {
   return static_cast<int>(p.groups()[group].ranks.size());
 }
@@ -207,10 +216,7 @@ TEST_CASE("expert optimizer states are sharded over expert-data-parallel ranks")
   const std::int64_t experts = 4 * 2 * 3 * 256 * 512;
   const std::int64_t total = 4 * layer_unit_of(m, layer_setting(e), 0).parameters + 2 * 1024 * 256 +
                              256;  // embedding, head, final norm
-  std::int64_t optimizer = 0;
-  for (const auto& r : p.initial_memory(0)) {
-    if (r.category == MemoryCategory::optimizer_states) optimizer += r.bytes.count();
-  }
+  const std::int64_t optimizer = optimizer_bytes(p, 0);
   const std::int64_t dense = total - experts;
   CHECK(optimizer == 12 * ((dense + 7) / 8 + (experts + 1) / 2));
 }
@@ -233,10 +239,7 @@ TEST_CASE("dualpipe: both copies of a part share its expert-dp group and its sta
   const std::int64_t experts = 4 * 4 * 3 * 256 * 512;
   const std::int64_t total = 4 * layer_unit_of(m, layer_setting(e), 0).parameters + 2 * 1024 * 256 +
                              256;  // embedding, head, final norm
-  std::int64_t optimizer = 0;
-  for (const auto& r : p.initial_memory(0)) {
-    if (r.category == MemoryCategory::optimizer_states) optimizer += r.bytes.count();
-  }
+  const std::int64_t optimizer = optimizer_bytes(p, 0);
   // Each of the two chunks' states sharded apart: part 0 holds the embedding and 2 layers,
   // part 1 the other 2 layers, the final norm and the head.
   const std::int64_t layer = layer_unit_of(m, layer_setting(e), 0).parameters;
