@@ -379,8 +379,15 @@ class DeepSpeedReader : foreign::Reader {
         auto_kept(at + "." + key, std::string("parallelism.") + key);
         continue;
       }
-      set(std::string("parallelism.") + key, integer(*v, at + "." + key, 1, std::int64_t{1} << 50),
-          at + "." + key);
+      std::int64_t elements = integer(*v, at + "." + key, 0, std::int64_t{1} << 50);
+      if (elements == 0) {
+        // DeepSpeed fills a bucket until the next gradient (parameter) would overflow it: with
+        // 0 every one goes alone. A bucket of one element is that here (bucket_units: a unit
+        // larger than the bucket is a bucket of its own).
+        note(at + "." + key + " is 0: every gradient unit is reduced (gathered) alone");
+        elements = 1;
+      }
+      set(std::string("parallelism.") + key, elements, at + "." + key);
     }
     if (const json* v = member("overlap_comm")) {
       if (is_auto(*v)) {
@@ -407,8 +414,17 @@ class DeepSpeedReader : foreign::Reader {
           auto_kept(at + "." + key, std::string("parallelism.") + ours);
           continue;
         }
-        set(std::string("parallelism.") + ours,
-            integer(*v, at + "." + key, 1, std::int64_t{1} << 50), at + "." + key);
+        const std::int64_t elements = integer(*v, at + "." + key, 0, std::int64_t{1} << 50);
+        if (elements == 0 && std::string_view(key) == "stage3_prefetch_bucket_size") {
+          // DeepSpeed prefetches nothing with a bucket of 0: each use gathers its parameters.
+          note(at + "." + key + " is 0: no prefetch (parallelism.zero_prefetch_layers 0)");
+          set("parallelism.zero_prefetch_layers", 0, at + "." + key);
+          continue;
+        }
+        if (elements == 0) {  // stage3_max_live_parameters 0: DeepSpeed's limit of none held
+          fail(at + "." + key, "0 would hold no gathered parameter at all; expected at least 1");
+        }
+        set(std::string("parallelism.") + ours, elements, at + "." + key);
       }
       for (const char* key :
            {"stage3_max_reuse_distance", "stage3_param_persistence_threshold", "sub_group_size"}) {

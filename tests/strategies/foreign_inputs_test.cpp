@@ -937,4 +937,28 @@ TEST_CASE("dropout, clipping and loss scaling from Megatron arguments and Huggin
 }
 
 }  // namespace
+TEST_CASE("Hugging Face transformers' ds_config_zero3.json: bucket sizes of 0 are read") {
+  // tests/data/deepspeed/hf-transformers-ds_config_zero3.json (PROVENANCE.md: copied from
+  // transformers' tests/deepspeed/) was refused with "reduce_bucket_size: expected an integer
+  // from 1". DeepSpeed fills a reduce bucket until the next gradient would overflow it, so 0
+  // reduces every gradient alone: one element here (a unit larger than the bucket is a bucket
+  // of its own). stage3_prefetch_bucket_size 0 prefetches nothing: zero_prefetch_layers 0.
+  const auto ds = load_deepspeed(stratasim::testing::source_dir() /
+                                 "tests/data/deepspeed/hf-transformers-ds_config_zero3.json");
+  const auto e = load("llama2-7b-h100-8", ds.overrides);
+  CHECK(e.parallelism.zero == 3);
+  CHECK(e.parallelism.reduce_bucket_size == 1);
+  CHECK(e.parallelism.zero_prefetch_layers == 0);
+  CHECK(e.parallelism.zero_max_live_parameters == 1'000'000'000);
+  CHECK(e.parallelism.offload.params);
+  CHECK(e.parallelism.offload.optimizer);
+  CHECK(contains(ds.notes, "reduce_bucket_size is 0"));
+  CHECK(contains(ds.notes, "stage3_prefetch_bucket_size is 0"));
+  // Negative sizes stay errors at their keys.
+  CHECK(error_of([] {
+          deepspeed_from_text(R"({"zero_optimization": {"stage": 2, "reduce_bucket_size": -1}})",
+                              "neg.json");
+        }).find("zero_optimization.reduce_bucket_size") != std::string::npos);
+}
+
 }  // namespace stratasim::strategies
