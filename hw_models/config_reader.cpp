@@ -150,6 +150,15 @@ void Document::fail(const std::string& path, const std::string& message) const {
   throw ConfigError(o.source, relative, message);
 }
 
+void Document::fail_among(const std::vector<std::string>& paths, const std::string& otherwise,
+                          const std::string& message) const {
+  for (const std::string& path : paths) {
+    const Origin& o = origin_of(path);
+    if (o.file.empty() && !o.prefix.empty() && find(path) != nullptr) fail(path, message);
+  }
+  fail(otherwise, message);
+}
+
 void Document::inline_reference(const std::string& path) {
   const nlohmann::json* value = find(path);
   if (value == nullptr || !value->is_string()) return;

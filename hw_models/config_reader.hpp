@@ -74,6 +74,10 @@ class Document {
   /// Throws a ConfigError for `path`, naming the file (or override) the value came from and
   /// the path within it.
   [[noreturn]] void fail(const std::string& path, const std::string& message) const;
+  /// fail() for a rule over several values: at the first of `paths` whose value an override
+  /// set (the user's latest word, e.g. --megatron-args), else at `otherwise`.
+  [[noreturn]] void fail_among(const std::vector<std::string>& paths, const std::string& otherwise,
+                               const std::string& message) const;
 
   /// Runs `check` (a validate() call); a ValidationError becomes a ConfigError at
   /// join_path(base, error.path()).

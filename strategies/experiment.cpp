@@ -778,17 +778,19 @@ void resolve_data_parallel(const config::Document& doc, Experiment& e) {
       number(p.tp) + " * " + (p.cp > 1 ? number(p.cp) + " * " : "") + number(p.pp);
   if (p.dp == 0) {
     if (world % model_parallel != 0) {
-      doc.fail(p.cp > 1 ? "parallelism.cp" : "parallelism",
-               mp + " = " + number(model_parallel) + " does not divide the " + number(world) +
-                   " devices of cluster " + e.cluster.name + "; set tp, " +
-                   (p.cp > 1 ? "cp, " : "") + "pp (and dp) so that " + mp +
-                   " * dp = " + number(world));
+      doc.fail_among({"parallelism.tp", "parallelism.cp", "parallelism.pp"},
+                     p.cp > 1 ? "parallelism.cp" : "parallelism",
+                     mp + " = " + number(model_parallel) + " does not divide the " + number(world) +
+                         " devices of cluster " + e.cluster.name + "; set tp, " +
+                         (p.cp > 1 ? "cp, " : "") + "pp (and dp) so that " + mp +
+                         " * dp = " + number(world));
     }
     p.dp = static_cast<int>(world / model_parallel);
   } else if (model_parallel * p.dp != world) {
-    doc.fail("parallelism.dp", mp + " * dp = " + mp_values + " * " + number(p.dp) + " = " +
-                                   number(model_parallel * p.dp) + ", but cluster " +
-                                   e.cluster.name + " has " + number(world) + " devices");
+    doc.fail_among(
+        {"parallelism.tp", "parallelism.cp", "parallelism.pp", "parallelism.dp"}, "parallelism.dp",
+        mp + " * dp = " + mp_values + " * " + number(p.dp) + " = " + number(model_parallel * p.dp) +
+            ", but cluster " + e.cluster.name + " has " + number(world) + " devices");
   }
 }
 

@@ -1198,9 +1198,10 @@ class MegatronReader : foreign::Reader {
       set("model.position_embedding", "rotary", "--use-rotary-position-embeddings");
     }
     if (has("--normalization")) {
-      set("model.norm",
-          choice("--normalization", {"LayerNorm", "RMSNorm"}) == "RMSNorm" ? "rmsnorm"
-                                                                           : "layernorm",
+      // Megatron-LM's choices; Megatron-DeepSpeed's argparse has them in lower case.
+      const std::string norm =
+          choice("--normalization", {"LayerNorm", "RMSNorm", "layernorm", "rmsnorm"});
+      set("model.norm", norm == "RMSNorm" || norm == "rmsnorm" ? "rmsnorm" : "layernorm",
           "--normalization");
     }
     if (flag("--disable-bias-linear") && flag("--add-bias-linear")) {

@@ -66,8 +66,19 @@ strategies::Override parse_set(std::string_view text, std::string origin) {
     throw BadInput("--set expects dotted.key=value, got \"" + std::string(text) + "\"");
   }
   if (origin.empty()) origin = "command line (--set " + std::string(text) + ")";
-  return {std::string(text.substr(0, eq)),
-          config::parse_override_value(std::string(text.substr(eq + 1))), std::move(origin)};
+  std::string key(text.substr(0, eq));
+  nlohmann::json value = config::parse_override_value(std::string(text.substr(eq + 1)));
+  // A shipped config by its catalog name ("--set cluster=dgx-h100-128"), as --cluster takes
+  // it: the catalog's file, absolute (a path is left as given).
+  if (value.is_string() && (key == "cluster" || key == "model" || key == "cluster.device")) {
+    const std::string given = value.get<std::string>();
+    const fs::path found = key == "cluster" ? resolve_cluster(given)
+                           : key == "model" ? resolve_model(given)
+                                            : resolve_device(given);
+    std::error_code ec;
+    if (found != fs::path(given)) value = fs::absolute(found, ec).string();
+  }
+  return {std::move(key), std::move(value), std::move(origin)};
 }
 
 strategies::Experiment load(const std::string& given,

@@ -183,3 +183,39 @@ TEST_CASE("bad ZeRO++ keys of a DeepSpeed config exit 2 naming the file and the 
   CAPTURE(ok.output);
   CHECK(ok.status == 0);
 }
+
+TEST_CASE("Megatron-DeepSpeed's --normalization rmsnorm (lower case) is read") {
+  // Megatron-DeepSpeed's argparse choices are "layernorm" and "rmsnorm"; Megatron-LM's
+  // "LayerNorm" and "RMSNorm". Both spellings give the same simulation.
+  const TempDir tmp("cli");
+  auto dir = tmp.subdir("normalization");
+  CHECK(report_of(dir, "lower", "gpt3-1.7b-a100-8 --megatron-args \"--normalization rmsnorm\"") ==
+        report_of(dir, "upper", "gpt3-1.7b-a100-8 --megatron-args \"--normalization RMSNorm\""));
+  auto r = run("simulate gpt3-1.7b-a100-8 --megatron-args \"--normalization rms\"");
+  CHECK(r.status == 2);
+  CHECK(has(r.output, "--normalization"));
+}
+
+TEST_CASE("--megatron-args setting tp x pp beyond the cluster blames --megatron-args") {
+  // docs/inputs.md: errors name the argument that set the value, not the experiment file.
+  auto r =
+      run("simulate llama2-7b-h100-8 --megatron-args \"--tensor-model-parallel-size 8 "
+          "--pipeline-model-parallel-size 4\"");
+  CAPTURE(r.output);
+  CHECK(r.status == 2);
+  CHECK(has(r.output, "--tensor-model-parallel-size"));
+  CHECK(!has(r.output, "llama2-7b-h100-8.json"));
+}
+
+TEST_CASE("--set cluster=dgx-h100-128 takes a shipped cluster by name, as --cluster does") {
+  auto r =
+      run("simulate llama2-7b-h100-8 --set cluster=dgx-h100-128 --set parallelism.dp=256 "
+          "--set training.global_batch=256");  // 128 nodes x 8 = 1,024 = tp 4 x dp 256
+  CAPTURE(r.output);
+  CHECK(r.status == 0);
+  CHECK(has(r.output, "dgx-h100-128"));
+  // A name that is neither a file nor in the catalog stays an error at the key.
+  auto bad = run("simulate llama2-7b-h100-8 --set cluster=no-such-cluster");
+  CHECK(bad.status == 2);
+  CHECK(has(bad.output, "no-such-cluster"));
+}
