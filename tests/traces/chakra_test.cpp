@@ -3,9 +3,12 @@
 #include <doctest/doctest.h>
 
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "hw_models/cluster.hpp"
 #include "sim/simulator.hpp"
@@ -385,4 +388,95 @@ TEST_CASE("chakra: dependency errors in the JSON form") {
     REQUIRE(!t.notes.empty());
     CHECK(t.notes[0].find("spanning all 2 ranks") != std::string::npos);
   }
+}
+
+TEST_CASE("chakra: exported communicator group ids start at 1 because ASTRA-sim reserves 0") {
+  // ASTRA-sim reserves communicator group id 0 (no group: all ranks): its
+  // CommunicatorGroupManager numbers groups from 1, and Workload::issue_pytorch_pg_metadata adds
+  // 1 to PyTorch's pg names "to ensure pgName > 0". So the comm-group file's keys are 1..G for
+  // the Program's G groups, and every collective's pg_name is one of them.
+  const auto program = st::lower(experiment("gpt-tiny-3d-8.json"), {.mirror_data_parallel = false});
+  REQUIRE(!program.groups().empty());
+  const TempDir dir("traces");
+  const fs::path prefix = dir.path() / "t";
+  traces::write_chakra(prefix, program, {.json_form = true});
+  const auto groups = nlohmann::ordered_json::parse(read(prefix.string() + ".comm_groups.json"));
+  std::vector<std::string> keys;
+  for (const auto& [key, unused] : groups.items()) keys.push_back(key);
+  std::vector<std::string> expected;
+  for (std::size_t g = 1; g <= program.groups().size(); ++g) expected.push_back(std::to_string(g));
+  CHECK(keys == expected);
+  std::size_t collectives = 0;
+  const std::regex pg(R"re("pg_name",\s*"stringVal":\s*"([0-9]+)")re");
+  for (int r = 0; r < program.world_size(); ++r) {
+    const std::string text = read(prefix.string() + "." + std::to_string(r) + ".json");
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), pg); it != std::sregex_iterator();
+         ++it) {
+      ++collectives;
+      const std::string id = (*it)[1].str();
+      CHECK(id != "0");
+      CHECK(groups.contains(id));
+    }
+  }
+  CHECK(collectives > 0);
+  // The import maps the ids back: same groups, same names, same program.
+  check_same_program(program, traces::import_chakra(prefix).program);
+
+  // A foreign trace may use ASTRA-sim's group 0 without listing it: all ranks.
+  const std::string r =
+      kMeta + json_node(1, "COMM_COLL_NODE",
+                        ", \"attr\": [{\"name\": \"comm_type\", \"int64Val\": \"0\"}, "
+                        "{\"name\": \"comm_size\", \"int64Val\": \"8\"}, "
+                        "{\"name\": \"pg_name\", \"stringVal\": \"0\"}]");
+  const auto t = traces::import_chakra_buffers({r, r}, std::string("{\"1\": [0]}"), "z", true);
+  const auto& c = std::get<st::Collective>(t.program.ops_of(0)[0].work);
+  CHECK(t.program.groups()[c.group].ranks == std::vector<std::int32_t>{0, 1});
+}
+
+TEST_CASE("chakra: all-gather comm_size is one rank's input as Chakra and ASTRA-sim count it") {
+  // ASTRA-sim's collectives (Ring, HalvingDoubling) take an all-gather's data_size as one rank's
+  // input (final_data_size = data_size * nodes_in_ring) and a reduce-scatter's as the whole
+  // input (final_data_size = data_size / nodes_in_ring); Chakra's PyTorch converter writes the
+  // same. The Program counts an all-gather's whole output (nccl-tests' convention), so a 4-rank
+  // all-gather of 4096 bytes is comm_size 4096 / 4 = 1024; a reduce-scatter of 4096 stays 4096.
+  st::Program p(4);
+  const auto g = p.add_group({0, 1, 2, 3}, "dp");
+  for (int r = 0; r < 4; ++r) {
+    p.begin_rank(r);
+    st::OpInfo info;
+    info.stream = st::Stream::dp_comm;
+    p.add(st::Collective{st::CollectiveKind::all_gather, DType::bf16, g, Bytes(4096)}, info);
+    p.add(st::Collective{st::CollectiveKind::reduce_scatter, DType::bf16, g, Bytes(4096)}, info);
+    // 4099 bytes do not divide among 4 ranks: the exact count travels beside comm_size.
+    p.add(st::Collective{st::CollectiveKind::all_gather, DType::bf16, g, Bytes(4099)}, info);
+  }
+  p.finish();
+  const TempDir dir("traces");
+  traces::write_chakra(dir.path() / "t", p, {.json_form = true});
+  const std::string text = read(dir.path() / "t.0.json");
+  const std::regex size(R"re("comm_size",\s*"int64Val":\s*"([0-9]+)")re");
+  std::vector<std::string> sizes;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), size); it != std::sregex_iterator();
+       ++it) {
+    sizes.push_back((*it)[1].str());
+  }
+  CHECK(sizes == std::vector<std::string>{"1024", "4096", "1024"});
+  // Export then import keeps the Program's bytes.
+  check_same_program(p, traces::import_chakra(dir.path() / "t").program);
+
+  // A foreign 2-rank trace: ALL_GATHER (2) of comm_size 1024 is 2048 bytes of output;
+  // REDUCE_SCATTER (7) of 1024 is 1024.
+  auto coll = [](int id, int type) {
+    return json_node(id, "COMM_COLL_NODE",
+                     ", \"attr\": [{\"name\": \"comm_type\", \"int64Val\": \"" +
+                         std::to_string(type) +
+                         "\"}, {\"name\": \"comm_size\", \"int64Val\": \"1024\"}]");
+  };
+  const std::string r = kMeta + coll(1, 2) + coll(2, 7);
+  const auto t = traces::import_chakra_buffers({r, r}, std::nullopt, "f", true);
+  const auto ops = t.program.ops_of(0);
+  REQUIRE(ops.size() == 2);
+  CHECK(std::get<st::Collective>(ops[0].work).kind == st::CollectiveKind::all_gather);
+  CHECK(std::get<st::Collective>(ops[0].work).bytes == Bytes(2048));
+  CHECK(std::get<st::Collective>(ops[1].work).bytes == Bytes(1024));
 }
