@@ -480,3 +480,102 @@ TEST_CASE("chakra: all-gather comm_size is one rank's input as Chakra and ASTRA-
   CHECK(std::get<st::Collective>(ops[0].work).bytes == Bytes(2048));
   CHECK(std::get<st::Collective>(ops[1].work).bytes == Bytes(1024));
 }
+
+namespace {
+
+// The values of attribute `name` (type field `field`: int64Val, uint64Val) in a JSON-form file,
+// in node order.
+std::vector<std::string> attr_values(const std::string& text, const std::string& name,
+                                     const std::string& field) {
+  const std::regex re("\"" + name + "\",\\s*\"" + field + "\":\\s*\"([0-9]+)\"");
+  std::vector<std::string> out;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
+       ++it) {
+    out.push_back((*it)[1].str());
+  }
+  return out;
+}
+
+// One rank, one compute op per kernel list, in order.
+st::Program one_rank_program(const std::vector<std::vector<st::Kernel>>& lists) {
+  st::Program p(1);
+  p.begin_rank(0);
+  for (const auto& list : lists) {
+    st::OpInfo info;
+    const auto* copy = std::get_if<st::Copy>(&list[0].work);
+    info.stream = copy && copy->from != copy->to ? st::Stream::copy : st::Stream::compute;
+    p.add(st::Compute{p.add_kernels(list)}, info);
+  }
+  p.finish();
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("chakra: memory-bound nodes get num_ops and tensor_size from their kernels") {
+  // ASTRA-sim's roofline (Workload::issue_comp) runs a COMP_NODE for num_ops / perf(num_ops /
+  // tensor_size) and skips one whose tensor_size is 0; num_ops 0 gives intensity 0 and stalls.
+  // Hand-calculated:
+  // - GEMM 128 x 256 x 64 bf16: 2 m n k = 4,194,304 FLOPs; A, B and C once:
+  //   (128*64 + 64*256 + 128*256) * 2 bytes = 114,688.
+  // - elementwise of 1000 elements reading and writing 2000 bytes each: 1000 ops, 4000 bytes.
+  // - Adam step of 1000 bf16 parameters with fp32 gradients: one op per parameter; reads the
+  //   fp32 gradient, master, m and v (16 bytes) and writes master, m, v and the bf16 weights
+  //   (14): 30 bytes a parameter (strategies/optimizer.hpp's table), 30,000 bytes.
+  st::OptimizerStep adam;
+  adam.params = 1000;
+  adam.fp32_grads = true;
+  const auto p = one_rank_program({
+      {{st::Gemm{128, 256, 64, 1, DType::bf16}, "fc"}},
+      {{st::Elementwise{1000, Bytes(2000), Bytes(2000)}, "gelu"}},
+      {{adam, "adam"}},
+  });
+  const TempDir dir("traces");
+  traces::write_chakra(dir.path() / "t", p, {.json_form = true});
+  const std::string text = read(dir.path() / "t.0.json");
+  CHECK(attr_values(text, "num_ops", "int64Val") ==
+        std::vector<std::string>{"4194304", "1000", "1000"});
+  CHECK(attr_values(text, "tensor_size", "uint64Val") ==
+        std::vector<std::string>{"114688", "4000", "30000"});
+  check_same_program(p, traces::import_chakra(dir.path() / "t").program);
+}
+
+TEST_CASE("chakra: host and PCIe copies are exported as memory load and store nodes") {
+  // ASTRA-sim moves a MEM_LOAD_NODE's / MEM_STORE_NODE's tensor_size bytes through its memory
+  // model (Workload::issue_remote_mem); a COMP_NODE would run on the GPU's roofline. Host to
+  // device is a load, device to host a store; a copy within the device stays a COMP_NODE.
+  const auto p = one_rank_program({
+      {{st::Copy{Bytes(1 << 20), st::MemoryTier::host, st::MemoryTier::device}, "prefetch"}},
+      {{st::Copy{Bytes(1 << 19), st::MemoryTier::device, st::MemoryTier::host}, "offload"}},
+      {{st::Copy{Bytes(1 << 18), st::MemoryTier::device, st::MemoryTier::device}, "move"}},
+  });
+  const TempDir dir("traces");
+  traces::write_chakra(dir.path() / "t", p, {.json_form = true});
+  const std::string text = read(dir.path() / "t.0.json");
+  const auto load = text.find("\"MEM_LOAD_NODE\"");
+  const auto store = text.find("\"MEM_STORE_NODE\"");
+  const auto comp = text.find("\"COMP_NODE\"");
+  REQUIRE(load != std::string::npos);
+  REQUIRE(store != std::string::npos);
+  REQUIRE(comp != std::string::npos);
+  CHECK(load < store);
+  CHECK(store < comp);
+  // tensor_size: the bytes copied (within the device: read and written, 2 x 262,144).
+  CHECK(attr_values(text, "tensor_size", "uint64Val") ==
+        std::vector<std::string>{"1048576", "524288", "524288"});
+  check_same_program(p, traces::import_chakra(dir.path() / "t").program);
+  // Without our kernel attribute (another tool's trace) the nodes still read as the copies.
+  std::string foreign = read(dir.path() / "t.0.json");
+  for (std::size_t at; (at = foreign.find("stratasim.kernels")) != std::string::npos;) {
+    foreign.replace(at, 17, "other.kernels____");
+  }
+  const auto t = traces::import_chakra_buffers({foreign}, std::nullopt, "f", true);
+  const auto ops = t.program.ops_of(0);
+  REQUIRE(ops.size() == 3);
+  const auto& k0 = t.program.kernels_of(std::get<st::Compute>(ops[0].work));
+  const auto& k1 = t.program.kernels_of(std::get<st::Compute>(ops[1].work));
+  CHECK(std::get<st::Copy>(k0[0].work).bytes == Bytes(1 << 20));
+  CHECK(std::get<st::Copy>(k0[0].work).to == st::MemoryTier::device);
+  CHECK(std::get<st::Copy>(k1[0].work).bytes == Bytes(1 << 19));
+  CHECK(std::get<st::Copy>(k1[0].work).to == st::MemoryTier::host);
+}
