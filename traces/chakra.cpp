@@ -46,6 +46,7 @@ constexpr const char* kGroupNamesAttr = "stratasim.groups";
 // A collective's exact bytes (the Program's convention) when comm_size cannot carry them: an
 // all-gather whose output does not divide evenly among its ranks.
 constexpr const char* kBytesAttr = "stratasim.bytes";
+constexpr const char* kClusterAttr = "stratasim.cluster";
 constexpr const char* kGroupIdBaseAttr = "stratasim.group_id_base";
 // ASTRA-sim reserves communicator group id 0 (no group: all ranks). Its CommunicatorGroupManager
 // numbers groups from 1 and Workload::issue_pytorch_pg_metadata adds 1 to PyTorch's pg names
@@ -902,7 +903,14 @@ ImportedTrace import_chakra_buffers(const std::vector<std::string>& per_rank,
     messages[r].nodes.clear();
   }
   input.groups = state.groups;
-  ImportedTrace result{build_program(input), {}, std::nullopt};
+  std::optional<std::string> cluster;
+  if (const auto* a = find_attr(messages[0].metadata.attr(), kClusterAttr)) {
+    if (a->value_case() != pb::AttributeProto::kStringVal) {
+      AttrReader(files[0], "GlobalMetadata", kClusterAttr).fail("", "a string");
+    }
+    if (!a->string_val().empty()) cluster = a->string_val();
+  }
+  ImportedTrace result{build_program(input), {}, cluster};
   if (!state.pgs_taken_as_world.empty()) {
     std::string pgs;
     for (const auto& pg : state.pgs_taken_as_world) pgs += (pgs.empty() ? "" : ", ") + pg;
@@ -1107,6 +1115,11 @@ void write_chakra(const fs::path& prefix, const st::Program& program,
   }
   const Timeline* timeline = options.timeline;
   if (timeline && timeline->spans.size() != program.op_count()) timeline = nullptr;
+  if (options.single_comm_queue && (timeline == nullptr || !timeline->completed)) {
+    throw std::invalid_argument(
+        "ordering communication for a single queue needs a completed simulation of the program "
+        "(its start times)");
+  }
   const int world = program.world_size();
   std::vector<std::string> rank_texts(static_cast<std::size_t>(world));
 
@@ -1132,6 +1145,7 @@ void write_chakra(const fs::path& prefix, const st::Program& program,
           json::array({st::name_of(m.category), st::name_of(m.tier), m.bytes.count()}));
     }
     set_string(meta.add_attr(), kInitialMemoryAttr, initial.dump());
+    if (!options.cluster.empty()) set_string(meta.add_attr(), kClusterAttr, options.cluster);
     options.json_form ? append_json(out, meta) : append_delimited(out, meta);
 
     const st::OpId first = program.first_op(r);
@@ -1139,6 +1153,25 @@ void write_chakra(const fs::path& prefix, const st::Program& program,
     std::array<std::int64_t, st::kStreamCount> last_on_stream;
     last_on_stream.fill(-1);
     std::map<std::pair<int, int>, std::int32_t> tags;  // (src, dst) -> messages so far
+    // With single_comm_queue: the previous communication node in simulated start order, per
+    // communication node (index within the rank; -1 for the first).
+    std::vector<std::int64_t> previous_comm(ops.size(), -1);
+    if (options.single_comm_queue) {
+      std::vector<std::size_t> comms;
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        if (!std::holds_alternative<st::Compute>(ops[i].work)) comms.push_back(i);
+      }
+      std::sort(comms.begin(), comms.end(), [&](std::size_t a, std::size_t b) {
+        const Span& x = timeline->spans[first + a];
+        const Span& y = timeline->spans[first + b];
+        if (x.start != y.start) return x.start < y.start;
+        if (x.end != y.end) return x.end < y.end;
+        return a < b;
+      });
+      for (std::size_t j = 1; j < comms.size(); ++j) {
+        previous_comm[comms[j]] = static_cast<std::int64_t>(comms[j - 1]);
+      }
+    }
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const st::Op& op = ops[i];
       pb::Node node;
@@ -1146,8 +1179,12 @@ void write_chakra(const fs::path& prefix, const st::Program& program,
       node.set_name(program.label_of(op));
       for (st::OpId d : program.deps_of(op)) node.add_data_deps(d - first);
       auto& last = last_on_stream[static_cast<std::size_t>(op.stream)];
+      const std::int64_t last_before = last;
       if (last >= 0) node.add_ctrl_deps(static_cast<std::uint64_t>(last));
       last = static_cast<std::int64_t>(i);
+      if (previous_comm[i] >= 0 && previous_comm[i] != last_before) {
+        node.add_ctrl_deps(static_cast<std::uint64_t>(previous_comm[i]));
+      }
       if (timeline) {
         const Span& s = timeline->spans[first + i];
         // Whole microseconds, rounded to nearest (Chakra's unit).

@@ -36,6 +36,16 @@ struct ChakraExportOptions {
   /// A run of the program (same op ids): fills each node's start_time_micros and
   /// duration_micros, which tools that replay measured durations use.
   const Timeline* timeline = nullptr;
+  /// Order each rank's communication nodes (collectives, sends, receives) for one communication
+  /// queue: ctrl_deps chain them in the order the timeline started them (ties: earlier end, then
+  /// op id). ASTRA-sim runs one communication node at a time per rank, so the per-stream order
+  /// alone, which lets streams interleave, can deadlock there. Needs `timeline` (a completed
+  /// run of the same program); std::invalid_argument without one.
+  bool single_comm_queue = false;
+  /// The cluster the program was made for (a catalog name or a path), recorded in every rank's
+  /// GlobalMetadata ("stratasim.cluster") so that a replay finds it (ImportedTrace::cluster);
+  /// empty: none recorded.
+  std::string cluster = {};
 };
 
 /// Writes `program` as a Chakra trace: "<prefix>.<rank>.et" (or ".json") for every rank and

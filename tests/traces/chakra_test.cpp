@@ -2,7 +2,9 @@
 // trace made by protoc independently of our exporter, and malformed traces.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -578,4 +580,50 @@ TEST_CASE("chakra: host and PCIe copies are exported as memory load and store no
   CHECK(std::get<st::Copy>(k0[0].work).to == st::MemoryTier::device);
   CHECK(std::get<st::Copy>(k1[0].work).bytes == Bytes(1 << 19));
   CHECK(std::get<st::Copy>(k1[0].work).to == st::MemoryTier::host);
+}
+
+TEST_CASE(
+    "chakra: order simulated chains each rank's communication for one queue and records "
+    "the cluster") {
+  // ASTRA-sim's HardwareResource runs one communication node at a time per rank; with only
+  // each stream's order, tensor-, data- and pipeline-parallel communication interleave and can
+  // deadlock there. single_comm_queue chains each rank's communication nodes (ctrl_deps) in the
+  // order the simulation started them, so on import every communication op depends on the one
+  // that started before it on its rank.
+  const auto e = experiment("gpt-tiny-3d-8.json");
+  const auto program = st::lower(e, {.mirror_data_parallel = false});
+  const auto timeline = sim::simulate(program, e.cluster);
+  REQUIRE(timeline.completed);
+  const TempDir dir("traces");
+  CHECK_THROWS_AS(traces::write_chakra(dir.path() / "x", program, {.single_comm_queue = true}),
+                  std::invalid_argument);
+  traces::write_chakra(dir.path() / "t", program,
+                       {.timeline = &timeline, .single_comm_queue = true, .cluster = "dgx-a100-1"});
+  const auto imported = traces::import_chakra(dir.path() / "t");
+  REQUIRE(imported.program.op_count() == program.op_count());
+  // The cluster comes back, so a replay needs no --cluster.
+  CHECK(imported.cluster == std::optional<std::string>("dgx-a100-1"));
+  // Replayed, no two communication ops of a rank overlap: one queue. (Exported by stream
+  // order alone, data-parallel and tensor-parallel communication run side by side.)
+  const auto replayed = sim::simulate(imported.program, e.cluster);
+  REQUIRE(replayed.completed);
+  auto overlaps = [](const st::Program& p, const traces::Timeline& t) {
+    std::size_t n = 0;
+    for (int r = 0; r < p.world_size(); ++r) {
+      std::vector<std::pair<Time, Time>> comms;
+      const st::OpId first = p.first_op(r);
+      for (st::OpId id = first; id < first + p.ops_of(r).size(); ++id) {
+        if (!std::holds_alternative<st::Compute>(p.op(id).work)) {
+          comms.emplace_back(t.spans[id].start, t.spans[id].end);
+        }
+      }
+      std::sort(comms.begin(), comms.end());
+      for (std::size_t j = 1; j < comms.size(); ++j) {
+        if (comms[j].first < comms[j - 1].second) ++n;
+      }
+    }
+    return n;
+  };
+  CHECK(overlaps(program, timeline) > 0);  // the test would see an interleaving
+  CHECK(overlaps(imported.program, replayed) == 0);
 }
