@@ -16,9 +16,9 @@ Bytes gemm_memory_bytes(const Gemm& g);
 /// dK, dV: 5/2 times the forward's. The cost model's memory time (sim/cost.hpp).
 Bytes attention_memory_bytes(const Attention& a);
 /// Bytes any kernel moves, as the cost model charges them: the two above; an elementwise
-/// kernel's bytes read plus written; an optimizer step's update bytes (strategies/optimizer.hpp);
-/// a copy's bytes (twice within one tier: read and write); RooflineWork's bytes; zero for
-/// measured kernels.
+/// kernel's bytes read plus written (before a device's framework_memory_traffic factor); an
+/// optimizer step's update bytes (strategies/optimizer.hpp); a copy's bytes (twice within one tier:
+/// read and write); RooflineWork's bytes; zero for measured kernels.
 Bytes memory_bytes(const Kernel& k);
 
 }  // namespace stratasim::strategies

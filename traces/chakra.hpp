@@ -53,8 +53,11 @@ struct ChakraExportOptions {
 /// op's dependencies; ctrl_deps the previous op on the same stream, so that a dependency-only
 /// consumer such as ASTRA-sim keeps each stream's order. Attributes named "stratasim.*" carry
 /// what Chakra has no field for (kernels, stream, phase, microbatch, layers, memory effects,
-/// initial memory, group names) so that import_chakra restores the Program exactly. Files are
-/// written under temporary names and renamed into place when all are complete; bytes are
+/// initial memory, group names) so that import_chakra restores the Program exactly. ASTRA-sim's
+/// conventions (docs/traces.md): communicator group ids from 1 (0 is reserved), an all-gather's
+/// comm_size is one rank's input, num_ops and tensor_size from the kernels' FLOPs and bytes
+/// (strategies/kernel_bytes.hpp), lone host <-> device copies as MEM_LOAD_NODE/MEM_STORE_NODE.
+/// Files are written under temporary names and renamed into place when all are complete; bytes are
 /// deterministic. A mirrored Program (data-parallel mirroring) is refused with
 /// std::invalid_argument: lower without mirroring to export. Throws std::runtime_error when a
 /// file cannot be written.
