@@ -21,11 +21,21 @@ void add_export_options(CLI::App* cmd, ExportArgs& args) {
   cmd->add_flag("--simulate", args.simulate,
                 "Simulate the experiment and record each node's start and duration "
                 "(start_time_micros, duration_micros)");
+  cmd->add_option("--order", args.order,
+                  "stream (each stream's order) or simulated (also chain each rank's "
+                  "communication nodes in simulated start order, for simulators with one "
+                  "communication queue per rank such as ASTRA-sim; needs --simulate)");
 }
 
 int export_command(const ExportArgs& args) {
   if (args.format != "chakra" && args.format != "chakra-json") {
     throw BadInput("--format " + args.format + ": expected chakra or chakra-json");
+  }
+  if (args.order != "stream" && args.order != "simulated") {
+    throw BadInput("--order " + args.order + ": expected stream or simulated");
+  }
+  if (args.order == "simulated" && !args.simulate) {
+    throw BadInput("--order simulated needs --simulate (the simulated start times)");
   }
   check_out_dir(args.out);
   const auto experiment = strategies::load_experiment(
@@ -48,6 +58,8 @@ int export_command(const ExportArgs& args) {
   traces::ChakraExportOptions options;
   options.json_form = args.format == "chakra-json";
   if (args.simulate) options.timeline = &r.timeline;
+  options.single_comm_queue = args.order == "simulated";
+  options.cluster = experiment.cluster.name;  // a replay finds it (stratasim.cluster)
   const fs::path prefix = fs::path(args.out) / experiment.name;
   traces::write_chakra(prefix, program, options);
   if (!args.experiment.quiet) {

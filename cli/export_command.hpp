@@ -16,6 +16,9 @@ struct ExportArgs {
   std::string format = "chakra";
   std::string out;
   bool simulate = false;  // fill duration_micros from a simulation
+  /// "stream": each stream's order (ctrl_deps); "simulated": also one communication queue per
+  /// rank in simulated start order (needs --simulate), for ASTRA-sim.
+  std::string order = "stream";
 };
 
 /// Adds the export's positional argument and flags to `cmd`, writing into `args`.

@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "strategies/kernel_bytes.hpp"
 #include "strategies/optimizer.hpp"
 
 namespace stratasim::sim {
@@ -272,7 +273,7 @@ Time DeviceCostModel::gemm_work(const Gemm& w, const strategies::Kernel& kernel)
       compute_time(flops, device_.peak(w.dtype) *
                               (gemm_efficiency(w) * device_.efficiency.framework_compute * die));
   // A, B and C once, packed (fp4: two elements a byte).
-  const std::int64_t bytes = packed_bytes(w.dtype, (w.m * w.k + w.k * w.n + w.m * w.n) * w.batch);
+  const Bytes bytes = strategies::gemm_memory_bytes(w);
   Bandwidth bandwidth = streaming_bandwidth();
   if (device_.is_fpga()) {
     // The weights (B) held in BRAM/URAM: the layer's traffic stays on chip.
@@ -281,7 +282,7 @@ Time DeviceCostModel::gemm_work(const Gemm& w, const strategies::Kernel& kernel)
       bandwidth = device_.fpga->on_chip.bandwidth * device_.efficiency.memory;
     }
   }
-  Time t = std::max(t_flop, transfer_time(Bytes(bytes), bandwidth));
+  Time t = std::max(t_flop, transfer_time(bytes, bandwidth));
   if (calibrated) t += Time::from_seconds(model->latency);
   return t;
 }
@@ -311,12 +312,7 @@ DeviceCostModel::Cost DeviceCostModel::kernel_cost(const strategies::Kernel& ker
           }
           const Time t_flop = compute_time(flops, rate);
           // Read Q, K, V and write O; the backward pass also reads dO and writes dQ, dK, dV.
-          const std::int64_t kv_heads = w.kv_heads > 0 ? w.kv_heads : w.heads;
-          std::int64_t bytes = (2 * w.batch * w.heads * w.seq_q * w.head_dim +
-                                2 * w.batch * kv_heads * w.seq_kv * w.head_dim) *
-                               size_of(w.dtype);
-          if (w.backward) bytes = bytes * 5 / 2;  // exact: bytes is even
-          const Time t_mem = transfer_time(Bytes(bytes), memory);
+          const Time t_mem = transfer_time(strategies::attention_memory_bytes(w), memory);
           return {launch, std::max(t_flop, t_mem), {}};
         } else if constexpr (std::is_same_v<W, Elementwise>) {
           Bandwidth bandwidth = memory;

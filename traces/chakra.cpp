@@ -17,6 +17,7 @@
 
 #include "et_def.pb.h"
 #include "hw_models/files.hpp"
+#include "strategies/kernel_bytes.hpp"
 #include "strategies/optimizer.hpp"
 #include "traces/trace_builder.hpp"
 
@@ -40,6 +41,18 @@ constexpr const char* kEffectsAttr = "stratasim.effects";
 constexpr const char* kDtypeAttr = "stratasim.dtype";
 constexpr const char* kInitialMemoryAttr = "stratasim.initial_memory";
 constexpr const char* kGroupNamesAttr = "stratasim.groups";
+// The comm-group id of the Program's group 0 in our exports (GlobalMetadata attribute; absent
+// in traces written before group ids started at 1, which used 0).
+// A collective's exact bytes (the Program's convention) when comm_size cannot carry them: an
+// all-gather whose output does not divide evenly among its ranks.
+constexpr const char* kBytesAttr = "stratasim.bytes";
+constexpr const char* kClusterAttr = "stratasim.cluster";
+constexpr const char* kGroupIdBaseAttr = "stratasim.group_id_base";
+// ASTRA-sim reserves communicator group id 0 (no group: all ranks). Its CommunicatorGroupManager
+// numbers groups from 1 and Workload::issue_pytorch_pg_metadata adds 1 to PyTorch's pg names
+// "to ensure pgName > 0"; a comm-group file keyed "0" makes every collective abort there. We
+// export the Program's group g as id g + 1.
+constexpr std::uint32_t kExportedGroupIdBase = 1;
 constexpr const char* kChakraVersion = "0.0.4";  // what Chakra's converters write
 
 // Bounds that keep imported numbers meaningful and the arithmetic on them from overflowing.
@@ -360,6 +373,24 @@ pb::CollectiveCommType comm_type_of(st::CollectiveKind k) {
   const bool known = pb::CollectiveCommType_Parse(std::string(st::traits_of(k).chakra_name), &t);
   if (!known) throw std::logic_error("Chakra has no comm type " + std::string(st::name_of(k)));
   return t;
+}
+
+// comm_size conventions. The Program's Collective::bytes is the whole buffer as nccl-tests counts
+// it: the output of an all-gather, the input of a reduce-scatter, the buffer of an all-reduce.
+// Chakra's PyTorch converter and ASTRA-sim take an all-gather's comm_size as one rank's input
+// (ASTRA-sim's Ring and HalvingDoubling: final_data_size = data_size * nodes_in_ring) and a
+// reduce-scatter's as the whole input (final_data_size = data_size / nodes_in_ring), which is
+// ours. So only the all-gather differs, by the group's size.
+std::int64_t program_to_chakra_bytes(st::CollectiveKind k, std::int64_t bytes, std::size_t ranks) {
+  if (k != st::CollectiveKind::all_gather || ranks == 0) return bytes;
+  return bytes / static_cast<std::int64_t>(ranks);
+}
+std::int64_t chakra_to_program_bytes(st::CollectiveKind k, std::int64_t comm_size,
+                                     std::size_t ranks) {
+  if (k != st::CollectiveKind::all_gather || ranks == 0) return comm_size;
+  const auto n = static_cast<std::int64_t>(ranks);
+  if (comm_size > kMaxBytes / n) return kMaxBytes;
+  return comm_size * n;
 }
 
 bool looks_data_parallel(std::string_view name) {
@@ -684,12 +715,25 @@ TraceOp to_trace_op(ImportState& state, const NodeReader& in, int rank) {
         c.group = state.world_group_index();
       } else if (auto it = state.group_of_pg.find(*pg); it != state.group_of_pg.end()) {
         c.group = it->second;
+      } else if (*pg == "0") {
+        // ASTRA-sim's reserved group 0: no group, all ranks.
+        c.group = state.world_group_index();
       } else if (state.have_comm_groups) {
         throw TraceError(in.file, in.where(),
                          "pg_name \"" + *pg + "\" is not in the comm-group file");
       } else {
         state.pgs_taken_as_world.insert(*pg);
         c.group = state.world_group_index();
+      }
+      // Chakra's and ASTRA-sim's all-gather comm_size is one rank's input (ASTRA-sim's Ring:
+      // final_data_size = data_size * nodes_in_ring); the Program's is the whole output.
+      if (c.kind == st::CollectiveKind::all_gather) {
+        if (const auto exact = in.integer(kBytesAttr, 0, kMaxBytes)) {
+          c.bytes = Bytes(*exact);
+        } else {
+          c.bytes = Bytes(
+              chakra_to_program_bytes(c.kind, c.bytes.count(), state.groups[c.group].ranks.size()));
+        }
       }
       const std::string& group_name = state.groups[c.group].name;
       op.stream =
@@ -729,6 +773,15 @@ TraceOp to_trace_op(ImportState& state, const NodeReader& in, int rank) {
       const auto bytes = Bytes(in.integer("tensor_size", 0, kMaxBytes).value_or(0));
       op.stream = stream.value_or(st::Stream::copy);
       op.work = st::Compute{};
+      if (const auto k = in.string(kKernelsAttr)) {  // ours: the exact kernel and its name
+        const AttrReader r(in.file, in.where(), kKernelsAttr);
+        const json v = r.parse(*k);
+        r.array(v, "", 0, 1 << 20);
+        for (std::size_t i = 0; i < v.size(); ++i) {
+          op.kernels.push_back(kernel_from_json(r, v[i], idx(i)));
+        }
+        return op;
+      }
       op.kernels.push_back({st::Copy{bytes, load ? st::MemoryTier::host : st::MemoryTier::device,
                                      load ? st::MemoryTier::device : st::MemoryTier::host},
                             node.name()});
@@ -769,8 +822,18 @@ ImportedTrace import_chakra_buffers(const std::vector<std::string>& per_rank,
     messages.push_back(json_form ? decode_json(per_rank[r], files.back())
                                  : decode_protobuf(per_rank[r], files.back()));
   }
-  // Group names we wrote ourselves, index-aligned with the comm-group keys "0", "1", ...
+  // Group names we wrote ourselves, index-aligned with the comm-group keys "<base>",
+  // "<base + 1>", ... (base 1 since group ids start at 1; 0 in older exports).
   std::vector<std::string> names;
+  std::int64_t group_id_base = 0;
+  if (const auto* a = find_attr(messages[0].metadata.attr(), kGroupIdBaseAttr)) {
+    const auto v = integer_value(*a);
+    if (!v || *v < 0 || *v > 1) {
+      throw TraceError(files[0], "GlobalMetadata",
+                       std::string("attribute ") + kGroupIdBaseAttr + ": expected 0 or 1");
+    }
+    group_id_base = *v;
+  }
   if (const auto* a = find_attr(messages[0].metadata.attr(), kGroupNamesAttr)) {
     const AttrReader r(files[0], "GlobalMetadata", kGroupNamesAttr);
     if (a->value_case() != pb::AttributeProto::kStringVal) r.fail("", "a JSON string");
@@ -806,7 +869,10 @@ ImportedTrace import_chakra_buffers(const std::vector<std::string>& per_rank,
         g.ranks.push_back(static_cast<std::int32_t>(v.get<std::int64_t>()));
       }
       const std::size_t index = state.groups.size();
-      g.name = index < names.size() && key == std::to_string(index) ? names[index] : "pg " + key;
+      g.name = index < names.size() &&
+                       key == std::to_string(static_cast<std::int64_t>(index) + group_id_base)
+                   ? names[index]
+                   : "pg " + key;
       state.group_of_pg.emplace(key, static_cast<std::uint32_t>(index));
       state.groups.push_back(std::move(g));
     }
@@ -837,7 +903,14 @@ ImportedTrace import_chakra_buffers(const std::vector<std::string>& per_rank,
     messages[r].nodes.clear();
   }
   input.groups = state.groups;
-  ImportedTrace result{build_program(input), {}, std::nullopt};
+  std::optional<std::string> cluster;
+  if (const auto* a = find_attr(messages[0].metadata.attr(), kClusterAttr)) {
+    if (a->value_case() != pb::AttributeProto::kStringVal) {
+      AttrReader(files[0], "GlobalMetadata", kClusterAttr).fail("", "a string");
+    }
+    if (!a->string_val().empty()) cluster = a->string_val();
+  }
+  ImportedTrace result{build_program(input), {}, cluster};
   if (!state.pgs_taken_as_world.empty()) {
     std::string pgs;
     for (const auto& pg : state.pgs_taken_as_world) pgs += (pgs.empty() ? "" : ", ") + pg;
@@ -989,6 +1062,23 @@ void add_string(pb::Node& n, std::string_view name, std::string v) {
   set_string(n.add_attr(), name, std::move(v));
 }
 
+// A kernel's num_ops for ASTRA-sim's roofline (Workload::issue_comp: time = num_ops /
+// perf(num_ops / tensor_size)): its matrix FLOPs (strategies::matmul_flops, Megatron's
+// convention); for memory-bound kernels, which have none, one operation per element (the
+// optimizer step: per parameter; a copy: per byte). Zero there makes the roofline's
+// operational intensity 0 and stalls the node; any positive count gives such a kernel
+// tensor_size / bandwidth, as the cost model charges it.
+double roofline_ops(const st::Kernel& k) {
+  const double flops = st::matmul_flops(k).count();
+  if (flops > 0) return flops;
+  if (const auto* e = std::get_if<st::Elementwise>(&k.work))
+    return static_cast<double>(e->elements);
+  if (const auto* o = std::get_if<st::OptimizerStep>(&k.work))
+    return static_cast<double>(o->params);
+  if (const auto* c = std::get_if<st::Copy>(&k.work)) return static_cast<double>(c->bytes.count());
+  return 0;
+}
+
 void append_delimited(std::string& out, const google::protobuf::Message& m) {
   std::string bytes;
   if (!m.SerializeToString(&bytes)) throw std::runtime_error("Chakra export: serialization failed");
@@ -1025,6 +1115,11 @@ void write_chakra(const fs::path& prefix, const st::Program& program,
   }
   const Timeline* timeline = options.timeline;
   if (timeline && timeline->spans.size() != program.op_count()) timeline = nullptr;
+  if (options.single_comm_queue && (timeline == nullptr || !timeline->completed)) {
+    throw std::invalid_argument(
+        "ordering communication for a single queue needs a completed simulation of the program "
+        "(its start times)");
+  }
   const int world = program.world_size();
   std::vector<std::string> rank_texts(static_cast<std::size_t>(world));
 
@@ -1039,12 +1134,18 @@ void write_chakra(const fs::path& prefix, const st::Program& program,
     meta.set_version(kChakraVersion);
     set_string(meta.add_attr(), "schema", "stratasim");
     set_string(meta.add_attr(), kGroupNamesAttr, group_names.dump());
+    {
+      auto* a = meta.add_attr();
+      a->set_name(kGroupIdBaseAttr);
+      a->set_int64_val(kExportedGroupIdBase);
+    }
     json initial = json::array();
     for (const auto& m : program.initial_memory(r)) {
       initial.push_back(
           json::array({st::name_of(m.category), st::name_of(m.tier), m.bytes.count()}));
     }
     set_string(meta.add_attr(), kInitialMemoryAttr, initial.dump());
+    if (!options.cluster.empty()) set_string(meta.add_attr(), kClusterAttr, options.cluster);
     options.json_form ? append_json(out, meta) : append_delimited(out, meta);
 
     const st::OpId first = program.first_op(r);
@@ -1052,6 +1153,25 @@ void write_chakra(const fs::path& prefix, const st::Program& program,
     std::array<std::int64_t, st::kStreamCount> last_on_stream;
     last_on_stream.fill(-1);
     std::map<std::pair<int, int>, std::int32_t> tags;  // (src, dst) -> messages so far
+    // With single_comm_queue: the previous communication node in simulated start order, per
+    // communication node (index within the rank; -1 for the first).
+    std::vector<std::int64_t> previous_comm(ops.size(), -1);
+    if (options.single_comm_queue) {
+      std::vector<std::size_t> comms;
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        if (!std::holds_alternative<st::Compute>(ops[i].work)) comms.push_back(i);
+      }
+      std::sort(comms.begin(), comms.end(), [&](std::size_t a, std::size_t b) {
+        const Span& x = timeline->spans[first + a];
+        const Span& y = timeline->spans[first + b];
+        if (x.start != y.start) return x.start < y.start;
+        if (x.end != y.end) return x.end < y.end;
+        return a < b;
+      });
+      for (std::size_t j = 1; j < comms.size(); ++j) {
+        previous_comm[comms[j]] = static_cast<std::int64_t>(comms[j - 1]);
+      }
+    }
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const st::Op& op = ops[i];
       pb::Node node;
@@ -1059,8 +1179,12 @@ void write_chakra(const fs::path& prefix, const st::Program& program,
       node.set_name(program.label_of(op));
       for (st::OpId d : program.deps_of(op)) node.add_data_deps(d - first);
       auto& last = last_on_stream[static_cast<std::size_t>(op.stream)];
+      const std::int64_t last_before = last;
       if (last >= 0) node.add_ctrl_deps(static_cast<std::uint64_t>(last));
       last = static_cast<std::int64_t>(i);
+      if (previous_comm[i] >= 0 && previous_comm[i] != last_before) {
+        node.add_ctrl_deps(static_cast<std::uint64_t>(previous_comm[i]));
+      }
       if (timeline) {
         const Span& s = timeline->spans[first + i];
         // Whole microseconds, rounded to nearest (Chakra's unit).
@@ -1075,19 +1199,34 @@ void write_chakra(const fs::path& prefix, const st::Program& program,
           [&](const auto& w) {
             using W = std::decay_t<decltype(w)>;
             if constexpr (std::is_same_v<W, st::Compute>) {
+              // A lone host <-> device copy is a memory node: ASTRA-sim moves a MEM_LOAD_NODE's
+              // or MEM_STORE_NODE's tensor_size bytes through its memory model
+              // (Workload::issue_remote_mem), not the GPU's roofline.
+              const auto& list = program.kernels_of(w);
+              const st::Copy* copy =
+                  list.size() == 1 ? std::get_if<st::Copy>(&list[0].work) : nullptr;
+              const bool load =
+                  copy && copy->from == st::MemoryTier::host && copy->to == st::MemoryTier::device;
+              const bool store =
+                  copy && copy->from == st::MemoryTier::device && copy->to == st::MemoryTier::host;
+              if (load || store) {
+                node.set_type(load ? pb::MEM_LOAD_NODE : pb::MEM_STORE_NODE);
+                auto* ts = node.add_attr();
+                ts->set_name("tensor_size");
+                ts->set_uint64_val(static_cast<std::uint64_t>(copy->bytes.count()));
+                auto* cpu = node.add_attr();
+                cpu->set_name("is_cpu_op");
+                cpu->set_bool_val(false);
+                add_string(node, kKernelsAttr, json::array({kernel_to_json(list[0])}).dump());
+                return;
+              }
               node.set_type(pb::COMP_NODE);
               double flops = 0;
               std::int64_t bytes = 0;
               json kernels = json::array();
               for (const auto& k : program.kernels_of(w)) {
-                flops += st::matmul_flops(k).count();
-                if (const auto* e = std::get_if<st::Elementwise>(&k.work)) {
-                  bytes += e->bytes_read.count() + e->bytes_written.count();
-                } else if (const auto* c = std::get_if<st::Copy>(&k.work)) {
-                  bytes += c->bytes.count();
-                } else if (const auto* rw = std::get_if<st::RooflineWork>(&k.work)) {
-                  bytes += rw->bytes.count();
-                }
+                flops += roofline_ops(k);
+                bytes += st::memory_bytes(k).count();
                 kernels.push_back(kernel_to_json(k));
               }
               add_int64(node, "num_ops", static_cast<std::int64_t>(std::llround(flops)));
@@ -1104,8 +1243,15 @@ void write_chakra(const fs::path& prefix, const st::Program& program,
               cpu->set_name("is_cpu_op");
               cpu->set_bool_val(false);
               add_int64(node, "comm_type", comm_type_of(w.kind));
-              add_int64(node, "comm_size", w.bytes.count());
-              add_string(node, "pg_name", std::to_string(w.group));
+              const std::size_t ranks =
+                  w.group < program.groups().size() ? program.groups()[w.group].ranks.size() : 0;
+              const std::int64_t comm_size =
+                  program_to_chakra_bytes(w.kind, w.bytes.count(), ranks);
+              add_int64(node, "comm_size", comm_size);
+              if (chakra_to_program_bytes(w.kind, comm_size, ranks) != w.bytes.count()) {
+                add_int64(node, kBytesAttr, w.bytes.count());
+              }
+              add_string(node, "pg_name", std::to_string(w.group + kExportedGroupIdBase));
               add_string(node, kDtypeAttr, std::string(name_of(w.dtype)));
             } else {
               constexpr bool send = std::is_same_v<W, st::Send>;
@@ -1143,10 +1289,10 @@ void write_chakra(const fs::path& prefix, const st::Program& program,
       options.json_form ? append_json(out, node) : append_delimited(out, node);
     }
   }
-  // ASTRA-sim's comm-group file: {"<pg_name>": [ranks]}.
+  // ASTRA-sim's comm-group file: {"<pg_name>": [ranks]}, ids from 1 (0 is reserved).
   std::string groups_text = "{";
   for (std::size_t g = 0; g < program.groups().size(); ++g) {
-    groups_text += (g == 0 ? "\n  \"" : ",\n  \"") + std::to_string(g) +
+    groups_text += (g == 0 ? "\n  \"" : ",\n  \"") + std::to_string(g + kExportedGroupIdBase) +
                    "\": " + json(program.groups()[g].ranks).dump();
   }
   groups_text += program.groups().empty() ? "}\n" : "\n}\n";

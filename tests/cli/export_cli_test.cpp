@@ -21,7 +21,10 @@ TEST_CASE("cli export: writes a Chakra file per rank and the comm groups, determ
     CHECK(fs::exists(out / ("gpt-tiny-3d-8." + std::to_string(rank) + ".et")));
   }
   CHECK(!fs::exists(out / "gpt-tiny-3d-8.8.et"));
-  CHECK(read(out / "gpt-tiny-3d-8.comm_groups.json").find("\"0\": [") != std::string::npos);
+  // Group ids start at 1: ASTRA-sim reserves 0 (no group, all ranks).
+  const std::string groups = read(out / "gpt-tiny-3d-8.comm_groups.json");
+  CHECK(groups.find("\"1\": [") != std::string::npos);
+  CHECK(groups.find("\"0\": [") == std::string::npos);
   const fs::path again = tmp.subdir("export-chakra-again");
   REQUIRE(run("export " + kTiny + " --quiet --out " + again.string()).status == 0);
   CHECK(read(out / "gpt-tiny-3d-8.3.et") == read(again / "gpt-tiny-3d-8.3.et"));
@@ -68,4 +71,23 @@ TEST_CASE("cli export: a new export to the same folder removes the rank files of
   CHECK(fs::exists(out / "gpt-tiny-3d-8.3.json"));
   CHECK(!fs::exists(out / "gpt-tiny-3d-8.4.json"));
   CHECK(fs::exists(out / "gpt-tiny-3d-8.comm_groups.json"));
+}
+
+TEST_CASE("cli export: --order simulated needs --simulate and records the cluster") {
+  const TempDir tmp("cli");
+  const fs::path bad = tmp.subdir("export-order-bad");
+  const auto r = run("export " + kTiny + " --order simulated --out " + bad.string());
+  CHECK(r.status == 2);
+  CHECK(r.output.find("--order simulated needs --simulate") != std::string::npos);
+  const auto foo = run("export " + kTiny + " --order foo --out " + bad.string());
+  CHECK(foo.status == 2);
+  CHECK(foo.output.find("--order foo: expected stream or simulated") != std::string::npos);
+  const fs::path out = tmp.subdir("export-order");
+  const auto ok =
+      run("export " + kTiny + " --format chakra-json --simulate --order simulated --quiet --out " +
+          out.string());
+  INFO(ok.output);
+  REQUIRE(ok.status == 0);
+  // The experiment's cluster (gpt-tiny-3d-8 names dgx-a100-1) is in the GlobalMetadata.
+  CHECK(read(out / "gpt-tiny-3d-8.0.json").find("stratasim.cluster") != std::string::npos);
 }

@@ -2,10 +2,15 @@
 // trace made by protoc independently of our exporter, and malformed traces.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <optional>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "hw_models/cluster.hpp"
 #include "sim/simulator.hpp"
@@ -385,4 +390,240 @@ TEST_CASE("chakra: dependency errors in the JSON form") {
     REQUIRE(!t.notes.empty());
     CHECK(t.notes[0].find("spanning all 2 ranks") != std::string::npos);
   }
+}
+
+TEST_CASE("chakra: exported communicator group ids start at 1 because ASTRA-sim reserves 0") {
+  // ASTRA-sim reserves communicator group id 0 (no group: all ranks): its
+  // CommunicatorGroupManager numbers groups from 1, and Workload::issue_pytorch_pg_metadata adds
+  // 1 to PyTorch's pg names "to ensure pgName > 0". So the comm-group file's keys are 1..G for
+  // the Program's G groups, and every collective's pg_name is one of them.
+  const auto program = st::lower(experiment("gpt-tiny-3d-8.json"), {.mirror_data_parallel = false});
+  REQUIRE(!program.groups().empty());
+  const TempDir dir("traces");
+  const fs::path prefix = dir.path() / "t";
+  traces::write_chakra(prefix, program, {.json_form = true});
+  const auto groups = nlohmann::ordered_json::parse(read(prefix.string() + ".comm_groups.json"));
+  std::vector<std::string> keys;
+  for (const auto& [key, unused] : groups.items()) keys.push_back(key);
+  std::vector<std::string> expected;
+  for (std::size_t g = 1; g <= program.groups().size(); ++g) expected.push_back(std::to_string(g));
+  CHECK(keys == expected);
+  std::size_t collectives = 0;
+  const std::regex pg(R"re("pg_name",\s*"stringVal":\s*"([0-9]+)")re");
+  for (int r = 0; r < program.world_size(); ++r) {
+    const std::string text = read(prefix.string() + "." + std::to_string(r) + ".json");
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), pg); it != std::sregex_iterator();
+         ++it) {
+      ++collectives;
+      const std::string id = (*it)[1].str();
+      CHECK(id != "0");
+      CHECK(groups.contains(id));
+    }
+  }
+  CHECK(collectives > 0);
+  // The import maps the ids back: same groups, same names, same program.
+  check_same_program(program, traces::import_chakra(prefix).program);
+
+  // A foreign trace may use ASTRA-sim's group 0 without listing it: all ranks.
+  const std::string r =
+      kMeta + json_node(1, "COMM_COLL_NODE",
+                        ", \"attr\": [{\"name\": \"comm_type\", \"int64Val\": \"0\"}, "
+                        "{\"name\": \"comm_size\", \"int64Val\": \"8\"}, "
+                        "{\"name\": \"pg_name\", \"stringVal\": \"0\"}]");
+  const auto t = traces::import_chakra_buffers({r, r}, std::string("{\"1\": [0]}"), "z", true);
+  const auto& c = std::get<st::Collective>(t.program.ops_of(0)[0].work);
+  CHECK(t.program.groups()[c.group].ranks == std::vector<std::int32_t>{0, 1});
+}
+
+TEST_CASE("chakra: all-gather comm_size is one rank's input as Chakra and ASTRA-sim count it") {
+  // ASTRA-sim's collectives (Ring, HalvingDoubling) take an all-gather's data_size as one rank's
+  // input (final_data_size = data_size * nodes_in_ring) and a reduce-scatter's as the whole
+  // input (final_data_size = data_size / nodes_in_ring); Chakra's PyTorch converter writes the
+  // same. The Program counts an all-gather's whole output (nccl-tests' convention), so a 4-rank
+  // all-gather of 4096 bytes is comm_size 4096 / 4 = 1024; a reduce-scatter of 4096 stays 4096.
+  st::Program p(4);
+  const auto g = p.add_group({0, 1, 2, 3}, "dp");
+  for (int r = 0; r < 4; ++r) {
+    p.begin_rank(r);
+    st::OpInfo info;
+    info.stream = st::Stream::dp_comm;
+    p.add(st::Collective{st::CollectiveKind::all_gather, DType::bf16, g, Bytes(4096)}, info);
+    p.add(st::Collective{st::CollectiveKind::reduce_scatter, DType::bf16, g, Bytes(4096)}, info);
+    // 4099 bytes do not divide among 4 ranks: the exact count travels beside comm_size.
+    p.add(st::Collective{st::CollectiveKind::all_gather, DType::bf16, g, Bytes(4099)}, info);
+  }
+  p.finish();
+  const TempDir dir("traces");
+  traces::write_chakra(dir.path() / "t", p, {.json_form = true});
+  const std::string text = read(dir.path() / "t.0.json");
+  const std::regex size(R"re("comm_size",\s*"int64Val":\s*"([0-9]+)")re");
+  std::vector<std::string> sizes;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), size); it != std::sregex_iterator();
+       ++it) {
+    sizes.push_back((*it)[1].str());
+  }
+  CHECK(sizes == std::vector<std::string>{"1024", "4096", "1024"});
+  // Export then import keeps the Program's bytes.
+  check_same_program(p, traces::import_chakra(dir.path() / "t").program);
+
+  // A foreign 2-rank trace: ALL_GATHER (2) of comm_size 1024 is 2048 bytes of output;
+  // REDUCE_SCATTER (7) of 1024 is 1024.
+  auto coll = [](int id, int type) {
+    return json_node(id, "COMM_COLL_NODE",
+                     ", \"attr\": [{\"name\": \"comm_type\", \"int64Val\": \"" +
+                         std::to_string(type) +
+                         "\"}, {\"name\": \"comm_size\", \"int64Val\": \"1024\"}]");
+  };
+  const std::string r = kMeta + coll(1, 2) + coll(2, 7);
+  const auto t = traces::import_chakra_buffers({r, r}, std::nullopt, "f", true);
+  const auto ops = t.program.ops_of(0);
+  REQUIRE(ops.size() == 2);
+  CHECK(std::get<st::Collective>(ops[0].work).kind == st::CollectiveKind::all_gather);
+  CHECK(std::get<st::Collective>(ops[0].work).bytes == Bytes(2048));
+  CHECK(std::get<st::Collective>(ops[1].work).bytes == Bytes(1024));
+}
+
+namespace {
+
+// The values of attribute `name` (type field `field`: int64Val, uint64Val) in a JSON-form file,
+// in node order.
+std::vector<std::string> attr_values(const std::string& text, const std::string& name,
+                                     const std::string& field) {
+  const std::regex re("\"" + name + "\",\\s*\"" + field + "\":\\s*\"([0-9]+)\"");
+  std::vector<std::string> out;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
+       ++it) {
+    out.push_back((*it)[1].str());
+  }
+  return out;
+}
+
+// One rank, one compute op per kernel list, in order.
+st::Program one_rank_program(const std::vector<std::vector<st::Kernel>>& lists) {
+  st::Program p(1);
+  p.begin_rank(0);
+  for (const auto& list : lists) {
+    st::OpInfo info;
+    const auto* copy = std::get_if<st::Copy>(&list[0].work);
+    info.stream = copy && copy->from != copy->to ? st::Stream::copy : st::Stream::compute;
+    p.add(st::Compute{p.add_kernels(list)}, info);
+  }
+  p.finish();
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("chakra: memory-bound nodes get num_ops and tensor_size from their kernels") {
+  // ASTRA-sim's roofline (Workload::issue_comp) runs a COMP_NODE for num_ops / perf(num_ops /
+  // tensor_size) and skips one whose tensor_size is 0; num_ops 0 gives intensity 0 and stalls.
+  // Hand-calculated:
+  // - GEMM 128 x 256 x 64 bf16: 2 m n k = 4,194,304 FLOPs; A, B and C once:
+  //   (128*64 + 64*256 + 128*256) * 2 bytes = 114,688.
+  // - elementwise of 1000 elements reading and writing 2000 bytes each: 1000 ops, 4000 bytes.
+  // - Adam step of 1000 bf16 parameters with fp32 gradients: one op per parameter; reads the
+  //   fp32 gradient, master, m and v (16 bytes) and writes master, m, v and the bf16 weights
+  //   (14): 30 bytes a parameter (strategies/optimizer.hpp's table), 30,000 bytes.
+  st::OptimizerStep adam;
+  adam.params = 1000;
+  adam.fp32_grads = true;
+  const auto p = one_rank_program({
+      {{st::Gemm{128, 256, 64, 1, DType::bf16}, "fc"}},
+      {{st::Elementwise{1000, Bytes(2000), Bytes(2000)}, "gelu"}},
+      {{adam, "adam"}},
+  });
+  const TempDir dir("traces");
+  traces::write_chakra(dir.path() / "t", p, {.json_form = true});
+  const std::string text = read(dir.path() / "t.0.json");
+  CHECK(attr_values(text, "num_ops", "int64Val") ==
+        std::vector<std::string>{"4194304", "1000", "1000"});
+  CHECK(attr_values(text, "tensor_size", "uint64Val") ==
+        std::vector<std::string>{"114688", "4000", "30000"});
+  check_same_program(p, traces::import_chakra(dir.path() / "t").program);
+}
+
+TEST_CASE("chakra: host and PCIe copies are exported as memory load and store nodes") {
+  // ASTRA-sim moves a MEM_LOAD_NODE's / MEM_STORE_NODE's tensor_size bytes through its memory
+  // model (Workload::issue_remote_mem); a COMP_NODE would run on the GPU's roofline. Host to
+  // device is a load, device to host a store; a copy within the device stays a COMP_NODE.
+  const auto p = one_rank_program({
+      {{st::Copy{Bytes(1 << 20), st::MemoryTier::host, st::MemoryTier::device}, "prefetch"}},
+      {{st::Copy{Bytes(1 << 19), st::MemoryTier::device, st::MemoryTier::host}, "offload"}},
+      {{st::Copy{Bytes(1 << 18), st::MemoryTier::device, st::MemoryTier::device}, "move"}},
+  });
+  const TempDir dir("traces");
+  traces::write_chakra(dir.path() / "t", p, {.json_form = true});
+  const std::string text = read(dir.path() / "t.0.json");
+  const auto load = text.find("\"MEM_LOAD_NODE\"");
+  const auto store = text.find("\"MEM_STORE_NODE\"");
+  const auto comp = text.find("\"COMP_NODE\"");
+  REQUIRE(load != std::string::npos);
+  REQUIRE(store != std::string::npos);
+  REQUIRE(comp != std::string::npos);
+  CHECK(load < store);
+  CHECK(store < comp);
+  // tensor_size: the bytes copied (within the device: read and written, 2 x 262,144).
+  CHECK(attr_values(text, "tensor_size", "uint64Val") ==
+        std::vector<std::string>{"1048576", "524288", "524288"});
+  check_same_program(p, traces::import_chakra(dir.path() / "t").program);
+  // Without our kernel attribute (another tool's trace) the nodes still read as the copies.
+  std::string foreign = read(dir.path() / "t.0.json");
+  for (std::size_t at; (at = foreign.find("stratasim.kernels")) != std::string::npos;) {
+    foreign.replace(at, 17, "other.kernels____");
+  }
+  const auto t = traces::import_chakra_buffers({foreign}, std::nullopt, "f", true);
+  const auto ops = t.program.ops_of(0);
+  REQUIRE(ops.size() == 3);
+  const auto& k0 = t.program.kernels_of(std::get<st::Compute>(ops[0].work));
+  const auto& k1 = t.program.kernels_of(std::get<st::Compute>(ops[1].work));
+  CHECK(std::get<st::Copy>(k0[0].work).bytes == Bytes(1 << 20));
+  CHECK(std::get<st::Copy>(k0[0].work).to == st::MemoryTier::device);
+  CHECK(std::get<st::Copy>(k1[0].work).bytes == Bytes(1 << 19));
+  CHECK(std::get<st::Copy>(k1[0].work).to == st::MemoryTier::host);
+}
+
+TEST_CASE(
+    "chakra: order simulated chains each rank's communication for one queue and records "
+    "the cluster") {
+  // ASTRA-sim's HardwareResource runs one communication node at a time per rank; with only
+  // each stream's order, tensor-, data- and pipeline-parallel communication interleave and can
+  // deadlock there. single_comm_queue chains each rank's communication nodes (ctrl_deps) in the
+  // order the simulation started them, so on import every communication op depends on the one
+  // that started before it on its rank.
+  const auto e = experiment("gpt-tiny-3d-8.json");
+  const auto program = st::lower(e, {.mirror_data_parallel = false});
+  const auto timeline = sim::simulate(program, e.cluster);
+  REQUIRE(timeline.completed);
+  const TempDir dir("traces");
+  CHECK_THROWS_AS(traces::write_chakra(dir.path() / "x", program, {.single_comm_queue = true}),
+                  std::invalid_argument);
+  traces::write_chakra(dir.path() / "t", program,
+                       {.timeline = &timeline, .single_comm_queue = true, .cluster = "dgx-a100-1"});
+  const auto imported = traces::import_chakra(dir.path() / "t");
+  REQUIRE(imported.program.op_count() == program.op_count());
+  // The cluster comes back, so a replay needs no --cluster.
+  CHECK(imported.cluster == std::optional<std::string>("dgx-a100-1"));
+  // Replayed, no two communication ops of a rank overlap: one queue. (Exported by stream
+  // order alone, data-parallel and tensor-parallel communication run side by side.)
+  const auto replayed = sim::simulate(imported.program, e.cluster);
+  REQUIRE(replayed.completed);
+  auto overlaps = [](const st::Program& p, const traces::Timeline& t) {
+    std::size_t n = 0;
+    for (int r = 0; r < p.world_size(); ++r) {
+      std::vector<std::pair<Time, Time>> comms;
+      const st::OpId first = p.first_op(r);
+      for (st::OpId id = first; id < first + p.ops_of(r).size(); ++id) {
+        if (!std::holds_alternative<st::Compute>(p.op(id).work)) {
+          comms.emplace_back(t.spans[id].start, t.spans[id].end);
+        }
+      }
+      std::sort(comms.begin(), comms.end());
+      for (std::size_t j = 1; j < comms.size(); ++j) {
+        if (comms[j].first < comms[j - 1].second) ++n;
+      }
+    }
+    return n;
+  };
+  CHECK(overlaps(program, timeline) > 0);  // the test would see an interleaving
+  CHECK(overlaps(imported.program, replayed) == 0);
 }
