@@ -77,6 +77,16 @@ const std::string kTooDeepMessage =
     "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";
 
 nlohmann::json parse_file(const std::filesystem::path& file, const std::string& source) {
+  // Only regular files: a directory is not "malformed JSON", a FIFO would block forever and
+  // /dev/zero would be read until memory runs out.
+  std::error_code status_error;
+  const auto status = std::filesystem::status(file, status_error);
+  if (std::filesystem::is_directory(status)) {
+    throw ConfigError(source, "", "is a directory; expected a JSON file");
+  }
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    throw ConfigError(source, "", "is not a regular file (a pipe or device); expected a JSON file");
+  }
   std::ifstream in(file, std::ios::binary);
   if (!in) {
     std::error_code ec;

@@ -2,6 +2,7 @@
 // message naming the flag or JSON path and what was expected; never a crash, a success on
 // nonsense, a 309-digit bound or a number the user never wrote.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -150,4 +151,15 @@ TEST_CASE("JSON nested 60,000 levels deep is exit 2 naming the file, not a stack
   // Before: SIGSEGV in a recursive copy of the value.
   check_bad_input("simulate " + file.string(), {file.string(), "nested deeper than 512 levels"});
   check_bad_input("collective " + file.string(), {file.string(), "nested deeper than 512 levels"});
+}
+
+TEST_CASE("a directory or a FIFO as the experiment is exit 2, not malformed JSON or a hang") {
+  const TempDir tmp("cli");
+  const auto dir = tmp.subdir("a-folder");
+  check_bad_input("simulate " + dir.string(), {dir.string(), "is a directory"});
+  const auto fifo = tmp.path() / "fifo.json";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  // Before: reading the FIFO blocked forever.
+  check_bad_input("simulate " + fifo.string(), {fifo.string(), "not a regular file"});
+  check_bad_input("simulate /dev/zero", {"/dev/zero", "not a regular file"});
 }

@@ -1,4 +1,5 @@
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -97,6 +98,21 @@ TEST_CASE("a value in an error message is cut after 80 characters") {
   auto e = error_of([&] { r.integer("n"); });
   CHECK(e.message().size() < 200);
   CHECK(e.message().find("...") != std::string::npos);
+}
+
+TEST_CASE(
+    "a directory, a FIFO or /dev/zero as a config is an error, not malformed JSON or a hang") {
+  const TempDir tmp("hw-models");
+  const auto dir = tmp.subdir("a-folder");
+  auto e1 = error_of([&] { config::Document::load(dir); });
+  CHECK(e1.source() == dir.string());
+  CHECK(e1.message() == "is a directory; expected a JSON file");
+  const auto fifo = tmp.path() / "fifo.json";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);  // opening it for reading would block forever
+  auto e2 = error_of([&] { config::Document::load(fifo); });
+  CHECK(e2.message().find("not a regular file") != std::string::npos);
+  auto e3 = error_of([&] { config::Document::load("/dev/zero"); });  // endless
+  CHECK(e3.message().find("not a regular file") != std::string::npos);
 }
 
 TEST_CASE("a missing file is an error naming it") {
