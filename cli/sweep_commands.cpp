@@ -517,6 +517,13 @@ int search_command(const SweepArgs& args) {
       (r.reason.find("model states") != std::string::npos ? by_states : by_estimate) += 1;
     }
   }
+  if (!combos.empty() && invalid == combos.size()) {
+    // Nothing to rank: the budget itself is the bad input, not "no strategy fits in memory".
+    throw BadInput("--gpus " + std::to_string(args.gpus) + ": all " +
+                   std::to_string(combos.size()) + " combinations are invalid, e.g. tp " +
+                   std::to_string(combos.front().tp) + " x pp " +
+                   std::to_string(combos.front().pp) + ": " + results.front().reason);
+  }
   const search::Ranking ranked = search::rank_results(*objective, results);
   const auto& ranking = ranked.order;
   const auto& frontier = ranked.frontier;

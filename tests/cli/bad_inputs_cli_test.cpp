@@ -163,3 +163,9 @@ TEST_CASE("a directory or a FIFO as the experiment is exit 2, not malformed JSON
   check_bad_input("simulate " + fifo.string(), {fifo.string(), "not a regular file"});
   check_bad_input("simulate /dev/zero", {"/dev/zero", "not a regular file"});
 }
+
+TEST_CASE("search --gpus 1073741824 is exit 2 when every combination is invalid") {
+  // Before: exit 0 with "no strategy fits in memory" although no row was even valid.
+  check_bad_input("search " + experiment() + " --gpus 1073741824 --quiet",
+                  {"--gpus 1073741824", "all", "combinations are invalid"});
+}
