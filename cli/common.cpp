@@ -5,11 +5,14 @@
 #include <atomic>
 #include <charconv>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <set>
 #include <sstream>
 #include <system_error>
+
+#include <unistd.h>
 
 #include "strategies/foreign_inputs.hpp"
 #include "strategies/fsdp_input.hpp"
@@ -99,6 +102,26 @@ void check_out_dir(const std::string& out) {
     }
     if (p == p.parent_path()) break;
   }
+  // Probe that it can be written (a folder under /proc, a read-only file system): create the
+  // missing folders and a file in them, then remove what the probe made.
+  std::vector<fs::path> made;
+  for (fs::path p = dir; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    made.push_back(p);
+    if (p == p.parent_path()) break;
+  }
+  const auto cleanup = [&] {
+    for (const auto& p : made) fs::remove(p, ec);  // deepest first
+  };
+  if (!fs::create_directories(dir, ec) && ec) {
+    const std::string why = ec.message();
+    cleanup();
+    throw BadInput("--out " + out + ": cannot create the folder (" + why + ")");
+  }
+  const fs::path probe = dir / (".stratasim-probe-" + std::to_string(::getpid()));
+  const bool writable = static_cast<bool>(std::ofstream(probe));
+  fs::remove(probe, ec);
+  cleanup();
+  if (!writable) throw BadInput("--out " + out + ": cannot write files in it");
 }
 
 CLI::Validator integer_at_least(std::int64_t min, std::int64_t max) {

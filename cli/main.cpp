@@ -310,6 +310,7 @@ Bytes size_of(const std::string& text) {
 
 // One collective alone on a cluster, size by size, printed as nccl-tests prints it.
 int collective_command(const CollectiveArgs& args) {
+  check_out_dir(args.out);  // before the work: an unwritable --out is bad input
   auto doc = config::Document::load(resolve_cluster(args.cluster));
   if (!args.network.empty()) {
     doc.set("network_model", args.network, "command line (--network " + args.network + ")");

@@ -169,3 +169,19 @@ TEST_CASE("search --gpus 1073741824 is exit 2 when every combination is invalid"
   check_bad_input("search " + experiment() + " --gpus 1073741824 --quiet",
                   {"--gpus 1073741824", "all", "combinations are invalid"});
 }
+
+TEST_CASE(
+    "an unwritable --out is exit 2 naming --out before any work, for collective and export too") {
+  // /proc takes no new folders or files, even for root. Before: exit 1 after the whole work,
+  // and collective and export did not name --out.
+  check_bad_input("simulate " + experiment() + " --quiet --out /proc/stratasim-out",
+                  {"--out /proc/stratasim-out", "cannot create the folder"});
+  check_bad_input("collective dgx-a100-1 --sizes 1M --out /proc/stratasim-out",
+                  {"--out /proc/stratasim-out", "cannot create the folder"});
+  check_bad_input("export " + experiment() + " --out /proc/stratasim-out",
+                  {"--out /proc/stratasim-out", "cannot create the folder"});
+  check_bad_input("search " + experiment() + " --gpus 8 --quiet --out /proc/stratasim.csv",
+                  {"--out /proc", "cannot write files"});
+  const auto collective = run("collective dgx-a100-1 --sizes 1M --out /proc/stratasim-out");
+  CHECK(collective.output.find("busbw") == std::string::npos);  // no table: nothing ran
+}
