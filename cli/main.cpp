@@ -8,6 +8,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <new>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -731,6 +732,12 @@ int main(int argc, char** argv) {
     return kExitBadInput;
   } catch (const InvalidProgram& e) {
     std::cerr << "error: " << e.what() << "\n";
+    return kExitSimulationFailed;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "error: out of host memory (std::bad_alloc): the simulation needs more memory "
+                 "than this machine gives it. Simulate fewer ranks: drop --exact (data-parallel "
+                 "replicas are mirrored), use smaller --trace-ranks, or ask `stratasim memory` "
+                 "(no timing)\n";
     return kExitSimulationFailed;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";

@@ -4,7 +4,9 @@
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 
+#include <array>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -184,4 +186,24 @@ TEST_CASE(
                   {"--out /proc", "cannot write files"});
   const auto collective = run("collective dgx-a100-1 --sizes 1M --out /proc/stratasim-out");
   CHECK(collective.output.find("busbw") == std::string::npos);  // no table: nothing ran
+}
+
+TEST_CASE("host memory exhaustion is exit 3 with a hint, not a bare std::bad_alloc") {
+  // GPT-3 175B on 1024 A100s with every replica simulated, in 150 MB of address space.
+  const std::string command =
+      "(ulimit -v 150000; " + std::string(STRATASIM_BINARY) + " simulate " +
+      (stratasim::testing::configs_dir() / "experiments" / "gpt3-175b-a100-1024.json").string() +
+      " --quiet --exact) 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string output;
+  std::array<char, 4096> buffer{};
+  std::size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  CAPTURE(output);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 3);
+  CHECK(output.find("out of host memory") != std::string::npos);
+  CHECK(output.find("--exact") != std::string::npos);
 }
