@@ -3,11 +3,16 @@
 #include "cli/common.hpp"
 
 #include <atomic>
+#include <charconv>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <system_error>
+
+#include <unistd.h>
 
 #include "strategies/foreign_inputs.hpp"
 #include "strategies/fsdp_input.hpp"
@@ -97,6 +102,64 @@ void check_out_dir(const std::string& out) {
     }
     if (p == p.parent_path()) break;
   }
+  // Probe that it can be written (a folder under /proc, a read-only file system): create the
+  // missing folders and a file in them, then remove what the probe made.
+  std::vector<fs::path> made;
+  for (fs::path p = dir; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    made.push_back(p);
+    if (p == p.parent_path()) break;
+  }
+  const auto cleanup = [&] {
+    for (const auto& p : made) fs::remove(p, ec);  // deepest first
+  };
+  if (!fs::create_directories(dir, ec) && ec) {
+    const std::string why = ec.message();
+    cleanup();
+    throw BadInput("--out " + out + ": cannot create the folder (" + why + ")");
+  }
+  const fs::path probe = dir / (".stratasim-probe-" + std::to_string(::getpid()));
+  const bool writable = static_cast<bool>(std::ofstream(probe));
+  fs::remove(probe, ec);
+  cleanup();
+  if (!writable) throw BadInput("--out " + out + ": cannot write files in it");
+}
+
+CLI::Validator integer_at_least(std::int64_t min, std::int64_t max) {
+  const std::string expected =
+      min == 1 ? "a positive integer" : "an integer of at least " + std::to_string(min);
+  return CLI::Validator(
+      [min, max, expected](std::string& value) -> std::string {
+        std::int64_t n = 0;
+        const char* first = value.data();
+        const char* last = first + value.size();
+        if (first != last && *first == '+') ++first;
+        auto [end, ec] = std::from_chars(first, last, n);
+        const bool whole = ec == std::errc{} && end == last;
+        if (whole && n >= min && n <= max) return "";
+        const std::string shown = value.empty()       ? "nothing"
+                                  : value.size() > 40 ? value.substr(0, 40) + "..."
+                                                      : value;
+        // Too large (or beyond int64): say the upper bound too.
+        const bool too_large = (whole && n > max) || ec == std::errc::result_out_of_range;
+        return "expected " + expected +
+               (too_large && max < std::numeric_limits<std::int64_t>::max() && value.front() != '-'
+                    ? " of at most " + std::to_string(max)
+                    : std::string()) +
+               ", got " + shown;
+      },
+      expected);
+}
+
+CLI::Validator positive_integer() {
+  return integer_at_least(1);
+}
+
+CLI::Validator non_empty(const std::string& expected) {
+  return CLI::Validator(
+      [expected](std::string& value) -> std::string {
+        return value.empty() ? "expected " + expected + ", got nothing" : "";
+      },
+      expected);
 }
 
 // {0,1,2,3,8,9} -> "0-3,8-9".
@@ -128,21 +191,21 @@ void add_experiment_options(CLI::App* cmd, SimulateArgs& sim_args) {
   cmd->add_option("experiment", sim_args.experiment,
                   "Experiment JSON file, or the name of one in configs/experiments")
       ->required();
-  cmd->add_option("--tp", sim_args.tp, "Tensor-parallel degree")->check(CLI::PositiveNumber);
-  cmd->add_option("--pp", sim_args.pp, "Pipeline stages")->check(CLI::PositiveNumber);
+  cmd->add_option("--tp", sim_args.tp, "Tensor-parallel degree")->check(positive_integer());
+  cmd->add_option("--pp", sim_args.pp, "Pipeline stages")->check(positive_integer());
   cmd->add_option("--dp", sim_args.dp, "Data-parallel degree (default: the remaining devices)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer());
   cmd->add_option("--micro-batch", sim_args.micro_batch, "Samples per microbatch")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer());
   cmd->add_option("--global-batch", sim_args.global_batch, "Samples per iteration")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--seq-len", sim_args.seq_len, "Tokens per sample")->check(CLI::PositiveNumber);
+      ->check(integer_at_least(1, std::numeric_limits<std::int64_t>::max()));
+  cmd->add_option("--seq-len", sim_args.seq_len, "Tokens per sample")->check(positive_integer());
   cmd->add_option("--schedule", sim_args.schedule,
                   "Pipeline schedule: gpipe, 1f1b, interleaved, pipedream-2bw, merak-scp, zb-h1, "
                   "zb-h2, zb-v, chimera, terapipe or dualpipe (docs/schedules.md)");
   cmd->add_option("--virtual-stages", sim_args.virtual_stages,
                   "Model chunks per device with the interleaved schedule")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer());
   cmd->add_option("--partition", sim_args.partition,
                   "Layers per stage: even, balanced (BaPipe) or a list like 9,8,8,7");
   cmd->add_flag("--sequence-parallel", sim_args.sequence_parallel, "Megatron sequence parallelism");

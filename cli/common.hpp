@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -68,6 +69,19 @@ void add_foreign_input_options(CLI::App* cmd, SimulateArgs& args);
 std::vector<strategies::Override> overrides_of(const SimulateArgs& args);
 /// Prints "note: ..." on stderr, each distinct note once per process (thread-safe).
 void print_note(const std::string& note);
+
+/// CLI11 check for integer flags: the value must be a whole number in [min, max]. The message
+/// names what was expected and the value as given, e.g. "--gpus: expected a positive integer,
+/// got 0" (CLI11's own PositiveNumber and Range print their bounds as doubles of 309 digits).
+/// Use it for every integer flag with a lower bound (one rule, one place).
+CLI::Validator integer_at_least(std::int64_t min,
+                                std::int64_t max = std::numeric_limits<std::int32_t>::max());
+/// integer_at_least(1): counts, degrees and sizes that cannot be zero.
+CLI::Validator positive_integer();
+
+/// CLI11 check for text flags whose empty value would silently mean the default: "--ranks:
+/// expected device ranges like "0-7,16", got nothing".
+CLI::Validator non_empty(const std::string& expected);
 
 /// Fails early (BadInput) when --out cannot become a folder.
 void check_out_dir(const std::string& out);

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <map>
 
+#include "cli/common.hpp"
 #include "hw_models/files.hpp"
 #include "study/calibration_set.hpp"
 #include "study/catalog.hpp"
@@ -32,11 +33,11 @@ void add_fit_options(CLI::App* cmd, FitArgs& args) {
   cmd->add_option("--max-evaluations", args.options.max_evaluations,
                   "Objective evaluations per Nelder-Mead run of a kernel block (default 20000); "
                   "a block that has not converged within them is an error")
-      ->check(CLI::Range(1, 100000000));
+      ->check(integer_at_least(1, 100000000));
   cmd->add_option("--max-framework-evaluations", args.options.max_framework_evaluations,
                   "The same for the fit of the frameworks and dies (default 2000; each "
                   "evaluation simulates the end-to-end runs)")
-      ->check(CLI::Range(1, 1000000));
+      ->check(integer_at_least(1, 1000000));
   cmd->add_option("--residuals", args.residuals,
                   "Also write every case's measured and fitted time to this CSV file");
   cmd->add_option("--collectives", args.collectives,

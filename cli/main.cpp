@@ -8,6 +8,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <new>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -281,7 +282,7 @@ int schedules_command(const SimulateArgs& args, const std::vector<int>& micro_ba
 struct CollectiveArgs {
   std::string cluster;
   std::string op = "all_reduce";
-  std::string ranks;  // "0-7"; default: every device
+  std::string ranks;  // "0-7"; default: every device (an empty value is rejected at the flag)
   std::vector<std::string> sizes;
   std::string algorithm;  // empty: the cluster's choice
   std::string network;    // empty: the cluster's model
@@ -310,6 +311,7 @@ Bytes size_of(const std::string& text) {
 
 // One collective alone on a cluster, size by size, printed as nccl-tests prints it.
 int collective_command(const CollectiveArgs& args) {
+  check_out_dir(args.out);  // before the work: an unwritable --out is bad input
   auto doc = config::Document::load(resolve_cluster(args.cluster));
   if (!args.network.empty()) {
     doc.set("network_model", args.network, "command line (--network " + args.network + ")");
@@ -509,7 +511,8 @@ void add_simulation_commands(CLI::App& app, Commands& c) {
   c.schedules
       ->add_option("--micro-batches", c.schedule_micro_batches,
                    "Micro-batch sizes to try (default 1 2 4 ... 64 that divide the batch)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(cli::positive_integer());
   c.schedules->add_option("--out", c.sim_args.out, "Write schedules.csv here");
 }
 
@@ -524,8 +527,9 @@ void add_collective_command(CLI::App& app, Commands& c) {
   c.collective->add_option("--op", c.coll_args.op,
                            "all_reduce (default), reduce_scatter, all_gather, broadcast, reduce or "
                            "all_to_all");
-  c.collective->add_option("--ranks", c.coll_args.ranks,
-                           "Devices in the group, e.g. 0-7 (default all)");
+  c.collective
+      ->add_option("--ranks", c.coll_args.ranks, "Devices in the group, e.g. 0-7 (default all)")
+      ->check(cli::non_empty("device ranges like \"0-7,16\""));
   c.collective->add_option("--sizes", c.coll_args.sizes, "Sizes, e.g. 1M,64M,1G (default 1M to 4G)")
       ->delimiter(',');
   c.collective->add_option("--algorithm", c.coll_args.algorithm,
@@ -542,9 +546,11 @@ void add_real_run_commands(CLI::App& app, Commands& c) {
   auto add_real_run_options = [&c](CLI::App* cmd) {
     cmd->add_option("--device", c.real_args.device,
                     "cuda (GPUs, the default) or host (CPU threads: small models, for testing)");
-    cmd->add_option("--warmup", c.real_args.warmup, "Warm-up iterations (default 1)");
+    cmd->add_option("--warmup", c.real_args.warmup, "Warm-up iterations (default 1)")
+        ->check(cli::integer_at_least(0));
     cmd->add_option("--iterations", c.real_args.iterations,
-                    "Measured iterations; the median is reported (default 5)");
+                    "Measured iterations; the median is reported (default 5)")
+        ->check(cli::positive_integer());
     cmd->add_option("--watchdog", c.real_args.watchdog_s,
                     "Seconds with no op finishing before a run is declared hung (default 60)");
     cmd->add_flag("--verify", c.real_args.verify,
@@ -584,11 +590,11 @@ void add_real_run_commands(CLI::App& app, Commands& c) {
   c.calibrate
       ->add_option("--ranks", c.cal_args.ranks,
                    "Devices for collective bandwidth (default 1: no collectives)")
-      ->check(CLI::PositiveNumber);
+      ->check(cli::positive_integer());
   c.calibrate
       ->add_option("--repetitions", c.cal_args.repetitions,
                    "Timed repetitions per measurement (median)")
-      ->check(CLI::PositiveNumber);
+      ->check(cli::positive_integer());
   c.calibrate->add_flag("--quick", c.cal_args.quick, "Fewer shapes and sizes");
   c.calibrate->add_option("--name", c.cal_args.name,
                           "Device name written in the profile (default: the GPU's name)");
@@ -726,6 +732,12 @@ int main(int argc, char** argv) {
     return kExitBadInput;
   } catch (const InvalidProgram& e) {
     std::cerr << "error: " << e.what() << "\n";
+    return kExitSimulationFailed;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "error: out of host memory (std::bad_alloc): the simulation needs more memory "
+                 "than this machine gives it. Simulate fewer ranks: drop --exact (data-parallel "
+                 "replicas are mirrored), use smaller --trace-ranks, or ask `stratasim memory` "
+                 "(no timing)\n";
     return kExitSimulationFailed;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";

@@ -31,7 +31,7 @@ void add_replay_options(CLI::App* cmd, ReplayArgs& args) {
   cmd->add_option("--ranks", args.request.ranks,
                   "Re-target to this many ranks by widening data parallelism (a multiple of "
                   "the trace's ranks)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer());
   cmd->add_option("--dp-groups", args.request.dp_groups,
                   "Regular expression naming the data-parallel groups (default: "
                   "\"^dp\\b|^data\\b|data[ _-]?parallel\", case-insensitive)");

@@ -218,11 +218,11 @@ void add_sweep_experiment_options(CLI::App* cmd, SweepArgs& args) {
                   "Experiment JSON file, or the name of one in configs/experiments")
       ->required();
   cmd->add_option("--global-batch", s.global_batch, "Samples per iteration")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--seq-len", s.seq_len, "Tokens per sample")->check(CLI::PositiveNumber);
+      ->check(integer_at_least(1, std::numeric_limits<std::int64_t>::max()));
+  cmd->add_option("--seq-len", s.seq_len, "Tokens per sample")->check(positive_integer());
   cmd->add_option("--virtual-stages", s.virtual_stages,
                   "Model chunks per device with the interleaved schedule")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer());
   cmd->add_option("--partition", s.partition, "Layers per stage: even or balanced (BaPipe)");
   cmd->add_option("--tp-mode", s.tp_mode, "Tensor parallelism: 1d, 2d, 2.5d or 3d");
   cmd->add_option("--grad-compression", s.grad_compression,
@@ -238,7 +238,7 @@ void add_sweep_experiment_options(CLI::App* cmd, SweepArgs& args) {
                 "Simulate every tensor- and data-parallel rank instead of mirroring them (the "
                 "same results; much slower)");
   cmd->add_option("--jobs,-j", args.jobs, "Worker threads (default: the hardware's threads)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer());
   cmd->add_option("--zero", args.zero, "ZeRO stages, e.g. 0..3 or 1,3 (default 0..3)");
   cmd->add_option("--recompute", args.recompute,
                   "Recomputation: none, selective, full, stage_aware (default "
@@ -267,15 +267,15 @@ void add_search_options(CLI::App* cmd, SweepArgs& args) {
   add_sweep_experiment_options(cmd, args);
   cmd->add_option("--gpus", args.gpus, "The GPU budget N: strategies with tp * pp * dp <= N")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer());
   cmd->add_option("--objective", args.objective,
                   "throughput (tokens/s, default), memory (lowest peak) or cost (GPU-seconds "
                   "per token: fewer GPUs may win)");
   cmd->add_option("--min-gpus", args.min_gpus,
                   "With --objective cost: the fewest GPUs tried, halving from N (default N/4)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer());
   cmd->add_option("--top", args.top, "How many of the best to print (default 10)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer());
   cmd->add_option("--out", args.out,
                   "Write every combination to this CSV, with rank and pareto columns");
   cmd->add_option("--schedules", args.schedules,
@@ -516,6 +516,13 @@ int search_command(const SweepArgs& args) {
     if (!r.simulated && r.status == search::Status::oom) {
       (r.reason.find("model states") != std::string::npos ? by_states : by_estimate) += 1;
     }
+  }
+  if (!combos.empty() && invalid == combos.size()) {
+    // Nothing to rank: the budget itself is the bad input, not "no strategy fits in memory".
+    throw BadInput("--gpus " + std::to_string(args.gpus) + ": all " +
+                   std::to_string(combos.size()) + " combinations are invalid, e.g. tp " +
+                   std::to_string(combos.front().tp) + " x pp " +
+                   std::to_string(combos.front().pp) + ": " + results.front().reason);
   }
   const search::Ranking ranked = search::rank_results(*objective, results);
   const auto& ranking = ranked.order;

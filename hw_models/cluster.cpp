@@ -1,7 +1,10 @@
 #include "hw_models/cluster.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
+
+#include "hw_models/sane_bounds.hpp"
 
 namespace stratasim::hw {
 
@@ -108,6 +111,10 @@ std::vector<int> read_ranks(config::ObjectReader& r, std::string_view key, int w
     r.has(key);
     for (const auto& v : *value) {
       if (!v.is_number_integer()) r.fail(key, "expected an array of integer ranks");
+      if (v.is_number_unsigned() && v.get<std::uint64_t>() >= static_cast<std::uint64_t>(world)) {
+        // As written: get<long long> would wrap values of 2^63 and above to negative ones.
+        r.fail(key, "expected ranks in [0, " + std::to_string(world - 1) + "], got " + v.dump());
+      }
       add(v.get<long long>(), v.get<long long>());
     }
   } else {
@@ -151,7 +158,13 @@ std::vector<int> parse_device_ranges(std::string_view text, int world) {
       throw std::invalid_argument("devices " + part + " are outside 0-" +
                                   std::to_string(world - 1));
     }
-    for (long long d = lo; d <= hi; ++d) out.push_back(static_cast<int>(d));
+    for (long long d = lo; d <= hi; ++d) {
+      if (std::find(out.begin(), out.end(), d) != out.end()) {
+        throw std::invalid_argument("device " + std::to_string(d) + " is listed twice in \"" +
+                                    std::string(text) + "\"");
+      }
+      out.push_back(static_cast<int>(d));
+    }
     at = comma + 1;
   }
   return out;
@@ -214,9 +227,10 @@ void ClusterSpec::validate() const {
   if (!(inter_node.bandwidth.bytes_per_second() > 0)) {
     throw config::ValidationError("inter_node.bandwidth", "expected a positive bandwidth");
   }
-  if (!(collectives.protocol_efficiency > 0 && collectives.protocol_efficiency <= 1)) {
+  if (!is_efficiency(collectives.protocol_efficiency)) {
     throw config::ValidationError("collectives.protocol_efficiency",
-                                  "expected a fraction in (0, 1]");
+                                  "expected " + efficiency_expected() + ", got " +
+                                      number_text(collectives.protocol_efficiency));
   }
   interference.validate();
   if (collectives.max_channels < 0) {
@@ -234,11 +248,11 @@ void ClusterSpec::validate() const {
     for (const auto* f : {&collectives.nccl->intra, &collectives.nccl->network}) {
       const std::string at =
           f == &collectives.nccl->intra ? "collectives.intra_fabric" : "collectives.network_fabric";
-      if (!(f->efficiency > 0 && f->efficiency <= 1)) {
-        throw config::ValidationError(at + ".efficiency", "expected a fraction in (0, 1]");
+      if (!is_efficiency(f->efficiency)) {
+        throw config::ValidationError(at + ".efficiency", "expected " + efficiency_expected());
       }
-      if (!(f->p2p_efficiency > 0 && f->p2p_efficiency <= 1)) {
-        throw config::ValidationError(at + ".p2p_efficiency", "expected a fraction in (0, 1]");
+      if (!is_efficiency(f->p2p_efficiency)) {
+        throw config::ValidationError(at + ".p2p_efficiency", "expected " + efficiency_expected());
       }
       for (std::size_t p = 0; p < f->step_latency.size(); ++p) {
         if (!(f->step_latency[p].seconds() >= 0)) {
@@ -270,19 +284,19 @@ void ClusterSpec::validate() const {
       throw config::ValidationError("collectives.intra_fabric.ll128_channel_busbw",
                                     "expected a positive bandwidth");
     }
-    if (!(in.nvls_efficiency >= 0 && in.nvls_efficiency <= 1)) {
+    if (in.nvls_efficiency != 0 && !is_efficiency(in.nvls_efficiency)) {
       throw config::ValidationError(
           "collectives.intra_fabric.nvls.efficiency",
-          "expected a fraction in [0, 1] (0: the switch does not reduce)");
+          "expected 0 (the switch does not reduce) or " + efficiency_expected());
     }
     if (!(in.p2p_channel_bandwidth.bytes_per_second() >= 0)) {
       throw config::ValidationError("collectives.intra_fabric.p2p_channel_bandwidth",
                                     "expected a bandwidth >= 0 (0: no limit)");
     }
     const NcclFabric& net = collectives.nccl->network;
-    if (!(net.collnet_efficiency >= 0 && net.collnet_efficiency <= 1)) {
+    if (net.collnet_efficiency != 0 && !is_efficiency(net.collnet_efficiency)) {
       throw config::ValidationError("collectives.network_fabric.collnet.efficiency",
-                                    "expected a fraction in [0, 1] (0: no CollNet)");
+                                    "expected 0 (no CollNet) or " + efficiency_expected());
     }
     if (!(net.collnet_latency.seconds() >= 0)) {
       throw config::ValidationError("collectives.network_fabric.collnet.latency",
@@ -299,9 +313,10 @@ void ClusterSpec::validate() const {
   }
   for (std::size_t i = 0; i < overrides.size(); ++i) {
     const std::string at = "overrides." + std::to_string(i);
-    if (!(overrides[i].slowdown > 0)) {
+    if (!is_slowdown(overrides[i].slowdown)) {
       throw config::ValidationError(at + ".slowdown",
-                                    "expected a positive factor (2 = twice as slow)");
+                                    "expected a factor from 1e-6 to 1e6 (2 = twice as slow), got " +
+                                        number_text(overrides[i].slowdown));
     }
     for (const auto* link : {&overrides[i].intra_node, &overrides[i].inter_node}) {
       if (*link && !((*link)->bandwidth.bytes_per_second() > 0)) {
@@ -335,8 +350,10 @@ ClusterSpec read_cluster(config::Document& doc, const std::string& path) {
     host.cores = static_cast<int>(h.integer_in("cores", 1, 1 << 20));
     host.adam_params_per_second_per_core =
         h.number_or("adam_params_per_second_per_core", host.adam_params_per_second_per_core);
-    if (!(host.adam_params_per_second_per_core > 0)) {
-      h.fail("adam_params_per_second_per_core", "expected a positive rate");
+    if (!(host.adam_params_per_second_per_core >= kMinItemsPerSecond) ||
+        !std::isfinite(host.adam_params_per_second_per_core)) {
+      h.fail("adam_params_per_second_per_core",
+             "expected a rate of at least 1000 parameters per second per core");
     }
     host.pcie = read_link(h.object("pcie", "the host-device link of each device"));
     h.finish();

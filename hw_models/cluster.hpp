@@ -223,7 +223,8 @@ inline int communication_units(const ClusterSpec& cluster) {
 }
 
 /// Device ranges as configs and flags write them, "0-7,16,18-19", within [0, world): the
-/// listed devices in the order given. Throws std::invalid_argument saying what is wrong.
+/// listed devices in the order given. Throws std::invalid_argument saying what is wrong (a
+/// part that is not a range, a device outside [0, world), a device listed twice, an empty text).
 std::vector<int> parse_device_ranges(std::string_view text, int world);
 
 /// Reads a cluster from the object at `path` of `doc`; a string "device" names a device file

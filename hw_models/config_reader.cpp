@@ -1,25 +1,35 @@
 #include "hw_models/config_reader.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 namespace stratasim::config {
 
 namespace {
 
+// A value as JSON for messages, cut after 80 characters: an error never prints a whole huge
+// value.
+std::string shown(const nlohmann::json& v) {
+  std::string text = v.dump();
+  if (text.size() > 80) text = text.substr(0, 80) + "...";
+  return text;
+}
+
 std::string describe(const nlohmann::json& v) {
   switch (v.type()) {
     case nlohmann::json::value_t::null:
       return "null";
     case nlohmann::json::value_t::boolean:
-      return "a boolean (" + v.dump() + ")";
+      return "a boolean (" + shown(v) + ")";
     case nlohmann::json::value_t::string:
-      return "a string (" + v.dump() + ")";
+      return "a string (" + shown(v) + ")";
     case nlohmann::json::value_t::number_integer:
     case nlohmann::json::value_t::number_unsigned:
     case nlohmann::json::value_t::number_float:
-      return "a number (" + v.dump() + ")";
+      return "a number (" + shown(v) + ")";
     case nlohmann::json::value_t::object:
       return "an object";
     case nlohmann::json::value_t::array:
@@ -45,7 +55,38 @@ bool has_prefix(std::string_view path, std::string_view prefix) {
   return path.starts_with(prefix) && (path.size() == prefix.size() || path[prefix.size()] == '.');
 }
 
+// JSON nested deeper than this is rejected while it is parsed: copying or printing a value is
+// recursive, and 60,000 levels overflow the stack. Real configs nest fewer than 10 levels.
+constexpr int kMaxJsonDepth = 512;
+
+struct TooDeep {};
+
+// nlohmann::json::parse with the nesting bound (throws TooDeep). The parser itself is not
+// recursive; the callback stops it before the value grows deeper than kMaxJsonDepth.
+nlohmann::json parse_bounded(std::string_view text, bool allow_exceptions = true) {
+  return nlohmann::json::parse(
+      text,
+      [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+        if (depth > kMaxJsonDepth) throw TooDeep{};
+        return true;
+      },
+      allow_exceptions);
+}
+
+const std::string kTooDeepMessage =
+    "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";
+
 nlohmann::json parse_file(const std::filesystem::path& file, const std::string& source) {
+  // Only regular files: a directory is not "malformed JSON", a FIFO would block forever and
+  // /dev/zero would be read until memory runs out.
+  std::error_code status_error;
+  const auto status = std::filesystem::status(file, status_error);
+  if (std::filesystem::is_directory(status)) {
+    throw ConfigError(source, "", "is a directory; expected a JSON file");
+  }
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    throw ConfigError(source, "", "is not a regular file (a pipe or device); expected a JSON file");
+  }
   std::ifstream in(file, std::ios::binary);
   if (!in) {
     std::error_code ec;
@@ -56,7 +97,9 @@ nlohmann::json parse_file(const std::filesystem::path& file, const std::string& 
   buffer << in.rdbuf();
   std::string text = buffer.str();
   try {
-    return nlohmann::json::parse(text);
+    return parse_bounded(text);
+  } catch (const TooDeep&) {
+    throw ConfigError(source, "", kTooDeepMessage);
   } catch (const nlohmann::json::parse_error& e) {
     // Turn the byte offset into a line and column a person can go to.
     std::size_t offset = std::min<std::size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());
@@ -243,10 +286,23 @@ void ObjectReader::fail(std::string_view key, const std::string& message) const 
   doc_->fail(path_of(key), message);
 }
 
+namespace {
+
+// nlohmann::json keeps integers in [2^63, 2^64) as number_unsigned, and get<std::int64_t> wraps
+// them to negative numbers the user never wrote ("tp": 18446744073709551608 -> -8). Such a value
+// is out of every range here; messages show it as written (dump()).
+bool above_int64(const nlohmann::json& v) {
+  return v.is_number_unsigned() &&
+         v.get<std::uint64_t>() >
+             static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+}
+
+}  // namespace
+
 std::int64_t ObjectReader::integer(std::string_view key) {
   const auto& v = require(key);
+  if (above_int64(v)) fail(key, "expected an integer below 2^63, got " + v.dump());
   if (v.is_number_integer()) return v.get<std::int64_t>();
-  if (v.is_number_unsigned()) fail(key, "expected an integer below 2^63, got " + v.dump());
   fail(key, "expected an integer, got " + describe(v));
 }
 
@@ -255,11 +311,13 @@ std::int64_t ObjectReader::integer_or(std::string_view key, std::int64_t fallbac
 }
 
 std::int64_t ObjectReader::integer_in(std::string_view key, std::int64_t lo, std::int64_t hi) {
-  std::int64_t v = integer(key);
-  if (v < lo || v > hi) {
+  const auto out_of_range = [&](const std::string& written) {
     fail(key, "expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
-                  ", got " + std::to_string(v));
-  }
+                  ", got " + written);
+  };
+  if (above_int64(require(key))) out_of_range(require(key).dump());
+  std::int64_t v = integer(key);
+  if (v < lo || v > hi) out_of_range(std::to_string(v));
   return v;
 }
 
@@ -398,7 +456,12 @@ std::string closest_match(std::string_view key, const std::vector<std::string>& 
 }
 
 nlohmann::json parse_override_value(std::string_view text) {
-  auto parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json parsed;
+  try {
+    parsed = parse_bounded(text, /*allow_exceptions=*/false);
+  } catch (const TooDeep&) {
+    throw ConfigError("command line", "", "--set value: " + kTooDeepMessage);
+  }
   if (parsed.is_discarded()) return nlohmann::json(std::string(text));
   return parsed;
 }

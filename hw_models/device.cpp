@@ -5,13 +5,16 @@
 #include <cstdlib>
 #include <utility>
 
+#include "hw_models/sane_bounds.hpp"
+
 namespace stratasim::hw {
 
 namespace {
 
 void check_fraction(double v, const std::string& path) {
-  if (!(v > 0 && v <= 1)) {
-    throw config::ValidationError(path, "expected a fraction in (0, 1], got " + std::to_string(v));
+  if (!is_efficiency(v)) {
+    throw config::ValidationError(path,
+                                  "expected " + efficiency_expected() + ", got " + number_text(v));
   }
 }
 

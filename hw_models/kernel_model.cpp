@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "hw_models/files.hpp"
+#include "hw_models/sane_bounds.hpp"
 
 namespace stratasim::hw {
 
@@ -31,9 +32,9 @@ std::vector<std::string> read_cases(const config::Document& doc, config::ObjectR
 }
 
 void check_fraction(double v, const std::string& path) {
-  if (!(v > 0 && v <= 1)) {
+  if (!is_efficiency(v)) {
     throw config::ValidationError(
-        path, "expected a fraction of peak in (0, 1], got " + std::to_string(v));
+        path, "expected " + efficiency_expected() + " of peak, got " + number_text(v));
   }
 }
 

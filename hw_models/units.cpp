@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <optional>
 
+#include "hw_models/sane_bounds.hpp"
+
 namespace stratasim {
 
 namespace {
@@ -154,7 +156,12 @@ Bandwidth parse_bandwidth(std::string_view text) {
     if (prefix.empty()) mult = m / 8;
   }
   if (!mult) fail("a bandwidth with a unit (GB/s, GiB/s, Gb/s, Gbps)", "900 GB/s", text);
-  return Bandwidth(q->value * *mult);
+  const double bytes_per_second = q->value * *mult;
+  if (!std::isfinite(bytes_per_second) ||
+      (bytes_per_second != 0 && !(bytes_per_second >= kMinBandwidthBytesPerSecond))) {
+    fail("a bandwidth of at least 1 MB/s (or 0 where none is allowed)", "900 GB/s", text);
+  }
+  return Bandwidth(bytes_per_second);
 }
 
 FlopRate parse_flop_rate(std::string_view text) {
@@ -165,7 +172,12 @@ FlopRate parse_flop_rate(std::string_view text) {
   if (unit != "FLOP/s" && unit != "FLOPS" && unit != "FLOPs/s") {
     fail("a compute rate with a unit (GFLOP/s, TFLOP/s, PFLOP/s)", "312 TFLOP/s", text);
   }
-  return FlopRate(q->value * mult);
+  const double flops_per_second = q->value * mult;
+  if (!std::isfinite(flops_per_second) ||
+      (flops_per_second != 0 && !(flops_per_second >= kMinFlopsPerSecond))) {
+    fail("a compute rate of at least 1 MFLOP/s (or 0 where none is allowed)", "312 TFLOP/s", text);
+  }
+  return FlopRate(flops_per_second);
 }
 
 Flops parse_flops(std::string_view text) {
@@ -175,6 +187,16 @@ Flops parse_flops(std::string_view text) {
   double mult = take_prefix(unit, /*allow_binary=*/false);
   if (unit != "FLOP" && unit != "FLOPs") fail("an amount of work in FLOP", "3.1 EFLOP", text);
   return Flops(q->value * mult);
+}
+
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+std::string efficiency_expected() {
+  return "a fraction in (0, 1], at least 1e-6";
 }
 
 std::string to_string(Time t) {

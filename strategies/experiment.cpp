@@ -4,6 +4,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "hw_models/sane_bounds.hpp"
 #include "strategies/foreign_inputs.hpp"
 #include "strategies/lowering/pipeline_spec.hpp"
 #include "strategies/moe.hpp"
@@ -360,8 +361,9 @@ TrainingSpec read_training(config::ObjectReader r, std::int64_t& accumulation) {
   if (r.has("distributed_optimizer")) t.distributed_optimizer = r.boolean("distributed_optimizer");
   if (r.has("compute_efficiency")) {
     t.compute_efficiency = r.number("compute_efficiency");
-    if (!(*t.compute_efficiency > 0 && *t.compute_efficiency <= 1)) {
-      r.fail("compute_efficiency", "expected a share of the devices' compute rates in (0, 1]");
+    if (!is_efficiency(*t.compute_efficiency)) {
+      r.fail("compute_efficiency",
+             "expected a share of the devices' compute rates: " + efficiency_expected());
     }
   }
   if (r.has("elementwise_traffic")) {

@@ -1,7 +1,10 @@
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <string>
 
 #include "hw_models/cluster.hpp"
 #include "hw_models/config_reader.hpp"
@@ -59,6 +62,57 @@ TEST_CASE("a number too large for a double is a config error, not a crash") {
   auto e = error_of([&] { config::Document::load(path); });
   CHECK(e.source() == path.string());
   CHECK(e.message().find("unreadable JSON") != std::string::npos);
+}
+
+TEST_CASE("integers of 2^63 and above are reported as written, not wrapped to negative") {
+  // 18446744073709551608 = 2^64 - 8; read as int64 it would be -8.
+  auto doc =
+      config::Document::from_json(nlohmann::json{{"tp", std::uint64_t{18446744073709551608ULL}},
+                                                 {"big", std::uint64_t{9223372036854775808ULL}},
+                                                 {"ok", std::uint64_t{7}}},
+                                  "x.json");
+  config::ObjectReader r(doc, "");
+  auto e1 = error_of([&] { r.integer_in("tp", 1, 64); });
+  CHECK(e1.path() == "tp");
+  CHECK(e1.message() == "expected an integer from 1 to 64, got 18446744073709551608");
+  auto e2 = error_of([&] { r.integer("big"); });  // 2^63
+  CHECK(e2.message() == "expected an integer below 2^63, got 9223372036854775808");
+  CHECK(r.integer_in("ok", 1, 64) == 7);
+}
+
+TEST_CASE("JSON nested deeper than 512 levels is a config error, not a stack overflow") {
+  const TempDir tmp("hw-models");
+  auto path =
+      tmp.write("deep.json", "{\"a\": " + std::string(60000, '[') + std::string(60000, ']') + "}");
+  auto e = error_of([&] { config::Document::load(path); });
+  CHECK(e.source() == path.string());
+  CHECK(e.message() == "JSON nested deeper than 512 levels");
+  // 500 levels is fine.
+  auto ok = tmp.write("ok.json", "{\"a\": " + std::string(500, '[') + std::string(500, ']') + "}");
+  CHECK_NOTHROW(config::Document::load(ok));
+}
+
+TEST_CASE("a value in an error message is cut after 80 characters") {
+  auto doc = config::Document::from_json(nlohmann::json{{"n", std::string(100000, 'x')}}, "x.json");
+  config::ObjectReader r(doc, "");
+  auto e = error_of([&] { r.integer("n"); });
+  CHECK(e.message().size() < 200);
+  CHECK(e.message().find("...") != std::string::npos);
+}
+
+TEST_CASE(
+    "a directory, a FIFO or /dev/zero as a config is an error, not malformed JSON or a hang") {
+  const TempDir tmp("hw-models");
+  const auto dir = tmp.subdir("a-folder");
+  auto e1 = error_of([&] { config::Document::load(dir); });
+  CHECK(e1.source() == dir.string());
+  CHECK(e1.message() == "is a directory; expected a JSON file");
+  const auto fifo = tmp.path() / "fifo.json";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);  // opening it for reading would block forever
+  auto e2 = error_of([&] { config::Document::load(fifo); });
+  CHECK(e2.message().find("not a regular file") != std::string::npos);
+  auto e3 = error_of([&] { config::Document::load("/dev/zero"); });  // endless
+  CHECK(e3.message().find("not a regular file") != std::string::npos);
 }
 
 TEST_CASE("a missing file is an error naming it") {

@@ -62,6 +62,21 @@ TEST_CASE("malformed quantities are errors that say what was expected") {
   CHECK_THROWS_AS(parse_time("1e30 s"), UnitError);
 }
 
+TEST_CASE("rates below the sane bounds (1 MB/s, 1 MFLOP/s) are errors naming the bound") {
+  // 1e-30 Gb/s would move 1 GiB in 8.6e39 s: simulated time (2^63 ps) overflows later.
+  CHECK_THROWS_WITH_AS(parse_bandwidth("1e-30 Gb/s"), doctest::Contains("at least 1 MB/s"),
+                       UnitError);
+  CHECK_THROWS_AS(parse_bandwidth("999 kB/s"), UnitError);
+  CHECK(parse_bandwidth("1 MB/s").bytes_per_second() == 1e6);
+  CHECK(parse_bandwidth("8 Mb/s").bytes_per_second() == 1e6);  // 8 Mbit = 1 MB
+  CHECK(parse_bandwidth("0 GB/s").bytes_per_second() == 0);    // "none", where allowed
+  CHECK_THROWS_AS(parse_bandwidth("1e300 EB/s"), UnitError);   // 1e318 B/s: not finite
+  CHECK_THROWS_WITH_AS(parse_flop_rate("1e-20 TFLOP/s"), doctest::Contains("at least 1 MFLOP/s"),
+                       UnitError);
+  CHECK(parse_flop_rate("1 MFLOP/s").flops_per_second() == 1e6);
+  CHECK(parse_flop_rate("0 TFLOP/s").flops_per_second() == 0);
+}
+
 TEST_CASE("time arithmetic is exact and transfer times round up to a picosecond") {
   // 1 GB at 1 TB/s = 1 ms exactly.
   CHECK(transfer_time(Bytes(1'000'000'000), Bandwidth(1e12)) == Time::ms(1));
