@@ -780,12 +780,14 @@ void resolve_data_parallel(const config::Document& doc, Experiment& e) {
       number(p.tp) + " * " + (p.cp > 1 ? number(p.cp) + " * " : "") + number(p.pp);
   if (p.dp == 0) {
     if (world % model_parallel != 0) {
-      doc.fail_among({"parallelism.tp", "parallelism.cp", "parallelism.pp"},
-                     p.cp > 1 ? "parallelism.cp" : "parallelism",
-                     mp + " = " + number(model_parallel) + " does not divide the " + number(world) +
-                         " devices of cluster " + e.cluster.name + "; set tp, " +
-                         (p.cp > 1 ? "cp, " : "") + "pp (and dp) so that " + mp +
-                         " * dp = " + number(world));
+      // Named at cp when context parallelism takes part (its newest axis), else at tp or pp.
+      doc.fail_among(
+          p.cp > 1 ? std::vector<std::string>{"parallelism.cp", "parallelism.tp", "parallelism.pp"}
+                   : std::vector<std::string>{"parallelism.tp", "parallelism.pp"},
+          p.cp > 1 ? "parallelism.cp" : "parallelism",
+          mp + " = " + number(model_parallel) + " does not divide the " + number(world) +
+              " devices of cluster " + e.cluster.name + "; set tp, " + (p.cp > 1 ? "cp, " : "") +
+              "pp (and dp) so that " + mp + " * dp = " + number(world));
     }
     p.dp = static_cast<int>(world / model_parallel);
   } else if (model_parallel * p.dp != world) {

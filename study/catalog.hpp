@@ -36,8 +36,8 @@ hw::DeviceSpec load_device(const std::string& given);
 
 /// "dotted.key=value" as an override of the experiment document: the value parses as JSON
 /// when it can (4, true, [1,2]) and as a string otherwise ("400 Gb/s"); a catalog name given
-/// to cluster, model or cluster.device ("cluster=dgx-h100-128") becomes the shipped file. `origin` is how errors
-/// name it; empty: "--set TEXT". Throws BadInput when there is no key or no '='.
+/// to cluster, model or cluster.device ("cluster=dgx-h100-128") becomes the shipped file. `origin`
+/// is how errors name it; empty: "--set TEXT". Throws BadInput when there is no key or no '='.
 strategies::Override parse_set(std::string_view text, std::string origin = {});
 
 /// An experiment file, or a name from configs/experiments, loaded with `overrides` applied
