@@ -4,9 +4,7 @@
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 
-#include <array>
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -194,16 +192,9 @@ TEST_CASE("host memory exhaustion is exit 3 with a hint, not a bare std::bad_all
       "(ulimit -v 150000; " + std::string(STRATASIM_BINARY) + " simulate " +
       (stratasim::testing::configs_dir() / "experiments" / "gpt3-175b-a100-1024.json").string() +
       " --quiet --exact) 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string output;
-  std::array<char, 4096> buffer{};
-  std::size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  CAPTURE(output);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 3);
-  CHECK(output.find("out of host memory") != std::string::npos);
-  CHECK(output.find("--exact") != std::string::npos);
+  const auto r = run_shell(command);
+  CAPTURE(r.output);
+  CHECK(r.status == 3);
+  CHECK(r.output.find("out of host memory") != std::string::npos);
+  CHECK(r.output.find("--exact") != std::string::npos);
 }

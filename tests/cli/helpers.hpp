@@ -24,8 +24,8 @@ struct Result {
   std::string output;  // stdout and stderr together
 };
 
-inline Result run(const std::string& args) {
-  std::string command = std::string(STRATASIM_BINARY) + " " + args + " 2>&1";
+/// A shell command line, its stdout (and whatever it redirects there) and its exit status.
+inline Result run_shell(const std::string& command) {
   FILE* pipe = popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);
   std::string output;
@@ -34,6 +34,11 @@ inline Result run(const std::string& args) {
   while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
   int status = pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+/// stratasim with `args`, stderr with stdout.
+inline Result run(const std::string& args) {
+  return run_shell(std::string(STRATASIM_BINARY) + " " + args + " 2>&1");
 }
 
 /// Each test case that writes files makes its own folder: `const TempDir tmp("cli");`.
