@@ -387,103 +387,131 @@ std::pair<std::string, std::string> model_variant(const std::string& name) {
   return {base, name.substr(open + 1, name.size() - open - 2)};
 }
 
-E2eMapping map_e2e(const CaseReader& c, const std::string& source) {
-  E2eMapping m;
-  auto& why = m.reasons;
-  // The device and the GPU count.
+// What map_e2e reads from a case before it writes the experiment: each step below fills its
+// part and adds a reason to E2eMapping::reasons for what it cannot express.
+struct E2eParts {
+  std::int64_t gpus = 0;
+  std::optional<json> fp8;  // training.fp8, when the precision is an FP8 recipe
+  std::string model;        // as printed, variant included
+  json model_doc;
+  std::int64_t seq = 1;
+  std::optional<std::int64_t> micro;
+  std::optional<std::int64_t> global;
+  std::int64_t tp = 1, pp = 1, cp = 1, ep = 1;
+  std::optional<std::int64_t> etp;
+  std::string cp_mode = "ring";
+  int zero = 0;
+  json fsdp;  // training.fsdp: PyTorch FSDP's runtime as the run configured it
+  std::string recompute = "none";
+  bool flash = true;
+};
+
+// The device and the GPU count.
+void map_e2e_device(const CaseReader& c, E2eMapping& m, E2eParts& p) {
   const std::string gpu = c.required_string("hardware.gpu");
   const auto* cluster = std::find_if(std::begin(kClusters), std::end(kClusters),
                                      [&](const ClusterOf& k) { return k.gpu == gpu; });
   if (lower(gpu).find("inferred") != std::string::npos) {
-    why.push_back("device not printed (\"" + gpu + "\")");
+    m.reasons.push_back("device not printed (\"" + gpu + "\")");
   } else if (cluster == std::end(kClusters)) {
-    why.push_back("device " + gpu + " not modelled");
+    m.reasons.push_back("device " + gpu + " not modelled");
   } else {
     m.cluster = std::string(cluster->cluster);
   }
-  const std::int64_t gpus = c.required_count("hardware.gpu_count");
-  if (gpus != kGpusPerNode) {
-    why.push_back(std::to_string(gpus) + " GPUs (the mapping covers one node of " +
-                  std::to_string(kGpusPerNode) + ")");
+  p.gpus = c.required_count("hardware.gpu_count");
+  if (p.gpus != kGpusPerNode) {
+    m.reasons.push_back(std::to_string(p.gpus) + " GPUs (the mapping covers one node of " +
+                        std::to_string(kGpusPerNode) + ")");
   }
-  // Precision.
+}
+
+// Precision: bf16, or an FP8 recipe.
+void map_e2e_precision(const CaseReader& c, E2eMapping& m, E2eParts& p) {
   const auto precision = c.string("config.precision");
-  std::optional<json> fp8;
   if (!precision) {
-    why.push_back("precision not printed");
-  } else if (const std::string p = lower(*precision);
-             p.find("fp8") != std::string::npos || p.find("float8") != std::string::npos) {
-    fp8 = fp8_settings_of(*precision);
-    if (!fp8) why.push_back("fp8 recipe of precision " + *precision + " not mapped");
-  } else if (p != "bf16" && p != "amp_bf16") {
-    why.push_back("precision " + *precision + " not modelled");
+    m.reasons.push_back("precision not printed");
+  } else if (const std::string lp = lower(*precision);
+             lp.find("fp8") != std::string::npos || lp.find("float8") != std::string::npos) {
+    p.fp8 = fp8_settings_of(*precision);
+    if (!p.fp8) m.reasons.push_back("fp8 recipe of precision " + *precision + " not mapped");
+  } else if (lp != "bf16" && lp != "amp_bf16") {
+    m.reasons.push_back("precision " + *precision + " not modelled");
   }
-  // The model, and a variant printed after its name.
-  const std::string model = c.string("config.model").value_or("");
-  const auto [base_model, variant] = model_variant(model);
+}
+
+// The model's variant printed after its name, mixture of experts, context parallelism, LoRA.
+void map_e2e_model_options(const CaseReader& c, E2eMapping& m, E2eParts& p) {
+  p.model = c.string("config.model").value_or("");
+  const auto variant = model_variant(p.model).second;
   if (!variant.empty()) {
     const auto* v = std::find_if(std::begin(kModelVariants), std::end(kModelVariants),
                                  [&](const ModelVariant& k) { return k.name == lower(variant); });
     if (v == std::end(kModelVariants)) {
-      why.push_back("model variant (" + variant + ") not mapped");
+      m.reasons.push_back("model variant (" + variant + ") not mapped");
     } else if (v->capacity_factor) {
       m.model_overrides.push_back({"model.moe.capacity_factor", *v->capacity_factor,
-                                   "calibration case " + c.id() + ": " + model});
+                                   "calibration case " + c.id() + ": " + p.model});
     }
   }
   // Mixture of experts: the printed expert-parallel degree (parallelism.ep); a MoE model that
   // prints none is not mapped.
   const auto ep_printed = c.count("config.ep");
-  const std::int64_t ep = ep_printed.value_or(1);
+  p.ep = ep_printed.value_or(1);
   if (!ep_printed &&
-      std::any_of(std::begin(kMoeNames), std::end(kMoeNames),
-                  [&](std::string_view n) { return lower(model).find(n) != std::string::npos; })) {
-    why.push_back("MoE with no expert-parallel degree printed");
+      std::any_of(std::begin(kMoeNames), std::end(kMoeNames), [&](std::string_view n) {
+        return lower(p.model).find(n) != std::string::npos;
+      })) {
+    m.reasons.push_back("MoE with no expert-parallel degree printed");
   }
   // Context parallelism (Megatron's --context-parallel-size, NeMo's context_parallel_size): TE's
   // ring attention, Megatron's default cp_comm_type p2p, unless the case names another.
-  const std::int64_t cp = c.count("config.cp").value_or(1);
-  std::string cp_mode = "ring";
+  p.cp = c.count("config.cp").value_or(1);
   if (const auto type = c.string("config.cp_comm_type")) {
     if (*type == "a2a") {
-      cp_mode = "ulysses";
+      p.cp_mode = "ulysses";
     } else if (*type == "allgather" || *type == "all_gather") {
-      cp_mode = "allgather";
+      p.cp_mode = "allgather";
     } else if (*type != "p2p") {
-      why.push_back("context parallelism with cp_comm_type " + *type + " not modelled");
+      m.reasons.push_back("context parallelism with cp_comm_type " + *type + " not modelled");
     }
   }
   if (lower(c.string("config.task").value_or("")).find("lora") != std::string::npos) {
-    why.push_back("LoRA");
+    m.reasons.push_back("LoRA");
   }
-  // The shapes.
+}
+
+// The shapes: the model object, the sequence, the micro and global batches.
+void map_e2e_shapes(const CaseReader& c, const std::string& source, E2eMapping& m, E2eParts& p) {
   const auto seq_len = c.count("config.seq_len");
-  if (!seq_len) why.push_back("sequence length not printed");
-  const std::int64_t seq = seq_len.value_or(1);
-  json model_doc;
+  if (!seq_len) m.reasons.push_back("sequence length not printed");
+  p.seq = seq_len.value_or(1);
+  const std::string base_model = model_variant(p.model).first;
   if (c.present("config.d_model")) {
-    model_doc = mpt_model(c, model, seq);
+    p.model_doc = mpt_model(c, p.model, p.seq);
   } else if (source == "flash-attn-training-gpt3" && c.present("config.hidden_size")) {
-    model_doc = gpt2_model(c, model, seq);
+    p.model_doc = gpt2_model(c, p.model, p.seq);
   } else if (auto it = catalog_models().find(squeezed(base_model)); it != catalog_models().end()) {
-    model_doc = it->second;
+    p.model_doc = it->second;
   } else {
-    why.push_back("model " + (model.empty() ? std::string("(unnamed)") : model) +
-                  ": no shape given and none in the catalog");
+    m.reasons.push_back("model " + (p.model.empty() ? std::string("(unnamed)") : p.model) +
+                        ": no shape given and none in the catalog");
   }
-  auto micro = c.count("config.micro_batch_size");
-  if (!micro) micro = c.count("config.local_batch_size");
-  if (!micro) why.push_back("micro batch not printed");
-  std::optional<std::int64_t> global = c.count("config.global_batch_size");
-  if (!global) {
+  p.micro = c.count("config.micro_batch_size");
+  if (!p.micro) p.micro = c.count("config.local_batch_size");
+  if (!p.micro) m.reasons.push_back("micro batch not printed");
+  p.global = c.count("config.global_batch_size");
+  if (!p.global) {
     if (const auto printed = c.string("config.global_batch_printed")) {
       const auto tokens = printed_tokens(*printed);
       if (!tokens) c.fail("config.global_batch_printed", "expected tokens such as \"0.5M\"");
-      global = std::llround(*tokens / static_cast<double>(seq));
+      p.global = std::llround(*tokens / static_cast<double>(p.seq));
     }
   }
-  if (!global) why.push_back("global batch not printed");
-  // The published quantity: tokens/s per GPU when given, else the step time.
+  if (!p.global) m.reasons.push_back("global batch not printed");
+}
+
+// The published quantity: tokens/s per GPU when given, else the step time.
+void map_e2e_published(const CaseReader& c, E2eMapping& m) {
   if (const auto t = c.number("measured.tokens_per_s_per_gpu")) {
     m.quantity = "tokens/s per GPU";
     m.published = *t;
@@ -494,102 +522,120 @@ E2eMapping map_e2e(const CaseReader& c, const std::string& source) {
     m.quantity = "step time (s)";
     m.published = *s;
   } else {
-    why.push_back("no tokens/s per GPU or step time published");
+    m.reasons.push_back("no tokens/s per GPU or step time published");
   }
-  // The parallel strategy.
-  const std::int64_t tp = c.count("config.tp").value_or(1);
-  const std::int64_t pp = c.count("config.pp").value_or(1);
-  if (tp < 1 || pp < 1 || gpus % (tp * pp * cp) != 0) {
-    why.push_back("tp x pp x cp does not divide the GPUs");
+}
+
+// The parallel strategy: degrees, ZeRO or FSDP, recomputation, the attention kernel.
+void map_e2e_strategy(const CaseReader& c, const std::string& source, E2eMapping& m, E2eParts& p) {
+  p.tp = c.count("config.tp").value_or(1);
+  p.pp = c.count("config.pp").value_or(1);
+  if (p.tp < 1 || p.pp < 1 || p.gpus % (p.tp * p.pp * p.cp) != 0) {
+    m.reasons.push_back("tp x pp x cp does not divide the GPUs");
   }
   // Expert tensor parallelism: printed, or Megatron-Core's default when tp is 1
   // (expert_tensor_parallel_size unset takes tensor_model_parallel_size: 1, as Megatron-Bridge's
   // MoE recipes also set it). With tp above 1 the default (tp) and the recipes' 1 differ, so a
   // case that does not print it is not mapped.
-  std::optional<std::int64_t> etp = c.count("config.etp");
-  if (ep > 1 && !etp) {
-    if (tp == 1) {
-      etp = 1;
+  p.etp = c.count("config.etp");
+  if (p.ep > 1 && !p.etp) {
+    if (p.tp == 1) {
+      p.etp = 1;
     } else {
-      why.push_back("expert tensor parallelism not printed (tp " + std::to_string(tp) + ")");
+      m.reasons.push_back("expert tensor parallelism not printed (tp " + std::to_string(p.tp) +
+                          ")");
     }
   }
   const std::string framework = framework_of(source);
-  int zero = 0;
-  json fsdp;  // training.fsdp: PyTorch FSDP's runtime as the run configured it
   if (const auto sharding = c.string("config.fsdp_sharding")) {
     if (*sharding == "FULL_SHARD" || *sharding == "SHARD_GRAD_OP" || *sharding == "NO_SHARD" ||
         *sharding == "HYBRID_SHARD") {
-      fsdp = fsdp_settings_of(c, source, *sharding);
+      p.fsdp = fsdp_settings_of(c, source, *sharding);
     } else {
-      why.push_back("FSDP sharding " + *sharding + " not mapped");
+      m.reasons.push_back("FSDP sharding " + *sharding + " not mapped");
     }
   } else if (c.count("config.fsdp").value_or(0) > 1) {
-    zero = 3;  // FSDP (torchtitan, Megatron FSDP) over the data-parallel ranks
+    p.zero = 3;  // FSDP (torchtitan, Megatron FSDP) over the data-parallel ranks
   } else if (source == "flash-attn-training-gpt3") {
     // "760M+ use DDP with ZeRO-1" (the source's notes).
-    const auto size = size_in_name(model);
+    const auto size = size_in_name(p.model);
     if (!size) c.fail("config.model", "expected a name ending in the size, such as GPT3-760M");
-    zero = *size >= 760e6 ? 1 : 0;
+    p.zero = *size >= 760e6 ? 1 : 0;
   } else if (framework == "megatron") {
-    zero = 1;  // Megatron-Core's distributed optimizer, NeMo's default
+    p.zero = 1;  // Megatron-Core's distributed optimizer, NeMo's default
   }
-  std::string recompute = "none";
   if (const json* ac = c.find("config.activation_checkpointing"); ac && !ac->is_null()) {
     if (ac->is_boolean()) {
-      recompute = ac->get<bool>() ? "full" : "none";
+      p.recompute = ac->get<bool>() ? "full" : "none";
     } else if (ac->is_string() && (*ac == "full" || *ac == "selective" || *ac == "none")) {
-      recompute = ac->get<std::string>();
+      p.recompute = ac->get<std::string>();
     } else {
       c.fail("config.activation_checkpointing", "expected true, false, \"full\" or \"selective\"");
     }
   }
   if (c.boolean("config.activation_cpu_offload").value_or(false)) {
-    why.push_back("activation CPU offload");
+    m.reasons.push_back("activation CPU offload");
   }
-  const bool flash = lower(c.string("config.attn_impl").value_or("flash")) == "flash";
-  if (!why.empty()) return m;
+  p.flash = lower(c.string("config.attn_impl").value_or("flash")) == "flash";
+}
 
-  json parallelism = {{"tp", tp},
-                      {"pp", pp},
-                      {"dp", gpus / (tp * pp * cp)},
-                      {"micro_batch", *micro},
-                      {"recompute", recompute}};
-  if (cp > 1) {
-    parallelism["cp"] = cp;
-    parallelism["cp_mode"] = cp_mode;
+// The experiment document of an expressible case.
+json e2e_experiment(const CaseReader& c, const std::string& source, const E2eMapping& m,
+                    const E2eParts& p) {
+  json parallelism = {{"tp", p.tp},
+                      {"pp", p.pp},
+                      {"dp", p.gpus / (p.tp * p.pp * p.cp)},
+                      {"micro_batch", *p.micro},
+                      {"recompute", p.recompute}};
+  if (p.cp > 1) {
+    parallelism["cp"] = p.cp;
+    parallelism["cp_mode"] = p.cp_mode;
   }
-  if (ep > 1) {
+  if (p.ep > 1) {
     // No case prints its token dispatcher. Megatron-Bridge's performance recipes
     // (scripts/performance/configs/qwen/) run the flex dispatcher with DeepEP or HybridEP, which
     // within one NVLink domain sends each routed copy once to its expert's rank and back: the
     // all-to-all dispatcher's traffic (docs/accuracy.md).
-    parallelism["ep"] = ep;
-    parallelism["etp"] = *etp;
+    parallelism["ep"] = p.ep;
+    parallelism["etp"] = *p.etp;
     parallelism["moe_token_dispatcher"] = "alltoall";
   }
-  if (fsdp.is_null()) parallelism["zero"] = zero;  // else the FSDP sharding's
-  if (const std::int64_t vp = c.count("config.vp").value_or(1); vp > 1 && pp > 1) {
+  if (p.fsdp.is_null()) parallelism["zero"] = p.zero;  // else the FSDP sharding's
+  if (const std::int64_t vp = c.count("config.vp").value_or(1); vp > 1 && p.pp > 1) {
     parallelism["schedule"] = "interleaved";
     parallelism["virtual_stages"] = vp;
   }
-  json training = {
-      {"global_batch", *global}, {"seq_len", seq}, {"dtype", "bf16"}, {"flash_attention", flash}};
-  if (kSetTrainingFramework) training["framework"] = framework;
-  if (!fsdp.is_null()) training["fsdp"] = fsdp;
-  if (fp8) {
+  json training = {{"global_batch", *p.global},
+                   {"seq_len", p.seq},
+                   {"dtype", "bf16"},
+                   {"flash_attention", p.flash}};
+  if (kSetTrainingFramework) training["framework"] = framework_of(source);
+  if (!p.fsdp.is_null()) training["fsdp"] = p.fsdp;
+  if (p.fp8) {
     training["dtype"] = "fp8";
-    training["fp8"] = *fp8;
+    training["fp8"] = *p.fp8;
   }
-  if (const auto kernel = attention_kernel_of(source); kernel && flash) {
+  if (const auto kernel = attention_kernel_of(source); kernel && p.flash) {
     training["attention_kernel"] = *kernel;
   }
-  m.experiment = {{"name", c.id()},
-                  {"description", "calibration case " + c.id() + " (" + source + ")"},
-                  {"model", model_doc},
-                  {"cluster", m.cluster},
-                  {"parallelism", parallelism},
-                  {"training", training}};
+  return {{"name", c.id()},
+          {"description", "calibration case " + c.id() + " (" + source + ")"},
+          {"model", p.model_doc},
+          {"cluster", m.cluster},
+          {"parallelism", parallelism},
+          {"training", training}};
+}
+
+E2eMapping map_e2e(const CaseReader& c, const std::string& source) {
+  E2eMapping m;
+  E2eParts p;
+  map_e2e_device(c, m, p);
+  map_e2e_precision(c, m, p);
+  map_e2e_model_options(c, m, p);
+  map_e2e_shapes(c, source, m, p);
+  map_e2e_published(c, m);
+  map_e2e_strategy(c, source, m, p);
+  if (m.reasons.empty()) m.experiment = e2e_experiment(c, source, m, p);
   return m;
 }
 
