@@ -189,174 +189,192 @@ struct Case {
   int mirror = -1;  // -1: as simulate does; 0: none; 1: data parallel; 2: data and tensor
 };
 
-std::vector<Case> cases() {
-  std::vector<Case> all;
-  for (const auto& entry : std::filesystem::directory_iterator(configs_dir() / "experiments")) {
-    if (entry.path().extension() != ".json") continue;
-    all.push_back({"shipped/" + entry.path().stem().string(), entry.path().string(), {}, -1});
-  }
-  // A matrix over a small 3D-parallel GPT (gpt3-1.7b on 8 GPUs as tp 2, pp 2, dp 2), every
-  // technique the lowering knows, each at least once.
-  const std::string base = (configs_dir() / "experiments/gpt3-1.7b-a100-8.json").string();
-  const std::vector<std::pair<std::string, nlohmann::json>> three_d = {
-      {"parallelism.tp", 2},
-      {"parallelism.pp", 2},
-      {"parallelism.dp", 2},
-      {"training.global_batch", 16}};
-  auto add = [&](const std::string& name, std::vector<std::pair<std::string, nlohmann::json>> set,
-                 int mirror = 0) {
-    auto s = three_d;
+using Settings = std::vector<std::pair<std::string, nlohmann::json>>;
+
+// The matrix over a small 3D-parallel GPT (gpt3-1.7b on 8 GPUs as tp 2, pp 2, dp 2): every
+// technique the lowering knows, each at least once. add() puts a case on top of the 3D base.
+struct Matrix {
+  std::vector<Case>& all;
+  std::string base = (configs_dir() / "experiments/gpt3-1.7b-a100-8.json").string();
+  void add(const std::string& name, const Settings& set, int mirror = 0) {
+    Settings s = {{"parallelism.tp", 2},
+                  {"parallelism.pp", 2},
+                  {"parallelism.dp", 2},
+                  {"training.global_batch", 16}};
     s.insert(s.end(), set.begin(), set.end());
     all.push_back({"matrix/" + name, base, s, mirror});
-  };
+  }
+};
+
+// Every schedule; sequence parallelism, scatter-gather, batched p2p, buckets, partitions.
+void add_schedule_cases(Matrix& m) {
   for (const char* schedule :
        {"gpipe", "1f1b", "pipedream-2bw", "merak-scp", "zb-h1", "zb-h2", "zb-v", "chimera"}) {
-    add(std::string("schedule ") + schedule, {{"parallelism.schedule", schedule}});
+    m.add(std::string("schedule ") + schedule, {{"parallelism.schedule", schedule}});
   }
-  add("schedule interleaved",
-      {{"parallelism.schedule", "interleaved"}, {"parallelism.virtual_stages", 2}});
-  add("schedule terapipe",
-      {{"parallelism.schedule", "terapipe"}, {"parallelism.sequence_slices", 4}});
-  add("sequence parallel", {{"parallelism.sequence_parallel", true}});
-  add("no pipeline scatter gather", {{"parallelism.pipeline_scatter_gather", false}});
-  add("interleaved batched p2p", {{"parallelism.pp", 4},
-                                  {"parallelism.dp", 1},
-                                  {"parallelism.schedule", "interleaved"},
-                                  {"parallelism.virtual_stages", 2},
-                                  {"parallelism.pipeline_batched_p2p", true}});
-  add("no dp overlap", {{"parallelism.dp_overlap", false}});
-  add("small dp buckets", {{"parallelism.dp_bucket_size", "200 MiB"}});
-  add("explicit partition", {{"parallelism.partition", nlohmann::json::array({10, 14})}});
-  add("balanced partition", {{"parallelism.partition", "balanced"}});
+  m.add("schedule interleaved",
+        {{"parallelism.schedule", "interleaved"}, {"parallelism.virtual_stages", 2}});
+  m.add("schedule terapipe",
+        {{"parallelism.schedule", "terapipe"}, {"parallelism.sequence_slices", 4}});
+  m.add("sequence parallel", {{"parallelism.sequence_parallel", true}});
+  m.add("no pipeline scatter gather", {{"parallelism.pipeline_scatter_gather", false}});
+  m.add("interleaved batched p2p", {{"parallelism.pp", 4},
+                                    {"parallelism.dp", 1},
+                                    {"parallelism.schedule", "interleaved"},
+                                    {"parallelism.virtual_stages", 2},
+                                    {"parallelism.pipeline_batched_p2p", true}});
+  m.add("no dp overlap", {{"parallelism.dp_overlap", false}});
+  m.add("small dp buckets", {{"parallelism.dp_bucket_size", "200 MiB"}});
+  m.add("explicit partition", {{"parallelism.partition", nlohmann::json::array({10, 14})}});
+  m.add("balanced partition", {{"parallelism.partition", "balanced"}});
+}
+
+// ZeRO stages with buckets, overlap and schedules; the distributed optimizer; prefetch.
+void add_zero_cases(Matrix& m) {
   for (int zero = 1; zero <= 3; ++zero) {
-    add("zero " + std::to_string(zero), {{"parallelism.zero", zero}});
-    add("zero " + std::to_string(zero) + " small buckets",
-        {{"parallelism.zero", zero},
-         {"parallelism.reduce_bucket_size", 20'000'000},
-         {"parallelism.allgather_bucket_size", 30'000'000}});
-    add("zero " + std::to_string(zero) + " no overlap",
-        {{"parallelism.zero", zero}, {"parallelism.dp_overlap", false}});
-    add("zero " + std::to_string(zero) + " zb-h1",
-        {{"parallelism.zero", zero}, {"parallelism.schedule", "zb-h1"}});
-    add("zero " + std::to_string(zero) + " interleaved", {{"parallelism.zero", zero},
-                                                          {"parallelism.schedule", "interleaved"},
-                                                          {"parallelism.virtual_stages", 2}});
+    m.add("zero " + std::to_string(zero), {{"parallelism.zero", zero}});
+    m.add("zero " + std::to_string(zero) + " small buckets",
+          {{"parallelism.zero", zero},
+           {"parallelism.reduce_bucket_size", 20'000'000},
+           {"parallelism.allgather_bucket_size", 30'000'000}});
+    m.add("zero " + std::to_string(zero) + " no overlap",
+          {{"parallelism.zero", zero}, {"parallelism.dp_overlap", false}});
+    m.add("zero " + std::to_string(zero) + " zb-h1",
+          {{"parallelism.zero", zero}, {"parallelism.schedule", "zb-h1"}});
+    m.add("zero " + std::to_string(zero) + " interleaved", {{"parallelism.zero", zero},
+                                                            {"parallelism.schedule", "interleaved"},
+                                                            {"parallelism.virtual_stages", 2}});
   }
-  add("distributed optimizer overlap param gather",
-      {{"training.distributed_optimizer", true}, {"parallelism.overlap_param_gather", true}});
-  add("distributed optimizer overlap param gather interleaved",
-      {{"training.distributed_optimizer", true},
-       {"parallelism.overlap_param_gather", true},
-       {"parallelism.schedule", "interleaved"},
-       {"parallelism.virtual_stages", 2}});
-  add("zero 3 prefetch 0", {{"parallelism.zero", 3}, {"parallelism.zero_prefetch_layers", 0}});
-  add("zero 3 prefetch 3", {{"parallelism.zero", 3}, {"parallelism.zero_prefetch_layers", 3}});
-  add("zero 3 full recompute", {{"parallelism.zero", 3}, {"parallelism.recompute", "full"}});
-  add("zero 3 merak", {{"parallelism.zero", 3},
-                       {"parallelism.schedule", "merak-scp"},
-                       {"parallelism.recompute", "full"}});
+  m.add("distributed optimizer overlap param gather",
+        {{"training.distributed_optimizer", true}, {"parallelism.overlap_param_gather", true}});
+  m.add("distributed optimizer overlap param gather interleaved",
+        {{"training.distributed_optimizer", true},
+         {"parallelism.overlap_param_gather", true},
+         {"parallelism.schedule", "interleaved"},
+         {"parallelism.virtual_stages", 2}});
+  m.add("zero 3 prefetch 0", {{"parallelism.zero", 3}, {"parallelism.zero_prefetch_layers", 0}});
+  m.add("zero 3 prefetch 3", {{"parallelism.zero", 3}, {"parallelism.zero_prefetch_layers", 3}});
+  m.add("zero 3 full recompute", {{"parallelism.zero", 3}, {"parallelism.recompute", "full"}});
+  m.add("zero 3 merak", {{"parallelism.zero", 3},
+                         {"parallelism.schedule", "merak-scp"},
+                         {"parallelism.recompute", "full"}});
+}
+
+// Offload, recomputation, gradient compression, tensor-parallel overlap.
+void add_offload_recompute_compression_cases(Matrix& m) {
   for (int zero : {1, 2, 3}) {
-    add("offload optimizer zero " + std::to_string(zero),
-        {{"parallelism.zero", zero},
-         {"parallelism.offload", nlohmann::json::array({"optimizer"})}});
-    add("offload optimizer nvme zero " + std::to_string(zero),
-        {{"parallelism.zero", zero},
-         {"parallelism.offload", nlohmann::json::array({"optimizer", "nvme"})}});
+    m.add("offload optimizer zero " + std::to_string(zero),
+          {{"parallelism.zero", zero},
+           {"parallelism.offload", nlohmann::json::array({"optimizer"})}});
+    m.add("offload optimizer nvme zero " + std::to_string(zero),
+          {{"parallelism.zero", zero},
+           {"parallelism.offload", nlohmann::json::array({"optimizer", "nvme"})}});
   }
-  add("offload params",
-      {{"parallelism.zero", 3}, {"parallelism.offload", nlohmann::json::array({"params"})}});
-  add("offload params nvme", {{"parallelism.zero", 3},
-                              {"parallelism.offload", nlohmann::json::array({"params", "nvme"})}});
-  add("offload params and optimizer",
-      {{"parallelism.zero", 3},
-       {"parallelism.offload", nlohmann::json::array({"params", "optimizer"})}});
-  add("offload everything to nvme",
-      {{"parallelism.zero", 3},
-       {"parallelism.offload", nlohmann::json::array({"params", "optimizer", "nvme"})}});
-  add("offload activations", {{"parallelism.recompute", "full"},
-                              {"parallelism.offload", nlohmann::json::array({"activations"})}});
+  m.add("offload params",
+        {{"parallelism.zero", 3}, {"parallelism.offload", nlohmann::json::array({"params"})}});
+  m.add("offload params nvme",
+        {{"parallelism.zero", 3},
+         {"parallelism.offload", nlohmann::json::array({"params", "nvme"})}});
+  m.add("offload params and optimizer",
+        {{"parallelism.zero", 3},
+         {"parallelism.offload", nlohmann::json::array({"params", "optimizer"})}});
+  m.add("offload everything to nvme",
+        {{"parallelism.zero", 3},
+         {"parallelism.offload", nlohmann::json::array({"params", "optimizer", "nvme"})}});
+  m.add("offload activations", {{"parallelism.recompute", "full"},
+                                {"parallelism.offload", nlohmann::json::array({"activations"})}});
   for (const char* r : {"full", "selective", "stage_aware"}) {
-    add(std::string("recompute ") + r, {{"parallelism.recompute", r}});
+    m.add(std::string("recompute ") + r, {{"parallelism.recompute", r}});
   }
-  add("recompute block 2", {{"parallelism.recompute", "full"},
-                            {"parallelism.recompute_method", "block"},
-                            {"parallelism.recompute_num_layers", 2}});
-  add("recompute merak",
-      {{"parallelism.recompute", "full"}, {"parallelism.schedule", "merak-scp"}});
-  add("recompute zb-h1", {{"parallelism.recompute", "full"}, {"parallelism.schedule", "zb-h1"}});
+  m.add("recompute block 2", {{"parallelism.recompute", "full"},
+                              {"parallelism.recompute_method", "block"},
+                              {"parallelism.recompute_num_layers", 2}});
+  m.add("recompute merak",
+        {{"parallelism.recompute", "full"}, {"parallelism.schedule", "merak-scp"}});
+  m.add("recompute zb-h1", {{"parallelism.recompute", "full"}, {"parallelism.schedule", "zb-h1"}});
   for (const char* c : {"fp16", "int8", "topk", "s2-reducer"}) {
-    add(std::string("compression ") + c, {{"parallelism.grad_compression", c}});
-    add(std::string("compression ") + c + " no overlap",
-        {{"parallelism.grad_compression", c}, {"parallelism.dp_overlap", false}});
+    m.add(std::string("compression ") + c, {{"parallelism.grad_compression", c}});
+    m.add(std::string("compression ") + c + " no overlap",
+          {{"parallelism.grad_compression", c}, {"parallelism.dp_overlap", false}});
   }
-  add("compression interleaved", {{"parallelism.grad_compression", "int8"},
-                                  {"parallelism.schedule", "interleaved"},
-                                  {"parallelism.virtual_stages", 2}});
-  add("tp overlap", {{"parallelism.tp_overlap", 2}, {"parallelism.micro_batch", 2}});
+  m.add("compression interleaved", {{"parallelism.grad_compression", "int8"},
+                                    {"parallelism.schedule", "interleaved"},
+                                    {"parallelism.virtual_stages", 2}});
+  m.add("tp overlap", {{"parallelism.tp_overlap", 2}, {"parallelism.micro_batch", 2}});
+}
+
+// Context parallelism; what frameworks do around the layers; optimizers.
+void add_cp_framework_cases(Matrix& m) {
   // Context parallelism (strategies/context_parallel.hpp): tp 2, cp 2, pp 2 on the 8 GPUs.
   for (const char* mode : {"ring", "ulysses", "allgather"}) {
-    add(std::string("cp ") + mode, {{"parallelism.dp", 1},
-                                    {"parallelism.cp", 2},
-                                    {"parallelism.cp_mode", mode},
-                                    {"training.flash_attention", true}});
+    m.add(std::string("cp ") + mode, {{"parallelism.dp", 1},
+                                      {"parallelism.cp", 2},
+                                      {"parallelism.cp_mode", mode},
+                                      {"training.flash_attention", true}});
   }
-  add("cp ring sequence parallel zero 1 recompute", {{"parallelism.dp", 1},
-                                                     {"parallelism.cp", 2},
-                                                     {"parallelism.sequence_parallel", true},
-                                                     {"parallelism.zero", 1},
-                                                     {"parallelism.recompute", "full"},
-                                                     {"training.flash_attention", true}});
-  add("cp ring mirrored",
-      {{"parallelism.pp", 1}, {"parallelism.cp", 2}, {"training.flash_attention", true}}, 2);
+  m.add("cp ring sequence parallel zero 1 recompute", {{"parallelism.dp", 1},
+                                                       {"parallelism.cp", 2},
+                                                       {"parallelism.sequence_parallel", true},
+                                                       {"parallelism.zero", 1},
+                                                       {"parallelism.recompute", "full"},
+                                                       {"training.flash_attention", true}});
+  m.add("cp ring mirrored",
+        {{"parallelism.pp", 1}, {"parallelism.cp", 2}, {"training.flash_attention", true}}, 2);
   // What frameworks do around the layers (docs/frameworks.md).
-  add("framework megatron", {{"training.framework", "megatron"}});
-  add("megatron distributed optimizer",
-      {{"training.framework", "megatron"}, {"training.distributed_optimizer", true}});
-  add("megatron fp16", {{"training.framework", "megatron"}, {"training.dtype", "fp16"}});
-  add("fsdp", {{"training.framework", "fsdp"}});
+  m.add("framework megatron", {{"training.framework", "megatron"}});
+  m.add("megatron distributed optimizer",
+        {{"training.framework", "megatron"}, {"training.distributed_optimizer", true}});
+  m.add("megatron fp16", {{"training.framework", "megatron"}, {"training.dtype", "fp16"}});
+  m.add("fsdp", {{"training.framework", "fsdp"}});
   for (const char* o : {"sgd", "rmsprop", "adafactor", "adam8bit"}) {
-    add(std::string("optimizer ") + o, {{"training.optimizer", o}});
+    m.add(std::string("optimizer ") + o, {{"training.optimizer", o}});
   }
-  add("optimizer offload lion", {{"parallelism.zero", 2},
-                                 {"parallelism.offload", nlohmann::json::array({"optimizer"})},
-                                 {"training.optimizer", "lion"}});
-  // Tensor-parallel meshes need tp 4 (2D), 8 (2.5D with depth 2, 3D).
-  all.push_back({"matrix/tp 2d",
-                 base,
-                 {{"parallelism.tp", 4},
-                  {"parallelism.tp_mode", "2d"},
-                  {"parallelism.micro_batch", 4},
-                  {"parallelism.pp", 2},
-                  {"parallelism.dp", 1},
-                  {"training.global_batch", 16}},
-                 0});
-  all.push_back({"matrix/tp 2.5d",
-                 base,
-                 {{"parallelism.tp", 8},
-                  {"parallelism.tp_mode", "2.5d"},
-                  {"parallelism.tp_depth", 2},
-                  {"parallelism.micro_batch", 4},
+  m.add("optimizer offload lion", {{"parallelism.zero", 2},
+                                   {"parallelism.offload", nlohmann::json::array({"optimizer"})},
+                                   {"training.optimizer", "lion"}});
+}
+
+// Tensor-parallel meshes need tp 4 (2D), 8 (2.5D with depth 2, 3D): their own degrees, not the
+// 3D base's.
+void add_tp_mesh_cases(Matrix& m) {
+  m.all.push_back({"matrix/tp 2d",
+                   m.base,
+                   {{"parallelism.tp", 4},
+                    {"parallelism.tp_mode", "2d"},
+                    {"parallelism.micro_batch", 4},
+                    {"parallelism.pp", 2},
+                    {"parallelism.dp", 1},
+                    {"training.global_batch", 16}},
+                   0});
+  m.all.push_back({"matrix/tp 2.5d",
+                   m.base,
+                   {{"parallelism.tp", 8},
+                    {"parallelism.tp_mode", "2.5d"},
+                    {"parallelism.tp_depth", 2},
+                    {"parallelism.micro_batch", 4},
+                    {"parallelism.pp", 1},
+                    {"parallelism.dp", 1}},
+                   0});
+  m.all.push_back({"matrix/tp 3d",
+                   m.base,
+                   {{"parallelism.tp", 8},
+                    {"parallelism.tp_mode", "3d"},
+                    {"parallelism.micro_batch", 4},
+                    {"parallelism.pp", 1},
+                    {"parallelism.dp", 1}},
+                   0});
+}
+
+// PyTorch FSDP's runtime (strategies/fsdp.hpp): one pipeline stage, tp 2 x dp 4.
+void add_fsdp_cases(Matrix& m) {
+  auto fsdp = [&](const std::string& name, Settings set) {
+    Settings s = {{"parallelism.tp", 2},
                   {"parallelism.pp", 1},
-                  {"parallelism.dp", 1}},
-                 0});
-  all.push_back({"matrix/tp 3d",
-                 base,
-                 {{"parallelism.tp", 8},
-                  {"parallelism.tp_mode", "3d"},
-                  {"parallelism.micro_batch", 4},
-                  {"parallelism.pp", 1},
-                  {"parallelism.dp", 1}},
-                 0});
-  // PyTorch FSDP's runtime (strategies/fsdp.hpp): one pipeline stage, tp 2 x dp 4.
-  auto fsdp = [&](const std::string& name,
-                  std::vector<std::pair<std::string, nlohmann::json>> set) {
-    std::vector<std::pair<std::string, nlohmann::json>> s = {{"parallelism.tp", 2},
-                                                             {"parallelism.pp", 1},
-                                                             {"parallelism.dp", 4},
-                                                             {"training.global_batch", 16},
-                                                             {"training.framework", "fsdp"}};
+                  {"parallelism.dp", 4},
+                  {"training.global_batch", 16},
+                  {"training.framework", "fsdp"}};
     s.insert(s.end(), set.begin(), set.end());
-    all.push_back({"matrix/fsdp " + name, base, s, 0});
+    m.all.push_back({"matrix/fsdp " + name, m.base, s, 0});
   };
   fsdp("defaults", {});
   fsdp("post prefetch forward prefetch", {{"training.fsdp.backward_prefetch", "BACKWARD_POST"},
@@ -373,27 +391,33 @@ std::vector<Case> cases() {
                   {"cluster.devices_per_node", 4},
                   {"parallelism.tp", 1},
                   {"parallelism.dp", 8}});
-  add("no dropout", {{"training.hidden_dropout", 0.0}, {"training.attention_dropout", 0.0}});
-  add("grad clip", {{"training.grad_clip", 1.0}});
-  add("grad clip zero 1", {{"training.grad_clip", 1.0}, {"parallelism.zero", 1}});
-  add("fp16 loss scaling", {{"training.dtype", "fp16"}});
-  add("fp16 loss scaling and clip offload",
-      {{"training.dtype", "fp16"},
-       {"training.grad_clip", 1.0},
-       {"parallelism.zero", 2},
-       {"parallelism.offload", nlohmann::json::array({"optimizer"})}});
-  add("host overheads",
-      {{"training.step_overhead", "20 ms"}, {"training.microbatch_overhead", "300 us"}});
-  add("mirror dp", {}, 1);
-  add("mirror dp and tp", {}, 2);
-  add("mirror dp zero 3", {{"parallelism.zero", 3}}, 1);
-  // Mixture of experts (docs/moe.md): Mixtral 8x7B on 64 H100s (pp 4, dp 16, ep 8), two
-  // microbatches per pipeline, every rank emitted; and DeepSeek-V2-Lite (shared experts, MLA).
+}
+
+// Dropout, clipping, loss scaling, host overheads, mirroring.
+void add_training_cases(Matrix& m) {
+  m.add("no dropout", {{"training.hidden_dropout", 0.0}, {"training.attention_dropout", 0.0}});
+  m.add("grad clip", {{"training.grad_clip", 1.0}});
+  m.add("grad clip zero 1", {{"training.grad_clip", 1.0}, {"parallelism.zero", 1}});
+  m.add("fp16 loss scaling", {{"training.dtype", "fp16"}});
+  m.add("fp16 loss scaling and clip offload",
+        {{"training.dtype", "fp16"},
+         {"training.grad_clip", 1.0},
+         {"parallelism.zero", 2},
+         {"parallelism.offload", nlohmann::json::array({"optimizer"})}});
+  m.add("host overheads",
+        {{"training.step_overhead", "20 ms"}, {"training.microbatch_overhead", "300 us"}});
+  m.add("mirror dp", {}, 1);
+  m.add("mirror dp and tp", {}, 2);
+  m.add("mirror dp zero 3", {{"parallelism.zero", 3}}, 1);
+}
+
+// Mixture of experts (docs/moe.md): Mixtral 8x7B on 64 H100s (pp 4, dp 16, ep 8), two
+// microbatches per pipeline, every rank emitted; and DeepSeek-V2-Lite (shared experts, MLA).
+void add_moe_cases(Matrix& m) {
   const std::string moe = (configs_dir() / "experiments/mixtral-8x7b-h100-64-ep8.json").string();
-  auto add_moe = [&](const std::string& name,
-                     std::vector<std::pair<std::string, nlohmann::json>> set) {
+  auto add_moe = [&](const std::string& name, Settings set) {
     set.insert(set.begin(), {"training.global_batch", 32});
-    all.push_back({"matrix/moe " + name, moe, set, 0});
+    m.all.push_back({"matrix/moe " + name, moe, set, 0});
   };
   add_moe("ep 8", {});
   add_moe("allgather dispatcher", {{"parallelism.moe_token_dispatcher", "allgather"}});
@@ -408,6 +432,23 @@ std::vector<Case> cases() {
   add_moe("deepseek-v2-lite shared overlap",
           {{"model", (configs_dir() / "models/deepseek-v2-lite.json").string()},
            {"parallelism.moe_shared_expert_overlap", true}});
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> all;
+  for (const auto& entry : std::filesystem::directory_iterator(configs_dir() / "experiments")) {
+    if (entry.path().extension() != ".json") continue;
+    all.push_back({"shipped/" + entry.path().stem().string(), entry.path().string(), {}, -1});
+  }
+  Matrix m{all};
+  add_schedule_cases(m);
+  add_zero_cases(m);
+  add_offload_recompute_compression_cases(m);
+  add_cp_framework_cases(m);
+  add_tp_mesh_cases(m);
+  add_fsdp_cases(m);
+  add_training_cases(m);
+  add_moe_cases(m);
   return all;
 }
 
