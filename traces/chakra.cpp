@@ -7,6 +7,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <queue>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -662,7 +663,7 @@ struct ImportState {
   std::set<std::string> pgs_taken_as_world;
   std::string groups_source;  // where the groups came from, for messages
   std::int64_t cpu_ops = 0, metadata_nodes = 0, other_nodes = 0, barriers = 0;
-  std::int64_t eager_sends = 0, rendezvous_sends = 0;
+  std::int64_t eager_sends = 0, rendezvous_sends = 0, dangling_ctrl_deps = 0, cyclic_ctrl_deps = 0;
   std::int64_t cpu_comm_wrappers = 0, skipped_cpu_comm = 0, nccl_named_compute = 0;
 
   std::uint32_t world_group_index() {
@@ -1003,6 +1004,68 @@ std::vector<ProcessGroup> process_groups_of(const pb::Node& node, const std::str
   return out;
 }
 
+// Positions of `ops` in a topological order of their data dependencies (and ctrl_deps, with
+// `with_ctrl`), ties by file position (Kahn's algorithm); nullopt when the graph is cyclic or
+// its ids are not unique (trace_builder reports those).
+std::optional<std::vector<std::size_t>> topological_positions(const std::vector<TraceOp>& ops,
+                                                              bool with_ctrl) {
+  std::map<std::uint64_t, std::size_t> index;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (!index.emplace(ops[i].id, i).second) return std::nullopt;
+  }
+  std::vector<std::vector<std::size_t>> next(ops.size());
+  std::vector<std::size_t> pending(ops.size(), 0);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    auto add = [&](std::uint64_t d) {
+      if (const auto it = index.find(d); it != index.end()) {
+        next[it->second].push_back(i);
+        ++pending[i];
+      }
+    };
+    for (const auto d : ops[i].deps) add(d);
+    if (with_ctrl) {
+      for (const auto d : ops[i].order_deps) add(d);
+    }
+  }
+  std::priority_queue<std::size_t, std::vector<std::size_t>, std::greater<>> ready;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (pending[i] == 0) ready.push(i);
+  }
+  std::vector<std::size_t> position(ops.size());
+  std::size_t placed = 0;
+  while (!ready.empty()) {
+    const std::size_t i = ready.top();
+    ready.pop();
+    position[i] = placed++;
+    for (const std::size_t j : next[i]) {
+      if (--pending[j] == 0) ready.push(j);
+    }
+  }
+  if (placed != ops.size()) return std::nullopt;
+  return position;
+}
+
+// When the ctrl_deps close a cycle that the data_deps alone do not, the ctrl_deps that point
+// backwards in the data dependencies' order are dropped; returns how many. Traces that are
+// acyclic keep every ctrl_dep.
+std::int64_t drop_cyclic_ctrl_deps(std::vector<TraceOp>& ops) {
+  if (topological_positions(ops, true)) return 0;
+  const auto position = topological_positions(ops, false);
+  if (!position) return 0;  // a cycle of data dependencies: trace_builder names it
+  std::map<std::uint64_t, std::size_t> index;
+  for (std::size_t i = 0; i < ops.size(); ++i) index.emplace(ops[i].id, i);
+  std::int64_t dropped = 0;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    auto& deps = ops[i].order_deps;
+    const auto backwards = std::remove_if(deps.begin(), deps.end(), [&](std::uint64_t d) {
+      return (*position)[index.at(d)] >= (*position)[i];
+    });
+    dropped += deps.end() - backwards;
+    deps.erase(backwards, deps.end());
+  }
+  return dropped;
+}
+
 std::string rank_file(std::string_view source, int rank, bool json_form) {
   return std::string(source) + "." + std::to_string(rank) + (json_form ? ".json" : ".et");
 }
@@ -1155,6 +1218,19 @@ ImportedTrace import_chakra_buffers(const std::vector<std::string>& per_rank,
     for (const auto& node : messages[r].nodes) {
       rank.ops.push_back(to_trace_op(state, NodeReader{files[r], node}, static_cast<int>(r)));
     }
+    // Chakra's PyTorch converter keeps a node's ctrl_deps on its parent op even where it did
+    // not convert the parent (the profiler's thread and process nodes); Chakra's feeder reads
+    // only data_deps. Such ctrl_deps order nothing: dropped, counted. (A data_deps on a missing
+    // node stays an error: the consumer would wait for it forever.)
+    std::set<std::uint64_t> ids;
+    for (const auto& node : messages[r].nodes) ids.insert(node.id());
+    for (auto& op : rank.ops) {
+      const auto missing = std::remove_if(op.order_deps.begin(), op.order_deps.end(),
+                                          [&](std::uint64_t d) { return !ids.contains(d); });
+      state.dangling_ctrl_deps += op.order_deps.end() - missing;
+      op.order_deps.erase(missing, op.order_deps.end());
+    }
+    state.cyclic_ctrl_deps += drop_cyclic_ctrl_deps(rank.ops);
     messages[r].nodes.clear();
   }
   input.groups = state.groups;
@@ -1178,6 +1254,18 @@ ImportedTrace import_chakra_buffers(const std::vector<std::string>& per_rank,
                            " \"## process_group:init ##\" metadata nodes (" +
                            std::to_string(state.groups.size()) +
                            " groups); collectives find theirs by pg_name");
+  }
+  if (state.dangling_ctrl_deps > 0) {
+    result.notes.push_back(std::to_string(state.dangling_ctrl_deps) +
+                           " ctrl_deps on nodes the trace does not have ignored (Chakra's "
+                           "converter keeps the parent of a node whose parent it dropped; its "
+                           "feeder orders by data_deps)");
+  }
+  if (state.cyclic_ctrl_deps > 0) {
+    result.notes.push_back(std::to_string(state.cyclic_ctrl_deps) +
+                           " ctrl_deps that would close a dependency cycle ignored (Chakra's "
+                           "1.0.1 traces list a CPU op's own GPU kernel, or the op itself, as "
+                           "its ctrl_deps; Chakra's feeder orders by data_deps)");
   }
   if (state.eager_sends > 0) {
     result.notes.push_back(

@@ -347,7 +347,8 @@ ReportContext parse_context(const Reader& rd, const json& c, int world) {
   }
   if (auto it = c.find("stage_of_rank"); it != c.end()) {
     const json& stages = rd.array(*it, where + ".stage_of_rank");
-    if (static_cast<int>(stages.size()) != world) {
+    // Empty: not known (a replay of a Chakra or Kineto trace records none).
+    if (!stages.empty() && static_cast<int>(stages.size()) != world) {
       rd.fail(where + ".stage_of_rank",
               "expected " + std::to_string(world) + " stages, one per rank");
     }
