@@ -65,7 +65,14 @@ struct Instance {
   Time start;
   std::uint32_t arrived = 0;
   std::uint32_t expected = 0;
+  bool eager = false;      // an eager send's message (strategies::Send::eager)
+  bool started = false;    // its transfer started
+  bool delivered = false;  // its transfer ended before the receive started (eager only)
 };
+
+// An engine event's kind for an eager message's receive that started after its data arrived:
+// it ends at once (compute ends use kinds from 0, the interference tracker's versions).
+constexpr std::uint32_t kDeliveredKind = 0xFFFFFFFFu;
 
 class Simulator {
  public:
@@ -151,7 +158,9 @@ class Simulator {
         const Event e = engine_.pop();
         now_ = e.time;
         const OpId id = e.target;
-        if (interfere_) {
+        if (e.kind == kDeliveredKind) {
+          finish_op(id, now_);
+        } else if (interfere_) {
           Time start;
           if (!interference_->end_compute(id, e.kind, now_, start))
             continue;  // a rescheduled op's old end
@@ -317,6 +326,12 @@ class Simulator {
     if (interfere_) interference_->size_transfers(matching_.rendezvous_count());
     for (std::uint32_t i = 0; i < matching_.rendezvous_count(); ++i) {
       instances_[i].expected = matching_.expected(i);
+      if (matching_.is_collective(i)) continue;
+      for (const OpId id : matching_.ops_of(i)) {
+        if (const auto* s = std::get_if<Send>(&program_.op(id).work); s && s->eager) {
+          instances_[i].eager = true;
+        }
+      }
     }
 
     // Successors (CSR): counts become inclusive prefix sums (the end of each op's list), then
@@ -354,14 +369,27 @@ class Simulator {
       }
       return;
     }
+    // The meeting rule of communication ops (strategies::Send::eager): a rendezvous starts its
+    // transfer when all its members have started; an eager message when its send has.
     Instance& inst = instances_[st.payload];
-    if (++inst.arrived == inst.expected) start_transfer(st.payload);
+    ++inst.arrived;
+    if (inst.started) {  // an eager message's receive, after its send
+      if (st.flags & kStartEffects) memory_.apply(id, false, now_);
+      if (inst.delivered) engine_.schedule(now_, kDeliveredKind, id);  // its data is here
+      return;
+    }
+    if (inst.arrived == inst.expected || (inst.eager && st.kind == kSend)) {
+      start_transfer(st.payload);
+    }
   }
 
   void start_transfer(std::uint32_t instance) {
     instances_[instance].start = now_;
+    instances_[instance].started = true;
     const auto members = matching_.ops_of(instance);
     for (const OpId member : members) {
+      // The members that started (an eager message's receive may come later: start_op).
+      if (ops_[member].status != kStarted) continue;
       if (ops_[member].flags & kStartEffects) memory_.apply(member, false, now_);
     }
     TransferRequest request;
@@ -394,17 +422,26 @@ class Simulator {
                              std::to_string(instance));
     }
     Instance& inst = instances_[instance];
-    if (inst.arrived != inst.expected) {
+    if (!inst.started || inst.delivered || inst.arrived == kNone ||
+        (!inst.eager && inst.arrived != inst.expected)) {
       throw std::logic_error("simulate: the network finished transfer " + std::to_string(instance) +
                              ", which was not running");
     }
-    inst.arrived = kNone;  // finished: never again
     const Time start = inst.start;
     const auto members = matching_.ops_of(instance);
     if (interfere_) interference_->end_transfer(instance, now_);
-    // Every member ends now: record them all before anything they release starts.
-    for (const OpId member : members) finish_op(member, start);
-    for (const OpId member : members) release_successors(member);
+    // Every member that started ends now: record them all before anything they release starts.
+    // An eager message's receive that has not started ends when it starts (start_op).
+    if (inst.arrived != inst.expected)
+      inst.delivered = true;
+    else
+      inst.arrived = kNone;  // finished: never again
+    for (const OpId member : members) {
+      if (ops_[member].status == kStarted) finish_op(member, start);
+    }
+    for (const OpId member : members) {
+      if (ops_[member].status == kDone) release_successors(member);
+    }
   }
 
   void finish_op(OpId id, Time start) {

@@ -262,10 +262,18 @@ struct Collective {
   std::int16_t sms = kNcclSms;
 };
 
+/// `eager`: how a send meets its receive. false (rendezvous; NCCL's send/recv, what lowering
+/// emits): the transfer starts when both the send and its receive have started, and both end
+/// with it. true (eager; Chakra's and ASTRA-sim's COMM_SEND_NODE, MPI's eager protocol): the
+/// send does not wait for the receiver; its transfer starts when the send starts, the send ends
+/// when the transfer ends, and the receive ends once it has started and the data has arrived
+/// (ASTRA-sim's analytical network: CommonNetworkApi::process_chunk_arrival). The rule is
+/// sim/simulator.cpp's, in one place.
 struct Send {
   std::int32_t peer = 0;
   Bytes bytes;
   std::int16_t sms = kNcclSms;
+  bool eager = false;
 };
 
 struct Recv {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <queue>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -48,6 +49,15 @@ constexpr const char* kGroupNamesAttr = "stratasim.groups";
 constexpr const char* kBytesAttr = "stratasim.bytes";
 constexpr const char* kClusterAttr = "stratasim.cluster";
 constexpr const char* kGroupIdBaseAttr = "stratasim.group_id_base";
+// On a COMM_SEND_NODE: true when the send waits for its receive (stratasim's rendezvous,
+// strategies::Send::eager false). Chakra's sends do not wait (ASTRA-sim issues them at once and
+// ends them when their data has arrived), so a send without it is imported as eager.
+constexpr const char* kRendezvousAttr = "stratasim.rendezvous";
+// The name of the METADATA_NODE in which Chakra's PyTorch converter keeps the process groups
+// (PyTorch's "## process_group:init ##" record_function): its inputs.values is the Python str()
+// of a one-string list whose string is the JSON [{"pg_name": "0", "ranks": [0, 1], ...}, ...];
+// empty ranks mean all ranks (ASTRA-sim's Workload::issue_pytorch_pg_metadata reads it so).
+constexpr std::string_view kProcessGroupInit = "process_group:init";
 // ASTRA-sim reserves communicator group id 0 (no group: all ranks). Its CommunicatorGroupManager
 // numbers groups from 1 and Workload::issue_pytorch_pg_metadata adds 1 to PyTorch's pg names
 // "to ensure pgName > 0"; a comm-group file keyed "0" makes every collective abort there. We
@@ -401,7 +411,20 @@ bool looks_data_parallel(std::string_view name) {
          lower.find("_dp") != std::string::npos || lower.find(" dp") != std::string::npos;
 }
 
+// A GPU kernel of NCCL's (ncclKernel_AllReduce_..., ncclDevKernel_SendRecv, ...), by name.
+bool looks_like_nccl_kernel(std::string_view name) {
+  return name.find("ncclKernel") != std::string_view::npos ||
+         name.find("ncclDevKernel") != std::string_view::npos;
+}
+
 // ---- Decoding the two file forms into messages.
+
+// What to tell a user who gave `replay --format chakra` a file that is not a Chakra ET.
+constexpr const char* kChakraExpected =
+    "expected a Chakra execution trace: per-rank protobuf files <prefix>.<rank>.et (as "
+    "chakra_converter writes them) or Chakra's JSON form of them <prefix>.<rank>.json (as "
+    "chakra_jsonizer writes them: a GlobalMetadata object {\"version\": ..., \"attr\": [...]}, "
+    "then Node objects)";
 
 struct RankMessages {
   pb::GlobalMetadata metadata;
@@ -461,6 +484,71 @@ RankMessages decode_protobuf(const std::string& bytes, const std::string& file) 
     pos += length;
   }
   return out;
+}
+
+// The first JSON object of a rank file must be a GlobalMetadata ({"version", "attr"}): protobuf's
+// parser, which ignores unknown fields, would take any object as an empty one and a PyTorch
+// execution trace or another tool's JSON would replay as nothing.
+void check_metadata_object(const std::string& object, const std::string& file) {
+  json v;
+  try {
+    v = json::parse(object);
+  } catch (const json::exception&) {
+    return;  // protobuf's parser names what is wrong
+  }
+  if (!v.is_object()) return;
+  if (v.contains("nodes") && v.contains("schema")) {
+    throw TraceError(file, "",
+                     "this is a PyTorch execution trace (host ET JSON with \"schema\" and "
+                     "\"nodes\"), not a Chakra ET: convert it with chakra_converter first "
+                     "(chakra_converter PyTorch --input <file> --output <prefix>.<rank>.et, one "
+                     "per rank; with a Kineto trace of the same run, chakra_trace_link before it)");
+  }
+  if (v.contains("workload_graph")) {
+    throw TraceError(file, "",
+                     "this is a JSON workload graph ({\"workload_graph\": [...]}, what Chakra's "
+                     "JSONNode feeder reads), not a Chakra ET: give the Chakra ET protobuf files "
+                     "it was made from (<prefix>.<rank>.et, as chakra_converter writes them) or "
+                     "their JSON form from chakra_jsonizer");
+  }
+  std::string unknown;
+  for (const auto& [key, unused] : v.items()) {
+    if (key == "version" || key == "attr") continue;
+    unknown += (unknown.empty() ? "\"" : ", \"") + key + "\"";
+  }
+  if (!unknown.empty() || v.empty()) {
+    throw TraceError(file, "",
+                     "not a Chakra ET: its first JSON object " +
+                         (unknown.empty() ? std::string("is empty")
+                                          : "has the keys " + unknown +
+                                                ", which a GlobalMetadata "
+                                                "does not have") +
+                         "; " + kChakraExpected);
+  }
+}
+
+// decode_protobuf, with a hint when what failed to decode is text that looks like JSON.
+RankMessages decode_protobuf_or_hint(const std::string& bytes, const std::string& file) {
+  try {
+    return decode_protobuf(bytes, file);
+  } catch (const TraceError& e) {
+    const auto first = bytes.find_first_not_of(" \t\r\n");
+    const bool text = std::all_of(
+        bytes.begin(),
+        bytes.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(bytes.size(), 256)),
+        [](char c) {
+          const auto u = static_cast<unsigned char>(c);
+          return u >= 0x20 || c == '\n' || c == '\r' || c == '\t';
+        });
+    if (first == std::string::npos || !text || (bytes[first] != '{' && bytes[first] != '[')) {
+      throw;
+    }
+    throw TraceError(file, "",
+                     "this is JSON text, not a Chakra ET protobuf: for Chakra's JSON form name "
+                     "the files <prefix>.<rank>.json; a PyTorch execution trace must be converted "
+                     "with chakra_converter first; " +
+                         std::string(kChakraExpected));
+  }
 }
 
 // Chakra's jsonizer writes the GlobalMetadata and then every Node as JSON objects one after
@@ -539,6 +627,7 @@ RankMessages decode_json(const std::string& text, const std::string& file) {
     const std::string where =
         "JSON object " + std::to_string(count) + " (byte " + std::to_string(start) + ")";
     if (count == 0) {
+      check_metadata_object(object, file);
       const auto status =
           google::protobuf::util::JsonStringToMessage(object, &out.metadata, options);
       if (!status.ok()) {
@@ -572,7 +661,10 @@ struct ImportState {
   bool have_comm_groups = false;
   std::optional<std::uint32_t> world_group;
   std::set<std::string> pgs_taken_as_world;
+  std::string groups_source;  // where the groups came from, for messages
   std::int64_t cpu_ops = 0, metadata_nodes = 0, other_nodes = 0, barriers = 0;
+  std::int64_t eager_sends = 0, rendezvous_sends = 0, dangling_ctrl_deps = 0, cyclic_ctrl_deps = 0;
+  std::int64_t cpu_comm_wrappers = 0, skipped_cpu_comm = 0, nccl_named_compute = 0;
 
   std::uint32_t world_group_index() {
     if (!world_group) {
@@ -657,6 +749,7 @@ TraceOp to_trace_op(ImportState& state, const NodeReader& in, int rank) {
       const bool cpu = in.boolean("is_cpu_op").value_or(false);
       op.stream = stream.value_or(cpu ? st::Stream::host : st::Stream::compute);
       if (cpu) ++state.cpu_ops;
+      if (!cpu && looks_like_nccl_kernel(node.name())) ++state.nccl_named_compute;
       op.work = st::Compute{};
       if (const auto k = in.string(kKernelsAttr)) {
         const AttrReader r(in.file, in.where(), kKernelsAttr);
@@ -677,6 +770,28 @@ TraceOp to_trace_op(ImportState& state, const NodeReader& in, int rank) {
       return op;
     }
     case pb::COMM_COLL_NODE: {
+      if (!in.attr("comm_type") && in.boolean("is_cpu_op").value_or(false)) {
+        // A host-side wrapper of a collective (c10d::allreduce_, nccl:all_reduce,
+        // record_param_comms), as Chakra's older PyTorch converter typed them: the collective
+        // itself is its GPU twin, which carries comm_type. The host's time issuing it runs on
+        // the host stream; without a duration it is skipped (dependencies through it kept).
+        ++state.cpu_comm_wrappers;
+        op.stream = stream.value_or(st::Stream::host);
+        op.work = st::Compute{};
+        if (const auto d = micros()) {
+          op.kernels.push_back({st::Measured{*d}, node.name()});
+        } else {
+          ++state.skipped_cpu_comm;
+          op.skip = true;
+        }
+        return op;
+      }
+      if (!in.attr("comm_type")) {
+        throw TraceError(in.file, in.where(),
+                         "a COMM_COLL_NODE on the GPU (is_cpu_op false or absent) needs the "
+                         "attribute comm_type (Chakra's CollectiveCommType: 0 ALL_REDUCE, ...); "
+                         "only host-side wrappers (is_cpu_op true) may leave it out");
+      }
       const auto t = in.required("comm_type", 0, std::numeric_limits<std::int32_t>::max());
       const auto type = static_cast<pb::CollectiveCommType>(t);
       const auto kind = pb::CollectiveCommType_IsValid(static_cast<int>(t)) ? collective_kind(type)
@@ -719,8 +834,9 @@ TraceOp to_trace_op(ImportState& state, const NodeReader& in, int rank) {
         // ASTRA-sim's reserved group 0: no group, all ranks.
         c.group = state.world_group_index();
       } else if (state.have_comm_groups) {
-        throw TraceError(in.file, in.where(),
-                         "pg_name \"" + *pg + "\" is not in the comm-group file");
+        throw TraceError(
+            in.file, in.where(),
+            "pg_name \"" + *pg + "\" is not a process group of " + state.groups_source);
       } else {
         state.pgs_taken_as_world.insert(*pg);
         c.group = state.world_group_index();
@@ -758,7 +874,10 @@ TraceOp to_trace_op(ImportState& state, const NodeReader& in, int rank) {
                              std::to_string(rank) + "'s file");
       }
       if (send) {
-        op.work = st::Send{peer, bytes};
+        // Chakra's semantics: a send does not wait for its receive (kRendezvousAttr: ours).
+        const bool rendezvous = in.boolean(kRendezvousAttr).value_or(false);
+        ++(rendezvous ? state.rendezvous_sends : state.eager_sends);
+        op.work = st::Send{peer, bytes, st::kNcclSms, !rendezvous};
         op.stream = stream.value_or(st::Stream::pp_send);
       } else {
         op.work = st::Recv{peer, bytes};
@@ -798,6 +917,155 @@ TraceOp to_trace_op(ImportState& state, const NodeReader& in, int rank) {
   }
 }
 
+// ---- Process groups from "## process_group:init ##" (kProcessGroupInit).
+
+struct ProcessGroup {
+  std::string name, desc;
+  std::vector<std::int32_t> ranks;  // empty: all ranks
+};
+
+// The groups a process_group:init node lists in its inputs.values: the Python str() of a list
+// holding one string, the JSON [{"pg_name": ..., "ranks": [...], ...}, ...] (Chakra's PyTorch
+// converter writes str(inputs["values"])); a JSON array of that one string, or the JSON list
+// itself, are read too. Empty values: none (ASTRA-sim skips such a node).
+std::vector<ProcessGroup> process_groups_of(const pb::Node& node, const std::string& file,
+                                            int world) {
+  const std::string where = "node " + std::to_string(node.id()) + " (" + node.name() + ")";
+  const std::string expected =
+      "inputs.values: expected the process groups as PyTorch records them, ['[{\"pg_name\": "
+      "\"0\", \"ranks\": [0, 1], ...}, ...]'] (a list holding the JSON of the groups)";
+  std::string text = node.inputs().values();
+  const auto b = text.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return {};
+  text = text.substr(b, text.find_last_not_of(" \t\r\n") - b + 1);
+  if (text == "[]" || text == "['']" || text == "[\"\"]") return {};
+  json groups;
+  try {
+    groups = json::parse(text);
+  } catch (const json::exception&) {
+    // Python's str() of a one-string list: ['...'], with \\ and \' escaped.
+    if (text.size() < 4 || !text.starts_with("['") || !text.ends_with("']")) {
+      throw TraceError(file, where, expected);
+    }
+    std::string inner;
+    for (std::size_t i = 2; i + 2 < text.size(); ++i) {
+      if (text[i] == '\\' && i + 3 < text.size()) ++i;
+      inner += text[i];
+    }
+    try {
+      groups = json::parse(inner);
+    } catch (const json::exception& e) {
+      throw TraceError(file, where, expected + "; the JSON in it is not valid: " + e.what());
+    }
+  }
+  // Unwrap one-element lists down to the list of groups: ['<json>'] (the converter's str()),
+  // ["<json>"], and [[<json list>]] (tools that write "[[" + json.dumps(groups) + "]]", which
+  // ASTRA-sim's substr(2, size - 4) reads the same way).
+  for (int depth = 0; depth < 4 && groups.is_array() && groups.size() == 1; ++depth) {
+    if (groups[0].is_string()) {
+      try {
+        groups = json::parse(groups[0].get<std::string>());
+      } catch (const json::exception& e) {
+        throw TraceError(file, where, expected + "; the JSON in it is not valid: " + e.what());
+      }
+    } else if (groups[0].is_array()) {
+      json inner = groups[0];
+      groups = std::move(inner);
+    } else {
+      break;
+    }
+  }
+  if (!groups.is_array()) throw TraceError(file, where, expected);
+  std::vector<ProcessGroup> out;
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    const json& g = groups[i];
+    const std::string path = "inputs.values" + idx(i);
+    if (!g.is_object() || !g.contains("pg_name") || !g.contains("ranks") ||
+        !(g["pg_name"].is_string() || g["pg_name"].is_number_integer()) || !g["ranks"].is_array()) {
+      throw TraceError(file, where,
+                       path + ": expected {\"pg_name\": \"<name>\", \"ranks\": [ranks...]}");
+    }
+    ProcessGroup pg;
+    pg.name = g["pg_name"].is_string() ? g["pg_name"].get<std::string>() : g["pg_name"].dump();
+    if (g.contains("pg_desc") && g["pg_desc"].is_string()) pg.desc = g["pg_desc"];
+    const json& ranks = g["ranks"];
+    for (std::size_t k = 0; k < ranks.size(); ++k) {
+      if (!ranks[k].is_number_integer() || ranks[k].get<std::int64_t>() < 0 ||
+          ranks[k].get<std::int64_t>() >= world) {
+        throw TraceError(file, where,
+                         path + ".ranks" + idx(k) + ": expected a rank from 0 to " +
+                             std::to_string(world - 1) + " (the trace has " +
+                             std::to_string(world) + " rank files)");
+      }
+      pg.ranks.push_back(static_cast<std::int32_t>(ranks[k].get<std::int64_t>()));
+    }
+    out.push_back(std::move(pg));
+  }
+  return out;
+}
+
+// Positions of `ops` in a topological order of their data dependencies (and ctrl_deps, with
+// `with_ctrl`), ties by file position (Kahn's algorithm); nullopt when the graph is cyclic or
+// its ids are not unique (trace_builder reports those).
+std::optional<std::vector<std::size_t>> topological_positions(const std::vector<TraceOp>& ops,
+                                                              bool with_ctrl) {
+  std::map<std::uint64_t, std::size_t> index;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (!index.emplace(ops[i].id, i).second) return std::nullopt;
+  }
+  std::vector<std::vector<std::size_t>> next(ops.size());
+  std::vector<std::size_t> pending(ops.size(), 0);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    auto add = [&](std::uint64_t d) {
+      if (const auto it = index.find(d); it != index.end()) {
+        next[it->second].push_back(i);
+        ++pending[i];
+      }
+    };
+    for (const auto d : ops[i].deps) add(d);
+    if (with_ctrl) {
+      for (const auto d : ops[i].order_deps) add(d);
+    }
+  }
+  std::priority_queue<std::size_t, std::vector<std::size_t>, std::greater<>> ready;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (pending[i] == 0) ready.push(i);
+  }
+  std::vector<std::size_t> position(ops.size());
+  std::size_t placed = 0;
+  while (!ready.empty()) {
+    const std::size_t i = ready.top();
+    ready.pop();
+    position[i] = placed++;
+    for (const std::size_t j : next[i]) {
+      if (--pending[j] == 0) ready.push(j);
+    }
+  }
+  if (placed != ops.size()) return std::nullopt;
+  return position;
+}
+
+// When the ctrl_deps close a cycle that the data_deps alone do not, the ctrl_deps that point
+// backwards in the data dependencies' order are dropped; returns how many. Traces that are
+// acyclic keep every ctrl_dep.
+std::int64_t drop_cyclic_ctrl_deps(std::vector<TraceOp>& ops) {
+  if (topological_positions(ops, true)) return 0;
+  const auto position = topological_positions(ops, false);
+  if (!position) return 0;  // a cycle of data dependencies: trace_builder names it
+  std::map<std::uint64_t, std::size_t> index;
+  for (std::size_t i = 0; i < ops.size(); ++i) index.emplace(ops[i].id, i);
+  std::int64_t dropped = 0;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    auto& deps = ops[i].order_deps;
+    const auto backwards = std::remove_if(deps.begin(), deps.end(), [&](std::uint64_t d) {
+      return (*position)[index.at(d)] >= (*position)[i];
+    });
+    dropped += deps.end() - backwards;
+    deps.erase(backwards, deps.end());
+  }
+  return dropped;
+}
+
 std::string rank_file(std::string_view source, int rank, bool json_form) {
   return std::string(source) + "." + std::to_string(rank) + (json_form ? ".json" : ".et");
 }
@@ -820,7 +1088,7 @@ ImportedTrace import_chakra_buffers(const std::vector<std::string>& per_rank,
   for (std::size_t r = 0; r < per_rank.size(); ++r) {
     files.push_back(rank_file(source, static_cast<int>(r), json_form));
     messages.push_back(json_form ? decode_json(per_rank[r], files.back())
-                                 : decode_protobuf(per_rank[r], files.back()));
+                                 : decode_protobuf_or_hint(per_rank[r], files.back()));
   }
   // Group names we wrote ourselves, index-aligned with the comm-group keys "<base>",
   // "<base + 1>", ... (base 1 since group ids start at 1; 0 in older exports).
@@ -853,6 +1121,7 @@ ImportedTrace import_chakra_buffers(const std::vector<std::string>& per_rank,
       throw TraceError(file, "", "expected an object {\"<pg_name>\": [ranks...], ...}");
     }
     state.have_comm_groups = true;
+    state.groups_source = "the comm-group file";
     for (const auto& [key, ranks] : doc.items()) {
       if (!ranks.is_array() || ranks.empty()) {
         throw TraceError(file, key, "expected a non-empty array of ranks");
@@ -875,6 +1144,55 @@ ImportedTrace import_chakra_buffers(const std::vector<std::string>& per_rank,
                    : "pg " + key;
       state.group_of_pg.emplace(key, static_cast<std::uint32_t>(index));
       state.groups.push_back(std::move(g));
+    }
+  }
+  {
+    std::size_t nodes = 0;
+    for (const auto& m : messages) nodes += m.nodes.size();
+    if (nodes == 0) {
+      throw TraceError(files[0], "",
+                       "the trace has no nodes (" + std::to_string(per_rank.size()) +
+                           " rank files, each only a GlobalMetadata): nothing to replay");
+    }
+  }
+  // Without a comm-group file, the process groups that PyTorch-converted traces keep in their
+  // "## process_group:init ##" METADATA_NODEs (every rank lists every group).
+  std::size_t pg_nodes = 0;
+  if (!comm_groups) {
+    std::map<std::string, std::string> first_file;  // pg_name -> the file that defined it
+    for (std::size_t r = 0; r < messages.size(); ++r) {
+      for (const auto& node : messages[r].nodes) {
+        if (node.type() != pb::METADATA_NODE ||
+            node.name().find(kProcessGroupInit) == std::string::npos) {
+          continue;
+        }
+        ++pg_nodes;
+        for (auto& pg : process_groups_of(node, files[r], state.world)) {
+          std::vector<std::int32_t> ranks = pg.ranks;
+          if (ranks.empty()) {
+            for (int k = 0; k < state.world; ++k) ranks.push_back(k);
+          }
+          if (const auto it = state.group_of_pg.find(pg.name); it != state.group_of_pg.end()) {
+            if (state.groups[it->second].ranks != ranks) {
+              throw TraceError(files[r],
+                               "node " + std::to_string(node.id()) + " (" + node.name() + ")",
+                               "process group \"" + pg.name + "\" has ranks " + json(ranks).dump() +
+                                   " here but " + json(state.groups[it->second].ranks).dump() +
+                                   " in " + first_file[pg.name]);
+            }
+            continue;
+          }
+          first_file[pg.name] = files[r];
+          state.group_of_pg.emplace(pg.name, static_cast<std::uint32_t>(state.groups.size()));
+          state.groups.push_back({std::move(ranks), pg.desc.empty()
+                                                        ? "pg " + pg.name
+                                                        : pg.desc + " (pg " + pg.name + ")"});
+        }
+      }
+    }
+    if (!state.groups.empty()) {
+      state.have_comm_groups = true;
+      state.groups_source = "the \"## process_group:init ##\" metadata nodes";
     }
   }
   TraceInput input;
@@ -900,6 +1218,19 @@ ImportedTrace import_chakra_buffers(const std::vector<std::string>& per_rank,
     for (const auto& node : messages[r].nodes) {
       rank.ops.push_back(to_trace_op(state, NodeReader{files[r], node}, static_cast<int>(r)));
     }
+    // Chakra's PyTorch converter keeps a node's ctrl_deps on its parent op even where it did
+    // not convert the parent (the profiler's thread and process nodes); Chakra's feeder reads
+    // only data_deps. Such ctrl_deps order nothing: dropped, counted. (A data_deps on a missing
+    // node stays an error: the consumer would wait for it forever.)
+    std::set<std::uint64_t> ids;
+    for (const auto& node : messages[r].nodes) ids.insert(node.id());
+    for (auto& op : rank.ops) {
+      const auto missing = std::remove_if(op.order_deps.begin(), op.order_deps.end(),
+                                          [&](std::uint64_t d) { return !ids.contains(d); });
+      state.dangling_ctrl_deps += op.order_deps.end() - missing;
+      op.order_deps.erase(missing, op.order_deps.end());
+    }
+    state.cyclic_ctrl_deps += drop_cyclic_ctrl_deps(rank.ops);
     messages[r].nodes.clear();
   }
   input.groups = state.groups;
@@ -917,6 +1248,53 @@ ImportedTrace import_chakra_buffers(const std::vector<std::string>& per_rank,
     result.notes.push_back("no comm-group file (" + name +
                            ".comm_groups.json): collectives on process groups " + pgs +
                            " were taken as spanning all " + std::to_string(state.world) + " ranks");
+  }
+  if (pg_nodes > 0 && state.have_comm_groups) {
+    result.notes.push_back("process groups read from " + std::to_string(pg_nodes) +
+                           " \"## process_group:init ##\" metadata nodes (" +
+                           std::to_string(state.groups.size()) +
+                           " groups); collectives find theirs by pg_name");
+  }
+  if (state.dangling_ctrl_deps > 0) {
+    result.notes.push_back(std::to_string(state.dangling_ctrl_deps) +
+                           " ctrl_deps on nodes the trace does not have ignored (Chakra's "
+                           "converter keeps the parent of a node whose parent it dropped; its "
+                           "feeder orders by data_deps)");
+  }
+  if (state.cyclic_ctrl_deps > 0) {
+    result.notes.push_back(std::to_string(state.cyclic_ctrl_deps) +
+                           " ctrl_deps that would close a dependency cycle ignored (Chakra's "
+                           "1.0.1 traces list a CPU op's own GPU kernel, or the op itself, as "
+                           "its ctrl_deps; Chakra's feeder orders by data_deps)");
+  }
+  if (state.eager_sends > 0) {
+    result.notes.push_back(
+        std::to_string(state.eager_sends) +
+        " sends replayed with Chakra's semantics (as ASTRA-sim runs them): a send does not wait "
+        "for its receive; its transfer starts when it is issued and it ends when the data has "
+        "arrived; the receive ends once it is posted and the data is there");
+  }
+  if (state.rendezvous_sends > 0) {
+    result.notes.push_back(std::to_string(state.rendezvous_sends) +
+                           " sends keep stratasim's rendezvous semantics (" + kRendezvousAttr +
+                           ", written by stratasim export): a send and its receive start "
+                           "together and end together");
+  }
+  if (state.cpu_comm_wrappers > 0) {
+    result.notes.push_back(
+        std::to_string(state.cpu_comm_wrappers) +
+        " host-side COMM_COLL_NODEs without comm_type (is_cpu_op: the CPU wrappers of a "
+        "collective, such as c10d::allreduce_ or nccl:all_reduce, which the collective's GPU "
+        "node carries) run as host compute of their duration_micros" +
+        (state.skipped_cpu_comm > 0
+             ? "; " + std::to_string(state.skipped_cpu_comm) +
+                   " without a duration skipped (dependencies through them kept)"
+             : std::string()));
+  }
+  if (state.nccl_named_compute > 0) {
+    result.notes.push_back(std::to_string(state.nccl_named_compute) +
+                           " COMP_NODEs named as NCCL kernels kept as compute (Chakra types them "
+                           "so; as ASTRA-sim does, their time is not simulated as communication)");
   }
   if (state.cpu_ops > 0) {
     result.notes.push_back(std::to_string(state.cpu_ops) +
@@ -987,6 +1365,23 @@ ImportedTrace import_chakra(const fs::path& path) {
       found[prefix][e][rank] = entry.path();
     }
   }
+  if (found.empty() && fs::is_regular_file(path, ec)) {
+    // One file not named as a rank file: say what it is if it is not a Chakra trace, and how
+    // to name it if it is.
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    const std::string bytes = text.str();
+    const auto first = bytes.find_first_not_of(" \t\r\n");
+    const bool json_text =
+        first != std::string::npos && (bytes[first] == '{' || bytes[first] == '[');
+    json_text ? (void)decode_json(bytes, given) : (void)decode_protobuf_or_hint(bytes, given);
+    throw TraceError(given, "",
+                     "a Chakra trace is one file per rank named <prefix>.<rank>.et (or .json), "
+                     "numbered from 0: name this file " +
+                         path.stem().string() + ".0" + (json_text ? ".json" : ".et") +
+                         " to replay it as one rank");
+  }
   if (found.empty()) {
     throw TraceError(given, "",
                      "no Chakra trace files: expected per-rank files named "
@@ -1008,17 +1403,6 @@ ImportedTrace import_chakra(const fs::path& path) {
   const auto& ranks = by_ext[json_form ? ".json" : ".et"];
   const int world = ranks.rbegin()->first + 1;
   const fs::path base = dir / prefix;
-  for (int r = 0; r < world; ++r) {
-    if (!ranks.contains(r)) {
-      std::string present;
-      for (const auto& [k, unused] : ranks) {
-        present += (present.empty() ? "" : ", ") + std::to_string(k);
-      }
-      throw TraceError(
-          rank_file(base.string(), r, json_form), "",
-          "rank " + std::to_string(r) + "'s file is missing (found ranks " + present + ")");
-    }
-  }
   auto read = [](const fs::path& p) {
     std::ifstream in(p, std::ios::binary);
     if (!in) throw TraceError(p.string(), "", "cannot be read");
@@ -1026,6 +1410,28 @@ ImportedTrace import_chakra(const fs::path& path) {
     s << in.rdbuf();
     return s.str();
   };
+  for (int r = 0; r < world; ++r) {
+    if (!ranks.contains(r)) {
+      // A file that is not a Chakra trace at all (a PyTorch execution trace named like a rank
+      // file) says so before any rank is missed.
+      const fs::path& present_file = ranks.begin()->second;
+      const std::string bytes = read(present_file);
+      json_form ? (void)decode_json(bytes, present_file.string())
+                : (void)decode_protobuf_or_hint(bytes, present_file.string());
+      std::string present;
+      for (const auto& [k, unused] : ranks) {
+        present += (present.empty() ? "" : ", ") + std::to_string(k);
+      }
+      throw TraceError(given, "",
+                       "rank " + std::to_string(r) + "'s file " +
+                           fs::path(rank_file(base.string(), r, json_form)).filename().string() +
+                           " is missing (found " + (ranks.size() == 1 ? "only rank " : "ranks ") +
+                           present + " of prefix \"" + prefix +
+                           "\"): a Chakra trace is one file per rank, " + prefix + ".0" +
+                           (json_form ? ".json" : ".et") + " to " + prefix + ".<N-1>" +
+                           (json_form ? ".json" : ".et"));
+    }
+  }
   std::vector<std::string> per_rank;
   per_rank.reserve(static_cast<std::size_t>(world));
   for (const auto& [r, p] : ranks) per_rank.push_back(read(p));
@@ -1265,6 +1671,13 @@ void write_chakra(const fs::path& prefix, const st::Program& program,
               add_int32(node, "comm_dst", dst);
               add_int64(node, "comm_size", w.bytes.count());
               add_int32(node, "comm_tag", tags[{src, dst}]++);
+              if constexpr (send) {
+                if (!w.eager) {  // Chakra's sends do not wait: say that this one does
+                  auto* a = node.add_attr();
+                  a->set_name(kRendezvousAttr);
+                  a->set_bool_val(true);
+                }
+              }
             }
           },
           op.work);

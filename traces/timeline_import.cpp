@@ -347,7 +347,8 @@ ReportContext parse_context(const Reader& rd, const json& c, int world) {
   }
   if (auto it = c.find("stage_of_rank"); it != c.end()) {
     const json& stages = rd.array(*it, where + ".stage_of_rank");
-    if (static_cast<int>(stages.size()) != world) {
+    // Empty: not known (a replay of a Chakra or Kineto trace records none).
+    if (!stages.empty() && static_cast<int>(stages.size()) != world) {
       rd.fail(where + ".stage_of_rank",
               "expected " + std::to_string(world) + " stages, one per rank");
     }
@@ -607,7 +608,12 @@ st::Work parse_communication(const ExactOps& x, const json& args, const std::str
   if (k == "send" || k == "recv") {
     const auto peer = static_cast<std::int32_t>(
         rd.integer(rd.member(args, where + ".args", "peer"), where + ".args.peer", 0, world - 1));
-    return k == "send" ? st::Work(st::Send{peer, bytes}) : st::Work(st::Recv{peer, bytes});
+    if (k == "recv") return st::Recv{peer, bytes};
+    st::Send send{peer, bytes};
+    if (const auto e = args.find("eager"); e != args.end()) {
+      send.eager = rd.boolean(*e, where + ".args.eager");
+    }
+    return send;
   }
   if (const auto ck = collective_kind(k)) {
     const auto group = static_cast<std::uint32_t>(

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 
@@ -115,4 +116,74 @@ TEST_CASE("replay: the Kineto sample replays as hand-calculated, also widened to
   const double eight = 250e-6 + all_reduce_time("0-7", kBytes, dir / "c8");
   CHECK(iteration_time(dir / "eight") == doctest::Approx(eight).epsilon(1e-6));
   CHECK(eight > two);  // a ring over 8 moves 2*7/8 of the buffer per rank, over 2 only 1/2
+}
+
+TEST_CASE(
+    "replay: Chakra's MSCCL-style ring all-reduce of send/recv nodes runs (sends do not wait) "
+    "and the notes say which semantics were assumed") {
+  const TempDir tmp("cli");
+  const auto dir = tmp.subdir("replay-ring");
+  // ASTRA-sim's custom_ring_allreduce_8npus_1MB (tests/data/traces/chakra/.../PROVENANCE.md):
+  // each rank's receive depends on its own send; with sends that wait it deadlocked (exit 3).
+  const std::string trace =
+      kSource + "/tests/data/traces/chakra/custom_ring_allreduce_8npus_1MB/custom_allreduce";
+  auto r = run("replay " + trace + " --format chakra --cluster dgx-a100-1 --out " +
+               (dir / "out").string());
+  CAPTURE(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("sends replayed with Chakra's semantics") != std::string::npos);
+  CHECK(r.output.find("does not wait for its receive") != std::string::npos);
+  // 14 transfers of 128 KiB one after another and 7 reductions of 7 us: more than 49 us.
+  CHECK(iteration_time(dir / "out") > 49e-6);
+  // The replay's own timeline.json keeps the sends eager ("eager": true), so replaying it runs
+  // too, to the same time.
+  r = run("replay " + (dir / "out").string() + " --format stratasim --quiet --out " +
+          (dir / "again").string());
+  CAPTURE(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(iteration_time(dir / "again") == doctest::Approx(iteration_time(dir / "out")));
+}
+
+TEST_CASE(
+    "replay: JSON that is not a Chakra trace, or a trace without nodes, is exit 2 naming the "
+    "file and what was expected") {
+  const TempDir tmp("cli");
+  const auto dir = tmp.subdir("replay-not-chakra");
+  const std::string host_et =
+      "{\"schema\": \"1.0.3-chakra.0.0.4\", \"pid\": 1, \"time\": \"2024-07-01 00:00:00\", "
+      "\"start_ts\": 1, \"nodes\": [{\"id\": 1, \"name\": \"[pytorch|profiler|execution_trace|"
+      "process]\", \"ctrl_deps\": 0}], \"finish_ts\": 2}";
+  auto write = [](const fs::path& p, const std::string& text) {
+    std::ofstream out(p);
+    out << text;
+  };
+  // A PyTorch execution trace under a rank file's name, under any other name, and as rank 1
+  // alone: each names the file and says to convert it with chakra_converter (it replayed as
+  // "0 ops, 0 s" before, or as a missing rank 0).
+  for (const std::string name : {"host_et.0.json", "pytorch_et.json", "host_et_r.1.json"}) {
+    CAPTURE(name);
+    const auto sub = dir / ("t-" + name);
+    fs::create_directories(sub);
+    write(sub / name, host_et);
+    auto r = run("replay " + (sub / name).string() + " --format chakra --cluster dgx-a100-1");
+    CAPTURE(r.output);
+    CHECK(r.status == 2);
+    CHECK(r.output.find(name + ": this is a PyTorch execution trace") != std::string::npos);
+    CHECK(r.output.find("chakra_converter") != std::string::npos);
+  }
+  // Chakra's JSON workload graph.
+  fs::create_directories(dir / "graph");
+  write(dir / "graph" / "small_chakra.0.json",
+        "{\"workload_graph\": [{\"Id\": 1, \"Name\": \"a\", \"NodeType\": 4, \"runtime\": 3}]}");
+  auto r = run("replay " + (dir / "graph").string() + " --format chakra --cluster dgx-a100-1");
+  CAPTURE(r.output);
+  CHECK(r.status == 2);
+  CHECK(r.output.find("small_chakra.0.json: this is a JSON workload graph") != std::string::npos);
+  // GlobalMetadata and no nodes.
+  fs::create_directories(dir / "empty");
+  write(dir / "empty" / "t.0.json", "{\"version\": \"0.0.4\"}\n");
+  r = run("replay " + (dir / "empty").string() + " --format chakra --cluster dgx-a100-1");
+  CAPTURE(r.output);
+  CHECK(r.status == 2);
+  CHECK(r.output.find("t.0.json: the trace has no nodes") != std::string::npos);
 }

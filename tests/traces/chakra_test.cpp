@@ -6,6 +6,8 @@
 #include <fstream>
 #include <optional>
 #include <regex>
+#include <set>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -75,7 +77,7 @@ std::string text_of(const st::Program& p, const st::Op& op) {
           s << name_of(w.kind) << " " << name_of(w.dtype) << " group " << w.group << " "
             << w.bytes.count();
         } else if constexpr (std::is_same_v<W, st::Send>) {
-          s << "send " << w.peer << " " << w.bytes.count();
+          s << "send " << w.peer << " " << w.bytes.count() << (w.eager ? " eager" : "");
         } else {
           s << "recv " << w.peer << " " << w.bytes.count();
         }
@@ -293,12 +295,12 @@ TEST_CASE("chakra: malformed traces give errors naming the file, the place and t
   SUBCASE("a missing rank file") {
     fs::remove(prefix.string() + ".2.et");
     CHECK_THROWS_WITH_AS(traces::import_chakra(prefix),
-                         doctest::Contains("rank 2's file is missing"), traces::TraceError);
+                         doctest::Contains("rank 2's file t.2.et is missing"), traces::TraceError);
   }
   SUBCASE("an unknown pg_name") {
     CHECK_THROWS_WITH_AS(
         traces::import_chakra_buffers(files, std::string("{\"0\": [0, 1]}"), "t", false),
-        doctest::Contains("is not in the comm-group file"), traces::TraceError);
+        doctest::Contains("is not a process group of the comm-group file"), traces::TraceError);
   }
   SUBCASE("a comm group naming a rank that does not exist") {
     CHECK_THROWS_WITH_AS(
@@ -330,8 +332,10 @@ std::string all_reduce(int id, const std::string& deps = "") {
 
 TEST_CASE("chakra: dependency errors in the JSON form") {
   SUBCASE("a cycle is reported with its nodes, not looped on") {
+    // Of data dependencies: one that only ctrl_deps close is resolved by dropping them (the
+    // "ctrl_deps ... dropped" test below).
     const std::string r0 = kMeta + comp(1, ", \"dataDeps\": [\"3\"]") +
-                           comp(2, ", \"dataDeps\": [\"1\"]") + comp(3, ", \"ctrlDeps\": [\"2\"]");
+                           comp(2, ", \"dataDeps\": [\"1\"]") + comp(3, ", \"dataDeps\": [\"2\"]");
     CHECK_THROWS_WITH_AS(
         traces::import_chakra_buffers({r0}, std::nullopt, "c", true),
         doctest::Contains("c.0.json: node 1: dependency cycle: node 1 -> 3 -> 2 -> 1"),
@@ -626,4 +630,412 @@ TEST_CASE(
   };
   CHECK(overlaps(program, timeline) > 0);  // the test would see an interleaving
   CHECK(overlaps(imported.program, replayed) == 0);
+}
+
+namespace {
+
+const fs::path kChakraData = kSource / "tests" / "data" / "traces" / "chakra";
+
+const hw::ClusterSpec& dgx_a100() {
+  static const auto cluster =
+      hw::load_cluster(kSource / "configs" / "hardware" / "clusters" / "dgx-a100-1.json");
+  return cluster;
+}
+
+bool has_note(const traces::ImportedTrace& t, const std::string& text) {
+  return std::any_of(t.notes.begin(), t.notes.end(),
+                     [&](const std::string& n) { return n.find(text) != std::string::npos; });
+}
+
+// One rank file of the JSON form: the GlobalMetadata, then `nodes`.
+std::string json_rank(const std::vector<std::string>& nodes) {
+  std::string text = kMeta;
+  for (const auto& n : nodes) text += n;
+  return text;
+}
+
+// PyTorch's "## process_group:init ##" node as Chakra's converter writes it: inputs.values is
+// str() of a one-string list holding the JSON of the groups (here in the JSON form's escaping).
+// `nested`: "[[" + json.dumps(groups) + "]]", as some tools that write Chakra directly do.
+std::string pg_init(int id, const std::string& groups_json, bool nested = false) {
+  std::string escaped;
+  for (char c : groups_json) escaped += c == '"' ? std::string("\\\"") : std::string(1, c);
+  return "{\"id\": \"" + std::to_string(id) +
+         "\", \"name\": \"## process_group:init ##\", \"type\": \"METADATA_NODE\", "
+         "\"inputs\": {\"values\": \"" +
+         (nested ? "[[" + escaped + "]]" : "['" + escaped + "']") + "\"}}\n";
+}
+
+std::string all_reduce_on(int id, const std::string& pg, int bytes) {
+  return json_node(id, "COMM_COLL_NODE",
+                   ", \"attr\": [{\"name\": \"comm_type\", \"int64Val\": \"0\"}, "
+                   "{\"name\": \"comm_size\", \"int64Val\": \"" +
+                       std::to_string(bytes) + "\"}, {\"name\": \"pg_name\", \"stringVal\": \"" +
+                       pg + "\"}, {\"name\": \"is_cpu_op\", \"boolVal\": false}]");
+}
+
+// The time of one all-reduce of `bytes` over `ranks` of dgx-a100-1, in a Program built by hand.
+Time lone_all_reduce(const std::vector<std::int32_t>& ranks, std::int64_t bytes) {
+  st::Program p(static_cast<int>(ranks.size()));
+  std::vector<std::int32_t> members(ranks.size());
+  for (std::size_t i = 0; i < ranks.size(); ++i) members[i] = static_cast<std::int32_t>(i);
+  const auto g = p.add_group(members, "g");
+  for (int r = 0; r < p.world_size(); ++r) {
+    p.begin_rank(r);
+    st::OpInfo info;
+    info.stream = st::Stream::dp_comm;
+    p.add(st::Collective{st::CollectiveKind::all_reduce, DType::bf16, g, Bytes(bytes)}, info);
+  }
+  p.finish();
+  return iteration_time(sim::simulate(p, dgx_a100()));
+}
+
+}  // namespace
+
+TEST_CASE(
+    "Chakra: an MSCCL-style ring all-reduce of send/recv nodes does not deadlock (sends do not "
+    "wait)") {
+  // ASTRA-sim's custom_ring_allreduce_8npus_1MB (PROVENANCE.md): on every rank each node has a
+  // data dependency on the one before it, so rank r's first receive waits for its own first
+  // send. With sends that wait for their receive (rendezvous) every rank waits for its
+  // neighbour's receive: exit 3, deadlock.
+  const auto imported =
+      traces::import_chakra(kChakraData / "custom_ring_allreduce_8npus_1MB" / "custom_allreduce");
+  const auto& p = imported.program;
+  REQUIRE(p.world_size() == 8);
+  std::size_t sends = 0;
+  for (const auto& op : p.ops()) {
+    if (const auto* s = std::get_if<st::Send>(&op.work)) {
+      CHECK(s->eager);
+      ++sends;
+    }
+  }
+  CHECK(sends == 8 * 14);
+  // The report says which semantics the import assumed.
+  CHECK(has_note(imported, "112 sends replayed with Chakra's semantics"));
+  CHECK(has_note(imported, "does not wait for its receive"));
+  const auto t = sim::simulate(p, dgx_a100());
+  CAPTURE(t.problem);
+  REQUIRE(t.completed);
+  // By hand: all 8 ranks step together. A send ends when its 131072 bytes have arrived (T, the
+  // time of 8 such transfers around the ring at once, measured below on a Program built by
+  // hand); the receive after it finds its data there. The 7 reduce-scatter steps add a 7 us
+  // reduction each, so the iteration is 14 sends after one another plus 7 x 7 us: 14 T + 49 us.
+  st::Program ring(8);
+  for (int r = 0; r < 8; ++r) {
+    ring.begin_rank(r);
+    st::OpInfo send_info, recv_info;
+    send_info.stream = st::Stream::pp_send;
+    recv_info.stream = st::Stream::pp_recv;
+    ring.add(st::Send{(r + 1) % 8, Bytes(131072)}, send_info);
+    ring.add(st::Recv{(r + 7) % 8, Bytes(131072)}, recv_info);
+  }
+  ring.finish();
+  const Time step = iteration_time(sim::simulate(ring, dgx_a100()));
+  REQUIRE(step > Time::zero());
+  CHECK(iteration_time(t) == step * 14 + Time::us(49));
+}
+
+TEST_CASE(
+    "Chakra: an eager send ends when its data arrives, before its receive is posted; a "
+    "rendezvous send waits for the receive") {
+  // Rank 0 sends 1 MiB to rank 1 at once; rank 1 computes 100 us first, then posts the receive.
+  auto program = [](bool eager, bool late_send) {
+    st::Program p(2);
+    st::OpInfo compute, send, recv;
+    compute.stream = st::Stream::compute;
+    send.stream = st::Stream::pp_send;
+    recv.stream = st::Stream::pp_recv;
+    const auto wait = p.add_kernels({{st::Measured{Time::us(100)}, "wait"}});
+    p.begin_rank(0);
+    if (late_send) {
+      const auto w = p.add(st::Compute{wait}, compute);
+      p.add(st::Send{1, Bytes(1 << 20), st::kNcclSms, eager}, send,
+            std::span<const st::OpId>(&w, 1));
+    } else {
+      p.add(st::Send{1, Bytes(1 << 20), st::kNcclSms, eager}, send);
+    }
+    p.begin_rank(1);
+    if (late_send) {
+      p.add(st::Recv{0, Bytes(1 << 20)}, recv);
+    } else {
+      const auto w = p.add(st::Compute{wait}, compute);
+      p.add(st::Recv{0, Bytes(1 << 20)}, recv, std::span<const st::OpId>(&w, 1));
+    }
+    p.finish();
+    return p;
+  };
+  // T: the transfer alone (both sides ready at 0).
+  st::Program alone(2);
+  alone.begin_rank(0);
+  st::OpInfo s, v;
+  s.stream = st::Stream::pp_send;
+  v.stream = st::Stream::pp_recv;
+  alone.add(st::Send{1, Bytes(1 << 20)}, s);
+  alone.begin_rank(1);
+  alone.add(st::Recv{0, Bytes(1 << 20)}, v);
+  alone.finish();
+  const Time transfer = iteration_time(sim::simulate(alone, dgx_a100()));
+  REQUIRE(transfer > Time::zero());
+  REQUIRE(transfer < Time::us(100));
+  auto span_of = [](const st::Program& p, const traces::Timeline& t, int rank, bool send) {
+    for (st::OpId id = p.first_op(rank); id < p.first_op(rank) + p.ops_of(rank).size(); ++id) {
+      const bool is_send = std::holds_alternative<st::Send>(p.op(id).work);
+      const bool is_recv = std::holds_alternative<st::Recv>(p.op(id).work);
+      if ((send && is_send) || (!send && is_recv)) return t.spans[id];
+    }
+    FAIL("no such op");
+    return traces::Span{};
+  };
+  SUBCASE("eager, the receive posted late: the send ends at T, the receive at once at 100 us") {
+    const auto p = program(true, false);
+    const auto t = sim::simulate(p, dgx_a100());
+    REQUIRE(t.completed);
+    CHECK(span_of(p, t, 0, true).end == transfer);
+    CHECK(span_of(p, t, 1, false).start == Time::us(100));
+    CHECK(span_of(p, t, 1, false).end == Time::us(100));
+  }
+  SUBCASE("rendezvous, the receive posted late: both run from 100 us to 100 us + T") {
+    const auto p = program(false, false);
+    const auto t = sim::simulate(p, dgx_a100());
+    REQUIRE(t.completed);
+    CHECK(span_of(p, t, 0, true).end == Time::us(100) + transfer);
+    CHECK(span_of(p, t, 1, false).end == Time::us(100) + transfer);
+  }
+  SUBCASE("eager, the send late: the posted receive ends when the data arrives") {
+    const auto p = program(true, true);
+    const auto t = sim::simulate(p, dgx_a100());
+    REQUIRE(t.completed);
+    CHECK(span_of(p, t, 0, true).end == Time::us(100) + transfer);
+    CHECK(span_of(p, t, 1, false).end == Time::us(100) + transfer);
+  }
+}
+
+TEST_CASE("Chakra: stratasim's own exports keep rendezvous sends (stratasim.rendezvous)") {
+  // A lowered pipeline's sends wait for their receives (NCCL); the export says so per send, so
+  // the import restores them exactly (the round trips above compare eager too), and a Chakra
+  // send without the attribute is eager.
+  const auto e = experiment("gpt-tiny-3d-8.json");
+  const auto program = st::lower(e, {.mirror_data_parallel = false});
+  const TempDir dir("traces");
+  traces::write_chakra(dir.path() / "t", program);
+  const auto imported = traces::import_chakra(dir.path() / "t");
+  CHECK(has_note(imported, "keep stratasim's rendezvous semantics"));
+  CHECK_FALSE(has_note(imported, "replayed with Chakra's semantics"));
+  for (const auto& op : imported.program.ops()) {
+    if (const auto* s = std::get_if<st::Send>(&op.work)) CHECK_FALSE(s->eager);
+  }
+}
+
+TEST_CASE(
+    "Chakra: a PyTorch execution trace, Chakra's JSON workload graph or a trace without nodes "
+    "is refused, naming the file and what was expected") {
+  SUBCASE("a PyTorch host execution trace (\"schema\", \"nodes\")") {
+    const std::string et =
+        "{\"schema\": \"1.0.2-chakra.0.0.4\", \"pid\": 788625, \"time\": \"2024-03-21 18:54:23\", "
+        "\"start_ts\": 350785410, \"nodes\": [{\"id\": 2, \"name\": "
+        "\"[pytorch|profiler|execution_trace|thread]\", \"ctrl_deps\": 1}], \"finish_ts\": 1}";
+    CHECK_THROWS_WITH_AS(traces::import_chakra_buffers({et}, std::nullopt, "host_et", true),
+                         doctest::Contains("host_et.0.json: this is a PyTorch execution trace"),
+                         traces::TraceError);
+    CHECK_THROWS_WITH_AS(traces::import_chakra_buffers({et}, std::nullopt, "host_et", true),
+                         doctest::Contains("convert it with chakra_converter first"),
+                         traces::TraceError);
+    // The same text in a .et file is not read as protobuf either.
+    CHECK_THROWS_WITH_AS(traces::import_chakra_buffers({et}, std::nullopt, "host_et", false),
+                         doctest::Contains("host_et.0.et: this is JSON text"), traces::TraceError);
+  }
+  SUBCASE("Chakra's JSON workload graph (what its JSONNode feeder reads)") {
+    const std::string graph =
+        "{\"workload_graph\": [{\"Id\": 216, \"Name\": \"aten::flatten_dense_tensors(0)\", "
+        "\"NodeType\": 4, \"ctrlDeps\": [3], \"data_deps\": [], \"runtime\": 318, "
+        "\"is_cpu_op\": true}]}";
+    CHECK_THROWS_WITH_AS(traces::import_chakra_buffers({graph}, std::nullopt, "small", true),
+                         doctest::Contains("small.0.json: this is a JSON workload graph"),
+                         traces::TraceError);
+  }
+  SUBCASE("another tool's JSON") {
+    CHECK_THROWS_WITH_AS(
+        traces::import_chakra_buffers({"{\"traceEvents\": []}"}, std::nullopt, "k", true),
+        doctest::Contains("has the keys \"traceEvents\", which a GlobalMetadata does not have"),
+        traces::TraceError);
+  }
+  SUBCASE("a trace of GlobalMetadata only") {
+    CHECK_THROWS_WITH_AS(traces::import_chakra_buffers({kMeta, kMeta}, std::nullopt, "empty", true),
+                         doctest::Contains("empty.0.json: the trace has no nodes"),
+                         traces::TraceError);
+  }
+  SUBCASE("one rank's file alone names the given path, the missing file and the rule") {
+    const TempDir dir("traces");
+    {
+      std::ofstream out(dir.path() / "host_et.1.json");
+      out << json_rank({comp(1)});
+    }
+    const auto given = dir.path() / "host_et.1.json";
+    CHECK_THROWS_WITH_AS(traces::import_chakra(given),
+                         doctest::Contains(doctest::String(
+                             (given.string() + ": rank 0's file host_et.0.json is missing (found "
+                                               "only rank 1 of prefix \"host_et\")")
+                                 .c_str())),
+                         traces::TraceError);
+    // When the file that is there is not a Chakra trace at all, that is what is said.
+    {
+      std::ofstream out(dir.path() / "host_et.1.json");
+      out << "{\"schema\": \"1.0.3-chakra.0.0.4\", \"nodes\": []}";
+    }
+    CHECK_THROWS_WITH_AS(traces::import_chakra(given),
+                         doctest::Contains("host_et.1.json: this is a PyTorch execution trace"),
+                         traces::TraceError);
+  }
+}
+
+TEST_CASE(
+    "Chakra: process groups come from the process_group:init metadata node, so two disjoint "
+    "2-rank all-reduces stay two") {
+  // PyTorch's groups as its execution trace records them (pg_config_info): the default group
+  // (ranks [] = all) and two new_group()s of ranks {0, 1} and {2, 3}. Each rank all-reduces
+  // 1 MiB on its pair's group.
+  const std::string groups =
+      "[{\"pg_name\": \"0\", \"pg_desc\": \"default_pg\", \"backend_config\": \"cuda:nccl\", "
+      "\"ranks\": [], \"group_size\": 4, \"group_count\": 3}, {\"pg_name\": \"1\", \"pg_desc\": "
+      "\"undefined\", \"backend_config\": \"cuda:nccl\", \"ranks\": [0, 1], \"group_size\": 2, "
+      "\"group_count\": 3}, {\"pg_name\": \"2\", \"pg_desc\": \"undefined\", \"backend_config\": "
+      "\"cuda:nccl\", \"ranks\": [2, 3], \"group_size\": 2, \"group_count\": 3}]";
+  std::vector<std::string> files;
+  for (int r = 0; r < 4; ++r) {
+    files.push_back(json_rank({pg_init(1, groups), all_reduce_on(2, r < 2 ? "1" : "2", 1 << 20)}));
+  }
+  const auto imported = traces::import_chakra_buffers(files, std::nullopt, "pairs", true);
+  const auto& p = imported.program;
+  CHECK(has_note(imported, "process groups read from 4 \"## process_group:init ##\""));
+  std::set<std::uint32_t> used;
+  for (int r = 0; r < 4; ++r) {
+    const auto ops = p.ops_of(r);
+    REQUIRE(ops.size() == 1);  // the metadata node is skipped
+    const auto& c = std::get<st::Collective>(ops[0].work);
+    used.insert(c.group);
+    CHECK(p.groups()[c.group].ranks ==
+          (r < 2 ? std::vector<std::int32_t>{0, 1} : std::vector<std::int32_t>{2, 3}));
+  }
+  CHECK(used.size() == 2);
+  // Simulated: each pair's all-reduce takes what one 2-rank all-reduce takes alone.
+  const auto t = sim::simulate(p, dgx_a100());
+  REQUIRE(t.completed);
+  CHECK(iteration_time(t) == lone_all_reduce({0, 1}, 1 << 20));
+
+  SUBCASE("the groups as [[<json>]] read the same") {
+    std::vector<std::string> nested;
+    for (int r = 0; r < 4; ++r) {
+      nested.push_back(
+          json_rank({pg_init(1, groups, true), all_reduce_on(2, r < 2 ? "1" : "2", 1 << 20)}));
+    }
+    const auto again = traces::import_chakra_buffers(nested, std::nullopt, "pairs", true);
+    const auto& c = std::get<st::Collective>(again.program.ops_of(3)[0].work);
+    CHECK(again.program.groups()[c.group].ranks == std::vector<std::int32_t>{2, 3});
+  }
+  SUBCASE("a comm-group file, when there is one, wins") {
+    // Named by the metadata node, the group is "undefined (pg 1)" (its pg_desc); by the file,
+    // "pg 1".
+    CHECK(p.groups()[std::get<st::Collective>(p.ops_of(0)[0].work).group].name ==
+          "undefined (pg 1)");
+    const auto with_file = traces::import_chakra_buffers(
+        files, std::string("{\"1\": [0, 1], \"2\": [2, 3]}"), "pairs", true);
+    const auto& c = std::get<st::Collective>(with_file.program.ops_of(0)[0].work);
+    CHECK(with_file.program.groups()[c.group].name == "pg 1");
+    CHECK_FALSE(has_note(with_file, "process groups read from"));
+  }
+  SUBCASE("ranks that disagree about a group are an error naming both files") {
+    auto bad = files;
+    bad[3] = json_rank(
+        {pg_init(1, "[{\"pg_name\": \"1\", \"ranks\": [0, 3]}]"), all_reduce_on(2, "1", 1 << 20)});
+    CHECK_THROWS_WITH_AS(
+        traces::import_chakra_buffers(bad, std::nullopt, "pairs", true),
+        doctest::Contains("pairs.3.json: node 1 (## process_group:init ##): process group \"1\" "
+                          "has ranks [0,3] here but [0,1] in pairs.0.json"),
+        traces::TraceError);
+  }
+  SUBCASE("a malformed group list names the node and what was expected") {
+    auto bad = files;
+    bad[0] = json_rank({pg_init(1, "[{\"pg_name\": \"1\"}]"), all_reduce_on(2, "1", 1 << 20)});
+    CHECK_THROWS_WITH_AS(traces::import_chakra_buffers(bad, std::nullopt, "pairs", true),
+                         doctest::Contains("inputs.values[0]: expected {\"pg_name\""),
+                         traces::TraceError);
+  }
+}
+
+TEST_CASE(
+    "Chakra: host-side communication nodes without comm_type (the CPU wrappers of a collective) "
+    "run on the host; their GPU twin is the collective") {
+  // Chakra's older PyTorch converter typed the CPU ops c10d::allreduce_ and nccl:all_reduce as
+  // COMM_COLL_NODE with is_cpu_op and no comm_type; the ncclKernel under them carries it.
+  auto rank = [](bool with_duration) {
+    const std::string cpu_attr = ", \"attr\": [{\"name\": \"is_cpu_op\", \"boolVal\": true}]";
+    return json_rank({
+        "{\"id\": \"1\", \"name\": \"c10d::allreduce_\", \"type\": \"COMM_COLL_NODE\"" +
+            std::string(with_duration ? ", \"durationMicros\": \"30\"" : "") + cpu_attr + "}\n",
+        "{\"id\": \"2\", \"name\": \"ncclKernel_AllReduce_RING_LL_Sum_float\", \"type\": "
+        "\"COMM_COLL_NODE\", \"ctrlDeps\": [\"1\"], \"attr\": [{\"name\": \"comm_type\", "
+        "\"int64Val\": \"0\"}, {\"name\": \"comm_size\", \"int64Val\": \"1048576\"}, "
+        "{\"name\": \"is_cpu_op\", \"boolVal\": false}]}\n",
+        // A GPU NCCL kernel typed as computation keeps its measured time, with a note.
+        "{\"id\": \"3\", \"name\": \"ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage)\", "
+        "\"type\": \"COMP_NODE\", \"dataDeps\": [\"2\"], \"durationMicros\": \"20\"}\n",
+    });
+  };
+  const auto imported =
+      traces::import_chakra_buffers({rank(true), rank(true)}, std::nullopt, "old", true);
+  const auto& p = imported.program;
+  CHECK(has_note(imported, "2 host-side COMM_COLL_NODEs without comm_type"));
+  CHECK(has_note(imported, "2 COMP_NODEs named as NCCL kernels kept as compute"));
+  REQUIRE(p.ops_of(0).size() == 3);
+  const auto& wrapper = p.ops_of(0)[0];
+  CHECK(wrapper.stream == st::Stream::host);
+  REQUIRE(std::holds_alternative<st::Compute>(wrapper.work));
+  CHECK(std::holds_alternative<st::Collective>(p.ops_of(0)[1].work));
+  // 30 us on the host, then the all-reduce, then 20 us of the measured NCCL kernel.
+  const auto t = sim::simulate(p, dgx_a100());
+  REQUIRE(t.completed);
+  CHECK(iteration_time(t) == Time::us(50) + lone_all_reduce({0, 1}, 1048576));
+
+  // Without a duration the wrapper is skipped; the collective still runs.
+  const auto bare =
+      traces::import_chakra_buffers({rank(false), rank(false)}, std::nullopt, "old", true);
+  CHECK(has_note(bare, "2 without a duration skipped"));
+  CHECK(iteration_time(sim::simulate(bare.program, dgx_a100())) ==
+        Time::us(20) + lone_all_reduce({0, 1}, 1048576));
+
+  // A GPU collective without comm_type is still an error that says what is missing.
+  CHECK_THROWS_WITH_AS(
+      traces::import_chakra_buffers(
+          {json_rank({"{\"id\": \"1\", \"name\": \"x\", \"type\": \"COMM_COLL_NODE\"}\n"})},
+          std::nullopt, "gpu", true),
+      doctest::Contains("gpu.0.json: node 1: a COMM_COLL_NODE on the GPU"), traces::TraceError);
+}
+
+TEST_CASE(
+    "Chakra: ctrl_deps on nodes the converter dropped, or that close a cycle, are ignored with "
+    "a note (Chakra's feeder orders by data_deps); a data_deps on a missing node stays an "
+    "error") {
+  // As in Chakra's own feeder test trace (tests/data/feeder_tests_trace.tar.gz): ops whose
+  // parent, the profiler's thread node 3, was not converted keep "ctrl_deps: 3".
+  const std::string rank =
+      json_rank({comp(216, ", \"ctrlDeps\": [\"3\"]"), comp(217,
+                                                            ", \"ctrlDeps\": [\"3\"], "
+                                                            "\"dataDeps\": [\"216\"]")});
+  const auto imported = traces::import_chakra_buffers({rank}, std::nullopt, "feeder", true);
+  CHECK(has_note(imported, "2 ctrl_deps on nodes the trace does not have ignored"));
+  REQUIRE(imported.program.ops_of(0).size() == 2);
+  CHECK(iteration_time(sim::simulate(imported.program, dgx_a100())) == Time::us(20));
+  // The same trace's CPU op aten::mul (3317) lists its own GPU kernel (3318), which has a data
+  // dependency on it, in ctrl_deps: a cycle for anyone who orders by both. Ignored, noted.
+  const std::string inverse = json_rank(
+      {comp(3317, ", \"ctrlDeps\": [\"3318\"]"), comp(3318, ", \"dataDeps\": [\"3317\"]")});
+  const auto kept = traces::import_chakra_buffers({inverse}, std::nullopt, "feeder", true);
+  CHECK(has_note(kept, "1 ctrl_deps that would close a dependency cycle ignored"));
+  CHECK(iteration_time(sim::simulate(kept.program, dgx_a100())) == Time::us(20));
+  CHECK_THROWS_WITH_AS(
+      traces::import_chakra_buffers({json_rank({comp(216, ", \"dataDeps\": [\"3\"]")})},
+                                    std::nullopt, "feeder", true),
+      doctest::Contains("data_deps names node 3, which the trace does not have"),
+      traces::TraceError);
 }
