@@ -325,13 +325,17 @@ std::string micros_text(double us) {
   return to_string(Time::ps(std::llround(us * 1e6)));
 }
 
-// What is replayed of one file: every GPU event (no steps); or the time from the step's start
-// (the first step's, for all of them) to `until`, the later of its end and the end of the last
-// GPU event launched within [begin, end], with every GPU event launched in the step or starting
-// in that time.
+// What is replayed of one file: every GPU event (no steps); or, for steps first..last (one, or
+// all of them), the time [from, until) and every GPU event that started in it, whichever step
+// launched it. A step's time ends at the later of its span's end and the end of the last GPU
+// event launched in it (within [begin, end], its span); it begins where the previous step's
+// ended (the first step: at its span's start). Steps' times so follow one another without gap
+// or overlap: in a GPU-bound run, where the host runs ahead, a step's time is the period of its
+// GPU work, not its host span.
 struct Window {
   bool whole = true;
-  double begin = 0, end = 0, until = 0;
+  std::size_t first = 0, last = 0;  // indices into ParsedFile::steps
+  double begin = 0, end = 0, from = 0, until = 0;
 };
 
 // The launch calls' start times by correlation id.
@@ -392,6 +396,11 @@ std::optional<std::int64_t> chosen_step(const ParsedFile& reference, const Reade
   for (const Step& s : reference.steps) {
     if (with_work.count(s.number) > 0) by_duration.push_back(s);
   }
+  // The first step has no previous one to begin where it ended, and is often warm-up: left
+  // out when there are others enough to take a median of.
+  if (by_duration.size() >= 3 && by_duration.front().number == reference.steps.front().number) {
+    by_duration.erase(by_duration.begin());
+  }
   if (by_duration.empty()) by_duration = reference.steps;
   std::stable_sort(by_duration.begin(), by_duration.end(),
                    [](const Step& a, const Step& b) { return a.dur < b.dur; });
@@ -413,12 +422,15 @@ Window window_of(const ParsedFile& p, const std::string& file, std::optional<std
   if (!step && !options.all_steps) return w;  // the lowest rank has no steps: whole traces
   w.whole = false;
   if (options.all_steps) {
+    w.last = p.steps.size() - 1;
     w.begin = p.steps.front().ts;
     for (const Step& s : p.steps) w.end = std::max(w.end, s.ts + s.dur);
     return w;
   }
-  for (const Step& s : p.steps) {
+  for (std::size_t k = 0; k < p.steps.size(); ++k) {
+    const Step& s = p.steps[k];
     if (s.number == *step) {
+      w.first = w.last = k;
       w.begin = s.ts;
       w.end = s.ts + s.dur;
       return w;
@@ -655,16 +667,30 @@ ImportedTrace import_kineto_texts(const std::vector<KinetoFile>& files,
     Window window = window_of(parsed_file, file.name, step, options);
     std::unordered_map<std::int64_t, double> launched;
     if (!window.whole) launched = launch_times(events, in);
-    window.until = window.end;
-    for (const json& e : events) {
-      // Read leniently here: the loop below reads every GPU event strictly.
-      if (window.whole || !e.is_object() || !is_gpu_category(category_of(in, e))) continue;
-      const json* ts = in.field(e, "ts");
-      const json* dur = in.field(e, "dur");
-      if (!ts || !ts->is_number() || !dur || !dur->is_number()) continue;
-      const double at = launch_time(in, in.field(e, "args"), ts->get<double>(), launched);
-      if (at >= window.begin && at <= window.end) {
-        window.until = std::max(window.until, ts->get<double>() + dur->get<double>());
+    if (!window.whole) {
+      // Per step: the end of its last GPU event (read leniently here: the loop below reads
+      // every GPU event strictly).
+      const auto& steps = parsed_file.steps;
+      std::vector<double> last(steps.size(), -std::numeric_limits<double>::infinity());
+      for (const json& e : events) {
+        if (!e.is_object() || !is_gpu_category(category_of(in, e))) continue;
+        const json* ts = in.field(e, "ts");
+        const json* dur = in.field(e, "dur");
+        if (!ts || !ts->is_number() || !dur || !dur->is_number()) continue;
+        const double at = launch_time(in, in.field(e, "args"), ts->get<double>(), launched);
+        for (std::size_t k = 0; k < steps.size(); ++k) {
+          if (at >= steps[k].ts && at <= steps[k].ts + steps[k].dur) {
+            last[k] = std::max(last[k], ts->get<double>() + dur->get<double>());
+            break;
+          }
+        }
+      }
+      auto step_end = [&](std::size_t k) { return std::max(steps[k].ts + steps[k].dur, last[k]); };
+      window.from = steps[window.first].ts;
+      if (window.first > 0) window.from = std::max(window.from, step_end(window.first - 1));
+      window.until = window.from;
+      for (std::size_t k = window.first; k <= window.last; ++k) {
+        window.until = std::max(window.until, step_end(k));
       }
     }
     std::vector<Event> gpu;
@@ -693,9 +719,7 @@ ImportedTrace import_kineto_texts(const std::vector<KinetoFile>& files,
       if (!window.whole) {
         // The step it belongs to: where it was launched, else where it started.
         const double at = launch_time(in, args, ev.ts, launched);
-        const bool launched_in = at >= window.begin && at <= window.end;
-        const bool runs_in = ev.ts >= window.begin && ev.ts < window.until;
-        if (!launched_in && !runs_in) {
+        if (ev.ts < window.from || ev.ts >= window.until) {
           const bool in_a_step =
               std::any_of(parsed_file.steps.begin(), parsed_file.steps.end(),
                           [&](const Step& s) { return at >= s.ts && at <= s.ts + s.dur; });
@@ -850,6 +874,21 @@ ImportedTrace import_kineto_texts(const std::vector<KinetoFile>& files,
       rank.ops.push_back(std::move(op));
       gpu.push_back(ev);
     }
+    if (gpu.empty()) {
+      // Nothing to replay: no GPU activity recorded (a CPU-only profile, another accelerator's
+      // events), or none in the step.
+      if (!busy.empty() && !window.whole && !options.all_steps) {
+        throw TraceError(file.name, "traceEvents",
+                         "ProfilerStep#" + std::to_string(*step) +
+                             " has no GPU kernels, memcpys or memsets to replay; choose another "
+                             "with --step N");
+      }
+      throw TraceError(file.name, "traceEvents",
+                       "no GPU kernels, memcpys or memsets (events of category kernel, "
+                       "gpu_memcpy or gpu_memset) to replay: record the trace with "
+                       "torch.profiler.ProfilerActivity.CUDA; other accelerators' events (MTIA, "
+                       "TPU) are not read");
+    }
     if (compute_streams.size() > 1) ranks_with_several_compute_streams.insert(r);
     if (devices.size() > 1) ranks_with_several_devices.insert(r);
 
@@ -857,7 +896,7 @@ ImportedTrace import_kineto_texts(const std::vector<KinetoFile>& files,
     // runs, as measured ops on the host stream.
     double host_us = 0, window_us = 0;
     if (!gpu.empty()) {
-      double begin = window.begin, end = window.until;
+      double begin = window.from, end = window.until;
       if (window.whole) {
         begin = gpu.front().ts;
         end = begin;

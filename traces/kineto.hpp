@@ -2,11 +2,13 @@
 // in") is the user's page; the semantics assumed, in short:
 //  - Steps. Each host `ProfilerStep#N` span (torch.profiler's schedule) is one iteration. One
 //    step is replayed: the one asked for (KinetoOptions::step), else the median one by measured
-//    duration (the lower median: steady state, not the warm-up). A GPU event belongs to the step
-//    in which it was launched (its "correlation" to a cuda_runtime / cuda_driver / hip_runtime
-//    launch call), else in which it started. The step replayed is the time from its start to the
-//    later of its end and the end of its GPU events, with every GPU event that ran in it. A
-//    trace without steps is one iteration, from its first GPU event to its last.
+//    duration (the lower median: steady state, not the warm-up; the first step left out when
+//    three or more have GPU work). A GPU event belongs to the step in which it was launched (its
+//    "correlation" to a cuda_runtime / cuda_driver / hip_runtime launch call), else in which it
+//    started. A step's time runs from where the previous step's ended (or its span's start, if
+//    later) to the later of its span's end and the end of its GPU events; the replay is of every
+//    GPU event that started in that time. A trace without steps is one iteration, from its
+//    first GPU event to its last.
 //  - Host time. Time within the step where no kernel, memcpy or memset runs on the rank
 //    (dataloader, CPU operators, synchronisation, launch latency) becomes measured ops on the
 //    host stream, in order, between the GPU work around them: the replayed step keeps it.
