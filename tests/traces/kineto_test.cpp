@@ -462,3 +462,25 @@ TEST_CASE("kineto: a PyTorch 1.8 trace (Kineto's tb_plugin test) keeps its 13.36
   CHECK(setup_line(t, "host-bound time").rfind("13.36 ms of 13.41 ms", 0) == 0);
   CHECK(within_a_ns(replayed(t), Time::us(13410)));
 }
+
+TEST_CASE("kineto: a trace without GPU events is bad input, not a 0 s iteration") {
+  // HTA's cpu_only and MTIA traces: CPU operators (and another accelerator's events) only.
+  const std::string cpu_only =
+      document({step_event(1, 0, 100),
+                "{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"aten::mm\", "
+                "\"pid\": 1, \"tid\": 1, \"ts\": 5, \"dur\": 50}"});
+  CHECK_THROWS_WITH_AS(traces::import_kineto_texts({{"cpu.json", cpu_only}}),
+                       doctest::Contains("cpu.json: traceEvents: no GPU kernels, memcpys or "
+                                         "memsets"),
+                       traces::TraceError);
+  // A step without GPU work, asked for: says which.
+  traces::KinetoOptions options;
+  options.step = 3;
+  CHECK_THROWS_WITH_AS(
+      traces::import_kineto_texts(
+          {{"t.json", document({step_event(2, 0, 60), step_event(3, 60, 5), launch_event(1, 1),
+                                kernel_event("a", 5, 50, 1)})}},
+          options),
+      doctest::Contains("ProfilerStep#3 has no GPU kernels, memcpys or memsets"),
+      traces::TraceError);
+}
