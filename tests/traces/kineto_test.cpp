@@ -484,3 +484,15 @@ TEST_CASE("kineto: a trace without GPU events is bad input, not a 0 s iteration"
       doctest::Contains("ProfilerStep#3 has no GPU kernels, memcpys or memsets"),
       traces::TraceError);
 }
+
+TEST_CASE("kineto: kernels of several GPUs in one file are one rank's, with a note") {
+  // A single-process multi-GPU trace (torch.nn.DataParallel): args.device 0 and 1.
+  const std::string two_gpus =
+      document({kernel_event("a", 0, 10, 1),
+                "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"b\", "
+                "\"pid\": 1, \"tid\": 7, \"ts\": 0, \"dur\": 10, \"args\": "
+                "{\"device\": 1, \"stream\": 7, \"correlation\": 2}}"});
+  const auto t = traces::import_kineto_texts({{"dp.json", two_gpus}});
+  CHECK(t.program.world_size() == 1);
+  CHECK(noted(t, "1 files hold kernels of several GPUs"));
+}
