@@ -35,6 +35,8 @@ void add_replay_options(CLI::App* cmd, ReplayArgs& args) {
   cmd->add_option("--dp-groups", args.request.dp_groups,
                   "Regular expression naming the data-parallel groups (default: "
                   "\"^dp\\b|^data\\b|data[ _-]?parallel\", case-insensitive)");
+  cmd->add_option("--step", args.request.step,
+                  "Kineto: the ProfilerStep#N to replay (N), or all; default: the median step");
   cmd->add_option("--set", args.request.sets,
                   "Override a cluster value: cluster.key=value (repeatable), e.g. "
                   "cluster.inter_node.bandwidth=\"400 Gb/s\"");

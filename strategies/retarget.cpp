@@ -38,6 +38,12 @@ std::regex dp_pattern(const RetargetOptions& options) {
 
 }  // namespace
 
+bool matches_data_parallel(const std::string& group_name, const std::string& pattern) {
+  RetargetOptions options;
+  options.dp_groups = pattern;
+  return std::regex_search(group_name, dp_pattern(options));
+}
+
 int data_parallel_block(const Program& program, const RetargetOptions& options) {
   const std::regex pattern = dp_pattern(options);
   std::vector<const Group*> dp_groups;

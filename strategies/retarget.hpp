@@ -58,6 +58,12 @@ Program retarget_data_parallel(const Program& program, int new_world_size,
 /// RetargetError when options.dp_groups does not parse.
 int data_parallel_block(const Program& program, const RetargetOptions& options = {});
 
+/// Whether a group named `group_name` is data parallel under `pattern` (the semantics of
+/// RetargetOptions::dp_groups: ECMAScript, case-insensitive, searched). Importers that classify
+/// groups themselves (traces/kineto.hpp) let a user's --dp-groups decide through this. Throws
+/// RetargetError when `pattern` does not parse.
+bool matches_data_parallel(const std::string& group_name, const std::string& pattern);
+
 /// The new rank of replica `replica` of old rank `rank` for block size `block` and factor `k`.
 inline int retargeted_rank(int rank, int replica, int block, int k) {
   return (rank / block) * block * k + replica * block + rank % block;

@@ -14,6 +14,7 @@
 #include "study/errors.hpp"
 #include "study/study.hpp"
 #include "traces/import.hpp"
+#include "traces/kineto.hpp"
 #include "traces/timeline_import.hpp"
 
 namespace stratasim::study {
@@ -54,12 +55,25 @@ void speed_up(hw::DeviceSpec& device, double x) {
   device.profile = nullptr;
 }
 
-// A copy of `program` with every Measured kernel taking 1/x of its time (same op ids).
+// A copy of `program` with every Measured kernel taking 1/x of its time (same op ids), except
+// those of ops on the host stream (host time between GPU work) and on communication streams
+// (communication replayed as measured): they are not compute.
 st::Program with_measured_scaled(const st::Program& program, double x) {
   st::Program out(program.world_size());
   for (const auto& label : program.labels()) out.intern_label(label);
-  for (auto list : program.kernel_lists()) {
+  std::vector<char> fixed(program.kernel_lists().size(), 0);
+  for (int r = 0; r < program.world_size(); ++r) {
+    for (const auto& op : program.ops_of(r)) {
+      const auto* c = std::get_if<st::Compute>(&op.work);
+      if (c && op.stream != st::Stream::compute && op.stream != st::Stream::copy) {
+        fixed[c->kernels] = 1;
+      }
+    }
+  }
+  for (std::size_t l = 0; l < program.kernel_lists().size(); ++l) {
+    auto list = program.kernel_lists()[l];
     for (auto& k : list) {
+      if (fixed[l]) break;
       if (auto* m = std::get_if<st::Measured>(&k.work)) {
         m->duration = Time::ps(std::llround(static_cast<double>(m->duration.picoseconds()) / x));
       }
@@ -121,12 +135,42 @@ struct LoadedTrace {
   std::optional<traces::ReportContext> recorded;
 };
 
-LoadedTrace load_trace(const std::string& trace, traces::TraceFormat format) {
+// --step: a ProfilerStep number or "all" (Kineto only).
+traces::KinetoOptions kineto_options(const ReplayRequest& args, traces::TraceFormat format) {
+  traces::KinetoOptions options;
+  options.dp_groups = args.dp_groups;
+  if (args.step.empty()) return options;
+  if (format != traces::TraceFormat::kineto) {
+    throw BadInput("--step picks a ProfilerStep of a Kineto trace; it does not apply to --format " +
+                   args.format);
+  }
+  if (args.step == "all") {
+    options.all_steps = true;
+    return options;
+  }
+  std::int64_t n = 0;
+  const bool digits =
+      args.step.size() <= 15 &&
+      std::all_of(args.step.begin(), args.step.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits) {
+    throw BadInput("--step expects a ProfilerStep number (7 for ProfilerStep#7) or all, got \"" +
+                   args.step + "\"");
+  }
+  for (const char c : args.step) n = n * 10 + (c - '0');
+  options.step = n;
+  return options;
+}
+
+LoadedTrace load_trace(const ReplayRequest& args, traces::TraceFormat format) {
+  const std::string& trace = args.trace;
   LoadedTrace loaded;
+  const traces::KinetoOptions kineto = kineto_options(args, format);
   if (format == traces::TraceFormat::stratasim) {
     auto t = traces::import_timeline(trace);
     loaded.imported = std::move(t.trace);
     loaded.recorded = std::move(t.context);
+  } else if (format == traces::TraceFormat::kineto) {
+    loaded.imported = traces::import_kineto(trace, kineto);
   } else {
     loaded.imported = traces::import_trace(trace, format);
   }
@@ -329,7 +373,7 @@ void set_setup_lines(traces::ReportContext& context, const hw::ClusterSpec& clus
 ReplayResult replay(const ReplayRequest& args) {
   const traces::TraceFormat format = replay_format(args);
   ReplayResult out;
-  LoadedTrace loaded = load_trace(args.trace, format);
+  LoadedTrace loaded = load_trace(args, format);
   std::vector<std::string>& notes = out.notes;
   notes = std::move(loaded.imported.notes);
   st::Program program = std::move(loaded.imported.program);
@@ -341,6 +385,12 @@ ReplayResult replay(const ReplayRequest& args) {
 
   const int old_world = program.world_size();
   const int world = args.ranks.value_or(old_world);
+  if (world != old_world && loaded.imported.measured_communication) {
+    throw BadInput("--ranks " + std::to_string(world) +
+                   ": the trace holds only some ranks of its job, replayed with their "
+                   "communication as measured, so it cannot be re-targeted; give every rank's "
+                   "file to widen it");
+  }
   const int block = retarget_ranks(program, world, args, analytical_homogeneous, notes);
   grow_cluster(cluster, world, notes);
   check_mirrored(program, cluster, analytical_homogeneous);
@@ -354,6 +404,7 @@ ReplayResult replay(const ReplayRequest& args) {
                             args.scale_compute == 1.0;
   set_device_figures(out.context, program, cluster, world, same_cluster);
   set_setup_lines(out.context, cluster, args, old_world, world);
+  for (auto& line : loaded.imported.setup) out.context.setup.push_back(std::move(line));
   out.report = traces::make_report(program, out.timeline, out.context);
   out.report.links = std::move(links);
   out.program = std::move(program);

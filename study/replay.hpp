@@ -7,7 +7,9 @@
 // are costed on the cluster's device given X times its peak FLOP rates and memory bandwidth and
 // 1/X of its launch overhead, so their time is divided by X too while their FLOPs still count
 // for MFU (reported against the X-times-faster peak). Host optimizer steps and copies over PCIe
-// or NVMe are not compute: they keep their cost. A device profile (measured GEMM tables) is set
+// or NVMe are not compute: they keep their cost, and so do Measured kernels on the host stream
+// (host time between GPU work in a Kineto trace) and on communication streams (communication
+// replayed as measured). A device profile (measured GEMM tables) is set
 // aside, since its measurements are of the real device.
 #pragma once
 
@@ -32,6 +34,9 @@ struct ReplayRequest {
   std::string dp_groups;          // regex naming the data-parallel groups; empty: default
   std::vector<std::string> sets;  // cluster.key=value
   bool exact = false;             // with ranks: every new replica simulated
+  /// Kineto: the ProfilerStep#N to replay ("7"), "all" (every step back to back); empty: the
+  /// median step (traces/kineto.hpp).
+  std::string step;
 };
 
 struct ReplayResult {

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "strategies/program.hpp"
@@ -56,6 +57,12 @@ struct ImportedTrace {
   /// The cluster the trace was recorded (or simulated) on, when the trace says so (stratasim
   /// traces name it): a path or a shipped cluster name.
   std::optional<std::string> cluster;
+  /// Lines for the report's setup (traces::ReportContext::setup) that describe what was
+  /// recorded, e.g. {"recorded steps", "5 ProfilerStep spans: ..."} (Kineto).
+  std::vector<std::pair<std::string, std::string>> setup{};
+  /// The trace is some ranks of a larger job, replayed with their communication as measured
+  /// (fixed durations, not simulated): it cannot be re-targeted to another width.
+  bool measured_communication = false;
 };
 
 /// Imports `path` as `format`. What `path` is depends on the format: a Chakra trace is a

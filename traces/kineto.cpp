@@ -1,11 +1,14 @@
-// PyTorch profiler (Kineto) Chrome traces -> Program.
+// PyTorch profiler (Kineto) Chrome traces -> Program (traces/kineto.hpp has the semantics).
 //
-// Only device activity becomes ops: GPU kernels keep their measured durations; NCCL kernels
-// become collectives (or sends/receives) whose time the simulator computes again; CPU ops are
-// counted and left out. The trace has no dependency edges, so they are reconstructed: each CUDA
-// stream runs in order, and an op waits, on every other stream of its rank, for the last op
-// that had finished (with all ops before it) when the op started in the trace. That keeps what
-// the recorded run proves (gradients computed before their all-reduce started) without
+// Device activity becomes ops: GPU kernels, memcpys and memsets keep their measured durations;
+// NCCL kernels become collectives (or sends/receives) whose time the simulator computes again,
+// unless the peers are absent or the size unknown (then they keep their measured durations).
+// The time of the replayed step in which no GPU work runs becomes measured ops on the host
+// stream. CPU operators are not replayed one by one. The trace has no dependency edges, so they
+// are reconstructed: each stream (the host's included) runs in order, and an op waits, on every
+// other stream of its rank, for the last op that had finished (with all ops before it) when the
+// op started in the trace. That keeps what the recorded run proves (gradients computed before
+// their all-reduce started, the GPU idle while the host loaded the next batch) without
 // inventing anything it does not. Collectives match across ranks by issue order per group.
 #include "traces/kineto.hpp"
 
@@ -18,9 +21,11 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
+#include "strategies/retarget.hpp"
 #include "traces/trace_builder.hpp"
 
 namespace stratasim::traces {
@@ -148,10 +153,50 @@ std::optional<CommSpec> comm_of(std::string_view collective_name) {
   return std::nullopt;
 }
 
-bool looks_data_parallel(std::string_view name) {
-  const std::string n = lower(name);
-  return n.rfind("dp", 0) == 0 || n.find("data") != std::string::npos ||
-         n.find("_dp") != std::string::npos || n.find(" dp") != std::string::npos;
+// The words of a process group's name or description, lower case ("DATA_PARALLEL_GROUP": data,
+// parallel, group).
+std::vector<std::string> words_of(std::string_view text) {
+  std::vector<std::string> words(1);
+  for (const char c : text) {
+    if (std::isalnum(static_cast<unsigned char>(c))) {
+      words.back() += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    } else if (!words.back().empty()) {
+      words.emplace_back();
+    }
+  }
+  if (words.back().empty()) words.pop_back();
+  return words;
+}
+
+// The importer's rule for a data-parallel process group (without --dp-groups), from its
+// "Process Group Name" and "Process Group Description" and its size:
+//  - a word naming data parallelism (dp, dp0, ddp, fsdp, data, zero: Megatron's
+//    DATA_PARALLEL_GROUP, DATA_PARALLEL_GROUP_WITH_CP, a user's "dp_group") makes it data parallel;
+//  - else a word naming another parallelism (tp, pp, cp, ep, tensor, pipeline, context, expert,
+//    moe, sequence, embedding) makes it not;
+//  - else a group of the whole world with PyTorch's default description ("default_pg"), none
+//    (before PyTorch 2.3) or "undefined" is data parallel: DistributedDataParallel and FSDP
+//    reduce gradients on the default group unless given another one.
+bool data_parallel_by_rule(const std::string& pg_name, const std::string& pg_desc,
+                           std::size_t members, int world) {
+  static const std::set<std::string, std::less<>> kData = {"ddp", "fsdp", "data", "zero"};
+  static const std::set<std::string, std::less<>> kOther = {
+      "tp",      "pp",     "cp",  "ep",       "tensor",   "pipeline",
+      "context", "expert", "moe", "sequence", "embedding"};
+  bool other = false;
+  for (const std::string* text : {&pg_desc, &pg_name}) {
+    for (const auto& w : words_of(*text)) {
+      const bool dp_word = w.size() >= 2 && w.compare(0, 2, "dp") == 0 &&
+                           std::all_of(w.begin() + 2, w.end(), [](char c) {
+                             return std::isdigit(static_cast<unsigned char>(c));
+                           });
+      if (dp_word || kData.count(w) > 0) return true;
+      other = other || kOther.count(w) > 0;
+    }
+  }
+  if (other) return false;
+  const std::string d = lower(pg_desc);
+  return static_cast<int>(members) == world && (d.empty() || d == "default_pg" || d == "undefined");
 }
 
 // "[0, 1, 2, 3]" (as record_param_comms writes it) or a JSON array. Empty when truncated
@@ -196,11 +241,299 @@ struct Event {
   st::Stream stream = st::Stream::compute;
 };
 
+// A host ProfilerStep#N span.
+struct Step {
+  std::int64_t number = 0;
+  double ts = 0, dur = 0;
+};
+
 struct ParsedFile {
   int rank = -1;
   std::optional<int> world;
   json doc;
+  const json* events = nullptr;
+  std::string base;         // the JSON path of the events array ("traceEvents", or "")
+  std::vector<Step> steps;  // by start
 };
+
+constexpr std::string_view kStepPrefix = "ProfilerStep#";
+// Shorter stretches without GPU work are rounding (timestamps are microseconds since the epoch,
+// held in doubles: about 0.2 ns apart near 2^50 ns).
+constexpr double kMinHostMicros = 1e-3;
+
+std::string category_of(const Reader& in, const json& e) {
+  const json* cat = in.field(e, "cat");
+  return cat && cat->is_string() ? lower(cat->get<std::string>()) : "";
+}
+
+bool is_gpu_category(const std::string& c) {
+  return c == "kernel" || c == "gpu_memcpy" || c == "gpu_memset" || c == "memcpy" || c == "memset";
+}
+
+// The host calls that launch GPU work; their "correlation" names the GPU event.
+bool is_launch_category(const std::string& c) {
+  return c == "cuda_runtime" || c == "cuda_driver" || c == "hip_runtime" || c == "hip_driver" ||
+         c == "runtime";
+}
+
+// The events array and the host ProfilerStep spans of a parsed file.
+void read_steps(ParsedFile& p, const Reader& in) {
+  if (p.doc.is_object()) {
+    p.events = in.field(p.doc, "traceEvents");
+    if (!p.events || !p.events->is_array()) in.fail("traceEvents", "an array of trace events");
+    p.base = "traceEvents";
+  } else if (p.doc.is_array()) {
+    p.events = &p.doc;
+  } else {
+    in.fail("", "a Chrome trace: an object with \"traceEvents\"");
+  }
+  for (std::size_t i = 0; i < p.events->size(); ++i) {
+    const json& e = (*p.events)[i];
+    const std::string path = p.base + "[" + std::to_string(i) + "]";
+    if (!e.is_object()) in.fail(path, "an object (a trace event)");
+    const json* ph = in.field(e, "ph");
+    const json* name = in.field(e, "name");
+    if (!ph || !ph->is_string() || ph->get_ref<const std::string&>() != "X" || !name ||
+        !name->is_string() || !name->get_ref<const std::string&>().starts_with(kStepPrefix)) {
+      continue;
+    }
+    // The same span on the GPU's timeline (gpu_user_annotation) is not the host step.
+    if (category_of(in, e).starts_with("gpu_")) continue;
+    const std::string& n = name->get_ref<const std::string&>();
+    std::int64_t number = 0;
+    std::size_t digits = 0;
+    for (std::size_t k = kStepPrefix.size(); k < n.size(); ++k) {
+      if (!std::isdigit(static_cast<unsigned char>(n[k])) || digits == 15) {
+        digits = 0;
+        break;
+      }
+      number = number * 10 + (n[k] - '0');
+      ++digits;
+    }
+    if (digits == 0) in.fail(path + ".name", "ProfilerStep#<step number>, found \"" + n + "\"");
+    Step step;
+    step.number = number;
+    step.ts = in.number(e, "ts", path, -kMaxTimestamp, kMaxTimestamp);
+    step.dur = in.number(e, "dur", path, 0, kMaxMicros);
+    p.steps.push_back(step);
+  }
+  std::stable_sort(p.steps.begin(), p.steps.end(),
+                   [](const Step& a, const Step& b) { return a.ts < b.ts; });
+}
+
+std::string micros_text(double us) {
+  return to_string(Time::ps(std::llround(us * 1e6)));
+}
+
+// What is replayed of one file: every GPU event (no steps); or, for steps first..last (one, or
+// all of them), the time [from, until) and every GPU event that started in it, whichever step
+// launched it. A step's time ends at the later of its span's end and the end of the last GPU
+// event launched in it (within [begin, end], its span); it begins where the previous step's
+// ended (the first step: at its span's start). Steps' times so follow one another without gap
+// or overlap: in a GPU-bound run, where the host runs ahead, a step's time is the period of its
+// GPU work, not its host span.
+struct Window {
+  bool whole = true;
+  std::size_t first = 0, last = 0;  // indices into ParsedFile::steps
+  double begin = 0, end = 0, from = 0, until = 0;
+};
+
+// The launch calls' start times by correlation id.
+std::unordered_map<std::int64_t, double> launch_times(const json& events, const Reader& in) {
+  std::unordered_map<std::int64_t, double> launched;
+  for (const json& e : events) {
+    const json* args = in.field(e, "args");
+    if (!args || !args->is_object() || !is_launch_category(category_of(in, e))) continue;
+    const json* corr = in.field(*args, "correlation");
+    const json* ts = in.field(e, "ts");
+    if (corr && corr->is_number_integer() && ts && ts->is_number()) {
+      launched.emplace(corr->get<std::int64_t>(), ts->get<double>());
+    }
+  }
+  return launched;
+}
+
+// When a GPU event with args `args` (may be null) that started at `ts` was launched: its
+// launch call's start, else `ts`.
+double launch_time(const Reader& in, const json* args, double ts,
+                   const std::unordered_map<std::int64_t, double>& launched) {
+  const json* corr = args && args->is_object() ? in.field(*args, "correlation") : nullptr;
+  if (corr && corr->is_number_integer()) {
+    if (auto it = launched.find(corr->get<std::int64_t>()); it != launched.end()) {
+      return it->second;
+    }
+  }
+  return ts;
+}
+
+// The steps of `p` in which some GPU work was launched. The last ProfilerStep span of a trace is
+// often the one cut short when profiling stopped, with none.
+std::set<std::int64_t> steps_with_gpu_work(const ParsedFile& p, const Reader& in) {
+  std::set<std::int64_t> with;
+  const auto launched = launch_times(*p.events, in);
+  for (const json& e : *p.events) {
+    if (!e.is_object() || !is_gpu_category(category_of(in, e))) continue;
+    const json* ts = in.field(e, "ts");
+    if (!ts || !ts->is_number()) continue;
+    const double at = launch_time(in, in.field(e, "args"), ts->get<double>(), launched);
+    for (const Step& s : p.steps) {
+      if (at >= s.ts && at <= s.ts + s.dur) with.insert(s.number);
+    }
+  }
+  return with;
+}
+
+// The step to replay, by number: the one asked for, else the lower median by duration of
+// `reference`'s steps with GPU work (the faster of the two middle ones: steady state rather than
+// warm-up).
+std::optional<std::int64_t> chosen_step(const ParsedFile& reference, const Reader& in,
+                                        const KinetoOptions& options) {
+  if (options.all_steps) return std::nullopt;
+  if (options.step) return options.step;
+  if (reference.steps.empty()) return std::nullopt;
+  const auto with_work = steps_with_gpu_work(reference, in);
+  std::vector<Step> by_duration;
+  for (const Step& s : reference.steps) {
+    if (with_work.count(s.number) > 0) by_duration.push_back(s);
+  }
+  // The first step has no previous one to begin where it ended, and is often warm-up: left
+  // out when there are others enough to take a median of.
+  if (by_duration.size() >= 3 && by_duration.front().number == reference.steps.front().number) {
+    by_duration.erase(by_duration.begin());
+  }
+  if (by_duration.empty()) by_duration = reference.steps;
+  std::stable_sort(by_duration.begin(), by_duration.end(),
+                   [](const Step& a, const Step& b) { return a.dur < b.dur; });
+  return by_duration[(by_duration.size() - 1) / 2].number;
+}
+
+Window window_of(const ParsedFile& p, const std::string& file, std::optional<std::int64_t> step,
+                 const KinetoOptions& options) {
+  Window w;
+  if (p.steps.empty()) {
+    if (options.step) {
+      throw TraceError(file, "traceEvents",
+                       "--step " + std::to_string(*options.step) +
+                           ": the trace has no ProfilerStep#N spans (record it with "
+                           "torch.profiler.profile(schedule=...) and prof.step())");
+    }
+    return w;
+  }
+  if (!step && !options.all_steps) return w;  // the lowest rank has no steps: whole traces
+  w.whole = false;
+  if (options.all_steps) {
+    w.last = p.steps.size() - 1;
+    w.begin = p.steps.front().ts;
+    for (const Step& s : p.steps) w.end = std::max(w.end, s.ts + s.dur);
+    return w;
+  }
+  for (std::size_t k = 0; k < p.steps.size(); ++k) {
+    const Step& s = p.steps[k];
+    if (s.number == *step) {
+      w.first = w.last = k;
+      w.begin = s.ts;
+      w.end = s.ts + s.dur;
+      return w;
+    }
+  }
+  std::string have;
+  for (const Step& s : p.steps) {
+    if (have.size() > 60) {
+      have += ", ...";
+      break;
+    }
+    have += (have.empty() ? "#" : ", #") + std::to_string(s.number);
+  }
+  throw TraceError(file, "traceEvents",
+                   "ProfilerStep#" + std::to_string(*step) + " is not in the trace (it has " +
+                       have + ")" + (options.step ? "" : "; choose one with --step N"));
+}
+
+// The report's lines about the recorded steps of `p` (rank 0's file) and the one replayed.
+void describe_steps(const ParsedFile& p, std::optional<std::int64_t> step,
+                    const KinetoOptions& options, ImportedTrace& result) {
+  if (p.steps.empty()) {
+    result.setup.emplace_back("recorded steps",
+                              "none (no ProfilerStep#N spans): the whole trace is one iteration");
+    return;
+  }
+  std::vector<double> durations;
+  std::string list;
+  for (std::size_t k = 0; k < p.steps.size(); ++k) {
+    durations.push_back(p.steps[k].dur);
+    if (k < 12) {
+      list +=
+          (k ? ", #" : "#") + std::to_string(p.steps[k].number) + " " + micros_text(p.steps[k].dur);
+    } else if (k == 12) {
+      list += ", ...";
+    }
+  }
+  std::vector<double> sorted = durations;
+  std::sort(sorted.begin(), sorted.end());
+  const std::size_t n = sorted.size();
+  const double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+  result.setup.emplace_back("recorded steps", std::to_string(n) + " ProfilerStep spans (" + list +
+                                                  "); median " + micros_text(median));
+  if (options.all_steps) {
+    double sum = 0;
+    for (double d : durations) sum += d;
+    result.setup.emplace_back("replayed steps", "all " + std::to_string(n) + " back to back (" +
+                                                    micros_text(sum) +
+                                                    " measured in all): the iteration time "
+                                                    "below is their sum");
+    return;
+  }
+  double measured = 0;
+  for (const Step& s : p.steps) {
+    if (s.number == *step) measured = s.dur;
+  }
+  result.setup.emplace_back(
+      "replayed step", "ProfilerStep#" + std::to_string(*step) + ", " + micros_text(measured) +
+                           " measured (" +
+                           (options.step ? std::string("--step") : std::string("the median step")) +
+                           "; --step N or --step all for others)");
+  const Step& first = p.steps.front();
+  if (n >= 2 && first.number != *step && first.dur > 1.1 * median) {
+    result.notes.push_back("ProfilerStep#" + std::to_string(first.number) +
+                           ", the first step, took " + micros_text(first.dur) +
+                           " against a median of " + micros_text(median) +
+                           ": early steps are warm-up (allocator, autotuning, NCCL setup); "
+                           "ProfilerStep#" +
+                           std::to_string(*step) + " is replayed");
+  }
+}
+
+// The process group of an NCCL kernel's args for the collective in `a`.
+struct PgArgs {
+  std::string name, desc;
+};
+PgArgs pg_args_of(const Reader& in, const json& a) {
+  PgArgs pg;
+  if (const json* n = in.field(a, "Process Group Name"); n && n->is_string()) {
+    pg.name = n->get<std::string>();
+  }
+  if (const json* d = in.field(a, "Process Group Description"); d && d->is_string()) {
+    pg.desc = d->get<std::string>();
+  }
+  return pg;
+}
+
+std::string group_label(const PgArgs& pg) {
+  std::string label = pg.name.empty() ? "pg" : "pg " + pg.name;
+  if (!pg.desc.empty()) label += " (" + pg.desc + ")";
+  return label;
+}
+
+// Whether a group is data parallel: the user's pattern over its label when given, else the
+// importer's rule.
+bool data_parallel(const PgArgs& pg, std::size_t members, int world, const KinetoOptions& options) {
+  if (options.dp_groups.empty()) return data_parallel_by_rule(pg.name, pg.desc, members, world);
+  try {
+    return st::matches_data_parallel(group_label(pg), options.dp_groups);
+  } catch (const st::RetargetError& e) {
+    throw TraceError("--dp-groups", "", e.what());
+  }
+}
 
 std::optional<int> rank_from_name(std::string_view name) {
   const std::string n = lower(fs::path(std::string(name)).filename().string());
@@ -220,15 +553,21 @@ std::optional<int> rank_from_name(std::string_view name) {
 
 }  // namespace
 
-ImportedTrace import_kineto_texts(const std::vector<KinetoFile>& files) {
+ImportedTrace import_kineto_texts(const std::vector<KinetoFile>& files,
+                                  const KinetoOptions& options) {
   if (files.empty()) throw TraceError("kineto", "", "no trace files");
   if (files.size() > static_cast<std::size_t>(kMaxRanks)) {
     throw TraceError(files[0].name, "", "more than " + std::to_string(kMaxRanks) + " files");
   }
-  const int world = static_cast<int>(files.size());
+  if (options.step && options.all_steps) {
+    throw TraceError("--step", "", "give a step number or all, not both");
+  }
+  const int given = static_cast<int>(files.size());
   std::vector<ParsedFile> parsed(files.size());
-  std::vector<const KinetoFile*> by_rank(files.size(), nullptr);
-  std::vector<std::size_t> file_of_rank(files.size(), 0);
+  // The job's world size as the files declare it (distributedInfo.world_size), and which file
+  // declared it first.
+  std::optional<int> declared;
+  std::size_t declared_by = 0;
   for (std::size_t f = 0; f < files.size(); ++f) {
     const auto& file = files[f];
     ParsedFile& p = parsed[f];
@@ -264,64 +603,109 @@ ImportedTrace import_kineto_texts(const std::vector<KinetoFile>& files) {
                          "and its name has no rank number (\"...rank3...\")");
       }
     }
-    if (p.world && *p.world != world) {
-      throw TraceError(file.name, "distributedInfo.world_size",
-                       "the trace is of " + std::to_string(*p.world) + " ranks, but " +
-                           std::to_string(world) + " files were given (one per rank is needed)");
+    if (p.world) {
+      if (declared && *declared != *p.world) {
+        throw TraceError(file.name, "distributedInfo.world_size",
+                         std::to_string(*declared) + " (the world size " + files[declared_by].name +
+                             " gives), found " + std::to_string(*p.world));
+      }
+      if (!declared) declared_by = f;
+      declared = p.world;
+      if (*p.world < given) {
+        throw TraceError(file.name, "distributedInfo.world_size",
+                         "the trace is of " + std::to_string(*p.world) + " ranks, but " +
+                             std::to_string(given) + " files were given (one per rank at most)");
+      }
+      if (p.rank >= *p.world) {
+        throw TraceError(file.name, "distributedInfo.rank",
+                         "rank " + std::to_string(p.rank) + " is outside the world of " +
+                             std::to_string(*p.world) + " ranks");
+      }
     }
-    if (p.rank >= world) {
-      throw TraceError(file.name, "distributedInfo.rank",
-                       "rank " + std::to_string(p.rank) + " is outside the " +
-                           std::to_string(world) + " files given (ranks 0 to " +
-                           std::to_string(world - 1) + ")");
-    }
-    if (by_rank[static_cast<std::size_t>(p.rank)]) {
+    read_steps(p, in);
+  }
+  // Some ranks of a larger job: replayed alone, with their communication as measured. Without
+  // a world size, a rank number beyond the files given says so too (the world is then at least
+  // one more than the highest rank).
+  int highest = 0;
+  for (const ParsedFile& p : parsed) highest = std::max(highest, p.rank);
+  const bool partial = declared ? *declared > given : highest >= given;
+  const int world = declared ? *declared : std::max(given, highest + 1);
+  // Program rank -> file: by trace rank.
+  std::vector<std::size_t> file_of_rank(files.size());
+  for (std::size_t f = 0; f < files.size(); ++f) file_of_rank[f] = f;
+  std::stable_sort(file_of_rank.begin(), file_of_rank.end(),
+                   [&](std::size_t a, std::size_t b) { return parsed[a].rank < parsed[b].rank; });
+  for (std::size_t k = 0; k < file_of_rank.size(); ++k) {
+    const ParsedFile& p = parsed[file_of_rank[k]];
+    const KinetoFile& file = files[file_of_rank[k]];
+    if (k > 0 && parsed[file_of_rank[k - 1]].rank == p.rank) {
       throw TraceError(file.name, "distributedInfo.rank",
                        "rank " + std::to_string(p.rank) + " is also the rank of " +
-                           by_rank[static_cast<std::size_t>(p.rank)]->name);
+                           files[file_of_rank[k - 1]].name);
     }
-    by_rank[static_cast<std::size_t>(p.rank)] = &file;
-    file_of_rank[static_cast<std::size_t>(p.rank)] = f;
   }
+  const std::optional<std::int64_t> step =
+      chosen_step(parsed[file_of_rank[0]], Reader{files[file_of_rank[0]].name}, options);
 
+  ImportedTrace result;
   TraceInput input;
   input.ranks.resize(files.size());
   std::map<std::pair<std::string, std::vector<std::int32_t>>, std::uint32_t> group_index;
-  std::int64_t cpu_ops = 0, comm_kernels = 0;
-  std::set<int> ranks_with_several_compute_streams;
-  for (int r = 0; r < world; ++r) {
+  std::int64_t cpu_events = 0, comm_kernels = 0, measured_comm = 0, without_metadata = 0;
+  std::int64_t outside = 0;
+  std::set<int> ranks_with_several_compute_streams, ranks_with_several_devices;
+  for (int r = 0; r < given; ++r) {
     const std::size_t f = file_of_rank[static_cast<std::size_t>(r)];
     const KinetoFile& file = files[f];
-    const json& doc = parsed[f].doc;
+    const ParsedFile& parsed_file = parsed[f];
+    const json& events = *parsed_file.events;
+    const std::string& base = parsed_file.base;
     const Reader in{file.name};
     TraceRank& rank = input.ranks[static_cast<std::size_t>(r)];
     rank.source = file.name;
-    const json* events = nullptr;
-    std::string base = "traceEvents";
-    if (doc.is_object()) {
-      events = in.field(doc, "traceEvents");
-      if (!events || !events->is_array()) in.fail("traceEvents", "an array of trace events");
-    } else if (doc.is_array()) {
-      events = &doc;
-      base = "";
-    } else {
-      in.fail("", "a Chrome trace: an object with \"traceEvents\"");
+    Window window = window_of(parsed_file, file.name, step, options);
+    std::unordered_map<std::int64_t, double> launched;
+    if (!window.whole) launched = launch_times(events, in);
+    if (!window.whole) {
+      // Per step: the end of its last GPU event (read leniently here: the loop below reads
+      // every GPU event strictly).
+      const auto& steps = parsed_file.steps;
+      std::vector<double> last(steps.size(), -std::numeric_limits<double>::infinity());
+      for (const json& e : events) {
+        if (!e.is_object() || !is_gpu_category(category_of(in, e))) continue;
+        const json* ts = in.field(e, "ts");
+        const json* dur = in.field(e, "dur");
+        if (!ts || !ts->is_number() || !dur || !dur->is_number()) continue;
+        const double at = launch_time(in, in.field(e, "args"), ts->get<double>(), launched);
+        for (std::size_t k = 0; k < steps.size(); ++k) {
+          if (at >= steps[k].ts && at <= steps[k].ts + steps[k].dur) {
+            last[k] = std::max(last[k], ts->get<double>() + dur->get<double>());
+            break;
+          }
+        }
+      }
+      auto step_end = [&](std::size_t k) { return std::max(steps[k].ts + steps[k].dur, last[k]); };
+      window.from = steps[window.first].ts;
+      if (window.first > 0) window.from = std::max(window.from, step_end(window.first - 1));
+      window.until = window.from;
+      for (std::size_t k = window.first; k <= window.last; ++k) {
+        window.until = std::max(window.until, step_end(k));
+      }
     }
     std::vector<Event> gpu;
-    std::set<std::int64_t> compute_streams;
-    for (std::size_t i = 0; i < events->size(); ++i) {
-      const json& e = (*events)[i];
+    std::vector<std::pair<double, double>> busy;  // every GPU event of the rank: [start, end)
+    std::set<std::int64_t> compute_streams, devices;
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      const json& e = events[i];
       const std::string path = base + "[" + std::to_string(i) + "]";
-      if (!e.is_object()) in.fail(path, "an object (a trace event)");
       const json* ph = in.field(e, "ph");
       if (!ph || !ph->is_string() || ph->get_ref<const std::string&>() != "X") continue;
-      const json* cat = in.field(e, "cat");
-      const std::string category = cat && cat->is_string() ? lower(cat->get<std::string>()) : "";
+      const std::string category = category_of(in, e);
       const bool kernel = category == "kernel";
-      const bool memory = category == "gpu_memcpy" || category == "gpu_memset" ||
-                          category == "memcpy" || category == "memset";
+      const bool memory = is_gpu_category(category) && !kernel;
       if (!kernel && !memory) {
-        ++cpu_ops;
+        ++cpu_events;
         continue;
       }
       Event ev;
@@ -331,6 +715,18 @@ ImportedTrace import_kineto_texts(const std::vector<KinetoFile>& files) {
       const std::string& name = in.string(e, "name", path);
       const json* args = in.field(e, "args");
       if (args && !args->is_object()) in.fail(path + ".args", "an object");
+      busy.emplace_back(ev.ts, ev.ts + ev.dur);
+      if (!window.whole) {
+        // The step it belongs to: where it was launched, else where it started.
+        const double at = launch_time(in, args, ev.ts, launched);
+        if (ev.ts < window.from || ev.ts >= window.until) {
+          const bool in_a_step =
+              std::any_of(parsed_file.steps.begin(), parsed_file.steps.end(),
+                          [&](const Step& s) { return at >= s.ts && at <= s.ts + s.dur; });
+          if (!in_a_step) ++outside;
+          continue;
+        }
+      }
       std::int64_t cuda_stream = 0;
       if (args && args->contains("stream")) {
         cuda_stream = in.integer((*args)["stream"], path + ".args.stream", 0,
@@ -338,20 +734,26 @@ ImportedTrace import_kineto_texts(const std::vector<KinetoFile>& files) {
       } else if (const json* tid = in.field(e, "tid"); tid && tid->is_number_integer()) {
         cuda_stream = tid->get<std::int64_t>();
       }
+      if (const json* device = args ? in.field(*args, "device") : nullptr;
+          device && device->is_number_integer()) {
+        devices.insert(device->get<std::int64_t>());
+      }
       TraceOp op;
       op.id = i;
       op.label = name;
       const bool nccl = name.rfind("ncclKernel", 0) == 0 || name.rfind("ncclDevKernel", 0) == 0 ||
                         (args && args->contains("Collective name"));
-      if (memory) {
-        ev.stream = st::Stream::copy;
+      const auto measured = [&] {
         op.work = st::Compute{};
         op.kernels.push_back({st::Measured{Time::ps(std::llround(ev.dur * 1e6))}, name});
+      };
+      if (memory) {
+        ev.stream = st::Stream::copy;
+        measured();
       } else if (!nccl) {
         ev.stream = st::Stream::compute;
         compute_streams.insert(cuda_stream);
-        op.work = st::Compute{};
-        op.kernels.push_back({st::Measured{Time::ps(std::llround(ev.dur * 1e6))}, name});
+        measured();
       } else {
         ++comm_kernels;
         const std::string apath = path + ".args";
@@ -363,87 +765,108 @@ ImportedTrace import_kineto_texts(const std::vector<KinetoFile>& files) {
           collective_name = c->get<std::string>();
         }
         const auto spec = comm_of(collective_name);
-        if (!spec) {
-          throw TraceError(file.name, apath + ".Collective name",
-                           "collective \"" + collective_name +
-                               "\" is not supported (stratasim simulates all-reduce, "
-                               "reduce-scatter, all-gather, broadcast, reduce, all-to-all, "
-                               "barrier, send and recv)");
-        }
-        const std::string& dtype_name = in.string(a, "dtype", apath);
-        const auto element = element_of(dtype_name);
-        if (!element) {
-          in.fail(apath + ".dtype",
-                  "a PyTorch dtype name (Float, Half, BFloat16, Double, Float8_e4m3fn, Int, "
-                  "Long, ...), found \"" +
-                      dtype_name + "\"");
-        }
-        const auto in_elems = in.integer(a, "In msg nelems", apath, 0, kMaxElements);
-        const auto out_elems = in.integer(a, "Out msg nelems", apath, 0, kMaxElements);
-        // Program::Collective counts the whole buffer: the input of an all-reduce or
-        // reduce-scatter, the output of an all-gather; the larger of the two in every case.
-        const Bytes bytes(std::max(in_elems, out_elems) * element->first);
-        if (spec->kind == CommKind::collective) {
-          std::string pg_name;
-          if (const json* n = in.field(a, "Process Group Name"); n && n->is_string()) {
-            pg_name = n->get<std::string>();
-          }
-          std::string pg_desc;
-          if (const json* d = in.field(a, "Process Group Description"); d && d->is_string()) {
-            pg_desc = d->get<std::string>();
-          }
-          std::optional<std::int64_t> group_size;
-          if (a.contains("Group size")) {
-            group_size = in.integer(a["Group size"], apath + ".Group size", 1, world);
-          }
-          std::optional<std::vector<std::int32_t>> members;
-          if (const json* g = in.field(a, "Process Group Ranks")) {
-            members = parse_ranks(*g, in, apath + ".Process Group Ranks", world);
-          }
-          if (!members) {
-            // Absent or truncated: a group of the whole world is the one case we can rebuild.
-            if (group_size && *group_size == world) {
-              members.emplace();
-              for (int k = 0; k < world; ++k) members->push_back(k);
-            } else {
-              in.fail(apath + ".Process Group Ranks",
-                      "the group's ranks (\"[0, 1, ...]\"), or a Group size equal to the "
-                      "world size " +
-                          std::to_string(world));
-            }
-          }
-          if (group_size && static_cast<std::size_t>(*group_size) != members->size()) {
-            in.fail(apath + ".Group size",
-                    std::to_string(members->size()) + " (the number of Process Group Ranks)");
-          }
-          auto key = std::make_pair(pg_name, *members);
-          auto it = group_index.find(key);
-          if (it == group_index.end()) {
-            std::string gname = pg_name.empty() ? "pg" : "pg " + pg_name;
-            if (!pg_desc.empty()) gname += " (" + pg_desc + ")";
-            input.groups.push_back({*members, gname});
-            it =
-                group_index.emplace(key, static_cast<std::uint32_t>(input.groups.size() - 1)).first;
-          }
-          st::Collective c;
-          c.kind = spec->collective;
-          c.dtype = element->second;
-          c.group = it->second;
-          c.bytes = bytes;
-          op.work = c;
-          ev.stream = looks_data_parallel(pg_desc) || looks_data_parallel(pg_name)
-                          ? st::Stream::dp_comm
-                          : st::Stream::tp_comm;
-        } else {
-          const bool send = spec->kind == CommKind::send;
-          const char* key = send ? "Dst Rank" : "Src Rank";
-          const auto peer = static_cast<std::int32_t>(in.integer(a, key, apath, 0, world - 1));
-          if (send) {
-            op.work = st::Send{peer, bytes};
+        // record_param_comms' metadata (PyTorch 2.1 and later); older traces name only the
+        // kernel.
+        const bool metadata =
+            a.contains("Collective name") || a.contains("In msg nelems") || a.contains("dtype");
+        if (partial || !metadata) {
+          // Replayed as measured: the peers are absent, or the size is unknown.
+          ++measured_comm;
+          if (!metadata) ++without_metadata;
+          measured();
+          if (spec && spec->kind == CommKind::send) {
             ev.stream = st::Stream::pp_send;
-          } else {
-            op.work = st::Recv{peer, bytes};
+          } else if (spec && spec->kind == CommKind::recv) {
             ev.stream = st::Stream::pp_recv;
+          } else if (!metadata) {
+            ev.stream = st::Stream::dp_comm;
+          } else {
+            std::size_t members = 0;
+            if (const json* g = in.field(a, "Group size"); g && g->is_number_unsigned()) {
+              members = g->get<std::size_t>();
+            }
+            ev.stream = data_parallel(pg_args_of(in, a), members, world, options)
+                            ? st::Stream::dp_comm
+                            : st::Stream::tp_comm;
+          }
+        } else {
+          if (!spec) {
+            throw TraceError(file.name, apath + ".Collective name",
+                             "collective \"" + collective_name +
+                                 "\" is not supported (stratasim simulates all-reduce, "
+                                 "reduce-scatter, all-gather, broadcast, reduce, all-to-all, "
+                                 "barrier, send and recv)");
+          }
+          const std::string& dtype_name = in.string(a, "dtype", apath);
+          const auto element = element_of(dtype_name);
+          if (!element) {
+            in.fail(apath + ".dtype",
+                    "a PyTorch dtype name (Float, Half, BFloat16, Double, Float8_e4m3fn, Int, "
+                    "Long, ...), found \"" +
+                        dtype_name + "\"");
+          }
+          const auto in_elems = in.integer(a, "In msg nelems", apath, 0, kMaxElements);
+          const auto out_elems = in.integer(a, "Out msg nelems", apath, 0, kMaxElements);
+          // Program::Collective counts the whole buffer: the input of an all-reduce or
+          // reduce-scatter, the output of an all-gather; the larger of the two in every case.
+          const Bytes bytes(std::max(in_elems, out_elems) * element->first);
+          if (spec->kind == CommKind::collective) {
+            const PgArgs pg = pg_args_of(in, a);
+            std::optional<std::int64_t> group_size;
+            if (a.contains("Group size")) {
+              group_size = in.integer(a["Group size"], apath + ".Group size", 1, world);
+            }
+            std::optional<std::vector<std::int32_t>> members;
+            if (const json* g = in.field(a, "Process Group Ranks")) {
+              members = parse_ranks(*g, in, apath + ".Process Group Ranks", world);
+            }
+            if (!members) {
+              // Absent or truncated: a group of the whole world is the one case we can rebuild.
+              if (group_size && *group_size == world) {
+                members.emplace();
+                for (int k = 0; k < world; ++k) members->push_back(k);
+              } else {
+                in.fail(apath + ".Process Group Ranks",
+                        "the group's ranks (\"[0, 1, ...]\"), or a Group size equal to the "
+                        "world size " +
+                            std::to_string(world));
+              }
+            }
+            if (group_size && static_cast<std::size_t>(*group_size) != members->size()) {
+              in.fail(apath + ".Group size",
+                      std::to_string(members->size()) + " (the number of Process Group Ranks)");
+            }
+            const bool dp = data_parallel(pg, members->size(), world, options);
+            auto key = std::make_pair(pg.name, *members);
+            auto it = group_index.find(key);
+            if (it == group_index.end()) {
+              // A group the rule finds data parallel is named so ("dp pg 0 (default_pg)"), for
+              // re-targeting (strategies::RetargetOptions::dp_groups); with --dp-groups the
+              // user's pattern finds it by its own name.
+              const std::string label =
+                  (dp && options.dp_groups.empty() ? "dp " : "") + group_label(pg);
+              input.groups.push_back({*members, label});
+              it = group_index.emplace(key, static_cast<std::uint32_t>(input.groups.size() - 1))
+                       .first;
+            }
+            st::Collective c;
+            c.kind = spec->collective;
+            c.dtype = element->second;
+            c.group = it->second;
+            c.bytes = bytes;
+            op.work = c;
+            ev.stream = dp ? st::Stream::dp_comm : st::Stream::tp_comm;
+          } else {
+            const bool send = spec->kind == CommKind::send;
+            const char* key = send ? "Dst Rank" : "Src Rank";
+            const auto peer = static_cast<std::int32_t>(in.integer(a, key, apath, 0, world - 1));
+            if (send) {
+              op.work = st::Send{peer, bytes};
+              ev.stream = st::Stream::pp_send;
+            } else {
+              op.work = st::Recv{peer, bytes};
+              ev.stream = st::Stream::pp_recv;
+            }
           }
         }
       }
@@ -451,7 +874,73 @@ ImportedTrace import_kineto_texts(const std::vector<KinetoFile>& files) {
       rank.ops.push_back(std::move(op));
       gpu.push_back(ev);
     }
+    if (gpu.empty()) {
+      // Nothing to replay: no GPU activity recorded (a CPU-only profile, another accelerator's
+      // events), or none in the step.
+      if (!busy.empty() && !window.whole && !options.all_steps) {
+        throw TraceError(file.name, "traceEvents",
+                         "ProfilerStep#" + std::to_string(*step) +
+                             " has no GPU kernels, memcpys or memsets to replay; choose another "
+                             "with --step N");
+      }
+      throw TraceError(file.name, "traceEvents",
+                       "no GPU kernels, memcpys or memsets (events of category kernel, "
+                       "gpu_memcpy or gpu_memset) to replay: record the trace with "
+                       "torch.profiler.ProfilerActivity.CUDA; other accelerators' events (MTIA, "
+                       "TPU) are not read");
+    }
     if (compute_streams.size() > 1) ranks_with_several_compute_streams.insert(r);
+    if (devices.size() > 1) ranks_with_several_devices.insert(r);
+
+    // Host time: the stretches of the window in which no GPU event of the rank (of any step)
+    // runs, as measured ops on the host stream.
+    double host_us = 0, window_us = 0;
+    if (!gpu.empty()) {
+      double begin = window.from, end = window.until;
+      if (window.whole) {
+        begin = gpu.front().ts;
+        end = begin;
+      }
+      for (const Event& ev : gpu) {
+        if (window.whole) begin = std::min(begin, ev.ts);
+        end = std::max(end, ev.ts + ev.dur);
+      }
+      window_us = end - begin;
+      std::sort(busy.begin(), busy.end());
+      double cursor = begin;
+      std::uint64_t next_id = events.size();
+      auto host = [&](double from, double to) {
+        if (to - from <= kMinHostMicros) return;
+        TraceOp op;
+        op.id = next_id;
+        op.label = "host time (no GPU work)";
+        op.stream = st::Stream::host;
+        op.work = st::Compute{};
+        op.kernels.push_back({st::Measured{Time::ps(std::llround((to - from) * 1e6))}, op.label});
+        rank.ops.push_back(std::move(op));
+        gpu.push_back(Event{next_id, from, to - from, st::Stream::host});
+        ++next_id;
+        host_us += to - from;
+      };
+      for (const auto& [from, to] : busy) {
+        if (to <= cursor) continue;
+        if (from >= end) break;
+        if (from > cursor) host(cursor, from);
+        cursor = std::max(cursor, to);
+      }
+      if (end > cursor) host(cursor, end);
+    }
+    if (r == 0) {
+      describe_steps(parsed_file, step, options, result);
+      if (window_us > 0) {
+        result.setup.emplace_back(
+            "host-bound time",
+            micros_text(host_us) + " of " + micros_text(window_us) +
+                " with no kernel, copy or set running (rank " + std::to_string(parsed_file.rank) +
+                "): dataloader, CPU operators, synchronisation, launches; kept as measured");
+      }
+    }
+
     // Issue order: by start time (ties keep the file's order).
     std::vector<std::size_t> order(gpu.size());
     for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
@@ -463,8 +952,8 @@ ImportedTrace import_kineto_texts(const std::vector<KinetoFile>& files) {
     // current start; per (stream, other stream): the last dependency given, to skip repeats.
     std::array<std::vector<std::pair<double, std::uint64_t>>, st::kStreamCount> on;
     std::array<std::size_t, st::kStreamCount> done{};
-    std::array<std::array<std::int64_t, st::kStreamCount>, st::kStreamCount> given;
-    for (auto& row : given) row.fill(-1);
+    std::array<std::array<std::int64_t, st::kStreamCount>, st::kStreamCount> given_dep;
+    for (auto& row : given_dep) row.fill(-1);
     for (std::size_t k : order) {
       TraceOp op = std::move(rank.ops[k]);
       const Event& ev = gpu[k];
@@ -474,8 +963,8 @@ ImportedTrace import_kineto_texts(const std::vector<KinetoFile>& files) {
         while (done[o] < list.size() && list[done[o]].first <= ev.ts) ++done[o];
         if (o == s || done[o] == 0) continue;
         const auto dep = list[done[o] - 1].second;
-        if (given[s][o] == static_cast<std::int64_t>(dep)) continue;
-        given[s][o] = static_cast<std::int64_t>(dep);
+        if (given_dep[s][o] == static_cast<std::int64_t>(dep)) continue;
+        given_dep[s][o] = static_cast<std::int64_t>(dep);
         op.deps.push_back(dep);
       }
       if (!on[s].empty()) op.order_deps.push_back(on[s].back().second);
@@ -485,14 +974,53 @@ ImportedTrace import_kineto_texts(const std::vector<KinetoFile>& files) {
     rank.ops = std::move(sorted);
   }
 
-  ImportedTrace result{build_program(input), {}, std::nullopt};
-  if (cpu_ops > 0) {
-    result.notes.push_back(std::to_string(cpu_ops) +
-                           " CPU-side events (operators, runtime calls, annotations) ignored: "
-                           "only device activity is replayed");
+  result.program = build_program(input);
+  if (partial) {
+    result.measured_communication = true;
+    std::string ranks;
+    for (std::size_t k = 0; k < file_of_rank.size(); ++k) {
+      if (k == 8) {
+        ranks += ", ...";
+        break;
+      }
+      ranks += (k ? ", " : "") + std::to_string(parsed[file_of_rank[k]].rank);
+    }
+    const std::string of = declared ? std::to_string(world) : "at least " + std::to_string(world);
+    result.setup.emplace_back("ranks", (given == 1 ? "rank " : "ranks ") + ranks + " of " + of +
+                                           " replayed alone, communication as measured");
+    result.notes.push_back(
+        "the trace is " + std::string(given == 1 ? "rank " : "ranks ") + ranks + " of a job of " +
+        of + " ranks (" +
+        (declared ? "distributedInfo.world_size" : "no world size; the rank numbers say so") +
+        "): the other ranks are absent, so " +
+        (measured_comm > 0 ? "its " + std::to_string(measured_comm) +
+                                 " NCCL kernels keep their measured durations"
+                           : std::string("its NCCL kernels would keep their measured durations "
+                                         "(it has none)")) +
+        ". Communication is taken as measured, not "
+        "simulated: a --cluster or network --set does not change it, it includes any time spent "
+        "waiting for slower peers, and there is no contention or what-if on the network for "
+        "it; the program ranks are 0 to " +
+        std::to_string(given - 1) + " in that order");
+  } else if (without_metadata > 0) {
+    result.notes.push_back(
+        std::to_string(without_metadata) +
+        " NCCL kernels carry no record_param_comms metadata (Collective name, In msg nelems, "
+        "dtype: PyTorch before 2.1): their size is unknown, so they keep their measured "
+        "durations, on the data-parallel stream");
   }
-  if (comm_kernels > 0) {
-    result.notes.push_back(std::to_string(comm_kernels) +
+  if (cpu_events > 0) {
+    result.notes.push_back(std::to_string(cpu_events) +
+                           " CPU-side events (operators, runtime calls, annotations) are read "
+                           "only for the steps, the launches and the host time between GPU work; "
+                           "they are not replayed one by one");
+  }
+  if (outside > 0) {
+    result.notes.push_back(std::to_string(outside) +
+                           " GPU events launched outside every ProfilerStep span left out");
+  }
+  if (comm_kernels > measured_comm) {
+    result.notes.push_back(std::to_string(comm_kernels - measured_comm) +
                            " NCCL kernels became collectives or sends/receives; their recorded "
                            "durations are replaced by simulated communication");
   }
@@ -502,13 +1030,19 @@ ImportedTrace import_kineto_texts(const std::vector<KinetoFile>& files) {
         " ranks used several CUDA streams for compute kernels: they run on one compute stream, "
         "in start order");
   }
+  if (!ranks_with_several_devices.empty()) {
+    result.notes.push_back(
+        std::to_string(ranks_with_several_devices.size()) +
+        " files hold kernels of several GPUs (args.device): each file is replayed as one rank, "
+        "its GPUs' kernels on one compute stream");
+  }
   result.notes.push_back(
       "dependencies reconstructed from stream order and timestamps (Kineto traces have no "
       "dependency edges)");
   return result;
 }
 
-ImportedTrace import_kineto(const fs::path& path) {
+ImportedTrace import_kineto(const fs::path& path, const KinetoOptions& options) {
   std::error_code ec;
   std::vector<fs::path> paths;
   if (fs::is_directory(path, ec)) {
@@ -519,7 +1053,14 @@ ImportedTrace import_kineto(const fs::path& path) {
     }
     std::sort(paths.begin(), paths.end());
     if (paths.empty()) {
-      throw TraceError(path.string(), "", "the folder holds no .json Kineto trace files");
+      bool gzipped = false;
+      for (const auto& entry : fs::directory_iterator(path, ec)) {
+        gzipped = gzipped || entry.path().string().ends_with(".json.gz");
+      }
+      throw TraceError(path.string(), "",
+                       gzipped ? "the folder holds only compressed (.json.gz) traces, which are "
+                                 "not read: gunzip them first"
+                               : "the folder holds no .json Kineto trace files");
     }
   } else if (fs::is_regular_file(path, ec)) {
     paths.push_back(path);
@@ -537,7 +1078,7 @@ ImportedTrace import_kineto(const fs::path& path) {
     s << in.rdbuf();
     files.push_back({p.string(), s.str()});
   }
-  return import_kineto_texts(files);
+  return import_kineto_texts(files, options);
 }
 
 }  // namespace stratasim::traces

@@ -1,8 +1,9 @@
 // `stratasim replay` of the foreign formats, end to end: a Chakra trace written by
 // `stratasim export` replays to the simulation of the same strategy, and the Kineto sample
-// (tests/data/traces/kineto: 250 us of GEMMs then one 1 MiB bf16 all-reduce per rank) replays
-// to 250 us plus that all-reduce as `stratasim collective` times it — at its own width and
-// widened to 8 ranks.
+// (tests/data/traces/kineto: 215 us of GEMMs and host time, one 1 MiB bf16 all-reduce, 45 us of
+// host time and optimizer per rank) replays to 260 us plus that all-reduce as `stratasim
+// collective` times it — at its own width and widened to 8 ranks; one rank of it alone replays
+// with its communication as measured.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -103,19 +104,102 @@ TEST_CASE("replay: the Kineto sample replays as hand-calculated, also widened to
                (dir / "two").string());
   CAPTURE(r.output);
   REQUIRE(r.status == 0);
-  // 250 us of kernels before the all-reduce on each rank (the sample's make_sample.py).
-  const double two = 250e-6 + all_reduce_time("0-1", kBytes, dir / "c2");
+  // make_sample.py: the all-reduce starts at 215 us on both ranks (GEMMs, then host time), and
+  // 5 us of host time and the 40 us optimizer follow it.
+  const double two = 260e-6 + all_reduce_time("0-1", kBytes, dir / "c2");
   CHECK(iteration_time(dir / "two") == doctest::Approx(two).epsilon(1e-6));
 
   // The sample's one group is PyTorch's default (world) group, named "default_pg": widened to
-  // 8 ranks it becomes an all-reduce over all 8 GPUs of the node.
+  // 8 ranks it becomes an all-reduce over all 8 GPUs of the node, with --dp-groups naming it
+  // or without.
+  const double eight = 260e-6 + all_reduce_time("0-7", kBytes, dir / "c8");
   r = run("replay " + trace + " --format kineto --cluster dgx-a100-1 --ranks 8 " +
           "--dp-groups default_pg --quiet --out " + (dir / "eight").string());
   CAPTURE(r.output);
   REQUIRE(r.status == 0);
-  const double eight = 250e-6 + all_reduce_time("0-7", kBytes, dir / "c8");
   CHECK(iteration_time(dir / "eight") == doctest::Approx(eight).epsilon(1e-6));
   CHECK(eight > two);  // a ring over 8 moves 2*7/8 of the buffer per rank, over 2 only 1/2
+}
+
+TEST_CASE("replay: Kineto's DDP default_pg is data parallel without --dp-groups (issue 18)") {
+  const TempDir tmp("cli");
+  const auto dir = tmp.subdir("replay-kineto-dp");
+  const std::string trace = kSource + "/tests/data/traces/kineto";
+  constexpr long kBytes = 524288L * 2;
+  auto r = run("replay " + trace + " --format kineto --cluster dgx-a100-1 --ranks 8 --out " +
+               (dir / "eight").string());
+  CAPTURE(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(iteration_time(dir / "eight") ==
+        doctest::Approx(260e-6 + all_reduce_time("0-7", kBytes, dir / "c8")).epsilon(1e-6));
+  CHECK(r.output.find("dp all-reduce") != std::string::npos);  // not "tp all-reduce"
+}
+
+TEST_CASE(
+    "replay: one rank of a multi-rank Kineto trace replays with its communication as measured "
+    "(issue 18)") {
+  const TempDir tmp("cli");
+  const auto dir = tmp.subdir("replay-kineto-one");
+  const std::string rank0 = kSource + "/tests/data/traces/kineto/rank0.pt.trace.json";
+  auto r = run("replay " + rank0 + " --format kineto --cluster dgx-a100-1 --out " +
+               (dir / "one").string());
+  CAPTURE(r.output);
+  REQUIRE(r.status == 0);
+  // Rank 0 of make_sample.py: GEMMs and host time until 215 us, the all-reduce's measured
+  // 300 us, 5 us of host time, the 40 us optimizer: 560 us.
+  CHECK(iteration_time(dir / "one") == doctest::Approx(560e-6).epsilon(1e-9));
+  CHECK(r.output.find("rank 0 of 2 replayed alone, communication as measured") !=
+        std::string::npos);
+  CHECK(r.output.find("Communication is taken as measured, not simulated") != std::string::npos);
+  // It cannot be widened: its peers' files are missing.
+  check_bad_input("replay " + rank0 + " --format kineto --cluster dgx-a100-1 --ranks 8",
+                  {"--ranks 8", "cannot be re-targeted"});
+  // --scale-compute speeds up the kernels, not the measured communication or the host time:
+  // 200 us of GEMMs and 40 us of optimizer halve, 15 us of host time before the all-reduce,
+  // 300 us of it and 5 us after stay: 100 + 15 + 300 + 5 + 20 = 440 us (rank 0's host time
+  // before the all-reduce is 3 + 12 us).
+  r = run("replay " + rank0 + " --format kineto --cluster dgx-a100-1 --scale-compute 2 --quiet " +
+          "--out " + (dir / "fast").string());
+  CAPTURE(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(iteration_time(dir / "fast") == doctest::Approx(440e-6).epsilon(1e-9));
+}
+
+TEST_CASE("replay: --step picks a ProfilerStep of a Kineto trace (issue 18)") {
+  const TempDir tmp("cli");
+  // Two steps: #5 of 100 us (a 60 us kernel launched at 10 us, run at [20, 80)) and #6 of 50 us
+  // (a 30 us kernel launched at 105, run at [110, 140)).
+  const std::string text =
+      "{\"traceEvents\": ["
+      "{\"ph\": \"X\", \"cat\": \"user_annotation\", \"name\": \"ProfilerStep#5\", \"pid\": 1, "
+      "\"tid\": 1, \"ts\": 0, \"dur\": 100},"
+      "{\"ph\": \"X\", \"cat\": \"user_annotation\", \"name\": \"ProfilerStep#6\", \"pid\": 1, "
+      "\"tid\": 1, \"ts\": 100, \"dur\": 50},"
+      "{\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", \"pid\": 1, "
+      "\"tid\": 1, \"ts\": 10, \"dur\": 2, \"args\": {\"correlation\": 1}},"
+      "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\", \"pid\": 0, \"tid\": 7, \"ts\": 20, "
+      "\"dur\": 60, \"args\": {\"stream\": 7, \"correlation\": 1}},"
+      "{\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", \"pid\": 1, "
+      "\"tid\": 1, \"ts\": 105, \"dur\": 2, \"args\": {\"correlation\": 2}},"
+      "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\", \"pid\": 0, \"tid\": 7, \"ts\": 110, "
+      "\"dur\": 30, \"args\": {\"stream\": 7, \"correlation\": 2}}]}";
+  const auto file = tmp.write("steps.json", text);
+  const std::string base = "replay " + file.string() + " --format kineto --cluster dgx-a100-1 ";
+  // The lower median of 100 and 50 us: #6.
+  auto r = run(base + "--out " + (tmp / "median").string());
+  CAPTURE(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(iteration_time(tmp / "median") == doctest::Approx(50e-6).epsilon(1e-9));
+  CHECK(r.output.find("2 ProfilerStep spans (#5 100 us, #6 50 us)") != std::string::npos);
+  CHECK(r.output.find("ProfilerStep#6, 50 us measured (the median step") != std::string::npos);
+  r = run(base + "--step 5 --quiet --out " + (tmp / "five").string());
+  REQUIRE(r.status == 0);
+  CHECK(iteration_time(tmp / "five") == doctest::Approx(100e-6).epsilon(1e-9));
+  r = run(base + "--step all --quiet --out " + (tmp / "all").string());
+  REQUIRE(r.status == 0);
+  CHECK(iteration_time(tmp / "all") == doctest::Approx(150e-6).epsilon(1e-9));
+  check_bad_input(base + "--step 7", {"ProfilerStep#7 is not in the trace (it has #5, #6)"});
+  check_bad_input(base + "--step seven", {"--step expects a ProfilerStep number"});
 }
 
 TEST_CASE(
