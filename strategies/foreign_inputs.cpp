@@ -1652,11 +1652,15 @@ void MegatronReader::map_deepspeed_config() {
   if (!has("--deepspeed_config")) return;
   const std::string& file = values_.at("--deepspeed_config");
   std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) {
+    // A pasted launch line names a file on the machine it ran on: say so, read nothing.
+    note("--deepspeed_config " + quote_text(file) +
+         ": no such file here (the path is relative to the current directory): no DeepSpeed "
+         "config read; give it to stratasim's --deepspeed");
+    return;
+  }
   if (!std::filesystem::is_regular_file(file, ec)) {
-    fail("--deepspeed_config",
-         quote_text(file) + ": " +
-             (std::filesystem::exists(file, ec) ? "not a regular file" : "no such file") +
-             " (the path is relative to the current directory)");
+    fail("--deepspeed_config", quote_text(file) + ": not a regular file; expected a JSON file");
   }
   ForeignInput ds = load_deepspeed(file);
   out_.overrides.insert(out_.overrides.begin(), ds.overrides.begin(), ds.overrides.end());

@@ -125,9 +125,15 @@ TEST_CASE("--deepspeed_config inside --megatron-args reads that DeepSpeed config
                     "gpt3-1.7b-a100-8 --megatron-args \"--deepspeed " + ds +
                         " --tensor-model-parallel-size 2\"") ==
         read(tmp.path() / "flag" / "report.json"));
-  check_bad_input(
-      "simulate gpt3-1.7b-a100-8 --megatron-args \"--deepspeed --deepspeed_config nowhere.json\"",
-      {"--megatron-args: at --deepspeed_config", "nowhere.json", "no such file"});
+  // A pasted line names a file of the machine it ran on: a note, nothing read.
+  auto missing = run(
+      "simulate gpt3-1.7b-a100-8 --megatron-args \"--deepspeed --deepspeed_config nowhere.json\"");
+  CHECK(missing.status == 0);
+  CHECK(has(missing.output, "--deepspeed_config \"nowhere.json\": no such file here"));
+  // A directory is bad input.
+  check_bad_input("simulate gpt3-1.7b-a100-8 --megatron-args \"--deepspeed_config " +
+                      tmp.path().string() + "\"",
+                  {"--megatron-args: at --deepspeed_config", "not a regular file"});
 }
 
 TEST_CASE("a model keeps the experiment's name when --megatron-args change its architecture") {
@@ -238,4 +244,128 @@ TEST_CASE("DeepSpeed sparse_attention is ignored without a note") {
   CHECK(has(r.output, "ds.json: communication_data_type \"fp32\": not modelled"));
   CHECK(has(r.output, "ds.json: progressive_layer_drop"));
   CHECK_FALSE(has(r.output, "curriculum_learning"));
+}
+
+// Real files others wrote (tests/data/*/PROVENANCE.md), one test each.
+
+namespace {
+
+std::string data(const std::string& name) {
+  return (stratasim::testing::source_dir() / "tests" / "data" / name).string();
+}
+
+// A launch line from tests/data/megatron, single-quoted for the shell (they hold no quote).
+std::string line_of(const std::string& name) {
+  std::string line = read(data("megatron/" + name));
+  while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
+  REQUIRE(line.find('\'') == std::string::npos);
+  return line;
+}
+
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+TEST_CASE("tests/data/hf: BERT-Large's released config.json is the model of bert-large.json") {
+  const TempDir tmp("cli");
+  const std::string hf =
+      data("hf/deepspeedexamples-bert-large-uncased-whole-word-masking-config.json");
+  // Before: "model_type bert is not supported". BERT-Large (Devlin et al.: L 24, H 1024, A 16,
+  // vocab 30,522, 512 positions, tied MLM head) as configs/models/bert-large.json: the same
+  // simulation, byte for byte.
+  CHECK(report_text(tmp.path(), "hf", "bert-large-v100-16 --model " + hf) ==
+        report_text(tmp.path(), "ours", "bert-large-v100-16"));
+  // Given as a DeepSpeed config it was accepted, a note per key: now an error pointing at --model.
+  check_bad_input("simulate gpt3-1.7b-a100-8 --deepspeed " + hf,
+                  {hf, "not a DeepSpeed config: give it to --model"});
+}
+
+TEST_CASE("tests/data/deepspeed: transformers' ds_config_zero2.json, all \"auto\"") {
+  auto r = run("memory gpt3-1.7b-a100-8 --deepspeed " +
+               data("deepspeed/hf-transformers-ds_config_zero2.json"));
+  CAPTURE(r.output);
+  CHECK(r.status == 0);
+  CHECK(has(r.output, "ZeRO 2, recompute none, offload optimizer"));
+  CHECK(has(r.output, "train_batch_size is \"auto\""));
+}
+
+TEST_CASE("tests/data/deepspeed: DeepSpeedExamples' 1-bit Adam config notes its compression") {
+  auto r = run("memory gpt3-1.7b-a100-8 --deepspeed " +
+               data("deepspeed/deepspeedexamples-bing_bert-onebitadam-seq128-nccl.json"));
+  CAPTURE(r.output);
+  CHECK(r.status == 0);
+  CHECK(has(r.output, "optimizer.type \"OneBitAdam\" is not modelled"));
+  CHECK(has(r.output, "compressed (1-bit) gradient communication is not modelled"));
+}
+
+TEST_CASE("tests/data/deepspeed: DeepSpeedExamples' progressive layer drop is noted") {
+  auto r = run("memory gpt3-1.7b-a100-8 --deepspeed " +
+               data("deepspeed/deepspeedexamples-bing_bert-progressive-layer-drop-seq128.json"));
+  CAPTURE(r.output);
+  CHECK(r.status == 0);
+  CHECK(has(r.output, "progressive_layer_drop {\"enabled\":true"));
+  CHECK(has(r.output, "every layer runs in every iteration"));
+}
+
+TEST_CASE("tests/data/deepspeed: DeepSpeedExamples' ZeroQuant config, written for 2 GPUs") {
+  const std::string ds = data("deepspeed/deepspeedexamples-compression-gpt2-W8A8-fp16.json");
+  // train_batch_size 8 = micro 4 x 1 step x 2 GPUs: on 8 GPUs DeepSpeed refuses it too.
+  check_bad_input("memory gpt3-1.7b-a100-8 --deepspeed " + ds,
+                  {"(train_batch_size): at training.global_batch", "8 * 4 = 32, got 8"});
+  auto r =
+      run("memory gpt3-1.7b-a100-8 --deepspeed " + ds + " --dp 2 --set cluster.devices_per_node=2");
+  CAPTURE(r.output);
+  CHECK(r.status == 0);
+  CHECK(has(r.output, "compression_training"));
+  CHECK(has(r.output, "the model trains uncompressed"));
+}
+
+TEST_CASE("tests/data/megatron: Megatron-LM's GPT-3 175B launch line, sized by --nnodes") {
+  const std::string line = line_of("megatron-lm-gpt3-175b-distributed.txt");
+  // As written, 1 node x 8 GPUs: tp 8 x pp 16 does not fit; the error names the argument.
+  check_bad_input("memory gpt3-175b-a100-1024 --megatron-args '" + line + "'",
+                  {"--tensor-model-parallel-size 8", "does not divide the 8 devices"});
+  // With the 16 nodes it needs: 16 x 8 = 128 = tp 8 x pp 16.
+  auto r = run("memory gpt3-175b-a100-1024 --megatron-args '" +
+               replaced(line, "--nnodes 1", "--nnodes 16") + "'");
+  CAPTURE(r.output);
+  CHECK(r.status == 0);
+  CHECK(has(r.output, "16 x 8 A100-SXM4-80GB (128 devices"));
+  CHECK(has(r.output, "tp 8 x pp 16 x dp 1"));
+  CHECK(has(r.output, "unknown argument \"--step-batch-size-schedule\"") == false);
+  CHECK(has(r.output, "--step-batch-size-schedule a batch-size ramp is not modelled"));
+}
+
+TEST_CASE("tests/data/megatron: Megatron-LM's Llama 3 8B FP8 launch line") {
+  auto r = run("memory llama2-7b-h100-8 --megatron-args '" +
+               line_of("megatron-lm-llama3-8b-h100-fp8.txt") + "'");
+  CAPTURE(r.output);
+  CHECK(r.status == 0);
+  // Llama 3 8B's shape replaces Llama 2 7B's: 8,030,261,248 parameters (configs/models/hf/
+  // llama3.1-8b.json's count, docs/inputs.md), named after the change.
+  CHECK(has(r.output, "llama2-7b (modified by --megatron-args: --ffn-hidden-size 14336"));
+  CHECK(has(r.output, "8.03 B parameters"));
+  CHECK(has(r.output, "bf16 with fp8 linear layers"));
+  CHECK(has(r.output, "flash attention"));  // --attention-backend auto
+  CHECK(has(r.output, "--grad-reduce-in-bf16 gradients reduced in bf16 is not modelled"));
+  CHECK_FALSE(has(r.output, "unknown argument \"--attention-backend\""));
+}
+
+TEST_CASE("tests/data/megatron: Megatron-LM's Mixtral 8x7B launch line needs 4 nodes") {
+  const std::string line = line_of("megatron-lm-mixtral-8x7b-distributed.txt");
+  // pp 4 on 8 GPUs leaves dp 2, which cannot hold ep 8 (Megatron refuses it as well).
+  check_bad_input("memory mixtral-8x7b-h100-64-ep8 --megatron-args '" + line + "'",
+                  {"--expert-model-parallel-size 8"});
+  // On 4 nodes (its --nnodes $SLURM_NNODES): 32 = pp 4 x dp 8, ep 8 within dp.
+  auto r = run("memory mixtral-8x7b-h100-64-ep8 --megatron-args '" +
+               replaced(line, "--nnodes 1", "--nnodes 4") + "'");
+  CAPTURE(r.output);
+  CHECK(r.status == 0);
+  CHECK(has(r.output, "4 x 8 H100-SXM5-80GB (32 devices"));
+  CHECK(has(r.output, "tp 1 x pp 4 x dp 8"));
+  CHECK(has(r.output, "ep 8"));
 }
