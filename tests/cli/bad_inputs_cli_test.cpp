@@ -194,7 +194,7 @@ TEST_CASE("an experiment's description nested 60,000 levels deep is exit 2 for s
     std::ofstream(file) << text;
   }
   // Before: SIGSEGV in a recursive copy of the experiment for each combination.
-  check_bad_input("sweep " + file.string() + " --tp 1,2",
+  check_bad_input("sweep " + file.string() + " --tp 1,2 --out " + (tmp.path() / "s.csv").string(),
                   {file.string(), "nested deeper than 512"});
   check_bad_input("search " + file.string() + " --gpus 8",
                   {file.string(), "nested deeper than 512"});

@@ -91,7 +91,7 @@ TEST_CASE(
 
 TEST_CASE("a launch line that cannot size the cluster is exit 2 naming the launcher's option") {
   check_bad_input(
-      "simulate llama2-7b-h100-8 --megatron-args \"torchrun --nnodes $NNODES "
+      "simulate llama2-7b-h100-8 --megatron-args \"torchrun --nnodes \\$NNODES "
       "--nproc_per_node 8 pretrain_gpt.py\"",
       {"--megatron-args: at --nnodes", "got \"$NNODES\"", "shell variable"});
   check_bad_input(
@@ -102,11 +102,11 @@ TEST_CASE("a launch line that cannot size the cluster is exit 2 naming the launc
       "simulate llama2-7b-h100-8 --megatron-args \"srun -N 2 -n 12 "
       "--ntasks-per-node 8 python pretrain_gpt.py\"",
       {"--megatron-args: at -n", "starts 12 processes"});
-  // The world does not hold tp x pp: the error names the launcher's option.
+  // The world does not hold tp x pp: the error names the argument, the note the world's size.
   check_bad_input(
       "simulate llama2-7b-h100-8 --megatron-args \"torchrun --nproc_per_node 2 "
       "pretrain_gpt.py --tensor-model-parallel-size 4\"",
-      {"--nproc_per_node"});
+      {"--tensor-model-parallel-size 4", "the 2 devices", "1 node(s) x 2 GPU(s)"});
 }
 
 TEST_CASE("--deepspeed_config inside --megatron-args reads that DeepSpeed config") {
@@ -114,16 +114,16 @@ TEST_CASE("--deepspeed_config inside --megatron-args reads that DeepSpeed config
   const std::string ds = (configs_dir() / "deepspeed" / "zero2-offload.json").string();
   // The same simulation as stratasim's own --deepspeed with the same arguments.
   CHECK(report_text(tmp.path(), "inside",
-                    "gpt3-1.7b-a100-8 --megatron-args \"deepspeed --num_gpus 8 pretrain_gpt.py "
+                    "llama2-7b-h100-8 --megatron-args \"deepspeed --num_gpus 8 pretrain_gpt.py "
                     "--deepspeed --deepspeed_config " +
-                        ds + " --tensor-model-parallel-size 2\"") ==
+                        ds + " --tensor-model-parallel-size 4\"") ==
         report_text(tmp.path(), "flag",
-                    "gpt3-1.7b-a100-8 --deepspeed " + ds +
-                        " --megatron-args \"--tensor-model-parallel-size 2\""));
+                    "llama2-7b-h100-8 --deepspeed " + ds +
+                        " --megatron-args \"--tensor-model-parallel-size 4\""));
   // The Hugging Face Trainer's --deepspeed FILE too.
   CHECK(report_text(tmp.path(), "trainer",
-                    "gpt3-1.7b-a100-8 --megatron-args \"--deepspeed " + ds +
-                        " --tensor-model-parallel-size 2\"") ==
+                    "llama2-7b-h100-8 --megatron-args \"--deepspeed " + ds +
+                        " --tensor-model-parallel-size 4\"") ==
         read(tmp.path() / "flag" / "report.json"));
   // A pasted line names a file of the machine it ran on: a note, nothing read.
   auto missing = run(
@@ -143,8 +143,8 @@ TEST_CASE("a model keeps the experiment's name when --megatron-args change its a
   CAPTURE(r.output);
   CHECK(r.status == 0);
   CHECK(has(r.output,
-            "llama2-7b (modified by --megatron-args: --num-layers 16, --hidden-size "
-            "2048, --num-attention-heads 16, --ffn-hidden-size 5504)"));
+            "llama2-7b (modified by --megatron-args: --num-layers 16, --hidden-size 2048, "
+            "--ffn-hidden-size 5504, --num-attention-heads 16): 16 layers, hidden 2048, 16 heads"));
   // Arguments that leave the model as it is keep its name: Llama 2 7B has 32 layers.
   auto same = run("simulate llama2-7b-h100-8 --megatron-args \"--num-layers 32\"");
   CHECK(same.status == 0);
@@ -254,18 +254,20 @@ std::string data(const std::string& name) {
   return (stratasim::testing::source_dir() / "tests" / "data" / name).string();
 }
 
-// A launch line from tests/data/megatron, single-quoted for the shell (they hold no quote).
-std::string line_of(const std::string& name) {
-  std::string line = read(data("megatron/" + name));
-  while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
-  REQUIRE(line.find('\'') == std::string::npos);
-  return line;
-}
-
-std::string replaced(std::string text, const std::string& from, const std::string& to) {
-  const auto at = text.find(from);
-  REQUIRE(at != std::string::npos);
-  return text.replace(at, from.size(), to);
+// A launch line from tests/data/megatron as --megatron-args, read by the shell from its file
+// ("$(cat FILE)": one word, as it is), with `from` replaced by `to` when given (into `dir`).
+std::string megatron_args(const std::string& name, const fs::path& dir,
+                          const std::string& from = "", const std::string& to = "") {
+  std::string file = data("megatron/" + name);
+  if (!from.empty()) {
+    std::string line = read(file);
+    const auto at = line.find(from);
+    REQUIRE(at != std::string::npos);
+    line.replace(at, from.size(), to);
+    file = (dir / name).string();
+    std::ofstream(file) << line;
+  }
+  return "--megatron-args \"$(cat " + file + ")\"";
 }
 
 }  // namespace
@@ -325,13 +327,14 @@ TEST_CASE("tests/data/deepspeed: DeepSpeedExamples' ZeroQuant config, written fo
 }
 
 TEST_CASE("tests/data/megatron: Megatron-LM's GPT-3 175B launch line, sized by --nnodes") {
-  const std::string line = line_of("megatron-lm-gpt3-175b-distributed.txt");
+  const TempDir tmp("cli");
+  const std::string name = "megatron-lm-gpt3-175b-distributed.txt";
   // As written, 1 node x 8 GPUs: tp 8 x pp 16 does not fit; the error names the argument.
-  check_bad_input("memory gpt3-175b-a100-1024 --megatron-args '" + line + "'",
+  check_bad_input("memory gpt3-175b-a100-1024 " + megatron_args(name, tmp.path()),
                   {"--tensor-model-parallel-size 8", "does not divide the 8 devices"});
   // With the 16 nodes it needs: 16 x 8 = 128 = tp 8 x pp 16.
-  auto r = run("memory gpt3-175b-a100-1024 --megatron-args '" +
-               replaced(line, "--nnodes 1", "--nnodes 16") + "'");
+  auto r = run("memory gpt3-175b-a100-1024 " +
+               megatron_args(name, tmp.path(), "--nnodes 1", "--nnodes 16"));
   CAPTURE(r.output);
   CHECK(r.status == 0);
   CHECK(has(r.output, "16 x 8 A100-SXM4-80GB (128 devices"));
@@ -341,8 +344,9 @@ TEST_CASE("tests/data/megatron: Megatron-LM's GPT-3 175B launch line, sized by -
 }
 
 TEST_CASE("tests/data/megatron: Megatron-LM's Llama 3 8B FP8 launch line") {
-  auto r = run("memory llama2-7b-h100-8 --megatron-args '" +
-               line_of("megatron-lm-llama3-8b-h100-fp8.txt") + "'");
+  const TempDir tmp("cli");
+  auto r = run("memory llama2-7b-h100-8 " +
+               megatron_args("megatron-lm-llama3-8b-h100-fp8.txt", tmp.path()));
   CAPTURE(r.output);
   CHECK(r.status == 0);
   // Llama 3 8B's shape replaces Llama 2 7B's: 8,030,261,248 parameters (configs/models/hf/
@@ -356,13 +360,14 @@ TEST_CASE("tests/data/megatron: Megatron-LM's Llama 3 8B FP8 launch line") {
 }
 
 TEST_CASE("tests/data/megatron: Megatron-LM's Mixtral 8x7B launch line needs 4 nodes") {
-  const std::string line = line_of("megatron-lm-mixtral-8x7b-distributed.txt");
+  const TempDir tmp("cli");
+  const std::string name = "megatron-lm-mixtral-8x7b-distributed.txt";
   // pp 4 on 8 GPUs leaves dp 2, which cannot hold ep 8 (Megatron refuses it as well).
-  check_bad_input("memory mixtral-8x7b-h100-64-ep8 --megatron-args '" + line + "'",
+  check_bad_input("memory mixtral-8x7b-h100-64-ep8 " + megatron_args(name, tmp.path()),
                   {"--expert-model-parallel-size 8"});
   // On 4 nodes (its --nnodes $SLURM_NNODES): 32 = pp 4 x dp 8, ep 8 within dp.
-  auto r = run("memory mixtral-8x7b-h100-64-ep8 --megatron-args '" +
-               replaced(line, "--nnodes 1", "--nnodes 4") + "'");
+  auto r = run("memory mixtral-8x7b-h100-64-ep8 " +
+               megatron_args(name, tmp.path(), "--nnodes 1", "--nnodes 4"));
   CAPTURE(r.output);
   CHECK(r.status == 0);
   CHECK(has(r.output, "4 x 8 H100-SXM5-80GB (32 devices"));
