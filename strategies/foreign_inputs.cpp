@@ -687,7 +687,8 @@ const std::vector<std::string> kMegatronValued = {"--tensor-model-parallel-size"
                                                   "--num-layers-at-start-in-bf16",
                                                   "--num-layers-at-end-in-bf16",
                                                   "--deepspeed_config",
-                                                  "--attention-backend"};
+                                                  "--attention-backend",
+                                                  "--zero-stage"};
 const std::vector<std::string> kMegatronFlags = {"--sequence-parallel",
                                                  "--moe-grouped-gemm",
                                                  "--moe-shared-expert-overlap",
@@ -842,7 +843,19 @@ const std::vector<std::string> kMegatronIgnored = {"--lr",
                                                    "--record-memory-history",
                                                    "--num-dataset-builder-threads",
                                                    "--object-storage-cache-path",
-                                                   "--ckpt-assume-constant-structure"};
+                                                   "--ckpt-assume-constant-structure",
+                                                   "--override-opt_param-scheduler",
+                                                   "--repeated-dataloader",
+                                                   "--zero-reduce-scatter",
+                                                   "--zero-contigious-gradients",
+                                                   "--deepspeed-activation-checkpointing",
+                                                   "--no-pipeline-parallel",
+                                                   "--lr-decay-tokens",
+                                                   "--lr-warmup-tokens",
+                                                   "--train-tokens",
+                                                   "--tensorboard-queue-size",
+                                                   "--log-batch-size-to-tensorboard",
+                                                   "--log-optimizer-states-to-tensorboard"};
 // Arguments that change what a run costs but are not modelled: accepted with a note (whatever
 // values follow them).
 const std::vector<std::pair<std::string, std::string>> kMegatronNoted = {
@@ -858,6 +871,9 @@ const std::vector<std::pair<std::string, std::string>> kMegatronNoted = {
     {"--data-parallel-sharding-strategy",
      "is not read (Megatron FSDP): give the sharding with stratasim's --fsdp or --zero"},
     {"--use-nccl-ub", "NCCL user buffers are not modelled"},
+    {"--cpu-optimizer",
+     "(Megatron-DeepSpeed) is not read: the optimizer's offload comes from the DeepSpeed "
+     "config's zero_optimization.offload_optimizer (or --offload optimizer)"},
     {"--fsdp-double-buffer", "is not modelled (Megatron FSDP)"},
     {"--step-batch-size-schedule",
      "a batch-size ramp is not modelled: every iteration runs --global-batch-size"},
@@ -1107,6 +1123,8 @@ class MegatronReader : foreign::Reader {
     if (flag("--use-distributed-optimizer")) {
       set("training.distributed_optimizer", true, "--use-distributed-optimizer");
     }
+    // Megatron-DeepSpeed's --zero-stage (its model code's view of the DeepSpeed config's stage).
+    if (has("--zero-stage")) set("parallelism.zero", integer("--zero-stage", 0, 3), "--zero-stage");
     if (flag("--accumulate-allreduce-grads-in-fp32")) {
       set("training.grad_accumulation_dtype", "fp32", "--accumulate-allreduce-grads-in-fp32");
     }
