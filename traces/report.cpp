@@ -25,8 +25,8 @@
 //   forward, backward or recompute, clipped to the pipeline window. compute_idle_fraction = 1 -
 //   mean over ranks of compute_busy_s / pipeline_time_s (0 when pipeline_time_s is 0): the time
 //   the compute stream waits (on communication, on other stages). bubble_fraction is that figure
-//   when there is a pipeline (more than one stage in context.stage_of_rank), else 0: at pp = 1
-//   the idle time is waiting on communication, not a pipeline bubble.
+//   when there is a pipeline (more than one stage in context.stage_of_rank, or no stages given),
+//   else 0: at pp = 1 the idle time is waiting on communication, not a pipeline bubble.
 // - per rank exposed_comm_s: length of the time during which at least one span on a
 //   communication stream (tp_comm, dp_comm, pp_send, pp_recv) is active and no compute-stream
 //   span is; the report's exposed_comm_s is the mean over ranks. Computed with a sweep: the
@@ -521,7 +521,8 @@ Bytes category(const MemoryBreakdown& b, MemoryCategory c) {
 }  // namespace
 
 bool pipelined(const ReportContext& context) {
-  return std::any_of(context.stage_of_rank.begin(), context.stage_of_rank.end(),
+  return context.stage_of_rank.empty() ||
+         std::any_of(context.stage_of_rank.begin(), context.stage_of_rank.end(),
                      [](int stage) { return stage > 0; });
 }
 

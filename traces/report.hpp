@@ -95,7 +95,7 @@ struct Report {
   /// 1 - mean over ranks of compute_busy_s / pipeline_time_s: the share of the pipeline time
   /// the compute stream waits (on other stages, on communication).
   double compute_idle_fraction = 0;
-  /// compute_idle_fraction when the program has a pipeline (pipelined(context)), else 0.
+  /// compute_idle_fraction when the ranks form a pipeline (pipelined(context)), else 0.
   double bubble_fraction = 0;
   double exposed_comm_s = 0;  // mean over ranks
   /// Time lost to compute-communication interference (hw_models/interference.hpp) per stream
@@ -122,7 +122,8 @@ struct Report {
 Report make_report(const strategies::Program& program, const Timeline& timeline,
                    const ReportContext& context);
 
-/// Whether the ranks form a pipeline: more than one stage in context.stage_of_rank.
+/// Whether the ranks form a pipeline: more than one stage in context.stage_of_rank; when the
+/// context gives no stages (stage_of_rank empty) it is not known, and taken as a pipeline.
 bool pipelined(const ReportContext& context);
 
 /// report.json: iteration_time_s, pipeline_time_s, optimizer_time_s, tokens_per_s,
