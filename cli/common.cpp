@@ -177,10 +177,12 @@ std::string ranges_text(const std::vector<std::int32_t>& devices) {
 }
 
 namespace {
-std::atomic<bool> notes_quiet = false;  // --quiet given
+std::atomic<bool> notes_quiet = false;   // --quiet given
+std::atomic<bool> notes_hidden = false;  // --no-notes given
 }  // namespace
 
 void print_note(const std::string& note) {
+  if (notes_hidden) return;
   static std::mutex mutex;
   static std::set<std::string> seen;
   std::lock_guard lock(mutex);
@@ -225,7 +227,9 @@ void add_experiment_options(CLI::App* cmd, SimulateArgs& sim_args) {
   cmd->add_option("--set", sim_args.sets,
                   "Override any config value: dotted.key=value (repeatable), e.g. "
                   "training.seq_len=4096 or cluster.inter_node.bandwidth=\"400 Gb/s\"");
-  cmd->add_flag("--quiet", sim_args.quiet, "Print nothing on success");
+  cmd->add_flag("--quiet", sim_args.quiet,
+                "Print nothing on success: neither the report nor the notes (--no-notes hides "
+                "only the notes)");
   cmd->add_flag("--exact", sim_args.exact,
                 "Simulate every data-parallel replica instead of one mirrored for all (the "
                 "report is the same; slower; traces then cover every rank)");
@@ -242,6 +246,10 @@ void add_foreign_input_options(CLI::App* cmd, SimulateArgs& sim_args) {
   if (CLI::Option* quiet = cmd->get_option_no_throw("--quiet")) {
     quiet->each([](const std::string& value) { notes_quiet = value != "false" && value != "0"; });
   }
+  cmd->add_flag_callback(
+      "--no-notes", [] { notes_hidden = true; },
+      "Hide the notes (\"note: ...\" on stderr: values kept, settings not modelled); the report "
+      "is printed");
   cmd->add_option("--model", sim_args.model,
                   "Model file instead of the experiment's: a stratasim model JSON or a Hugging "
                   "Face config.json (llama, mistral, gpt2, gpt_neox), by path or catalog name");

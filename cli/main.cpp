@@ -444,8 +444,12 @@ int list_command(const std::string& what) {
                        auto doc = config::Document::load(f);
                        return strategies::read_model(doc, "");
                      }();
-      line << m.name << "  " << traces::billions(m.parameters()) << " parameters, " << m.layers
-           << " layers, hidden " << m.hidden;
+      // The name --model and --set model= take: the file's, "hf/" before it where a stratasim
+      // model of that name comes first (configs/models/llama2-7b.json, hf/llama2-7b.json).
+      const std::string stem = f.stem().string();
+      line << (study::resolve_model(stem) == f ? stem : "hf/" + stem) << "  "
+           << traces::billions(m.parameters()) << " parameters, " << m.layers << " layers, hidden "
+           << m.hidden;
     } else {
       auto e = strategies::load_experiment(f);
       line << e.name << "  " << e.description;

@@ -6,6 +6,8 @@
 #include <limits>
 #include <sstream>
 
+#include "hw_models/json_depth.hpp"
+
 namespace stratasim::config {
 
 namespace {
@@ -54,10 +56,6 @@ bool has_prefix(std::string_view path, std::string_view prefix) {
   if (prefix.empty()) return true;
   return path.starts_with(prefix) && (path.size() == prefix.size() || path[prefix.size()] == '.');
 }
-
-// JSON nested deeper than this is rejected while it is parsed: copying or printing a value is
-// recursive, and 60,000 levels overflow the stack. Real configs nest fewer than 10 levels.
-constexpr int kMaxJsonDepth = 512;
 
 struct TooDeep {};
 
@@ -120,6 +118,14 @@ nlohmann::json parse_file(const std::filesystem::path& file, const std::string& 
 }
 
 }  // namespace
+
+nlohmann::json parse_json_depth_bounded(std::string_view text, const std::string& source) {
+  try {
+    return parse_bounded(text);
+  } catch (const TooDeep&) {
+    throw ConfigError(source, "", kTooDeepMessage);
+  }
+}
 
 ConfigError::ConfigError(std::string source, std::string path, std::string message)
     : std::runtime_error(source + (path.empty() ? "" : ": at " + path) + ": " + message),

@@ -514,20 +514,67 @@ void check_tp_mode(const config::Document& doc, const Experiment& e) {
   }
 }
 
+// What changed a model, from the origins of the overrides that did: origins "X (Y)" grouped by
+// X, "--megatron-args: --num-layers 48, --hidden-size 6144"; others as they are.
+std::string modified_by(const std::vector<std::string>& origins) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> groups;
+  for (const auto& origin : origins) {
+    std::string who = origin;
+    std::string what;
+    const auto open = origin.find(" (");
+    if (open != std::string::npos && origin.back() == ')') {
+      who = origin.substr(0, open);
+      what = origin.substr(open + 2, origin.size() - open - 3);
+    }
+    auto it =
+        std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == who; });
+    if (it == groups.end()) it = groups.insert(groups.end(), {who, {}});
+    if (!what.empty() &&
+        std::find(it->second.begin(), it->second.end(), what) == it->second.end()) {
+      it->second.push_back(what);
+    }
+  }
+  std::string text;
+  for (const auto& [who, whats] : groups) {
+    text += (text.empty() ? "" : "; ") + who;
+    for (std::size_t i = 0; i < whats.size(); ++i) text += (i == 0 ? ": " : ", ") + whats[i];
+  }
+  return text;
+}
+
 // Inline referenced files first so that overrides can reach into them; a Hugging Face
-// config.json as the model becomes the equivalent model object.
+// config.json as the model becomes the equivalent model object. Overrides that change the
+// model's keys (--megatron-args' --num-layers, --set model.hidden=...) rename it after what
+// changed it, "llama2-7b (modified by --megatron-args: --num-layers 48)", unless one names it.
 void inline_and_override(config::Document& doc, const std::vector<Override>& overrides,
                          std::vector<std::string>& notes) {
   doc.inline_reference("model");
   convert_hf_model(doc, "model", notes);
   doc.inline_reference("cluster");
   doc.inline_reference("cluster.device");
+  std::vector<std::string> model_changes;  // origins of overrides that changed a model key
+  bool named = false;
   for (const auto& o : overrides) {
+    if (o.path == "model") {
+      model_changes.clear();
+      named = false;
+    } else if (o.path == "model.name") {
+      named = true;
+    } else if (o.path.rfind("model.", 0) == 0) {
+      const nlohmann::json* before = doc.find(o.path);
+      if (before == nullptr || *before != o.value) model_changes.push_back(o.origin);
+    }
     doc.set(o.path, o.value, o.origin);
     // An override may itself name a file ("--set cluster=other.json").
     if (o.path == "model" || o.path == "cluster") doc.inline_reference(o.path);
     if (o.path == "model") convert_hf_model(doc, "model", notes);
     if (o.path == "cluster" || o.path == "cluster.device") doc.inline_reference("cluster.device");
+  }
+  const nlohmann::json* name = doc.find("model.name");
+  if (!model_changes.empty() && !named && name != nullptr && name->is_string()) {
+    doc.set("model.name",
+            name->get<std::string>() + " (modified by " + modified_by(model_changes) + ")",
+            modified_by(model_changes));
   }
 }
 

@@ -10,7 +10,9 @@
 #include <set>
 #include <sstream>
 
+#include "hw_models/json_depth.hpp"
 #include "strategies/foreign_reading.hpp"
+#include "strategies/launch_line.hpp"
 
 namespace stratasim::strategies {
 
@@ -74,7 +76,7 @@ std::string lower(std::string text) {
 
 json parse_json(std::string_view text, const std::string& source) {
   try {
-    return json::parse(text.begin(), text.end());
+    return config::parse_json_depth_bounded(text, source);
   } catch (const json::parse_error& e) {
     // A line and column a person can go to.
     const std::size_t offset = std::min<std::size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());
@@ -105,6 +107,15 @@ class DeepSpeedReader : foreign::Reader {
   ForeignInput read(const json& root) {
     if (!root.is_object())
       fail("", "expected a DeepSpeed config (a JSON object), got " + shown(root));
+    // A model's config.json given for the DeepSpeed config (the keys of one, none of
+    // DeepSpeed's): it would pass as "unknown keys ignored" and simulate the experiment as is.
+    if (is_hf_config(root) ||
+        (root.contains("num_attention_heads") &&
+         (root.contains("hidden_size") || root.contains("num_hidden_layers")))) {
+      fail("",
+           "is a model's config.json (model_type, architectures, hidden_size, ...), not a "
+           "DeepSpeed config: give it to --model");
+    }
     check_keys(root, "",
                {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                 "zero_optimization", "bf16", "bfloat16", "fp16", "amp", "activation_checkpointing",
@@ -151,6 +162,7 @@ class DeepSpeedReader : foreign::Reader {
                 "nebula",
                 "graph_harvesting",
                 "monitor_config"});
+    note_unmodelled(root);
     set("training.framework", "deepspeed", "a DeepSpeed config");
     read_batch(root);
     read_precision(root);
@@ -170,6 +182,10 @@ class DeepSpeedReader : foreign::Reader {
   }
 
  private:
+  // Sections accepted but not modelled that change what a run costs: a note each when present
+  // and not disabled (false, null, or an object with "enabled": false).
+  void note_unmodelled(const json& root);
+
   // Unknown keys of the object at `path`: an error when within two edits of a mapped key, a note
   // otherwise. `mapped` keys change the experiment; `ignored` ones are accepted silently.
   void check_keys(const json& object, const std::string& path,
@@ -541,9 +557,15 @@ class DeepSpeedReader : foreign::Reader {
     } else if (type == "adam8bit" || type == "adamw8bit") {
       kind = "adam8bit";
     } else {
+      // 1-bit Adam, 0/1 Adam and 1-bit LAMB compress the gradients' communication after a
+      // warm-up: that is not modelled either.
+      const bool compressed = type == "onebitadam" || type == "zerooneadam" || type == "onebitlamb";
       note("optimizer.type " + shown(*it) +
            " is not modelled: simulated with Adam's states and step (training.optimizer lists "
-           "the optimizers modelled)");
+           "the optimizers modelled)" +
+           (compressed ? "; its compressed (1-bit) gradient communication is not modelled "
+                         "either: gradients are reduced uncompressed"
+                       : ""));
       kind = "adam";
     }
     set("training.optimizer", kind, "optimizer.type");
@@ -553,6 +575,48 @@ class DeepSpeedReader : foreign::Reader {
   bool offload_given_ = false;
   std::string offload_origin_;
 };
+
+void DeepSpeedReader::note_unmodelled(const json& root) {
+  static const std::vector<std::pair<std::string, std::string>> kUnmodelled = {
+      {"sparse_attention", "DeepSpeed's sparse attention is not modelled: attention is dense"},
+      {"sparse_gradients",
+       "sparse embedding gradients are not modelled: the embedding's gradients are reduced dense"},
+      {"communication_data_type",
+       "not modelled: gradients are reduced in the type training.grad_accumulation_dtype and "
+       "the framework give"},
+      {"fp32_allreduce",
+       "not modelled: gradients are reduced in the type training.grad_accumulation_dtype and the "
+       "framework give"},
+      {"seq_parallel_communication_data_type",
+       "not modelled: sequence-parallel communication is in the training dtype"},
+      {"data_types",
+       "not read: gradients accumulate in the type training.grad_accumulation_dtype gives"},
+      {"pipeline",
+       "DeepSpeed's pipeline-engine settings are not read: the experiment's pipeline "
+       "(parallelism.pp, schedule, partition) is simulated"},
+      {"progressive_layer_drop", "not modelled: every layer runs in every iteration"},
+      {"curriculum_learning",
+       "not modelled: every iteration runs at the experiment's sequence length"},
+      {"data_efficiency",
+       "not modelled: every iteration runs the experiment's batch and sequence length"},
+      {"compression_training", "not modelled: the model trains uncompressed"},
+      {"quantize_training", "not modelled: the model trains unquantised"},
+      {"weight_quantization", "not modelled: the weights are not quantised"},
+      {"eigenvalue", "not modelled: no eigenvalue computation is simulated"},
+      {"compile", "torch.compile is not modelled: kernels run at the framework's efficiency"},
+      {"elasticity", "not modelled: the experiment's batch and world size are simulated"},
+      {"hybrid_engine", "not modelled: training only, no generation"},
+      {"autotuning", "not run: the config's settings are simulated as given"}};
+  for (const auto& [key, message] : kUnmodelled) {
+    auto it = root.find(key);
+    if (it == root.end() || it->is_null() || (it->is_boolean() && !it->get<bool>())) continue;
+    if (it->is_object()) {
+      auto enabled = it->find("enabled");
+      if (enabled != it->end() && enabled->is_boolean() && !enabled->get<bool>()) continue;
+    }
+    note(key + " " + shown(*it) + ": " + message);
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Megatron-LM.
@@ -621,7 +685,10 @@ const std::vector<std::string> kMegatronValued = {"--tensor-model-parallel-size"
                                                   "--fp4-format",
                                                   "--fp4-recipe",
                                                   "--num-layers-at-start-in-bf16",
-                                                  "--num-layers-at-end-in-bf16"};
+                                                  "--num-layers-at-end-in-bf16",
+                                                  "--deepspeed_config",
+                                                  "--attention-backend",
+                                                  "--zero-stage"};
 const std::vector<std::string> kMegatronFlags = {"--sequence-parallel",
                                                  "--moe-grouped-gemm",
                                                  "--moe-shared-expert-overlap",
@@ -758,7 +825,61 @@ const std::vector<std::string> kMegatronIgnored = {"--lr",
                                                    "--moe-eval-capacity-factor",
                                                    "--create-moe-param-group",
                                                    "--disable-moe-top2-2nd-expert-sampling",
-                                                   "--deepspeed_config"};
+                                                   "--cross-entropy-loss-fusion",
+                                                   "--calculate-per-token-loss",
+                                                   "--no-mmap-bin-files",
+                                                   "--profile",
+                                                   "--profile-step-start",
+                                                   "--profile-step-end",
+                                                   "--profile-ranks",
+                                                   "--distributed-timeout-minutes",
+                                                   "--decoupled-lr",
+                                                   "--decoupled-min-lr",
+                                                   "--logging-level",
+                                                   "--no-check-for-nan-in-loss-and-grad",
+                                                   "--init-model-with-meta-device",
+                                                   "--fsdp-manual-registration",
+                                                   "--no-position-embedding",
+                                                   "--record-memory-history",
+                                                   "--num-dataset-builder-threads",
+                                                   "--object-storage-cache-path",
+                                                   "--ckpt-assume-constant-structure",
+                                                   "--override-opt_param-scheduler",
+                                                   "--repeated-dataloader",
+                                                   "--zero-reduce-scatter",
+                                                   "--zero-contigious-gradients",
+                                                   "--deepspeed-activation-checkpointing",
+                                                   "--no-pipeline-parallel",
+                                                   "--lr-decay-tokens",
+                                                   "--lr-warmup-tokens",
+                                                   "--train-tokens",
+                                                   "--tensorboard-queue-size",
+                                                   "--log-batch-size-to-tensorboard",
+                                                   "--log-optimizer-states-to-tensorboard"};
+// Arguments that change what a run costs but are not modelled: accepted with a note (whatever
+// values follow them).
+const std::vector<std::pair<std::string, std::string>> kMegatronNoted = {
+    {"--grad-reduce-in-bf16",
+     "gradients reduced in bf16 is not modelled: they are reduced in the type "
+     "training.grad_accumulation_dtype and the framework give"},
+    {"--use-megatron-fsdp",
+     "Megatron FSDP is not read from the arguments: give the sharding with stratasim's --fsdp "
+     "or --zero 3"},
+    {"--use-torch-fsdp2",
+     "PyTorch FSDP2 is not read from the arguments: give the sharding with stratasim's --fsdp "
+     "or --zero 3"},
+    {"--data-parallel-sharding-strategy",
+     "is not read (Megatron FSDP): give the sharding with stratasim's --fsdp or --zero"},
+    {"--use-nccl-ub", "NCCL user buffers are not modelled"},
+    {"--cpu-optimizer",
+     "(Megatron-DeepSpeed) is not read: the optimizer's offload comes from the DeepSpeed "
+     "config's zero_optimization.offload_optimizer (or --offload optimizer)"},
+    {"--fsdp-double-buffer", "is not modelled (Megatron FSDP)"},
+    {"--step-batch-size-schedule",
+     "a batch-size ramp is not modelled: every iteration runs --global-batch-size"},
+    {"--moe-router-dtype", "is not modelled: the router runs in the training dtype"},
+    {"--recompute-modules",
+     "is not read: --recompute-granularity and --recompute-method choose what is recomputed"}};
 
 std::vector<MegatronArg> parse_megatron(const std::vector<std::string>& words,
                                         const std::string& source, ForeignInput& out) {
@@ -789,11 +910,16 @@ class MegatronReader : foreign::Reader {
   explicit MegatronReader(std::string source) : Reader(std::move(source)) {}
 
   ForeignInput read(std::string_view text) {
-    const auto args = parse_megatron(split_shell_words(text, source_), source_, out_);
+    const LaunchLine launch = read_launch_line(split_shell_words(text, source_), source_);
+    const auto args = parse_megatron(launch.args, source_, out_);
     for (const auto& a : args) {
       const bool valued = contains(kMegatronValued, a.name);
       const bool flag = contains(kMegatronFlags, a.name);
-      if (a.name == "--num-experts" && !a.values.empty()) {
+      if (a.name == "--deepspeed" && a.values.size() == 1) {
+        // Hugging Face Trainer's --deepspeed ds_config.json: the config file.
+        values_["--deepspeed_config"] = a.values.front();
+        flags_.insert(a.name);
+      } else if (a.name == "--num-experts" && !a.values.empty()) {
         // Megatron-DeepSpeed's --num-experts takes one count per MoE layer (nargs='+').
         num_experts_ = a.values;
         values_[a.name] = a.values.front();
@@ -807,6 +933,10 @@ class MegatronReader : foreign::Reader {
           fail(a.name, "is a flag and takes no value, got " + quote_text(a.values.front()));
         }
         flags_.insert(a.name);
+      } else if (auto noted = std::find_if(kMegatronNoted.begin(), kMegatronNoted.end(),
+                                           [&](const auto& n) { return n.first == a.name; });
+                 noted != kMegatronNoted.end()) {
+        note(a.name + " " + noted->second);
       } else if (!contains(kMegatronIgnored, a.name)) {
         std::vector<std::string> mapped = kMegatronValued;
         mapped.insert(mapped.end(), kMegatronFlags.begin(), kMegatronFlags.end());
@@ -819,10 +949,19 @@ class MegatronReader : foreign::Reader {
       }
     }
     map();
+    map_world(launch);
+    map_deepspeed_config();
     return std::move(out_);
   }
 
  private:
+  // The cluster sized by the launch line (strategies/launch_line.hpp): cluster.nodes and
+  // cluster.devices_per_node; the device and the network stay the experiment cluster's.
+  void map_world(const LaunchLine& launch);
+  // --deepspeed_config FILE (or --deepspeed FILE): the DeepSpeed config, read as stratasim's
+  // --deepspeed reads it, its overrides before the arguments' own.
+  void map_deepspeed_config();
+
   static bool contains(const std::vector<std::string>& list, const std::string& name) {
     return std::find(list.begin(), list.end(), name) != list.end();
   }
@@ -913,10 +1052,8 @@ class MegatronReader : foreign::Reader {
     }
     map_context_parallel();
     map_moe();
-    if (flag("--deepspeed")) {
-      note(
-          "--deepspeed: a Megatron-DeepSpeed launch line; its DeepSpeed config "
-          "(--deepspeed_config) is not read from it: give that file to stratasim's --deepspeed");
+    if (flag("--deepspeed") && !has("--deepspeed_config")) {
+      note("--deepspeed without --deepspeed_config: no DeepSpeed config read");
     }
     int vpp = 0;
     if (has("--virtual-pipeline-model-parallel-size")) {
@@ -971,6 +1108,14 @@ class MegatronReader : foreign::Reader {
     if (flag("--bf16")) set("training.dtype", "bf16", "--bf16");
     if (flag("--fp16")) set("training.dtype", "fp16", "--fp16");
     if (flag("--use-flash-attn")) set("training.flash_attention", true, "--use-flash-attn");
+    if (has("--attention-backend")) {
+      // Megatron-Core's AttnBackend: flash and fused (cuDNN) are fused attention kernels, auto
+      // picks one of them (Transformer Engine); unfused and local materialise the scores.
+      const std::string backend =
+          choice("--attention-backend", {"flash", "fused", "unfused", "local", "auto"});
+      set("training.flash_attention", backend != "unfused" && backend != "local",
+          "--attention-backend");
+    }
     map_low_precision();
     // Megatron-LM's defaults around the layers (strategies/framework.hpp): fp32 main grads
     // with bf16, the distributed optimizer when asked for.
@@ -978,6 +1123,8 @@ class MegatronReader : foreign::Reader {
     if (flag("--use-distributed-optimizer")) {
       set("training.distributed_optimizer", true, "--use-distributed-optimizer");
     }
+    // Megatron-DeepSpeed's --zero-stage (its model code's view of the DeepSpeed config's stage).
+    if (has("--zero-stage")) set("parallelism.zero", integer("--zero-stage", 0, 3), "--zero-stage");
     if (flag("--accumulate-allreduce-grads-in-fp32")) {
       set("training.grad_accumulation_dtype", "fp32", "--accumulate-allreduce-grads-in-fp32");
     }
@@ -1460,6 +1607,84 @@ class MegatronReader : foreign::Reader {
   std::vector<std::string> num_experts_;  // --num-experts' values (Megatron-DeepSpeed: several)
 };
 
+void MegatronReader::map_world(const LaunchLine& launch) {
+  if (!launch.prefix.empty()) {
+    std::string words;
+    for (const auto& w : launch.prefix) words += (words.empty() ? "" : " ") + w;
+    note("\"" + words + "\" before " + launch.launchers.front() + " ignored");
+  }
+  if (!launch.nodes && !launch.per_node && !launch.world) {
+    if (!launch.launchers.empty()) {
+      note(launch.launchers.back() +
+           " gives no number of nodes or GPUs per node: the experiment's cluster is kept");
+    }
+    return;
+  }
+  const auto option = [](const LaunchSize& s) { return s.given.substr(0, s.given.find(' ')); };
+  std::optional<LaunchSize> nodes = launch.nodes;
+  std::optional<LaunchSize> per_node = launch.per_node;
+  if (launch.world) {
+    const LaunchSize& w = *launch.world;
+    const std::string world = std::to_string(w.value);
+    if (nodes && per_node) {
+      if (nodes->value * per_node->value != w.value) {
+        fail(option(w), "starts " + world + " processes, but " + nodes->given + " x " +
+                            per_node->given + " are " +
+                            std::to_string(nodes->value * per_node->value));
+      }
+    } else if (nodes || per_node) {
+      const LaunchSize& known = nodes ? *nodes : *per_node;
+      if (w.value % known.value != 0) {
+        fail(option(w), "starts " + world + " processes, not a multiple of " + known.given);
+      }
+      const LaunchSize other{w.value / known.value, w.given + " / " + known.given};
+      (nodes ? per_node : nodes) = other;
+    } else {
+      fail(option(w), "gives the number of processes (" + world +
+                          ") but not how many run on each node, which sizes the cluster: add "
+                          "the launcher's processes per node (mpirun -npernode, srun "
+                          "--ntasks-per-node, torchrun --nproc_per_node)");
+    }
+  }
+  const std::string launcher = launch.launchers.back();
+  std::string size;
+  if (nodes) {
+    Reader::set("cluster.nodes", nodes->value, launcher + " " + nodes->given);
+    size = std::to_string(nodes->value) + " node(s)";
+  } else {
+    size = "the cluster's nodes";
+  }
+  if (per_node) {
+    Reader::set("cluster.devices_per_node", per_node->value, launcher + " " + per_node->given);
+    size += " x " + std::to_string(per_node->value) + " GPU(s)";
+  } else {
+    size += " x the cluster's GPUs per node";
+  }
+  // Megatron's data-parallel size is what remains of the world.
+  out_.overrides.push_back({"parallelism.dp", nullptr, source_ + " (dp = world / (tp x pp))"});
+  note("the cluster is sized by the launch line (" + launcher + "): " + size +
+       "; its device and network are the experiment's");
+}
+
+void MegatronReader::map_deepspeed_config() {
+  if (!has("--deepspeed_config")) return;
+  const std::string& file = values_.at("--deepspeed_config");
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) {
+    // A pasted launch line names a file on the machine it ran on: say so, read nothing.
+    note("--deepspeed_config " + quote_text(file) +
+         ": no such file here (the path is relative to the current directory): no DeepSpeed "
+         "config read; give it to stratasim's --deepspeed");
+    return;
+  }
+  if (!std::filesystem::is_regular_file(file, ec)) {
+    fail("--deepspeed_config", quote_text(file) + ": not a regular file; expected a JSON file");
+  }
+  ForeignInput ds = load_deepspeed(file);
+  out_.overrides.insert(out_.overrides.begin(), ds.overrides.begin(), ds.overrides.end());
+  out_.notes.insert(out_.notes.begin(), ds.notes.begin(), ds.notes.end());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Hugging Face config.json.
 
@@ -1586,6 +1811,21 @@ class HfReader {
                "attention_bias",
                "classifier_dropout"};
       read_neox(m);
+    } else if (type == "bert") {
+      known = {"hidden_size",
+               "intermediate_size",
+               "num_hidden_layers",
+               "num_attention_heads",
+               "vocab_size",
+               "max_position_embeddings",
+               "hidden_act",
+               "layer_norm_eps",
+               "type_vocab_size",
+               "position_embedding_type",
+               "tie_word_embeddings",
+               "classifier_dropout",
+               "gradient_checkpointing"};
+      read_bert(m);
     } else if (type == "deepseek_v2" || type == "deepseek_v3") {
       known = {"hidden_size",
                "intermediate_size",
@@ -1753,6 +1993,9 @@ class HfReader {
         {"GPT2LMHeadModel", "gpt2"},
         {"GPT2Model", "gpt2"},
         {"GPTNeoXForCausalLM", "gpt_neox"},
+        {"BertForMaskedLM", "bert"},
+        {"BertForPreTraining", "bert"},
+        {"BertModel", "bert"},
         {"Qwen2ForCausalLM", "qwen2"},
         {"Qwen3ForCausalLM", "qwen3"},
         {"Qwen2MoeForCausalLM", "qwen2_moe"},
@@ -2253,6 +2496,34 @@ class HfReader {
           "use_parallel_residual: attention and MLP read the same input; modelled one after "
           "the other (the same work and parameters)");
     }
+  }
+
+  // BERT (transformers' modeling_bert.py): an encoder (no causal mask) with learned positions,
+  // LayerNorm, GELU and biases, the masked-LM head tied to the word embeddings, as
+  // configs/models/bert-large.json. The token-type embeddings (type_vocab_size x hidden) and the
+  // MLM head's transform are not costed, as there.
+  void read_bert(json& m) {
+    m["hidden"] = integer("hidden_size", "hidden");
+    m["ffn_hidden"] = integer("intermediate_size", "ffn_hidden");
+    m["layers"] = integer("num_hidden_layers", "layers", 100'000);
+    m["heads"] = integer("num_attention_heads", "heads");
+    m["kv_heads"] = m["heads"];
+    hf_key_["kv_heads"] = "num_attention_heads";
+    m["vocab"] = integer("vocab_size", "vocab", 1 << 30);
+    m["max_seq_len"] = integer_or("max_position_embeddings", "max_seq_len", 512);
+    gelu_note("hidden_act", r_.string_or("hidden_act", "gelu"));
+    m["activation"] = "gelu";
+    m["tied_embeddings"] = r_.boolean_or("tie_word_embeddings", true);
+    const std::string positions = r_.string_or("position_embedding_type", "absolute");
+    if (positions != "absolute") {
+      r_.fail("position_embedding_type",
+              "only BERT's absolute (learned) position embeddings are modelled, got " +
+                  quote_text(positions));
+    }
+    m["position_embedding"] = "learned";
+    m["norm"] = "layernorm";
+    m["bias"] = true;
+    m["causal"] = false;
   }
 
   // Dropout probabilities under each family's names (and BERT's), with the family's defaults:

@@ -59,9 +59,9 @@ std::vector<std::string> split_shell_words(std::string_view text, const std::str
 bool is_hf_config(const nlohmann::json& object);
 /// The model_type values read (docs/inputs.md has what each becomes).
 inline constexpr std::string_view kHfModelTypes[] = {
-    "llama",  "mistral",   "gpt2",     "gpt_neox",  "mixtral",    "deepseek_v2", "deepseek_v3",
-    "qwen2",  "qwen2_moe", "qwen3",    "qwen3_moe", "gemma",      "gemma2",      "gemma3_text",
-    "gemma3", "phi3",      "nemotron", "llama4",    "llama4_text"};
+    "llama",  "mistral",   "gpt2",     "gpt_neox",  "mixtral",     "deepseek_v2", "deepseek_v3",
+    "qwen2",  "qwen2_moe", "qwen3",    "qwen3_moe", "gemma",       "gemma2",      "gemma3_text",
+    "gemma3", "phi3",      "nemotron", "llama4",    "llama4_text", "bert"};
 
 /// If the value at `path` of `doc` is a Hugging Face config.json, replaces it with the
 /// equivalent stratasim model object (strategies/model.hpp keys), appending notes on what is

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <vector>
 
+#include "hw_models/json_depth.hpp"
 #include "strategies/foreign_reading.hpp"
 
 namespace stratasim::strategies {
@@ -253,7 +254,7 @@ ForeignInput fsdp_config_from_text(std::string_view text, const std::string& sou
   json root;
   if (start != std::string_view::npos && text[start] == '{') {
     try {
-      root = json::parse(text);
+      root = config::parse_json_depth_bounded(text, source);
     } catch (const json::parse_error& e) {
       throw ConfigError(source, "", std::string("invalid JSON: ") + e.what());
     }

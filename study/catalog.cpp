@@ -19,12 +19,13 @@ fs::path config_dir() {
 namespace {
 
 // `given` if it exists, else the first of `folders` (under config_dir()) holding given.json,
-// else `given` unchanged.
+// else `given` unchanged. A name may have a folder of the catalog before it ("hf/llama2-7b" is
+// configs/models/hf/llama2-7b.json).
 fs::path resolve(const std::string& given, std::initializer_list<const char*> folders) {
   fs::path path(given);
   std::error_code ec;
   if (fs::exists(path, ec)) return path;
-  if (path.parent_path().empty()) {
+  if (!path.is_absolute() && !given.empty() && given.find("..") == std::string::npos) {
     for (const char* folder : folders) {
       fs::path catalog = config_dir() / folder / (given + ".json");
       if (fs::exists(catalog, ec)) return catalog;

@@ -25,7 +25,9 @@ std::filesystem::path resolve_experiment(const std::string& given);
 std::filesystem::path resolve_cluster(const std::string& given);
 /// A device given by path, or by name from configs/hardware/devices ("h100-sxm5-80gb").
 std::filesystem::path resolve_device(const std::string& given);
-/// A model given by path, or by name from configs/models or configs/models/hf.
+/// A model given by path, or by name from configs/models or configs/models/hf: a name is its
+/// file's, and "hf/NAME" names configs/models/hf/NAME.json where configs/models has a NAME too
+/// (as `stratasim list models` shows them).
 std::filesystem::path resolve_model(const std::string& given);
 /// The published calibration set shipped with the sources (tests/reference/calibration.json, a
 /// copy of ../shared/reference/calibration.json): beside config_dir().

@@ -22,8 +22,11 @@
 //   and pipeline_time_s the longest window of a rank's forward/backward/recompute compute spans;
 //   each rank's busy time is clipped to its own window.
 // - per rank compute_busy_s: summed durations of the rank's compute-stream spans with phase
-//   forward, backward or recompute, clipped to the pipeline window. bubble_fraction = 1 - mean over
-//   ranks of compute_busy_s / pipeline_time_s (0 when pipeline_time_s is 0).
+//   forward, backward or recompute, clipped to the pipeline window. compute_idle_fraction = 1 -
+//   mean over ranks of compute_busy_s / pipeline_time_s (0 when pipeline_time_s is 0): the time
+//   the compute stream waits (on communication, on other stages). bubble_fraction is that figure
+//   when there is a pipeline (more than one stage in context.stage_of_rank, or no stages given),
+//   else 0: at pp = 1 the idle time is waiting on communication, not a pipeline bubble.
 // - per rank exposed_comm_s: length of the time during which at least one span on a
 //   communication stream (tp_comm, dp_comm, pp_send, pp_recv) is active and no compute-stream
 //   span is; the report's exposed_comm_s is the mean over ranks. Computed with a sweep: the
@@ -326,7 +329,8 @@ void fill_times(const strategies::Program& program, const Timeline& timeline,
     exposed_sum += rank.exposed_comm_s;
   }
   if (report.pipeline_time_s > 0) {
-    report.bubble_fraction = 1.0 - busy_ratio_sum / static_cast<double>(world);
+    report.compute_idle_fraction = 1.0 - busy_ratio_sum / static_cast<double>(world);
+    if (pipelined(context)) report.bubble_fraction = report.compute_idle_fraction;
   }
   report.exposed_comm_s = exposed_sum / static_cast<double>(world);
 }
@@ -516,6 +520,12 @@ Bytes category(const MemoryBreakdown& b, MemoryCategory c) {
 
 }  // namespace
 
+bool pipelined(const ReportContext& context) {
+  return context.stage_of_rank.empty() ||
+         std::any_of(context.stage_of_rank.begin(), context.stage_of_rank.end(),
+                     [](int stage) { return stage > 0; });
+}
+
 Report make_report(const strategies::Program& program, const Timeline& timeline,
                    const ReportContext& context) {
   Report report;
@@ -578,6 +588,7 @@ nlohmann::json to_json(const Report& report, const ReportContext& context) {
   j["mfu"] = report.mfu;
   j["hfu"] = report.hfu;
   j["bubble_fraction"] = report.bubble_fraction;
+  j["compute_idle_fraction"] = report.compute_idle_fraction;
   j["exposed_comm_s"] = report.exposed_comm_s;
   json interference = json::object();
   for (std::size_t s = 0; s < strategies::kStreamCount; ++s) {
@@ -795,9 +806,15 @@ void print_summary(std::ostream& out, const Report& report, const ReportContext&
   } else {
     lines.emplace_back("model FLOP rate", "unknown (no kernel shapes: measured durations only)");
   }
-  lines.emplace_back("pipeline bubble", percent_text(report.bubble_fraction) + " of " +
-                                            seconds_text(report.pipeline_time_s) +
-                                            " (first forward to last backward)");
+  if (pipelined(context)) {
+    lines.emplace_back("pipeline bubble", percent_text(report.bubble_fraction) + " of " +
+                                              seconds_text(report.pipeline_time_s) +
+                                              " (first forward to last backward)");
+  } else {  // one stage: no pipeline, the compute stream only waits on communication
+    lines.emplace_back("compute idle", percent_text(report.compute_idle_fraction) + " of " +
+                                           seconds_text(report.pipeline_time_s) +
+                                           " (first forward to last backward; no pipeline)");
+  }
   lines.emplace_back("exposed comm", seconds_text(report.exposed_comm_s) + " (mean per rank)");
   std::string lost;
   for (std::size_t s = 0; s < strategies::kStreamCount; ++s) {

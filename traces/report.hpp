@@ -92,8 +92,12 @@ struct Report {
   double model_tflops_per_device = 0;
   double mfu = 0;
   double hfu = 0;
-  double bubble_fraction = 0;  // 1 - mean over ranks of compute_busy_s / pipeline_time_s
-  double exposed_comm_s = 0;   // mean over ranks
+  /// 1 - mean over ranks of compute_busy_s / pipeline_time_s: the share of the pipeline time
+  /// the compute stream waits (on other stages, on communication).
+  double compute_idle_fraction = 0;
+  /// compute_idle_fraction when the ranks form a pipeline (pipelined(context)), else 0.
+  double bubble_fraction = 0;
+  double exposed_comm_s = 0;  // mean over ranks
   /// Time lost to compute-communication interference (hw_models/interference.hpp) per stream
   /// (strategies::Stream order): the ops' extra time over what they take alone, summed per
   /// rank, mean over ranks. All zero when the timeline records none.
@@ -118,10 +122,14 @@ struct Report {
 Report make_report(const strategies::Program& program, const Timeline& timeline,
                    const ReportContext& context);
 
+/// Whether the ranks form a pipeline: more than one stage in context.stage_of_rank; when the
+/// context gives no stages (stage_of_rank empty) it is not known, and taken as a pipeline.
+bool pipelined(const ReportContext& context);
+
 /// report.json: iteration_time_s, pipeline_time_s, optimizer_time_s, tokens_per_s,
 /// samples_per_s, model_flops_per_iteration, hardware_flops_per_iteration,
-/// model_tflops_per_device, mfu, hfu, bubble_fraction, exposed_comm_s, interference_s {stream:
-/// seconds, for every stream}, peak_memory_bytes,
+/// model_tflops_per_device, mfu, hfu, bubble_fraction, compute_idle_fraction, exposed_comm_s,
+/// interference_s {stream: seconds, for every stream}, peak_memory_bytes,
 /// fits, ranks [{rank, stage, peak_memory_bytes, memory_breakdown {parameters, gradients,
 /// optimizer_states, activations, workspace, comm_buffers}, fits}], plus experiment,
 /// completed, problem and out_of_memory.

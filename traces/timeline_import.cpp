@@ -21,6 +21,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hw_models/config_reader.hpp"
+#include "hw_models/json_depth.hpp"
 #include "strategies/optimizer.hpp"
 
 namespace stratasim::traces {
@@ -884,7 +886,9 @@ TimelineTrace import_timeline_text(std::string_view text, const std::string& sou
   const Reader rd(source);
   json root;
   try {
-    root = json::parse(text.begin(), text.end());
+    root = config::parse_json_depth_bounded(text, source);
+  } catch (const config::ConfigError& e) {  // nested deeper than config::kMaxJsonDepth
+    rd.fail("", e.message());
   } catch (const json::parse_error& e) {
     rd.fail("byte " + std::to_string(e.byte), std::string("not valid JSON: ") + e.what());
   } catch (const json::exception& e) {

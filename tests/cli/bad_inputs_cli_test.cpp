@@ -153,6 +153,53 @@ TEST_CASE("JSON nested 60,000 levels deep is exit 2 naming the file, not a stack
   check_bad_input("collective " + file.string(), {file.string(), "nested deeper than 512 levels"});
 }
 
+TEST_CASE("a --deepspeed file nested 100,000 levels deep is exit 2 naming the file") {
+  const TempDir tmp("cli");
+  const auto deep = [&](const std::string& name, const std::string& head, const std::string& tail) {
+    const auto file = tmp.path() / name;
+    std::ofstream(file) << head << std::string(100000, '[') << std::string(100000, ']') << tail;
+    return file.string();
+  };
+  // Before: SIGSEGV (the DeepSpeed reader printed the value in its error, recursively).
+  const auto ds = deep("ds.json", "{\"zero_optimization\": {\"stage\": ", "}}");
+  check_bad_input("simulate " + experiment() + " --deepspeed " + ds,
+                  {ds, "nested deeper than 512 levels"});
+  // The same file named inside a launch line, and the other foreign inputs read as JSON.
+  check_bad_input("simulate " + experiment() + " --megatron-args \"--deepspeed_config " + ds + "\"",
+                  {ds, "nested deeper than 512 levels"});
+  const auto hf = deep("config.json", "{\"model_type\": \"llama\", \"hidden_size\": ", "}");
+  check_bad_input("simulate " + experiment() + " --model " + hf, {hf, "nested deeper than 512"});
+  const auto fsdp = deep("fsdp.json", "{\"sharding_strategy\": ", "}");
+  check_bad_input("simulate " + experiment() + " --fsdp " + fsdp, {fsdp, "nested deeper than 512"});
+}
+
+TEST_CASE("an experiment's description nested 60,000 levels deep is exit 2 for sweep and search") {
+  const TempDir tmp("cli");
+  const auto file = tmp.path() / "deep-description.json";
+  {
+    auto e = nlohmann::json::parse(std::ifstream(experiment()));
+    const std::string model =
+        (stratasim::testing::configs_dir() / "models" / "gpt3-1.7b.json").string();
+    const std::string cluster =
+        (stratasim::testing::configs_dir() / "hardware" / "clusters" / "dgx-a100-1.json").string();
+    e["model"] = model;
+    e["cluster"] = cluster;
+    std::string text = e.dump();
+    const std::string key = "\"description\":";
+    const auto at = text.find(key);
+    REQUIRE(at != std::string::npos);
+    const auto end = text.find("\",\"", at + key.size() + 1);  // the end of the description
+    text = text.substr(0, at + key.size()) + std::string(60000, '[') + std::string(60000, ']') +
+           text.substr(end + 1);
+    std::ofstream(file) << text;
+  }
+  // Before: SIGSEGV in a recursive copy of the experiment for each combination.
+  check_bad_input("sweep " + file.string() + " --tp 1,2 --out " + (tmp.path() / "s.csv").string(),
+                  {file.string(), "nested deeper than 512"});
+  check_bad_input("search " + file.string() + " --gpus 8",
+                  {file.string(), "nested deeper than 512"});
+}
+
 TEST_CASE("a directory or a FIFO as the experiment is exit 2, not malformed JSON or a hang") {
   const TempDir tmp("cli");
   const auto dir = tmp.subdir("a-folder");

@@ -429,9 +429,10 @@ TEST_CASE("Hugging Face config.json: unsupported families and bad values are err
   auto from = [&](const std::string& text) {
     return error_of([&] { hf_model_from_text(text, "config.json", notes); });
   };
-  const std::string bert = from(R"({"model_type": "bert", "hidden_size": 768})");
-  CHECK(bert.find("config.json: at model.model_type") != std::string::npos);
-  CHECK(bert.find("llama, mistral, gpt2, gpt_neox") != std::string::npos);
+  // (BERT, once the example of an unsupported family, is read since issue 18: T5 stands in.)
+  const std::string t5 = from(R"({"model_type": "t5", "d_model": 512})");
+  CHECK(t5.find("config.json: at model.model_type") != std::string::npos);
+  CHECK(t5.find("llama, mistral, gpt2, gpt_neox") != std::string::npos);
   CHECK(
       from(R"({"architectures": ["T5ForConditionalGeneration"]})").find("at model.architectures") !=
       std::string::npos);

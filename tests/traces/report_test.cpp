@@ -134,6 +134,25 @@ TEST_CASE("report: pipeline bubble on two ranks") {
   }
 }
 
+TEST_CASE("report: pipeline bubble is printed with pp = 1") {
+  // The same two ranks as data-parallel replicas of one stage: no pipeline, so no bubble; the
+  // compute stream's idle share is still 1 - (30 + 25) / 2 / 50 (waiting on communication).
+  TwoRanks f;
+  f.context.stage_of_rank = {0, 0};
+  auto r = traces::make_report(f.program, f.timeline, f.context);
+  CHECK(r.bubble_fraction == 0);
+  CHECK(r.compute_idle_fraction == approx(1 - (0.6 + 0.5) / 2));
+  std::ostringstream text;
+  traces::print_summary(text, r, f.context);
+  CHECK(text.str().find("pipeline bubble") == std::string::npos);
+  CHECK(text.str().find("compute idle") != std::string::npos);
+  // With two stages both say the same.
+  f.context.stage_of_rank = {0, 1};
+  auto p = traces::make_report(f.program, f.timeline, f.context);
+  CHECK(p.bubble_fraction == approx(1 - (0.6 + 0.5) / 2));
+  CHECK(p.compute_idle_fraction == p.bubble_fraction);
+}
+
 TEST_CASE("report: exposed communication") {
   Program p(2);
   auto k = p.add_kernels({gemm(1, 1, 1)});
@@ -280,6 +299,7 @@ TEST_CASE("report: to_json has exactly the documented keys") {
                                       "mfu",
                                       "hfu",
                                       "bubble_fraction",
+                                      "compute_idle_fraction",
                                       "exposed_comm_s",
                                       "interference_s",
                                       "peak_memory_bytes",
