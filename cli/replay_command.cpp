@@ -41,7 +41,12 @@ void add_replay_options(CLI::App* cmd, ReplayArgs& args) {
                   "Override a cluster value: cluster.key=value (repeatable), e.g. "
                   "cluster.inter_node.bandwidth=\"400 Gb/s\"");
   cmd->add_option("--out", args.out, "Write report.json, timeline.json and memory.csv here");
-  cmd->add_flag("--quiet", args.quiet, "Print nothing on success (notes still go to stderr)");
+  cmd->add_flag("--quiet", args.quiet,
+                "Print nothing on success: neither the report nor the notes (--no-notes hides "
+                "only the notes)");
+  cmd->add_flag("--no-notes", args.no_notes,
+                "Hide the notes (\"note: ...\" on stderr: what was approximated or assumed); the "
+                "report is printed");
   cmd->add_flag("--exact", args.request.exact,
                 "With --ranks: simulate every new replica instead of mirroring them");
 }
@@ -51,7 +56,9 @@ int replay_command(const ReplayArgs& args) {
   const auto started = Clock::now();
   check_out_dir(args.out);
   const study::ReplayResult r = study::replay(args.request);
-  for (const auto& n : r.notes) std::cerr << "note: " << n << "\n";
+  if (!args.quiet && !args.no_notes) {
+    for (const auto& n : r.notes) std::cerr << "note: " << n << "\n";
+  }
   if (!args.quiet) {
     traces::print_summary(std::cout, r.report, r.context);
     const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();

@@ -16,7 +16,8 @@ namespace stratasim::cli {
 struct ReplayArgs {
   study::ReplayRequest request;  // what to replay, filled by the flags (study/replay.hpp)
   std::string out;
-  bool quiet = false;
+  bool quiet = false;     // --quiet: nothing on success, notes included
+  bool no_notes = false;  // --no-notes: the report without the notes
 };
 
 /// Adds the replay's positional argument and flags to `cmd`, writing into `args`.

@@ -271,3 +271,28 @@ TEST_CASE(
   CHECK(r.status == 2);
   CHECK(r.output.find("t.0.json: the trace has no nodes") != std::string::npos);
 }
+
+TEST_CASE(
+    "replay: --quiet prints nothing on success, --no-notes prints the report without the notes "
+    "(issue 18: --quiet)") {
+  const TempDir tmp("cli");
+  const auto dir = tmp.subdir("replay-quiet");
+  // The ring trace's replay has a note (the send semantics assumed) and a report.
+  const std::string trace =
+      kSource + "/tests/data/traces/chakra/custom_ring_allreduce_8npus_1MB/custom_allreduce";
+  const std::string base = "replay " + trace + " --format chakra --cluster dgx-a100-1 --out ";
+  auto r = run(base + (dir / "plain").string());
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("note: ") != std::string::npos);
+  CHECK(r.output.find("iteration time") != std::string::npos);
+  r = run(base + (dir / "no-notes").string() + " --no-notes");
+  CAPTURE(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("note: ") == std::string::npos);
+  CHECK(r.output.find("iteration time") != std::string::npos);
+  r = run(base + (dir / "quiet").string() + " --quiet");
+  CAPTURE(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output.empty());
+  CHECK(std::filesystem::exists(dir / "quiet" / "report.json"));
+}
