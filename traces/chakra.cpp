@@ -18,6 +18,7 @@
 
 #include "et_def.pb.h"
 #include "hw_models/files.hpp"
+#include "hw_models/json_depth.hpp"
 #include "strategies/kernel_bytes.hpp"
 #include "strategies/optimizer.hpp"
 #include "traces/trace_builder.hpp"
@@ -101,7 +102,9 @@ class AttrReader {
   }
   json parse(const std::string& text) const {
     try {
-      return json::parse(text);
+      return config::parse_json_depth_bounded(text, file_);
+    } catch (const config::ConfigError& e) {  // nested deeper than config::kMaxJsonDepth
+      throw TraceError(file_, where_, "attribute " + attr_ + ": " + e.message());
     } catch (const json::exception& e) {
       throw TraceError(file_, where_, "attribute " + attr_ + " is not valid JSON: " + e.what());
     }
@@ -492,7 +495,9 @@ RankMessages decode_protobuf(const std::string& bytes, const std::string& file) 
 void check_metadata_object(const std::string& object, const std::string& file) {
   json v;
   try {
-    v = json::parse(object);
+    v = config::parse_json_depth_bounded(object, file);
+  } catch (const config::ConfigError& e) {  // nested deeper than config::kMaxJsonDepth
+    throw TraceError(file, "", e.message());
   } catch (const json::exception&) {
     return;  // protobuf's parser names what is wrong
   }
@@ -941,7 +946,7 @@ std::vector<ProcessGroup> process_groups_of(const pb::Node& node, const std::str
   if (text == "[]" || text == "['']" || text == "[\"\"]") return {};
   json groups;
   try {
-    groups = json::parse(text);
+    groups = config::parse_json_depth_bounded(text, file);
   } catch (const json::exception&) {
     // Python's str() of a one-string list: ['...'], with \\ and \' escaped.
     if (text.size() < 4 || !text.starts_with("['") || !text.ends_with("']")) {
@@ -953,7 +958,7 @@ std::vector<ProcessGroup> process_groups_of(const pb::Node& node, const std::str
       inner += text[i];
     }
     try {
-      groups = json::parse(inner);
+      groups = config::parse_json_depth_bounded(inner, file);
     } catch (const json::exception& e) {
       throw TraceError(file, where, expected + "; the JSON in it is not valid: " + e.what());
     }
@@ -964,7 +969,7 @@ std::vector<ProcessGroup> process_groups_of(const pb::Node& node, const std::str
   for (int depth = 0; depth < 4 && groups.is_array() && groups.size() == 1; ++depth) {
     if (groups[0].is_string()) {
       try {
-        groups = json::parse(groups[0].get<std::string>());
+        groups = config::parse_json_depth_bounded(groups[0].get<std::string>(), file);
       } catch (const json::exception& e) {
         throw TraceError(file, where, expected + "; the JSON in it is not valid: " + e.what());
       }

@@ -11,6 +11,7 @@
 // their all-reduce started, the GPU idle while the host loaded the next batch) without
 // inventing anything it does not. Collectives match across ranks by issue order per group.
 #include "traces/kineto.hpp"
+#include "hw_models/json_depth.hpp"
 
 #include <algorithm>
 #include <array>
@@ -572,7 +573,9 @@ ImportedTrace import_kineto_texts(const std::vector<KinetoFile>& files,
     const auto& file = files[f];
     ParsedFile& p = parsed[f];
     try {
-      p.doc = json::parse(file.text);
+      p.doc = config::parse_json_depth_bounded(file.text, file.name);
+    } catch (const config::ConfigError& e) {  // nested deeper than config::kMaxJsonDepth
+      throw TraceError(file.name, "", e.message());
     } catch (const json::parse_error& e) {
       throw TraceError(file.name, "byte " + std::to_string(e.byte),
                        std::string("not valid JSON: ") + e.what());

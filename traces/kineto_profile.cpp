@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hw_models/config_reader.hpp"
+#include "hw_models/json_depth.hpp"
 #include "strategies/program.hpp"
 #include "traces/import.hpp"
 
@@ -518,7 +519,9 @@ struct Events {
 
 json parse_document(const Reader& in, const std::string& text) {
   try {
-    return json::parse(text);
+    return config::parse_json_depth_bounded(text, in.file);
+  } catch (const config::ConfigError& e) {  // nested deeper than config::kMaxJsonDepth
+    in.fail("", e.message());
   } catch (const json::exception& e) {
     in.fail("", std::string("not valid JSON: ") + e.what());
   }

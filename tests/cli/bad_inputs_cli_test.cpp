@@ -245,3 +245,26 @@ TEST_CASE("host memory exhaustion is exit 3 with a hint, not a bare std::bad_all
   CHECK(r.output.find("out of host memory") != std::string::npos);
   CHECK(r.output.find("--exact") != std::string::npos);
 }
+
+TEST_CASE("a Kineto or Chakra JSON trace nested 100,000 levels deep is exit 2 naming the file") {
+  const TempDir tmp("cli");
+  const auto deep = [&](const std::string& name, const std::string& head, const std::string& tail) {
+    const auto file = tmp.path() / name;
+    std::ofstream(file) << head << std::string(100000, '[') << std::string(100000, ']') << tail;
+    return file.string();
+  };
+  // A Kineto trace whose event's args nest 100,000 levels.
+  const auto kineto = deep("rank0.json",
+                           "{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": "
+                           "\"k\", \"ts\": 0, \"dur\": 1, \"args\": ",
+                           "}]}");
+  check_bad_input("replay " + kineto + " --format kineto --cluster dgx-a100-1",
+                  {kineto, "nested deeper than 512 levels"});
+  // Chakra's JSON form: the GlobalMetadata object nests 100,000 levels.
+  const auto dir = tmp.subdir("chakra");
+  const auto chakra = (dir / "t.0.json").string();
+  std::ofstream(chakra) << "{\"version\": " << std::string(100000, '[') << std::string(100000, ']')
+                        << "}";
+  check_bad_input("replay " + (dir / "t").string() + " --format chakra --cluster dgx-a100-1",
+                  {chakra, "nested deeper than 512 levels"});
+}
