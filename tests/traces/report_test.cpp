@@ -134,7 +134,8 @@ TEST_CASE("report: pipeline bubble on two ranks") {
   }
 }
 
-TEST_CASE("report: pipeline bubble is printed with pp = 1") {
+TEST_CASE(
+    "report: \"pipeline bubble\" is printed with pp = 1 (issue 18): now compute idle, no bubble") {
   // The same two ranks as data-parallel replicas of one stage: no pipeline, so no bubble; the
   // compute stream's idle share is still 1 - (30 + 25) / 2 / 50 (waiting on communication).
   TwoRanks f;
