@@ -3,10 +3,11 @@
 //
 // Hand formulas: with --exact every data-parallel replica issues its own ops, and a replica's ops
 // do not depend on how many replicas there are when each replica runs the same micro-batches
-// (global batch = dp × 8 here). So the run's ops are dp × (ops of one replica): doubling dp
-// doubles the ops, their dependencies and memory effects, hence the program part of the
-// estimate. Mirrored (no --exact), one replica issues ops whatever dp is: the ops stay the same.
-// The ops counted by the estimate are those the lowered Program holds (Program::op_count).
+// (global batch = dp × 8 here; one 8-GPU node per 8 replicas). So the run's ops are dp × (ops of
+// one replica): doubling dp doubles the ops, their dependencies and memory effects, hence the
+// program part of the estimate. Mirrored (no --exact), one replica issues ops whatever dp is: the
+// ops stay the same. The ops counted by the estimate are those the lowered Program holds
+// (Program::op_count).
 #include <doctest/doctest.h>
 
 #include "experiment_helpers.hpp"
@@ -20,9 +21,9 @@ using stratasim::testing::cli;
 namespace {
 
 strategies::Experiment with_dp(int dp) {
-  return strategies::load_experiment(
-      testing::configs_dir() / "experiments/gpt3-1.7b-a100-8.json",
-      {cli("parallelism.dp", dp), cli("training.global_batch", 8 * dp)});
+  return strategies::load_experiment(testing::configs_dir() / "experiments/gpt3-1.7b-a100-8.json",
+                                     {cli("cluster.nodes", dp / 8), cli("parallelism.dp", dp),
+                                      cli("training.global_batch", 8 * dp)});
 }
 
 }  // namespace
@@ -41,19 +42,19 @@ TEST_CASE("the estimate counts the ops the run's Program holds, from one replica
 TEST_CASE("doubling dp with --exact doubles the ops and the program part; mirrored it does not") {
   study::Options exact;
   exact.exact = true;
-  const auto four = study::estimate_host_memory(with_dp(4), exact);
-  const auto eight = study::estimate_host_memory(with_dp(8), exact);
-  CHECK(eight.shape.ops == 2 * four.shape.ops);
-  CHECK(eight.shape.deps == 2 * four.shape.deps);
-  CHECK(eight.shape.effects == 2 * four.shape.effects);
-  CHECK(eight.program.count() == doctest::Approx(2.0 * four.program.count()).epsilon(0.001));
-  CHECK(eight.simulation.count() == doctest::Approx(2.0 * four.simulation.count()).epsilon(0.001));
+  const auto dp8 = study::estimate_host_memory(with_dp(8), exact);
+  const auto dp16 = study::estimate_host_memory(with_dp(16), exact);
+  CHECK(dp16.shape.ops == 2 * dp8.shape.ops);
+  CHECK(dp16.shape.deps == 2 * dp8.shape.deps);
+  CHECK(dp16.shape.effects == 2 * dp8.shape.effects);
+  CHECK(dp16.program.count() == doctest::Approx(2.0 * dp8.program.count()).epsilon(0.001));
+  CHECK(dp16.simulation.count() == doctest::Approx(2.0 * dp8.simulation.count()).epsilon(0.001));
 
-  const auto mirrored_four = study::estimate_host_memory(with_dp(4), {});
-  const auto mirrored_eight = study::estimate_host_memory(with_dp(8), {});
-  CHECK(mirrored_eight.shape.mirrored);
-  CHECK(mirrored_eight.shape.ops == mirrored_four.shape.ops);
-  CHECK(eight.shape.ops == 8 * mirrored_eight.shape.ops);  // 8 replicas, one simulated
+  const auto mirrored_dp8 = study::estimate_host_memory(with_dp(8), {});
+  const auto mirrored_dp16 = study::estimate_host_memory(with_dp(16), {});
+  CHECK(mirrored_dp16.shape.mirrored);
+  CHECK(mirrored_dp16.shape.ops == mirrored_dp8.shape.ops);
+  CHECK(dp16.shape.ops == 16 * mirrored_dp16.shape.ops);  // 16 replicas, one simulated
 }
 
 TEST_CASE("the flow network adds one routing table per destination device") {
