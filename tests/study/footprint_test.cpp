@@ -39,7 +39,7 @@ TEST_CASE("the estimate counts the ops the run's Program holds, from one replica
   CHECK(estimate.network == Bytes(0));
 }
 
-TEST_CASE("doubling dp with --exact doubles the ops and the program part; mirrored it does not") {
+TEST_CASE("doubling dp with --exact doubles the ops and the program part but not when mirrored") {
   study::Options exact;
   exact.exact = true;
   const auto dp8 = study::estimate_host_memory(with_dp(8), exact);
