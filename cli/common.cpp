@@ -237,6 +237,28 @@ void add_experiment_options(CLI::App* cmd, SimulateArgs& sim_args) {
   add_foreign_input_options(cmd, sim_args);
 }
 
+void add_max_memory_option(CLI::App* cmd, SimulateArgs& sim_args) {
+  cmd->add_option("--max-memory", sim_args.max_memory,
+                  "Host memory the simulation may use, e.g. \"4 GiB\" (default: the machine's "
+                  "available memory; \"0 B\": no check). A run estimated to need more stops "
+                  "at once with exit 2 and what would make it fit")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            try {
+              (void)parse_bytes(value);
+              return "";
+            } catch (const std::exception& e) {
+              return e.what();
+            }
+          },
+          "SIZE"));
+}
+
+std::optional<Bytes> max_memory_of(const SimulateArgs& args) {
+  if (!args.max_memory) return std::nullopt;
+  return parse_bytes(*args.max_memory);
+}
+
 void add_foreign_input_options(CLI::App* cmd, SimulateArgs& sim_args) {
   // Notes of the loaders (DeepSpeed, Megatron, Hugging Face inputs) on stderr, unless the
   // command's --quiet is given (whichever command it is: several fill SimulateArgs of their own).

@@ -15,6 +15,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "hw_models/units.hpp"
 #include "strategies/experiment.hpp"
 #include "study/catalog.hpp"
 #include "study/errors.hpp"
@@ -50,7 +51,8 @@ struct SimulateArgs {
   std::string out;
   std::string trace_ranks = "auto";
   bool quiet = false;
-  bool exact = false;  // no data-parallel mirroring
+  bool exact = false;                     // no data-parallel mirroring
+  std::optional<std::string> max_memory;  // --max-memory "4 GiB" (study::Options::max_memory)
   // Inputs users already have (strategies/foreign_inputs.hpp, docs/inputs.md): a model file (ours
   // or a Hugging Face config.json), a DeepSpeed config and Megatron-LM arguments.
   std::optional<std::string> model, deepspeed, megatron_args, fsdp;
@@ -82,6 +84,12 @@ CLI::Validator positive_integer();
 /// CLI11 check for text flags whose empty value would silently mean the default: "--ranks:
 /// expected device ranges like "0-7,16", got nothing".
 CLI::Validator non_empty(const std::string& expected);
+
+/// Adds --max-memory SIZE (the host memory a simulation may use; default the machine's
+/// available memory; "0 B" turns the check off) to a command that runs study::simulate.
+void add_max_memory_option(CLI::App* cmd, SimulateArgs& args);
+/// The limit --max-memory gives (study::Options::max_memory), unset when not given.
+std::optional<Bytes> max_memory_of(const SimulateArgs& args);
 
 /// Fails early (BadInput) when --out cannot become a folder.
 void check_out_dir(const std::string& out);

@@ -13,6 +13,7 @@ namespace fs = std::filesystem;
 
 void add_export_options(CLI::App* cmd, ExportArgs& args) {
   add_experiment_options(cmd, args.experiment);
+  add_max_memory_option(cmd, args.experiment);
   cmd->add_option("--format", args.format,
                   "chakra (protobuf, <name>.<rank>.et) or chakra-json (Chakra's JSON form, "
                   "<name>.<rank>.json)");
@@ -46,6 +47,7 @@ int export_command(const ExportArgs& args) {
     study::Options options;
     options.exact = true;
     options.record_memory = false;
+    options.max_memory = max_memory_of(args.experiment);
     r = study::simulate(experiment, options);
     if (!r.timeline.completed) {
       std::cerr << "error: the simulation did not complete: " << r.timeline.problem << "\n";

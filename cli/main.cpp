@@ -107,6 +107,7 @@ int simulate_command(const SimulateArgs& args) {
   options.exact = args.exact;
   options.trace_ranks = args.trace_ranks;
   options.stop_on_oom = args.stop_on_oom;
+  options.max_memory = max_memory_of(args);
   const study::Result r = study::simulate(
       strategies::load_experiment(resolve_experiment(args.experiment), overrides_of(args)),
       options);
@@ -497,6 +498,7 @@ void add_simulation_commands(CLI::App& app, Commands& c) {
   c.simulate->add_option("--placement", c.sim_args.placement,
                          "With several experiments: packed (one after the other), interleaved "
                          "(nodes dealt round-robin) or device ranges per job like \"0-15;16-31\"");
+  cli::add_max_memory_option(c.simulate, c.sim_args);
   c.simulate->add_flag(
       "--stop-on-oom", c.sim_args.stop_on_oom,
       "End the simulation at the first out-of-memory (default: finish and report)");

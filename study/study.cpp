@@ -132,24 +132,68 @@ sim::MemoryOverheads memory_overheads(const st::Experiment& experiment) {
 
 namespace {
 
+st::LowerOptions lower_options(bool mirrored, const Options& options) {
+  return {.mirror_data_parallel = mirrored,
+          .mirror_tensor_parallel = mirrored && options.mirror_tensor_parallel};
+}
+
 // The shared first half of simulate() and estimate_memory(): the configured experiment, its
-// validated Program and the ranks to trace.
-Result prepare(st::Experiment experiment, const Options& options) {
+// validated Program (unless `program` brings it) and the ranks to trace.
+Result prepare(st::Experiment experiment, const Options& options,
+               std::optional<st::Program> program = std::nullopt, bool configure = true) {
   Result r;
-  r.experiment = configured(std::move(experiment), options);
+  r.experiment = configure ? configured(std::move(experiment), options) : std::move(experiment);
   const bool mirrored = mirrors(r.experiment, options.exact);
   r.traced_ranks = trace_ranks(options.trace_ranks, st::layout_of(r.experiment), mirrored);
-  r.program = study::lower(r.experiment,
-                           {.mirror_data_parallel = mirrored,
-                            .mirror_tensor_parallel = mirrored && options.mirror_tensor_parallel});
+  r.program =
+      program ? std::move(*program) : study::lower(r.experiment, lower_options(mirrored, options));
   r.context = traces::report_context(r.experiment);
   return r;
 }
 
 }  // namespace
 
+HostMemoryEstimate estimate_host_memory(const st::Experiment& experiment, const Options& options,
+                                        std::optional<st::Program>* program) {
+  const bool mirrored = mirrors(experiment, options.exact);
+  // One replica's ops: the run's own Program when it mirrors, else a mirrored sample scaled up.
+  st::Program sample = study::lower(experiment, lower_options(true, options));
+  const bool sample_is_the_run = mirrored || !sample.mirrored();
+  std::int64_t issuing = 0;
+  if (sample_is_the_run) {
+    for (int rank = 0; rank < sample.world_size(); ++rank) issuing += sample.issues_ops(rank);
+  } else {
+    issuing = sample.world_size();
+  }
+  const auto traced = trace_ranks(options.trace_ranks, st::layout_of(experiment), mirrored);
+  RunShape shape =
+      run_shape(sample, issuing, options.record_spans, static_cast<std::int64_t>(traced.size()));
+  if (experiment.cluster.network_model == hw::NetworkModel::flow) {
+    const hw::Topology topology = hw::build_topology(experiment.cluster);
+    shape.flow_network = true;
+    shape.devices = topology.device_count();
+    shape.vertices = topology.vertex_count();
+  }
+  if (program != nullptr && sample_is_the_run) *program = std::move(sample);
+  return study::estimate_host_memory(shape);
+}
+
 Result simulate(st::Experiment experiment, const Options& options) {
-  Result r = prepare(std::move(experiment), options);
+  experiment = configured(std::move(experiment), options);
+  std::optional<st::Program> program;
+  const HostMemoryEstimate estimate = estimate_host_memory(experiment, options, &program);
+  const bool given = options.max_memory.has_value();
+  const Bytes limit = given ? *options.max_memory : available_host_memory();
+  if (limit.count() > 0 && estimate.total() > limit) {
+    throw HostMemoryExceeded(
+        "the simulation " + describe(estimate) + ", more than " +
+        (given ? "--max-memory (" + to_string(limit) + ")"
+               : "this machine has available (" + to_string(limit) +
+                     "; --max-memory sets another limit)") +
+        ". To make it fit: " + advice(estimate.shape, options.exact, options.trace_ranks));
+  }
+  Result r = prepare(std::move(experiment), options, std::move(program), false);
+  r.host_memory = estimate;
   sim::SimOptions sim_options;
   sim_options.record_spans = options.record_spans;
   sim_options.record_memory = options.record_memory;

@@ -13,6 +13,8 @@
 //   busiest links of the run observed from outside the network), then the report
 //   (traces/report.hpp) in the experiment's context.
 // - estimate_memory(): the same program's memory without timing (sim::estimate_memory).
+// - estimate_host_memory(): the host memory a simulate() run needs (study/footprint.hpp),
+//   checked by simulate() against Options::max_memory before the run lowers every rank.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +31,7 @@
 #include "strategies/experiment.hpp"
 #include "strategies/lowering.hpp"
 #include "strategies/program.hpp"
+#include "study/footprint.hpp"
 #include "traces/context.hpp"
 #include "traces/report.hpp"
 #include "traces/timeline.hpp"
@@ -54,6 +57,10 @@ struct Options {
   std::shared_ptr<const hw::DeviceProfile> profile;
   /// A network model instead of the cluster's.
   std::optional<hw::NetworkModel> network;
+  /// simulate() refuses (HostMemoryExceeded) a run whose estimated host memory
+  /// (study/footprint.hpp) exceeds this; unset: the machine's available memory
+  /// (available_host_memory()); Bytes(0): no check.
+  std::optional<Bytes> max_memory;
 };
 
 constexpr int kTraceAllUpTo = 256;
@@ -67,6 +74,8 @@ struct Result {
   traces::Report report;
   /// The ranks the timeline's memory samples (and an export's trace) cover; empty: all.
   std::vector<std::int32_t> traced_ranks;
+  /// simulate(): the host memory the run was estimated to need before it ran.
+  HostMemoryEstimate host_memory;
   /// The simulation ran to the end (or stopped on purpose at an out-of-memory).
   bool finished() const { return timeline.completed || timeline.stopped_on_oom; }
 };
@@ -101,7 +110,16 @@ traces::Timeline simulate_program(const strategies::Program& program,
 /// else the CUDA context and NCCL buffers held back: strategies/framework.hpp).
 sim::MemoryOverheads memory_overheads(const strategies::Experiment& experiment);
 
-/// Lowers, simulates and reports one iteration of `experiment`.
+/// The host memory simulate(experiment, options) would need (study/footprint.hpp), estimated
+/// from one replica's ops; also returns the Program when lowering it was the cheap way (the run
+/// mirrors, or nothing is mirrored), so that simulate() does not lower it twice.
+HostMemoryEstimate estimate_host_memory(const strategies::Experiment& configured_experiment,
+                                        const Options& options,
+                                        std::optional<strategies::Program>* program = nullptr);
+
+/// Lowers, simulates and reports one iteration of `experiment`. First estimates its host memory
+/// and throws HostMemoryExceeded (naming --max-memory, the estimate and what would make it fit)
+/// when the estimate exceeds options.max_memory.
 Result simulate(strategies::Experiment experiment, const Options& options = {});
 
 /// Lowers and estimates memory (no timing): report.ranks and the verdicts are filled, times
