@@ -196,6 +196,41 @@ struct RoutingStructure {
     return shape == Shape::two_level ? v == network() : v >= spine0() && v < spine0() + spines;
   }
   int top_choices(int to) const { return to < devices ? 1 : per_node; }
+
+  bool is_nvswitch(int v) const { return v >= nvswitch0() && v < nvswitch0() + nodes; }
+  /// An NVSwitch's next hops toward `to`: its links down to its node's devices (link 2r + 1 to
+  /// rank r, in rank order), all of them or one: (the one's rank or -1 for all). Toward
+  /// another node's device, one hop closer are all its devices, except on a fat-tree within
+  /// the target's rack, where only the device on the target's rail is (4 hops from it).
+  int nvswitch_only(int v, int to) const {
+    const int n = v - nvswitch0();
+    if (to >= devices) return -1;
+    if (node_of(to) == n) return to;
+    if (shape == Shape::fat_tree && rack_of(n) == rack_of(node_of(to))) {
+      return n * per_node + rail_of(to);
+    }
+    return -1;
+  }
+
+  bool is_leaf(int v) const { return shape == Shape::fat_tree && v >= leaf0() && v < spine0(); }
+  /// A leaf's next hops toward `to`, in its out-link order (downlinks to NICs by rank, then
+  /// one uplink per spine): the downlink one hop closer, if any (its link, else -1), then
+  /// every spine or none.
+  std::pair<int, bool> leaf_next_hops(int v, int to) const {
+    const int leaf = v - leaf0();
+    const int k = leaf / per_node, i = leaf % per_node;
+    auto down = [&](int r) { return 4 * devices + 2 * r + 1; };  // leaf -> NIC r
+    if (to < devices) {
+      if (leaf == leaf_index(to)) return {down(to), false};
+      const int n = node_of(to);
+      return {k == rack_of(n) ? down(n * per_node + i) : -1, true};
+    }
+    const int m = to - nvswitch0();
+    if (k == rack_of(m)) return {down(m * per_node + i), false};
+    return {-1, true};
+  }
+  /// The uplink of leaf vertex `v` to spine j.
+  int leaf_uplink(int v, int j) const { return 6 * devices + 2 * ((v - leaf0()) * spines + j); }
   int top_link(int v, int to, int index) const {
     const bool to_device = to < devices;
     if (shape == Shape::two_level) {  // network -> NIC r: 4W + 2r + 1
@@ -473,9 +508,21 @@ void Topology::route(int from, int to, std::uint64_t flow_key, std::vector<int>&
     if (s.top_switch(at)) {
       const int choices = s.top_choices(to);
       l = s.top_link(at, to, ecmp_pick(flow, at, choices));
+    } else if (s.is_leaf(at)) {
+      const auto [down, up] = s.leaf_next_hops(at, to);
+      int pick = ecmp_pick(flow, at, (down >= 0 ? 1 : 0) + (up ? s.spines : 0));
+      if (down >= 0 && pick-- == 0) {
+        l = down;
+      } else {
+        l = s.leaf_uplink(at, pick);
+      }
+    } else if (s.is_nvswitch(at)) {
+      const int only = s.nvswitch_only(at, to);
+      const int first = (at - s.nvswitch0()) * s.per_node;  // the node's first rank
+      l = 2 * (only >= 0 ? only : first + ecmp_pick(flow, at, s.per_node)) + 1;
     } else {
-      // The out-links one hop closer, in insertion order (as a table lists them): count them,
-      // then take the picked one.
+      // A device or a NIC (two out-links): the ones one hop closer, in insertion order (as a
+      // table lists them): count them, then take the picked one.
       const auto& outs = m.out_links[static_cast<std::size_t>(at)];
       auto closer = [&](int link) {
         return s.dist_to(m.links[static_cast<std::size_t>(link)].to, to) == left - 1;
