@@ -131,7 +131,7 @@ int ecmp_pick(std::uint64_t flow, int at, int choices) {
 // are its out-links (insertion order, as the tables list them) whose far end is one hop
 // closer, so the ECMP pick is the tables' pick. Cleared by any change to the graph.
 struct RoutingStructure {
-  enum class Shape : std::uint8_t { none, two_level, fat_tree };
+  enum class Shape : std::uint8_t { none, two_level, fat_tree, ring };
   Shape shape = Shape::none;
   int devices = 0, per_node = 0, nodes = 0;  // W, R, N
   int per_rack = 1, racks = 0, spines = 0;   // P, K, S (fat_tree)
@@ -141,6 +141,18 @@ struct RoutingStructure {
   int leaf0() const { return devices + nodes; }    // fat_tree
   int spine0() const { return leaf0() + racks * per_node; }
   int nic0() const { return shape == Shape::two_level ? network() + 1 : spine0() + spines; }
+
+  /// Ring (W >= 3 devices, N = 0): cable r joins r and r + 1 mod W, link 2r forward (r -> r +
+  /// 1) and 2r + 1 back. Out-links of device 0: forward then back; of any other: back then
+  /// forward. The shorter way round is the one next hop; half-way round, both are.
+  int ring_next_link(int v, int to, std::uint64_t flow) const {
+    const int forward = (to - v + devices) % devices, back = devices - forward;
+    const int forward_link = 2 * v, back_link = 2 * ((v - 1 + devices) % devices) + 1;
+    if (forward != back) return forward < back ? forward_link : back_link;
+    const int pick = ecmp_pick(flow, v, 2);
+    const bool first_is_forward = v == 0;
+    return (pick == 0) == first_is_forward ? forward_link : back_link;
+  }
 
   /// Routes to `to` have a closed form: a device or an NVSwitch of a recorded shape.
   bool handles(int to) const { return shape != Shape::none && to >= 0 && to < devices + nodes; }
@@ -502,10 +514,13 @@ void Topology::route(int from, int to, std::uint64_t flow_key, std::vector<int>&
   }
   const std::uint64_t flow = flow_hash(from, to, flow_key);
   int at = from;
-  int left = s.dist_to(from, to);  // hops still to go
+  // Hops still to go (used where next hops are found by scanning; not on a ring).
+  int left = s.shape == RoutingStructure::Shape::ring ? 0 : s.dist_to(from, to);
   while (at != to) {
     int l = -1;
-    if (s.top_switch(at)) {
+    if (s.shape == RoutingStructure::Shape::ring) {
+      l = s.ring_next_link(at, to, flow);
+    } else if (s.top_switch(at)) {
       const int choices = s.top_choices(to);
       l = s.top_link(at, to, ecmp_pick(flow, at, choices));
     } else if (s.is_leaf(at)) {
@@ -1189,6 +1204,9 @@ Topology build_topology(const ClusterSpec& cluster) {
       break;
     case TopologyKind::ring:
       build_ring(t, cluster, spec);
+      if (cluster.world_size() >= 3) {
+        t.edit().structure = {RoutingStructure::Shape::ring, cluster.world_size(), 1, 0};
+      }
       break;
     case TopologyKind::torus:
       build_torus(t, cluster, spec);

@@ -162,3 +162,19 @@ TEST_CASE("routing memory: no table per destination on structured graphs; tables
   CHECK(out.size() == 2);  // the new shortcut: dev0 -> extra -> dev7
   CHECK(changed.routing_tables() == 1);
 }
+
+TEST_CASE("ring closed-form routes equal the BFS tables' routes (both ways round half-way)") {
+  for (int devices : {3, 4, 5, 8}) {
+    CAPTURE(devices);
+    hw::TopologySpec spec;
+    spec.kind = TopologyKind::ring;
+    const hw::Topology t = hw::build_topology(cluster_of(devices, 1, spec));
+    std::vector<int> out;
+    t.route(0, devices / 2, 0, out);
+    CHECK(static_cast<int>(out.size()) == devices / 2);  // the shorter way: W/2 hops
+    CHECK(t.routing_tables() == 0);
+    const int spread = check_all_routes(t);
+    // An even ring has two equal ways to the device opposite: the keys spread those.
+    CHECK((spread > 0) == (devices % 2 == 0));
+  }
+}
