@@ -34,6 +34,7 @@
 #include "hw_models/topology.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <span>
@@ -131,10 +132,26 @@ int ecmp_pick(std::uint64_t flow, int at, int choices) {
 // are its out-links (insertion order, as the tables list them) whose far end is one hop
 // closer, so the ECMP pick is the tables' pick. Cleared by any change to the graph.
 struct RoutingStructure {
-  enum class Shape : std::uint8_t { none, two_level, fat_tree, ring };
+  enum class Shape : std::uint8_t { none, two_level, fat_tree, ring, torus };
   Shape shape = Shape::none;
   int devices = 0, per_node = 0, nodes = 0;  // W, R, N
   int per_rack = 1, racks = 0, spines = 0;   // P, K, S (fat_tree)
+  // torus (N = 0): extents, row-major (the last varies fastest); unused ones are 1. The hop
+  // distance is the sum over dimensions of the way round each ring (extent 2: one cable,
+  // extent 1: none); next hops are found by scanning a device's few out-links.
+  std::array<int, 3> dims = {1, 1, 1};
+
+  int torus_dist(int v, int to) const {
+    int sum = 0;
+    for (int d = 2; d >= 0; --d) {
+      const int e = dims[static_cast<std::size_t>(d)];
+      const int diff = ((v % e) - (to % e) + e) % e;
+      sum += std::min(diff, e - diff);
+      v /= e;
+      to /= e;
+    }
+    return sum;
+  }
 
   int nvswitch0() const { return devices; }
   int network() const { return devices + nodes; }  // two_level
@@ -164,6 +181,7 @@ struct RoutingStructure {
   /// Hop distance from vertex `v` to `to` (handles(to)). Worked out from the builders'
   /// graphs; routing_test checks it against BFS for every vertex pair on small clusters.
   int dist_to(int v, int to) const {
+    if (shape == Shape::torus) return torus_dist(v, to);
     const bool to_device = to < devices;
     const int tn = to_device ? node_of(to) : to - nvswitch0();  // the target's node
     if (v < devices) {                                          // device
@@ -1210,6 +1228,11 @@ Topology build_topology(const ClusterSpec& cluster) {
       break;
     case TopologyKind::torus:
       build_torus(t, cluster, spec);
+      if (cluster.world_size() > 1) {
+        RoutingStructure shape{RoutingStructure::Shape::torus, cluster.world_size(), 1, 0};
+        std::copy(spec.dims.begin(), spec.dims.end(), shape.dims.begin());
+        t.edit().structure = shape;
+      }
       break;
     case TopologyKind::graph: {
       build_graph(t, cluster, spec);

@@ -113,13 +113,13 @@ class Topology {
   /// std::invalid_argument when `to` is unreachable. A route allocates nothing beyond `out`.
   /// The hash: flow_key mixed with (from, to), then with the vertex at each choice; the
   /// candidates are the vertex's out-links one hop closer, in insertion order.
-  /// Graphs from the two_level, nvswitch and fat_tree builders (more than one node) and the
-  /// ring builder (3 devices or more), unchanged since build_topology, route from any vertex
-  /// to a device or an NVSwitch in closed form: hop distances and next hops follow from the
-  /// builder's numbering, no memory is kept, and a route costs O(1) per hop. Every other
-  /// route (pcie_tree, torus and explicit graphs, graphs changed after building, destinations
-  /// that are NICs or network switches) uses route_by_tables. Both give the same links for
-  /// the same (from, to, flow_key).
+  /// Graphs from the two_level, nvswitch and fat_tree builders (more than one node), the ring
+  /// builder (3 devices or more) and the torus builder, unchanged since build_topology, route
+  /// from any vertex to a device or an NVSwitch in closed form: hop distances and next hops
+  /// follow from the builder's numbering, no memory is kept, and a route costs O(1) per hop.
+  /// Every other route (pcie_tree and explicit graphs, graphs changed after building,
+  /// destinations that are NICs or network switches) uses route_by_tables. Both give the
+  /// same links for the same (from, to, flow_key).
   void route(int from, int to, std::uint64_t flow_key, std::vector<int>& out) const;
   /// The reference routing: one BFS per destination on first use gives a next-hop table (the
   /// out-links, in insertion order, whose far end is one hop closer), kept for later routes;

@@ -178,3 +178,30 @@ TEST_CASE("ring closed-form routes equal the BFS tables' routes (both ways round
     CHECK((spread > 0) == (devices % 2 == 0));
   }
 }
+
+TEST_CASE("torus closed-form routes equal the BFS tables' routes (extents 1, 2 and more)") {
+  for (const std::vector<int>& dims :
+       std::vector<std::vector<int>>{{3, 4}, {2, 4}, {4, 4}, {1, 5}, {2, 3, 2}, {3, 3, 2}}) {
+    CAPTURE(dims.size());
+    CAPTURE(dims.front());
+    CAPTURE(dims[1]);
+    hw::TopologySpec spec;
+    spec.kind = TopologyKind::torus;
+    spec.dims = dims;
+    int devices = 1;
+    for (int d : dims) devices *= d;
+    const hw::Topology t = hw::build_topology(cluster_of(devices, 1, spec));
+    // Rank 0 to the last rank: one hop back round each dimension of extent 3 or more, one
+    // cable across each of extent 2, none across extent 1.
+    std::vector<int> out;
+    t.route(0, devices - 1, 0, out);
+    int expected = 0;
+    for (int d : dims) expected += d > 1 ? 1 : 0;
+    CHECK(static_cast<int>(out.size()) == expected);
+    CHECK(t.routing_tables() == 0);
+    // Two or more dimensions with links: several shortest paths between diagonal devices
+    // (either dimension first), so the keys spread some routes. {1, 5} is an odd ring: none.
+    const int spread = check_all_routes(t);
+    CHECK((spread > 0) == (expected >= 2));
+  }
+}
