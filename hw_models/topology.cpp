@@ -11,7 +11,11 @@
 // hash of (source, destination, flow key, current vertex), so one flow keeps one path and the
 // flows between one pair spread over all shortest paths (ECMP). Tables are built on first use
 // and kept; a route then costs one table lookup per hop and allocates nothing beyond `out`.
-// Memory: one table per destination, about (vertices + next hops) ints each.
+// Memory: one table per destination, about (vertices + next hops) ints each. Those tables are
+// the reference (route_by_tables) and serve explicit graphs and the other builders; the
+// two_level/nvswitch and fat_tree graphs route to devices and NVSwitches in closed form
+// (RoutingStructure below): the same hop distances and the same candidate links in the same
+// order, so the same hash picks the same link, with no table.
 //
 // Latency placement ("the sender pays"): the builders put a route's configured latency on the
 // link where a message enters the fabric and zero on the links after it, so that the sum over a
@@ -30,6 +34,7 @@
 #include "hw_models/topology.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <span>
@@ -98,6 +103,176 @@ std::string in_quotes(std::string_view s) {
   return "'" + std::string(s) + "'";
 }
 
+// ECMP, one rule for both routing paths (tables and closed form): a flow's hash mixes its key
+// with its two ends, and the choice at each vertex mixes that hash with the vertex, so that the
+// choices at successive vertices are independent and one flow always takes one path.
+std::uint64_t flow_hash(int from, int to, std::uint64_t flow_key) {
+  return mix(flow_key ^ mix((static_cast<std::uint64_t>(static_cast<std::uint32_t>(from)) << 32) |
+                            static_cast<std::uint32_t>(to)));
+}
+
+/// Which of `choices` (> 0) equally short next hops the flow takes at vertex `at`.
+int ecmp_pick(std::uint64_t flow, int at, int choices) {
+  if (choices <= 1) return 0;
+  const std::uint64_t h = mix(flow ^ (static_cast<std::uint64_t>(at) * 0x9e3779b97f4a7c15ULL));
+  return static_cast<int>(h % static_cast<std::uint64_t>(choices));
+}
+
+// The shape of a graph built by the two_level/nvswitch or fat_tree builder (more than one
+// node), recorded at build time so that routes to a device or an NVSwitch follow from vertex
+// and link numbering instead of per-destination tables. The builders' numbering (W devices,
+// R = devices per node, N nodes; fat_tree: P nodes per rack, K racks, S spines):
+// - vertices: devices [0, W), NVSwitch of node n: W + n; two_level: the network switch W + N,
+//   NIC of rank r: W + N + 1 + r; fat_tree: leaf of (rack k, rail i): W + N + k R + i, spine j:
+//   W + N + K R + j, NIC of rank r: W + N + K R + S + r.
+// - links: device r -> NVSwitch 2r (back 2r + 1); device r -> NIC 2W + 2r (back + 1); NIC r ->
+//   network switch / leaf 4W + 2r (back + 1); fat_tree: leaf (k, i) -> spine j
+//   6W + 2((k R + i) S + j) (back + 1).
+// Hop distances to a device or NVSwitch are closed forms (dist_to); the next hops at a vertex
+// are its out-links (insertion order, as the tables list them) whose far end is one hop
+// closer, so the ECMP pick is the tables' pick. Cleared by any change to the graph.
+struct RoutingStructure {
+  enum class Shape : std::uint8_t { none, two_level, fat_tree, ring, torus };
+  Shape shape = Shape::none;
+  int devices = 0, per_node = 0, nodes = 0;  // W, R, N
+  int per_rack = 1, racks = 0, spines = 0;   // P, K, S (fat_tree)
+  // torus (N = 0): extents, row-major (the last varies fastest); unused ones are 1. The hop
+  // distance is the sum over dimensions of the way round each ring (extent 2: one cable,
+  // extent 1: none); next hops are found by scanning a device's few out-links.
+  std::array<int, 3> dims = {1, 1, 1};
+
+  int torus_dist(int v, int to) const {
+    int sum = 0;
+    for (int d = 2; d >= 0; --d) {
+      const int e = dims[static_cast<std::size_t>(d)];
+      const int diff = ((v % e) - (to % e) + e) % e;
+      sum += std::min(diff, e - diff);
+      v /= e;
+      to /= e;
+    }
+    return sum;
+  }
+
+  int nvswitch0() const { return devices; }
+  int network() const { return devices + nodes; }  // two_level
+  int leaf0() const { return devices + nodes; }    // fat_tree
+  int spine0() const { return leaf0() + racks * per_node; }
+  int nic0() const { return shape == Shape::two_level ? network() + 1 : spine0() + spines; }
+
+  /// Ring (W >= 3 devices, N = 0): cable r joins r and r + 1 mod W, link 2r forward (r -> r +
+  /// 1) and 2r + 1 back. Out-links of device 0: forward then back; of any other: back then
+  /// forward. The shorter way round is the one next hop; half-way round, both are.
+  int ring_next_link(int v, int to, std::uint64_t flow) const {
+    const int forward = (to - v + devices) % devices, back = devices - forward;
+    const int forward_link = 2 * v, back_link = 2 * ((v - 1 + devices) % devices) + 1;
+    if (forward != back) return forward < back ? forward_link : back_link;
+    const int pick = ecmp_pick(flow, v, 2);
+    const bool first_is_forward = v == 0;
+    return (pick == 0) == first_is_forward ? forward_link : back_link;
+  }
+
+  /// Routes to `to` have a closed form: a device or an NVSwitch of a recorded shape.
+  bool handles(int to) const { return shape != Shape::none && to >= 0 && to < devices + nodes; }
+
+  int node_of(int rank) const { return rank / per_node; }
+  int rail_of(int rank) const { return rank % per_node; }
+  int rack_of(int node) const { return node / per_rack; }
+
+  /// Hop distance from vertex `v` to `to` (handles(to)). Worked out from the builders'
+  /// graphs; routing_test checks it against BFS for every vertex pair on small clusters.
+  int dist_to(int v, int to) const {
+    if (shape == Shape::torus) return torus_dist(v, to);
+    const bool to_device = to < devices;
+    const int tn = to_device ? node_of(to) : to - nvswitch0();  // the target's node
+    if (v < devices) {                                          // device
+      if (v == to) return 0;
+      if (node_of(v) == tn) return to_device ? 2 : 1;
+      if (shape == Shape::two_level) return to_device ? 4 : 5;
+      const bool same_rack = rack_of(node_of(v)) == rack_of(tn);
+      if (to_device) return same_rack && rail_of(v) == rail_of(to) ? 4 : 6;
+      return same_rack ? 5 : 7;
+    }
+    if (v < nvswitch0() + nodes) {  // NVSwitch
+      const int n = v - nvswitch0();
+      if (n == tn) return to_device ? 1 : 0;
+      if (shape == Shape::two_level) return to_device ? 5 : 6;
+      const bool same_rack = rack_of(n) == rack_of(tn);
+      if (to_device) return same_rack ? 5 : 7;
+      return same_rack ? 6 : 8;
+    }
+    if (v >= nic0()) {  // NIC of rank r: through its device or its switch
+      const int r = v - nic0();
+      if (r == to) return 1;
+      const int up = shape == Shape::two_level ? network() : leaf0() + leaf_index(r);
+      return 1 + std::min(dist_to(r, to), dist_to(up, to));
+    }
+    if (shape == Shape::two_level) return to_device ? 2 : 3;  // the network switch
+    if (v >= spine0()) return to_device ? 3 : 4;              // a spine
+    const int leaf = v - leaf0();
+    const int k = leaf / per_node;
+    if (to_device) return k == rack_of(tn) && leaf % per_node == rail_of(to) ? 2 : 4;
+    return k == rack_of(tn) ? 3 : 5;
+  }
+
+  /// The leaf of rank r: (rack, rail) as an index from leaf0().
+  int leaf_index(int r) const { return rack_of(node_of(r)) * per_node + rail_of(r); }
+
+  /// The top switch (two_level: the network switch; fat_tree: a spine) has too many out-links
+  /// to scan; its next hops toward `to` are closed forms. Toward a device: the one link down
+  /// to its NIC (two_level) or leaf (fat_tree); toward an NVSwitch: the links down to the NICs
+  /// of that node's devices, or to the leaves of that node's rack, in rail order (their order
+  /// among the switch's out-links).
+  bool top_switch(int v) const {
+    return shape == Shape::two_level ? v == network() : v >= spine0() && v < spine0() + spines;
+  }
+  int top_choices(int to) const { return to < devices ? 1 : per_node; }
+
+  bool is_nvswitch(int v) const { return v >= nvswitch0() && v < nvswitch0() + nodes; }
+  /// An NVSwitch's next hops toward `to`: its links down to its node's devices (link 2r + 1 to
+  /// rank r, in rank order), all of them or one: (the one's rank or -1 for all). Toward
+  /// another node's device, one hop closer are all its devices, except on a fat-tree within
+  /// the target's rack, where only the device on the target's rail is (4 hops from it).
+  int nvswitch_only(int v, int to) const {
+    const int n = v - nvswitch0();
+    if (to >= devices) return -1;
+    if (node_of(to) == n) return to;
+    if (shape == Shape::fat_tree && rack_of(n) == rack_of(node_of(to))) {
+      return n * per_node + rail_of(to);
+    }
+    return -1;
+  }
+
+  bool is_leaf(int v) const { return shape == Shape::fat_tree && v >= leaf0() && v < spine0(); }
+  /// A leaf's next hops toward `to`, in its out-link order (downlinks to NICs by rank, then
+  /// one uplink per spine): the downlink one hop closer, if any (its link, else -1), then
+  /// every spine or none.
+  std::pair<int, bool> leaf_next_hops(int v, int to) const {
+    const int leaf = v - leaf0();
+    const int k = leaf / per_node, i = leaf % per_node;
+    auto down = [&](int r) { return 4 * devices + 2 * r + 1; };  // leaf -> NIC r
+    if (to < devices) {
+      if (leaf == leaf_index(to)) return {down(to), false};
+      const int n = node_of(to);
+      return {k == rack_of(n) ? down(n * per_node + i) : -1, true};
+    }
+    const int m = to - nvswitch0();
+    if (k == rack_of(m)) return {down(m * per_node + i), false};
+    return {-1, true};
+  }
+  /// The uplink of leaf vertex `v` to spine j.
+  int leaf_uplink(int v, int j) const { return 6 * devices + 2 * ((v - leaf0()) * spines + j); }
+  int top_link(int v, int to, int index) const {
+    const bool to_device = to < devices;
+    if (shape == Shape::two_level) {  // network -> NIC r: 4W + 2r + 1
+      const int r = to_device ? to : (to - nvswitch0()) * per_node + index;
+      return 4 * devices + 2 * r + 1;
+    }
+    // spine j -> leaf (k, i): 6W + 2((k R + i) S + j) + 1
+    const int leaf = to_device ? leaf_index(to) : rack_of(to - nvswitch0()) * per_node + index;
+    return 6 * devices + 2 * (leaf * spines + (v - spine0())) + 1;
+  }
+};
+
 }  // namespace
 
 std::string_view name_of(VertexKind kind) {
@@ -134,6 +309,8 @@ struct Topology::Impl {
   // Routing tables by destination vertex, built on first use. Shared (immutable) between
   // copies of an Impl; cleared whenever the graph changes.
   mutable std::vector<std::shared_ptr<const NextHops>> next_hops;
+  // The builder's shape, for closed-form routes (none: every route uses the tables).
+  RoutingStructure structure;
 
   int vertex_count() const { return static_cast<int>(vertices.size()); }
 
@@ -229,6 +406,7 @@ Topology::Impl& Topology::edit() {
     impl_ = std::make_shared<Impl>(*impl_);  // copy on write: other copies keep their graph
   }
   impl_->next_hops.clear();  // the graph changes: routes must be recomputed
+  impl_->structure = {};     // and may no longer have the builder's shape
   return *impl_;
 }
 
@@ -347,30 +525,83 @@ void Topology::route(int from, int to, std::uint64_t flow_key, std::vector<int>&
   m.check_vertex(from);
   m.check_vertex(to);
   if (from == to) return;
+  const RoutingStructure& s = m.structure;
+  if (!s.handles(to)) {
+    route_by_tables(from, to, flow_key, out);
+    return;
+  }
+  const std::uint64_t flow = flow_hash(from, to, flow_key);
+  int at = from;
+  // Hops still to go (used where next hops are found by scanning; not on a ring).
+  int left = s.shape == RoutingStructure::Shape::ring ? 0 : s.dist_to(from, to);
+  while (at != to) {
+    int l = -1;
+    if (s.shape == RoutingStructure::Shape::ring) {
+      l = s.ring_next_link(at, to, flow);
+    } else if (s.top_switch(at)) {
+      const int choices = s.top_choices(to);
+      l = s.top_link(at, to, ecmp_pick(flow, at, choices));
+    } else if (s.is_leaf(at)) {
+      const auto [down, up] = s.leaf_next_hops(at, to);
+      int pick = ecmp_pick(flow, at, (down >= 0 ? 1 : 0) + (up ? s.spines : 0));
+      if (down >= 0 && pick-- == 0) {
+        l = down;
+      } else {
+        l = s.leaf_uplink(at, pick);
+      }
+    } else if (s.is_nvswitch(at)) {
+      const int only = s.nvswitch_only(at, to);
+      const int first = (at - s.nvswitch0()) * s.per_node;  // the node's first rank
+      l = 2 * (only >= 0 ? only : first + ecmp_pick(flow, at, s.per_node)) + 1;
+    } else {
+      // A device or a NIC (two out-links): the ones one hop closer, in insertion order (as a
+      // table lists them): count them, then take the picked one.
+      const auto& outs = m.out_links[static_cast<std::size_t>(at)];
+      auto closer = [&](int link) {
+        return s.dist_to(m.links[static_cast<std::size_t>(link)].to, to) == left - 1;
+      };
+      const int choices = static_cast<int>(std::count_if(outs.begin(), outs.end(), closer));
+      int pick = ecmp_pick(flow, at, choices);
+      for (int link : outs) {
+        if (closer(link) && pick-- == 0) {
+          l = link;
+          break;
+        }
+      }
+    }
+    out.push_back(l);
+    at = m.links[static_cast<std::size_t>(l)].to;
+    --left;
+  }
+}
+
+void Topology::route_by_tables(int from, int to, std::uint64_t flow_key,
+                               std::vector<int>& out) const {
+  const Impl& m = get();
+  m.check_vertex(from);
+  m.check_vertex(to);
+  if (from == to) return;
   const Impl::NextHops& table = m.next_hops_to(to);
   const auto* offset = table.offset.data();
   if (offset[from] == offset[from + 1]) {
     throw std::invalid_argument("no path from vertex " + m.describe(from) + " to vertex " +
                                 m.describe(to));
   }
-  // ECMP: the flow's hash, mixed with the vertex at each choice, so that the choices at
-  // successive vertices are independent and one flow always takes one path.
-  const std::uint64_t flow =
-      mix(flow_key ^ mix((static_cast<std::uint64_t>(static_cast<std::uint32_t>(from)) << 32) |
-                         static_cast<std::uint32_t>(to)));
+  const std::uint64_t flow = flow_hash(from, to, flow_key);
   int at = from;
   while (at != to) {
     const int first = offset[at];
-    const int choices = offset[at + 1] - first;
-    int pick = first;
-    if (choices > 1) {
-      const std::uint64_t h = mix(flow ^ (static_cast<std::uint64_t>(at) * 0x9e3779b97f4a7c15ULL));
-      pick += static_cast<int>(h % static_cast<std::uint64_t>(choices));
-    }
+    const int pick = first + ecmp_pick(flow, at, offset[at + 1] - first);
     const int l = table.links[static_cast<std::size_t>(pick)];
     out.push_back(l);
     at = m.links[static_cast<std::size_t>(l)].to;
   }
+}
+
+std::size_t Topology::routing_tables() const {
+  const auto& tables = get().next_hops;
+  return static_cast<std::size_t>(std::count_if(
+      tables.begin(), tables.end(), [](const auto& table) { return table != nullptr; }));
 }
 
 Time Topology::latency(const std::vector<int>& route) const {
@@ -834,6 +1065,10 @@ void build_pcie_tree(Topology& t, const ClusterSpec& c, const TopologySpec& s) {
   }
 }
 
+int fat_tree_spines(const TopologySpec& s) {
+  return s.spines > 0 ? s.spines : s.nodes_per_rack;
+}
+
 void build_fat_tree(Topology& t, const ClusterSpec& c, const TopologySpec& s) {
   add_devices(t, c);
   add_nvswitches(t, c, false);
@@ -841,7 +1076,7 @@ void build_fat_tree(Topology& t, const ClusterSpec& c, const TopologySpec& s) {
   const int per_rack = s.nodes_per_rack;
   const int racks = (c.nodes + per_rack - 1) / per_rack;  // the last rack may be smaller
   const int rails = c.devices_per_node;
-  const int spines = s.spines > 0 ? s.spines : per_rack;
+  const int spines = fat_tree_spines(s);
   // Leaf of (rack, rail) is leaves[rack * rails + rail].
   std::vector<int> leaves;
   for (int k = 0; k < racks; ++k) {
@@ -963,22 +1198,41 @@ Topology build_topology(const ClusterSpec& cluster) {
   Topology t;
   switch (spec.kind) {
     case TopologyKind::two_level:
-      build_two_level(t, cluster, false);
-      break;
     case TopologyKind::nvswitch:
-      build_two_level(t, cluster, spec.sharp);
+      build_two_level(t, cluster, spec.kind == TopologyKind::nvswitch && spec.sharp);
+      if (cluster.nodes > 1) {
+        t.edit().structure = {RoutingStructure::Shape::two_level, cluster.world_size(),
+                              cluster.devices_per_node, cluster.nodes};
+      }
       break;
     case TopologyKind::pcie_tree:
       build_pcie_tree(t, cluster, spec);
       break;
     case TopologyKind::fat_tree:
       build_fat_tree(t, cluster, spec);
+      if (cluster.nodes > 1) {
+        t.edit().structure = {RoutingStructure::Shape::fat_tree,
+                              cluster.world_size(),
+                              cluster.devices_per_node,
+                              cluster.nodes,
+                              spec.nodes_per_rack,
+                              (cluster.nodes + spec.nodes_per_rack - 1) / spec.nodes_per_rack,
+                              fat_tree_spines(spec)};
+      }
       break;
     case TopologyKind::ring:
       build_ring(t, cluster, spec);
+      if (cluster.world_size() >= 3) {
+        t.edit().structure = {RoutingStructure::Shape::ring, cluster.world_size(), 1, 0};
+      }
       break;
     case TopologyKind::torus:
       build_torus(t, cluster, spec);
+      if (cluster.world_size() > 1) {
+        RoutingStructure shape{RoutingStructure::Shape::torus, cluster.world_size(), 1, 0};
+        std::copy(spec.dims.begin(), spec.dims.end(), shape.dims.begin());
+        t.edit().structure = shape;
+      }
       break;
     case TopologyKind::graph: {
       build_graph(t, cluster, spec);

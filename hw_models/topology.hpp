@@ -3,9 +3,11 @@
 // latency, so a duplex cable is two edges. Builders turn a cluster's `topology` section (or the
 // spine's two-level form: an NVSwitch per node, one NIC per device, a non-blocking network) into
 // a graph; routing takes shortest paths by hop count and picks among equal-cost next hops by
-// hashing (ECMP), so one flow always takes one path and different flows spread.
+// hashing (ECMP), so one flow always takes one path and different flows spread. The structured
+// builders' graphs route in closed form (no per-destination tables, see Topology::route).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -108,9 +110,24 @@ class Topology {
   /// The links of a shortest path (by hop count) from vertex `from` to vertex `to`, appended to
   /// `out` in order. Where several next hops are equally short, `flow_key` picks one by hash,
   /// so equal keys give equal paths. Appends nothing when from == to. Throws
-  /// std::invalid_argument when `to` is unreachable. Tables are built per destination on first
-  /// use; after that a route costs a lookup per hop and allocates nothing beyond `out`.
+  /// std::invalid_argument when `to` is unreachable. A route allocates nothing beyond `out`.
+  /// The hash: flow_key mixed with (from, to), then with the vertex at each choice; the
+  /// candidates are the vertex's out-links one hop closer, in insertion order.
+  /// Graphs from the two_level, nvswitch and fat_tree builders (more than one node), the ring
+  /// builder (3 devices or more) and the torus builder, unchanged since build_topology, route
+  /// from any vertex to a device or an NVSwitch in closed form: hop distances and next hops
+  /// follow from the builder's numbering, no memory is kept, and a route costs O(1) per hop.
+  /// Every other route (pcie_tree and explicit graphs, graphs changed after building,
+  /// destinations that are NICs or network switches) uses route_by_tables. Both give the
+  /// same links for the same (from, to, flow_key).
   void route(int from, int to, std::uint64_t flow_key, std::vector<int>& out) const;
+  /// The reference routing: one BFS per destination on first use gives a next-hop table (the
+  /// out-links, in insertion order, whose far end is one hop closer), kept for later routes;
+  /// then a route costs a lookup per hop. Memory: about (vertices + next hops) ints per
+  /// destination asked for. `route` uses it wherever it has no closed form.
+  void route_by_tables(int from, int to, std::uint64_t flow_key, std::vector<int>& out) const;
+  /// How many per-destination tables route_by_tables holds (a measure of routing memory).
+  std::size_t routing_tables() const;
   /// Sum of the latencies of a route (zero for an empty route).
   Time latency(const std::vector<int>& route) const;
   /// The smallest bandwidth on a route (infinite for an empty route: nothing limits it).
@@ -121,8 +138,9 @@ class Topology {
  private:
   struct Impl;
   // Implementation (Boost.Graph adjacency list, per-destination next-hop tables computed by
-  // BFS on first use) lives in topology.cpp. Copies share it until one of them is changed
-  // (copy on write); the routing cache is mutable, so a Topology is used by one thread.
+  // BFS on first use, the builder's shape for closed-form routes) lives in topology.cpp. Copies
+  // share it until one of them is changed (copy on write); the routing cache is mutable, so a
+  // Topology is used by one thread.
   std::shared_ptr<Impl> impl_ = nullptr;
   const Impl& get() const;
   Impl& edit();
