@@ -604,6 +604,10 @@ std::size_t Topology::routing_tables() const {
       tables.begin(), tables.end(), [](const auto& table) { return table != nullptr; }));
 }
 
+bool Topology::routes_in_closed_form() const {
+  return get().structure.shape != RoutingStructure::Shape::none;
+}
+
 Time Topology::latency(const std::vector<int>& route) const {
   Time sum = Time::zero();
   for (int l : route) sum += link(l).latency;

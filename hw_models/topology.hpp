@@ -128,6 +128,9 @@ class Topology {
   void route_by_tables(int from, int to, std::uint64_t flow_key, std::vector<int>& out) const;
   /// How many per-destination tables route_by_tables holds (a measure of routing memory).
   std::size_t routing_tables() const;
+  /// Whether `route` finds every route to a device in closed form (the builders listed above,
+  /// unchanged since build_topology): routing then keeps no tables for the flow network.
+  bool routes_in_closed_form() const;
   /// Sum of the latencies of a route (zero for an empty route).
   Time latency(const std::vector<int>& route) const;
   /// The smallest bandwidth on a route (infinite for an empty route: nothing limits it).

@@ -51,7 +51,8 @@ HostMemoryEstimate estimate_host_memory(const RunShape& s) {
                        s.spans * static_cast<std::int64_t>(sizeof(traces::Span)) +
                        s.memory_samples * static_cast<std::int64_t>(sizeof(traces::MemorySample)));
   if (s.flow_network) {
-    e.network = Bytes(s.ops * kFlowBytesPerOp + s.devices * s.vertices * kRoutingBytesPerEntry);
+    const std::int64_t tables = s.routing_tables ? s.devices * s.vertices : 0;
+    e.network = Bytes(s.ops * kFlowBytesPerOp + tables * kRoutingBytesPerEntry);
   }
   e.base = Bytes(kBaseBytes);
   return e;

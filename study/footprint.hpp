@@ -17,10 +17,10 @@
 //   queues, event heap, per-rank memory bookkeeping) plus spans × sizeof(Span) plus memory
 //   samples × sizeof(MemorySample) (the samples of the traced ranks: --trace-ranks);
 // - network: on the flow network, ops × kFlowBytesPerOp (transfers, their routes and rates)
-//   plus the routing tables of hw::Topology::route: one next-hop table per destination device,
-//   about 3 ints per vertex each (devices × vertices × 12 B; hw_models/topology.cpp). This term
-//   follows today's router: when routing stops building per-destination tables (issue 19 item 1)
-//   it must follow suit;
+//   plus, where hw::Topology::route falls back to its tables (pcie_tree and explicit graphs:
+//   Topology::routes_in_closed_form() false), one next-hop table per destination device, about
+//   3 ints per vertex each (devices × vertices × 12 B; hw_models/topology.cpp). The structured
+//   builders route in closed form and keep no tables;
 // - base: the executable, configs and report (kBaseBytes).
 //
 // Calibration (peak RSS from /usr/bin/time -v, Release build, 2026-11-26; see docs/inputs.md
@@ -44,9 +44,10 @@ struct RunShape {
   std::int64_t spans = 0;           // spans the timeline keeps (one per op when spans are recorded)
   std::int64_t memory_samples = 0;  // memory samples kept: the effects of the traced ranks
   bool flow_network = false;
-  std::int64_t devices = 0;   // flow network: devices (destinations of routing tables)
-  std::int64_t vertices = 0;  // flow network: topology vertices
-  bool mirrored = false;      // data-parallel replicas mirrored in the run
+  std::int64_t devices = 0;    // flow network: devices (destinations of routing tables)
+  std::int64_t vertices = 0;   // flow network: topology vertices
+  bool routing_tables = true;  // flow network: routes found by per-destination tables
+  bool mirrored = false;       // data-parallel replicas mirrored in the run
 };
 
 /// A run's estimated peak host memory, by part (see the top of this file).

@@ -173,6 +173,7 @@ HostMemoryEstimate estimate_host_memory(const st::Experiment& experiment, const 
     shape.flow_network = true;
     shape.devices = topology.device_count();
     shape.vertices = topology.vertex_count();
+    shape.routing_tables = !topology.routes_in_closed_form();
   }
   if (program != nullptr && sample_is_the_run) *program = std::move(sample);
   return study::estimate_host_memory(shape);

@@ -57,15 +57,35 @@ TEST_CASE("doubling dp with --exact doubles the ops and the program part but not
   CHECK(dp16.shape.ops == 16 * mirrored_dp16.shape.ops);  // 16 replicas, one simulated
 }
 
-TEST_CASE("the flow network adds one routing table per destination device") {
+TEST_CASE(
+    "the flow network adds one routing table per destination device where routes need tables") {
   auto e = with_dp(8);
   e.cluster.network_model = hw::NetworkModel::flow;
+  // One node: hw::Topology routes it by its per-destination tables (no closed form for a single
+  // node, topology.hpp).
   const auto flow = study::estimate_host_memory(e, {});
   CHECK(flow.shape.flow_network);
+  CHECK(flow.shape.routing_tables);
   CHECK(flow.shape.devices == 8);
   CHECK(flow.shape.vertices > flow.shape.devices);  // NICs and switches too
   CHECK(flow.network.count() >= flow.shape.devices * flow.shape.vertices * 8);  // >= 2 ints each
   CHECK_FALSE(flow.shape.mirrored);  // replicas contend on the flow network: all simulated
+  // The same computation estimated with routes in closed form: only the per-op flow state,
+  // ops x kFlowBytesPerOp.
+  study::RunShape closed = flow.shape;
+  closed.routing_tables = false;
+  CHECK(study::estimate_host_memory(closed).network.count() == closed.ops * study::kFlowBytesPerOp);
+}
+
+TEST_CASE("a two-node two-level cluster routes in closed form: no routing tables estimated") {
+  auto e = with_dp(8);
+  e.cluster.network_model = hw::NetworkModel::flow;
+  e.cluster.nodes = 2;
+  e.cluster.devices_per_node = 4;
+  const auto flow = study::estimate_host_memory(e, {});
+  CHECK(flow.shape.flow_network);
+  CHECK_FALSE(flow.shape.routing_tables);
+  CHECK(flow.network.count() == flow.shape.ops * study::kFlowBytesPerOp);
 }
 
 TEST_CASE("simulate refuses a run over max_memory before it runs, and runs one under it") {
