@@ -70,6 +70,28 @@ struct Option {
   std::string given;  // "--nnodes 2"
 };
 
+// Options that take no value (the next word is not theirs).
+bool is_flag(Launcher l, const std::string& name) {
+  static const std::vector<std::string> torchrun = {"--standalone", "--no_python", "--no-python",
+                                                    "--module",     "--run_path",  "--run-path",
+                                                    "--use_env",    "--use-env"};
+  static const std::vector<std::string> deepspeed = {
+      "--no_python", "--no_local_rank",        "--no_ssh_check",     "--force_multi",
+      "--save_pid",  "--enable_each_rank_log", "--elastic_training", "--module",
+      "--no_ssh",    "--bind_cores_to_rank",   "--force_multi"};
+  static const std::vector<std::string> srun = {"--exclusive",  "--pty", "--overlap",
+                                                "--unbuffered", "-u",    "-l",
+                                                "--label",      "-v",    "--verbose"};
+  static const std::vector<std::string> mpirun = {
+      "--allow-run-as-root", "--oversubscribe", "--tag-output", "--report-bindings", "-v",
+      "--verbose",           "--noprefix"};
+  const auto& list = l == Launcher::torchrun    ? torchrun
+                     : l == Launcher::deepspeed ? deepspeed
+                     : l == Launcher::srun      ? srun
+                                                : mpirun;
+  return std::find(list.begin(), list.end(), name) != list.end();
+}
+
 class LaunchReader {
  public:
   LaunchReader(const std::vector<std::string>& words, std::string source)
@@ -193,90 +215,8 @@ class LaunchReader {
     }
   }
 
-  // Options that take no value (the next word is not theirs).
-  static bool is_flag(Launcher l, const std::string& name) {
-    static const std::vector<std::string> torchrun = {"--standalone", "--no_python", "--no-python",
-                                                      "--module",     "--run_path",  "--run-path",
-                                                      "--use_env",    "--use-env"};
-    static const std::vector<std::string> deepspeed = {
-        "--no_python", "--no_local_rank",        "--no_ssh_check",     "--force_multi",
-        "--save_pid",  "--enable_each_rank_log", "--elastic_training", "--module",
-        "--no_ssh",    "--bind_cores_to_rank",   "--force_multi"};
-    static const std::vector<std::string> srun = {"--exclusive",  "--pty", "--overlap",
-                                                  "--unbuffered", "-u",    "-l",
-                                                  "--label",      "-v",    "--verbose"};
-    static const std::vector<std::string> mpirun = {
-        "--allow-run-as-root", "--oversubscribe", "--tag-output", "--report-bindings", "-v",
-        "--verbose",           "--noprefix"};
-    const auto& list = l == Launcher::torchrun    ? torchrun
-                       : l == Launcher::deepspeed ? deepspeed
-                       : l == Launcher::srun      ? srun
-                                                  : mpirun;
-    return std::find(list.begin(), list.end(), name) != list.end();
-  }
-
-  void sized(Launcher l, const Option& o) {
-    const auto is = [&](std::initializer_list<const char*> names) {
-      return std::any_of(names.begin(), names.end(), [&](const char* n) { return o.name == n; });
-    };
-    switch (l) {
-      case Launcher::torchrun:
-        if (is({"--nnodes"})) {
-          std::string v = o.value;
-          // "2:2" is one size; "1:4" (elastic) is not.
-          if (const auto colon = v.find(':'); colon != std::string::npos) {
-            if (v.substr(0, colon) != v.substr(colon + 1)) {
-              fail(o, "is an elastic range of nodes, not one size: give the number of nodes");
-            }
-            v = v.substr(0, colon);
-          }
-          out_.nodes = size(o, v, "nodes");
-          torchrun_sized_ = true;
-        } else if (is({"--nproc_per_node", "--nproc-per-node"})) {
-          torchrun_sized_ = true;
-          torchrun_per_node_given_ = true;
-          if (o.value == "gpu" || o.value == "auto") return;  // every GPU: the cluster's
-          out_.per_node = size(o, o.value, "processes per node");
-        }
-        return;
-      case Launcher::deepspeed:
-        if (is({"--num_nodes", "--num-nodes"}) && o.value != "-1") {
-          out_.nodes = size(o, o.value, "nodes");
-        } else if (is({"--num_gpus", "--num-gpus"}) && o.value != "-1") {
-          out_.per_node = size(o, o.value, "GPUs per node");
-        }
-        return;
-      case Launcher::srun:
-        if (is({"-N", "--nodes"})) {
-          out_.nodes = size(o, o.value, "nodes");
-        } else if (is({"--ntasks-per-node"})) {
-          out_.per_node = size(o, o.value, "tasks per node");
-        } else if (is({"--gpus-per-node"})) {  // "8" or "h100:8"
-          const auto colon = o.value.rfind(':');
-          out_.per_node = size(o, colon == std::string::npos ? o.value : o.value.substr(colon + 1),
-                               "GPUs per node");
-        } else if (is({"-n", "--ntasks"})) {
-          out_.world = size(o, o.value, "tasks");
-        }
-        return;
-      case Launcher::mpirun:
-        if (is({"-np", "-n", "--np", "-c"})) {
-          out_.world = size(o, o.value, "processes");
-        } else if (is({"-npernode", "--npernode", "-N", "-ppn", "--ppn", "-perhost"})) {
-          out_.per_node = size(o, o.value, "processes per node");
-        } else if (is({"--map-by", "-map-by"}) && o.value.rfind("ppr:", 0) == 0) {
-          // ppr:G:node[:options]
-          const std::string rest = o.value.substr(4);
-          const auto colon = rest.find(':');
-          if (colon != std::string::npos && rest.compare(colon + 1, 4, "node") == 0) {
-            out_.per_node = size(o, rest.substr(0, colon), "processes per node");
-          }
-        }
-        return;
-      case Launcher::none:
-        return;
-    }
-  }
+  // Records the sizes an option gives (nodes, per node, world), by launcher.
+  void sized(Launcher l, const Option& o);
 
   // torchrun's defaults (--nnodes 1, --nproc_per_node 1) once it was given a size.
   void apply_torchrun_defaults() {
@@ -311,6 +251,69 @@ class LaunchReader {
   bool torchrun_sized_ = false;
   bool torchrun_per_node_given_ = false;
 };
+
+void LaunchReader::sized(Launcher l, const Option& o) {
+  const auto is = [&](std::initializer_list<const char*> names) {
+    return std::any_of(names.begin(), names.end(), [&](const char* n) { return o.name == n; });
+  };
+  switch (l) {
+    case Launcher::torchrun:
+      if (is({"--nnodes"})) {
+        std::string v = o.value;
+        // "2:2" is one size; "1:4" (elastic) is not.
+        if (const auto colon = v.find(':'); colon != std::string::npos) {
+          if (v.substr(0, colon) != v.substr(colon + 1)) {
+            fail(o, "is an elastic range of nodes, not one size: give the number of nodes");
+          }
+          v = v.substr(0, colon);
+        }
+        out_.nodes = size(o, v, "nodes");
+        torchrun_sized_ = true;
+      } else if (is({"--nproc_per_node", "--nproc-per-node"})) {
+        torchrun_sized_ = true;
+        torchrun_per_node_given_ = true;
+        if (o.value == "gpu" || o.value == "auto") return;  // every GPU: the cluster's
+        out_.per_node = size(o, o.value, "processes per node");
+      }
+      return;
+    case Launcher::deepspeed:
+      if (is({"--num_nodes", "--num-nodes"}) && o.value != "-1") {
+        out_.nodes = size(o, o.value, "nodes");
+      } else if (is({"--num_gpus", "--num-gpus"}) && o.value != "-1") {
+        out_.per_node = size(o, o.value, "GPUs per node");
+      }
+      return;
+    case Launcher::srun:
+      if (is({"-N", "--nodes"})) {
+        out_.nodes = size(o, o.value, "nodes");
+      } else if (is({"--ntasks-per-node"})) {
+        out_.per_node = size(o, o.value, "tasks per node");
+      } else if (is({"--gpus-per-node"})) {  // "8" or "h100:8"
+        const auto colon = o.value.rfind(':');
+        out_.per_node = size(o, colon == std::string::npos ? o.value : o.value.substr(colon + 1),
+                             "GPUs per node");
+      } else if (is({"-n", "--ntasks"})) {
+        out_.world = size(o, o.value, "tasks");
+      }
+      return;
+    case Launcher::mpirun:
+      if (is({"-np", "-n", "--np", "-c"})) {
+        out_.world = size(o, o.value, "processes");
+      } else if (is({"-npernode", "--npernode", "-N", "-ppn", "--ppn", "-perhost"})) {
+        out_.per_node = size(o, o.value, "processes per node");
+      } else if (is({"--map-by", "-map-by"}) && o.value.rfind("ppr:", 0) == 0) {
+        // ppr:G:node[:options]
+        const std::string rest = o.value.substr(4);
+        const auto colon = rest.find(':');
+        if (colon != std::string::npos && rest.compare(colon + 1, 4, "node") == 0) {
+          out_.per_node = size(o, rest.substr(0, colon), "processes per node");
+        }
+      }
+      return;
+    case Launcher::none:
+      return;
+  }
+}
 
 }  // namespace
 
