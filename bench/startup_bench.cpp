@@ -8,9 +8,6 @@
 //   bench_startup [--runs N] [--sim-runs M] [BINARY]
 // BINARY defaults to the stratasim built with this bench; N (default 10) runs of --version,
 // M (default 3) of the simulation.
-#include <sys/resource.h>
-#include <sys/time.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "child_process.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -35,43 +34,18 @@ struct Sample {
 };
 
 // Runs `argv` with extra environment `env` (NAME=value), its output to /dev/null; exits the
-// bench when it cannot start or fails.
+// bench when it fails.
 Sample run(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  std::cout.flush();  // the child would print what is buffered again
-  std::fflush(stdout);
-  const auto start = std::chrono::steady_clock::now();
-  const pid_t pid = fork();
-  if (pid < 0) {
-    std::perror("fork");
-    std::exit(1);
-  }
-  if (pid == 0) {
-    for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));
-    if (std::freopen("/dev/null", "w", stdout) == nullptr) _exit(126);
-    if (std::freopen("/dev/null", "w", stderr) == nullptr) _exit(126);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  int status = 0;
-  rusage usage{};
-  if (wait4(pid, &status, 0, &usage) != pid) {
-    std::perror("wait4");
-    std::exit(1);
-  }
-  const auto end = std::chrono::steady_clock::now();
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  const auto r = stratasim::bench::run_child(argv, env);
+  if (r.exit_code != 0) {
     std::cerr << "bench_startup: " << argv[0] << " " << argv[1] << " failed ("
-              << (WIFEXITED(status) ? "exit code " + std::to_string(WEXITSTATUS(status)) +
-                                          (WEXITSTATUS(status) == 127 ? ": cannot execute" : "")
-                                    : "signal " + std::to_string(WTERMSIG(status)))
+              << (r.exit_code > 0 ? "exit code " + std::to_string(r.exit_code) +
+                                        (r.exit_code == 127 ? ": cannot execute" : "")
+                                  : "signal " + std::to_string(-r.exit_code))
               << ")\n";
     std::exit(1);
   }
-  return {std::chrono::duration<double>(end - start).count(),
-          static_cast<double>(usage.ru_maxrss) / 1024.0};  // ru_maxrss is in KiB on Linux
+  return {r.wall_s, r.max_rss_mib};
 }
 
 // The libraries the dynamic loader initialised in one run of `argv` (LD_DEBUG=libs), by path.
@@ -110,10 +84,8 @@ void measure(const std::string& what, const std::vector<std::string>& argv, int 
     walls.push_back(s.wall_s);
     rss = std::max(rss, s.max_rss_mib);
   }
+  const double median = stratasim::bench::median(walls);
   std::sort(walls.begin(), walls.end());
-  const double median = walls.size() % 2
-                            ? walls[walls.size() / 2]
-                            : (walls[walls.size() / 2 - 1] + walls[walls.size() / 2]) / 2;
   const auto libs = loaded_libraries(argv, dir);
   std::vector<std::string> heavy;
   for (const auto& l : libs) {
