@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <span>
 #include <stdexcept>
@@ -119,9 +120,10 @@ int ecmp_pick(std::uint64_t flow, int at, int choices) {
 }
 
 // The shape of a graph built by the two_level/nvswitch or fat_tree builder (more than one
-// node), recorded at build time so that routes to a device or an NVSwitch follow from vertex
-// and link numbering instead of per-destination tables. The builders' numbering (W devices,
-// R = devices per node, N nodes; fat_tree: P nodes per rack, K racks, S spines):
+// node), the ring, torus or pcie_tree builder (pcie_tree_next_link below), recorded at build time
+// so that routes to a device or an NVSwitch follow from vertex and link numbering instead of
+// per-destination tables. The builders' numbering (W devices, R = devices per node, N nodes;
+// fat_tree: P nodes per rack, K racks, S spines):
 // - vertices: devices [0, W), NVSwitch of node n: W + n; two_level: the network switch W + N,
 //   NIC of rank r: W + N + 1 + r; fat_tree: leaf of (rack k, rail i): W + N + k R + i, spine j:
 //   W + N + K R + j, NIC of rank r: W + N + K R + S + r.
@@ -132,10 +134,11 @@ int ecmp_pick(std::uint64_t flow, int at, int choices) {
 // are its out-links (insertion order, as the tables list them) whose far end is one hop
 // closer, so the ECMP pick is the tables' pick. Cleared by any change to the graph.
 struct RoutingStructure {
-  enum class Shape : std::uint8_t { none, two_level, fat_tree, ring, torus };
+  enum class Shape : std::uint8_t { none, two_level, fat_tree, ring, torus, pcie_tree };
   Shape shape = Shape::none;
   int devices = 0, per_node = 0, nodes = 0;  // W, R, N
   int per_rack = 1, racks = 0, spines = 0;   // P, K, S (fat_tree)
+  int per_switch = 1;                        // pcie_tree: GPUs per PCIe switch
   // torus (N = 0): extents, row-major (the last varies fastest); unused ones are 1. The hop
   // distance is the sum over dimensions of the way round each ring (extent 2: one cable,
   // extent 1: none); next hops are found by scanning a device's few out-links.
@@ -171,8 +174,51 @@ struct RoutingStructure {
     return (pick == 0) == first_is_forward ? forward_link : back_link;
   }
 
-  /// Routes to `to` have a closed form: a device or an NVSwitch of a recorded shape.
-  bool handles(int to) const { return shape != Shape::none && to >= 0 && to < devices + nodes; }
+  /// Routes to `to` have a closed form: a device or an NVSwitch of a recorded shape (a
+  /// pcie_tree has no NVSwitch: devices only).
+  bool handles(int to) const {
+    if (shape == Shape::pcie_tree) return to >= 0 && to < devices;
+    return shape != Shape::none && to >= 0 && to < devices + nodes;
+  }
+
+  /// pcie_tree (build_pcie_tree's numbering; Q = per_switch GPUs per switch, K = R / Q switches
+  /// per node, net = N > 1):
+  /// - vertices: devices [0, W); the network switch W (net only); then node n's block of
+  ///   B = 1 + K (1 + net) vertices from W + net: its root complex (host) first, then per
+  ///   switch k the switch and (net only) its NIC.
+  /// - links: switch (n, k) owns L = 2 + 2Q + 4 net consecutive ids from (n K + k) L: switch ->
+  ///   root, root -> switch, then per GPU i of the switch GPU -> switch, switch -> GPU, then
+  ///   switch -> NIC, NIC -> switch, NIC -> network, network -> NIC.
+  /// Every shortest path is unique except from a root complex to another node (any of its K
+  /// switches, then that switch's NIC) and from a NIC to another switch of its own node (back
+  /// through its switch and the root, or out through the network: 4 hops either way); there
+  /// the pick is the tables' (out-links in insertion order).
+  int pcie_next_link(int v, int to, std::uint64_t flow) const {
+    const bool net = nodes > 1;
+    const int q = per_switch, k_count = per_node / q, stride = net ? 2 : 1;
+    const int block = 1 + k_count * stride, first = devices + (net ? 1 : 0);
+    const int per_switch_links = 2 + 2 * q + (net ? 4 : 0);
+    auto links_of = [&](int n, int k) { return (n * k_count + k) * per_switch_links; };
+    const int tn = to / per_node, tk = (to % per_node) / q, ti = to % q;
+    if (v < devices) {  // up to its switch
+      return links_of(v / per_node, (v % per_node) / q) + 2 + 2 * (v % q);
+    }
+    if (net && v == devices) return links_of(tn, tk) + 5 + 2 * q;  // network -> the target's NIC
+    const int n = (v - first) / block, j = (v - first) % block;
+    if (j == 0) {  // the root complex: down to the target's switch, or to any switch's NIC
+      return links_of(n, n == tn ? tk : ecmp_pick(flow, v, k_count)) + 1;
+    }
+    const int k = (j - 1) / stride;
+    const int base = links_of(n, k);
+    if ((j - 1) % stride == 0) {  // a switch: down to the GPU, up to the root, out to the NIC
+      if (n == tn && k == tk) return base + 3 + 2 * ti;
+      return n == tn ? base : base + 2 + 2 * q;
+    }
+    // A NIC: to its own switch, else both ways are 4 hops within the node, else the network.
+    if (n == tn && k == tk) return base + 3 + 2 * q;
+    if (n == tn) return ecmp_pick(flow, v, 2) == 0 ? base + 3 + 2 * q : base + 4 + 2 * q;
+    return base + 4 + 2 * q;
+  }
 
   int node_of(int rank) const { return rank / per_node; }
   int rail_of(int rank) const { return rank % per_node; }
@@ -309,6 +355,12 @@ struct Topology::Impl {
   // Routing tables by destination vertex, built on first use. Shared (immutable) between
   // copies of an Impl; cleared whenever the graph changes.
   mutable std::vector<std::shared_ptr<const NextHops>> next_hops;
+  // Destinations whose table is held, oldest first, and the ints the tables hold: at most
+  // table_limit (Topology::set_routing_table_limit) are kept, so that routing memory stays
+  // bounded on explicit graphs however many destinations their flows reach.
+  std::size_t table_limit = kDefaultRoutingTableLimit;
+  mutable std::deque<int> table_order;
+  mutable std::size_t table_ints = 0;
   // The builder's shape, for closed-form routes (none: every route uses the tables).
   RoutingStructure structure;
 
@@ -357,7 +409,17 @@ struct Topology::Impl {
       }
     }
     table->offset.push_back(static_cast<int>(table->links.size()));
+    table_ints += table->offset.size() + table->links.size();
     slot = std::move(table);
+    table_order.push_back(to);
+    // Bounded: the oldest tables go first (never the one just made); a later route to their
+    // destination builds them again.
+    while (table_ints > table_limit && table_order.size() > 1) {
+      auto& old = next_hops[static_cast<std::size_t>(table_order.front())];
+      table_ints -= old->offset.size() + old->links.size();
+      old.reset();
+      table_order.pop_front();
+    }
     return *slot;
   }
 
@@ -399,14 +461,21 @@ const Topology::Impl& Topology::get() const {
   return impl_ ? *impl_ : empty;
 }
 
-Topology::Impl& Topology::edit() {
+Topology::Impl& Topology::own() {
   if (!impl_) {
     impl_ = std::make_shared<Impl>();
   } else if (impl_.use_count() > 1) {
     impl_ = std::make_shared<Impl>(*impl_);  // copy on write: other copies keep their graph
   }
+  return *impl_;
+}
+
+Topology::Impl& Topology::edit() {
+  own();
   impl_->next_hops.clear();  // the graph changes: routes must be recomputed
-  impl_->structure = {};     // and may no longer have the builder's shape
+  impl_->table_order.clear();
+  impl_->table_ints = 0;
+  impl_->structure = {};  // and may no longer have the builder's shape
   return *impl_;
 }
 
@@ -533,11 +602,15 @@ void Topology::route(int from, int to, std::uint64_t flow_key, std::vector<int>&
   const std::uint64_t flow = flow_hash(from, to, flow_key);
   int at = from;
   // Hops still to go (used where next hops are found by scanning; not on a ring).
-  int left = s.shape == RoutingStructure::Shape::ring ? 0 : s.dist_to(from, to);
+  const bool by_next_link =
+      s.shape == RoutingStructure::Shape::ring || s.shape == RoutingStructure::Shape::pcie_tree;
+  int left = by_next_link ? 0 : s.dist_to(from, to);
   while (at != to) {
     int l = -1;
     if (s.shape == RoutingStructure::Shape::ring) {
       l = s.ring_next_link(at, to, flow);
+    } else if (s.shape == RoutingStructure::Shape::pcie_tree) {
+      l = s.pcie_next_link(at, to, flow);
     } else if (s.top_switch(at)) {
       const int choices = s.top_choices(to);
       l = s.top_link(at, to, ecmp_pick(flow, at, choices));
@@ -596,6 +669,10 @@ void Topology::route_by_tables(int from, int to, std::uint64_t flow_key,
     out.push_back(l);
     at = m.links[static_cast<std::size_t>(l)].to;
   }
+}
+
+void Topology::set_routing_table_limit(std::size_t ints) {
+  own().table_limit = std::max<std::size_t>(ints, 1);
 }
 
 std::size_t Topology::routing_tables() const {
@@ -1209,9 +1286,14 @@ Topology build_topology(const ClusterSpec& cluster) {
                               cluster.devices_per_node, cluster.nodes};
       }
       break;
-    case TopologyKind::pcie_tree:
+    case TopologyKind::pcie_tree: {
       build_pcie_tree(t, cluster, spec);
+      RoutingStructure shape{RoutingStructure::Shape::pcie_tree, cluster.world_size(),
+                             cluster.devices_per_node, cluster.nodes};
+      shape.per_switch = std::min(spec.devices_per_pcie_switch, cluster.devices_per_node);
+      t.edit().structure = shape;
       break;
+    }
     case TopologyKind::fat_tree:
       build_fat_tree(t, cluster, spec);
       if (cluster.nodes > 1) {

@@ -114,18 +114,24 @@ class Topology {
   /// The hash: flow_key mixed with (from, to), then with the vertex at each choice; the
   /// candidates are the vertex's out-links one hop closer, in insertion order.
   /// Graphs from the two_level, nvswitch and fat_tree builders (more than one node), the ring
-  /// builder (3 devices or more) and the torus builder, unchanged since build_topology, route
-  /// from any vertex to a device or an NVSwitch in closed form: hop distances and next hops
-  /// follow from the builder's numbering, no memory is kept, and a route costs O(1) per hop.
-  /// Every other route (pcie_tree and explicit graphs, graphs changed after building,
-  /// destinations that are NICs or network switches) uses route_by_tables. Both give the
-  /// same links for the same (from, to, flow_key).
+  /// builder (3 devices or more), the torus builder and the pcie_tree builder, unchanged since
+  /// build_topology, route from any vertex to a device (or, but on a pcie_tree, an NVSwitch) in
+  /// closed form: hop distances and next hops follow from the builder's numbering, no memory
+  /// is kept, and a route costs O(1) per hop. Every other route (explicit graphs, graphs
+  /// changed after building, destinations that are NICs, hosts or switches) uses
+  /// route_by_tables. Both give the same links for the same (from, to, flow_key).
   void route(int from, int to, std::uint64_t flow_key, std::vector<int>& out) const;
   /// The reference routing: one BFS per destination on first use gives a next-hop table (the
   /// out-links, in insertion order, whose far end is one hop closer), kept for later routes;
   /// then a route costs a lookup per hop. Memory: about (vertices + next hops) ints per
-  /// destination asked for. `route` uses it wherever it has no closed form.
+  /// destination asked for, bounded: past the limit (set_routing_table_limit) the oldest
+  /// tables are dropped and built again when asked for. `route` uses it wherever it has no
+  /// closed form.
   void route_by_tables(int from, int to, std::uint64_t flow_key, std::vector<int>& out) const;
+  /// The most ints route_by_tables' tables may hold together (at least one table is always
+  /// kept, however large). Default kDefaultRoutingTableLimit: 32 Mi ints, 128 MiB.
+  static constexpr std::size_t kDefaultRoutingTableLimit = std::size_t{32} << 20;
+  void set_routing_table_limit(std::size_t ints);
   /// How many per-destination tables route_by_tables holds (a measure of routing memory).
   std::size_t routing_tables() const;
   /// Whether `route` finds every route to a device in closed form (the builders listed above,
@@ -146,7 +152,8 @@ class Topology {
   // Topology is used by one thread.
   std::shared_ptr<Impl> impl_ = nullptr;
   const Impl& get() const;
-  Impl& edit();
+  Impl& own();   // this copy's graph (copy on write), unchanged
+  Impl& edit();  // own(), about to change: routing tables and the builder's shape dropped
   // Checks that every device reaches every other one (explicit graphs).
   friend Topology build_topology(const ClusterSpec& cluster);
 };

@@ -1,10 +1,12 @@
 #include "study/footprint.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include <unistd.h>
 
+#include "hw_models/topology.hpp"
 #include "traces/timeline.hpp"
 
 namespace stratasim::study {
@@ -51,8 +53,12 @@ HostMemoryEstimate estimate_host_memory(const RunShape& s) {
                        s.spans * static_cast<std::int64_t>(sizeof(traces::Span)) +
                        s.memory_samples * static_cast<std::int64_t>(sizeof(traces::MemorySample)));
   if (s.flow_network) {
+    // hw::Topology holds at most its routing-table limit (ints) however many destinations.
+    constexpr auto kTableCap =
+        static_cast<std::int64_t>(hw::Topology::kDefaultRoutingTableLimit * sizeof(int));
     const std::int64_t tables = s.routing_tables ? s.devices * s.vertices : 0;
-    e.network = Bytes(s.ops * kFlowBytesPerOp + tables * kRoutingBytesPerEntry);
+    e.network =
+        Bytes(s.ops * kFlowBytesPerOp + std::min(tables * kRoutingBytesPerEntry, kTableCap));
   }
   e.base = Bytes(kBaseBytes);
   return e;

@@ -17,10 +17,11 @@
 //   queues, event heap, per-rank memory bookkeeping) plus spans × sizeof(Span) plus memory
 //   samples × sizeof(MemorySample) (the samples of the traced ranks: --trace-ranks);
 // - network: on the flow network, ops × kFlowBytesPerOp (transfers, their routes and rates)
-//   plus, where hw::Topology::route falls back to its tables (pcie_tree and explicit graphs:
-//   Topology::routes_in_closed_form() false), one next-hop table per destination device, about
-//   3 ints per vertex each (devices × vertices × 12 B; hw_models/topology.cpp). The structured
-//   builders route in closed form and keep no tables;
+//   plus, where hw::Topology::route falls back to its tables (explicit graphs, single-node
+//   clusters: Topology::routes_in_closed_form() false), one next-hop table per destination
+//   device, about 3 ints per vertex each (devices × vertices × 12 B; hw_models/topology.cpp),
+//   at most the topology's table limit (Topology::kDefaultRoutingTableLimit ints, 128 MiB).
+//   The structured builders route in closed form and keep no tables;
 // - base: the executable, configs and report (kBaseBytes).
 //
 // Calibration (peak RSS from /usr/bin/time -v, Release build, 2026-11-26; see docs/inputs.md

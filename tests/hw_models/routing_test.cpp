@@ -205,3 +205,71 @@ TEST_CASE("torus closed-form routes equal the BFS tables' routes (extents 1, 2 a
     CHECK((spread > 0) == (expected >= 2));
   }
 }
+
+TEST_CASE("pcie_tree closed-form routes equal the BFS tables' routes (one node and several)") {
+  // (nodes, GPUs per node, GPUs per PCIe switch): one node has no network and no NICs; with
+  // several, a NIC reaches another switch of its node two ways (4 hops back through the root
+  // complex or out through the network), and a root complex reaches another node through any
+  // of its switches' NICs: the keys must spread both.
+  for (const auto& [nodes, per_node, per_switch] : std::vector<std::tuple<int, int, int>>{
+           {1, 8, 4}, {1, 4, 4}, {3, 4, 2}, {2, 8, 4}, {4, 2, 1}}) {
+    CAPTURE(nodes);
+    CAPTURE(per_node);
+    CAPTURE(per_switch);
+    hw::TopologySpec spec;
+    spec.kind = TopologyKind::pcie_tree;
+    spec.devices_per_pcie_switch = per_switch;
+    const hw::Topology t = hw::build_topology(cluster_of(nodes, per_node, spec));
+    CHECK(t.routes_in_closed_form());
+    // Two GPUs on different switches of node 0 (when it has two): GPU -> switch -> root complex
+    // -> switch -> GPU, 4 hops.
+    if (per_node > per_switch) {
+      std::vector<int> out;
+      t.route(0, per_switch, 0, out);
+      CHECK(out.size() == 4);
+    }
+    const int spread = check_all_routes(t);
+    CHECK(t.routing_tables() == static_cast<std::size_t>(t.device_count()));  // the reference's
+    CHECK((spread > 0) == (nodes > 1 && per_node > per_switch));
+  }
+}
+
+TEST_CASE("explicit graphs: routing tables stay within the limit, and routes stay right") {
+  // A ring of 12 devices written as a graph: each table holds (vertices + 1) offsets and one
+  // or two next hops per vertex, about 25 ints, so a limit of 60 ints keeps two tables.
+  hw::TopologySpec spec;
+  spec.kind = TopologyKind::graph;
+  const int n = 12;
+  for (int i = 0; i < n; ++i)
+    spec.vertices.push_back({"d" + std::to_string(i), VertexKind::device});
+  for (int i = 0; i < n; ++i) {
+    hw::ExplicitLink l;
+    l.from = "d" + std::to_string(i);
+    l.to = "d" + std::to_string((i + 1) % n);
+    l.bandwidth = Bandwidth(1e9);
+    l.latency = Time::us(1);
+    l.duplex = true;
+    spec.links.push_back(l);
+    spec.devices.push_back("d" + std::to_string(i));
+  }
+  hw::Topology t = hw::build_topology(cluster_of(n, 1, spec));
+  CHECK_FALSE(t.routes_in_closed_form());
+  std::vector<std::vector<int>> before;
+  std::vector<int> out;
+  for (int to = 0; to < n; ++to) {
+    out.clear();
+    t.route(0, to, 3, out);
+    before.push_back(out);
+  }
+  CHECK(t.routing_tables() == static_cast<std::size_t>(n - 1));  // all kept by default
+  hw::Topology bounded = hw::build_topology(cluster_of(n, 1, spec));
+  bounded.set_routing_table_limit(60);
+  for (int round = 0; round < 2; ++round) {
+    for (int to = 0; to < n; ++to) {
+      out.clear();
+      bounded.route(0, to, 3, out);
+      CHECK(out == before[static_cast<std::size_t>(to)]);
+      CHECK(bounded.routing_tables() <= 2);
+    }
+  }
+}

@@ -75,6 +75,13 @@ TEST_CASE(
   study::RunShape closed = flow.shape;
   closed.routing_tables = false;
   CHECK(study::estimate_host_memory(closed).network.count() == closed.ops * study::kFlowBytesPerOp);
+  // A huge explicit graph: the tables' term stops at the topology's limit, 32 Mi ints = 128 MiB
+  // (hw_models/topology.hpp), however many devices x vertices.
+  study::RunShape huge = flow.shape;
+  huge.devices = 100000;
+  huge.vertices = 200000;
+  CHECK(study::estimate_host_memory(huge).network.count() ==
+        huge.ops * study::kFlowBytesPerOp + (std::int64_t{128} << 20));
 }
 
 TEST_CASE("a two-node two-level cluster routes in closed form: no routing tables estimated") {
