@@ -64,6 +64,12 @@ std::optional<std::int64_t> integral(const json& v) {
   return std::nullopt;
 }
 
+// object[key], or null where it is absent or null.
+const json* given(const json& object, const char* key) {
+  auto it = object.find(key);
+  return it == object.end() || it->is_null() ? nullptr : &*it;
+}
+
 bool is_auto(const json& v) {
   return v.is_string() && v.get_ref<const std::string&>() == "auto";
 }
@@ -134,6 +140,13 @@ class DeepSpeedReader : foreign::Reader {
 
   // Returns the stage when given.
   std::optional<int> read_zero(const json& z);
+  // zero_optimization's stage3_* keys: ZeRO-3's prefetch bucket and live-parameter limit
+  // (ZeroSettings), and tuning that stratasim does not model.
+  void read_zero3_limits(const json& z);
+  // ZeRO++ (ZeroSettings): hierarchical partitioning, quantised weights and gradients; the
+  // experiment's rules say that they need stage 3 and a partition size dividing dp. And MiCS,
+  // not modelled.
+  void read_zero_plus_plus(const json& z);
 
   void offload(const char* what, const std::string& key) {
     offload_.insert(what);
@@ -274,13 +287,9 @@ std::int64_t DeepSpeedReader::integer(const json& v, const std::string& at, std:
 
 void DeepSpeedReader::read_batch(const json& root) {
   constexpr std::int64_t kMaxBatch = std::int64_t{1} << 40;
-  auto find = [&](const char* key) -> const json* {
-    auto it = root.find(key);
-    return it == root.end() || it->is_null() ? nullptr : &*it;
-  };
-  const json* tbs = find("train_batch_size");
-  const json* micro = find("train_micro_batch_size_per_gpu");
-  const json* ga = find("gradient_accumulation_steps");
+  const json* tbs = given(root, "train_batch_size");
+  const json* micro = given(root, "train_micro_batch_size_per_gpu");
+  const json* ga = given(root, "gradient_accumulation_steps");
   const bool ga_given = ga != nullptr && !is_auto(*ga);
   if (ga_given) {
     set("training.gradient_accumulation_steps",
@@ -405,12 +414,8 @@ std::optional<int> DeepSpeedReader::read_zero(const json& z) {
               "zeropp_loco_param",
               "offload_optimizer_config",
               "offload_param_config"});
-  auto member = [&](const char* key) -> const json* {
-    auto it = z.find(key);
-    return it == z.end() || it->is_null() ? nullptr : &*it;
-  };
   std::optional<int> stage;
-  if (const json* s = member("stage")) {
+  if (const json* s = given(z, "stage")) {
     if (is_auto(*s)) {
       auto_kept(at + ".stage", "parallelism.zero");
     } else {
@@ -423,7 +428,7 @@ std::optional<int> DeepSpeedReader::read_zero(const json& z) {
     }
   }
   for (const char* key : {"reduce_bucket_size", "allgather_bucket_size"}) {
-    const json* v = member(key);
+    const json* v = given(z, key);
     if (v == nullptr) continue;
     if (is_auto(*v)) {
       auto_kept(at + "." + key, std::string("parallelism.") + key);
@@ -439,14 +444,14 @@ std::optional<int> DeepSpeedReader::read_zero(const json& z) {
     }
     set(std::string("parallelism.") + key, elements, at + "." + key);
   }
-  if (const json* v = member("overlap_comm")) {
+  if (const json* v = given(z, "overlap_comm")) {
     if (is_auto(*v)) {
       auto_kept(at + ".overlap_comm", "parallelism.dp_overlap");
     } else {
       set("parallelism.dp_overlap", boolean(*v, at + ".overlap_comm"), at + ".overlap_comm");
     }
   }
-  if (const json* v = member("cpu_offload")) {  // before offload_optimizer existed
+  if (const json* v = given(z, "cpu_offload")) {  // before offload_optimizer existed
     if (boolean(*v, at + ".cpu_offload")) offload("optimizer", at + ".cpu_offload");
     offload_given_ = true;
   }
@@ -454,52 +459,58 @@ std::optional<int> DeepSpeedReader::read_zero(const json& z) {
   read_offload(z, "offload_param", "params");
   // ZeRO-3's prefetch bucket and live-parameter limit (ZeroSettings), and tuning that
   // stratasim does not model.
-  if (stage.value_or(3) == 3) {
-    for (auto [key, ours] : {std::pair{"stage3_prefetch_bucket_size", "zero_prefetch_bucket_size"},
-                             std::pair{"stage3_max_live_parameters", "zero_max_live_parameters"}}) {
-      const json* v = member(key);
-      if (v == nullptr) continue;
-      if (is_auto(*v)) {
-        auto_kept(at + "." + key, std::string("parallelism.") + ours);
-        continue;
-      }
-      const std::int64_t elements = integer(*v, at + "." + key, 0, std::int64_t{1} << 50);
-      if (elements == 0 && std::string_view(key) == "stage3_prefetch_bucket_size") {
-        // DeepSpeed prefetches nothing with a bucket of 0: each use gathers its parameters.
-        note(at + "." + key + " is 0: no prefetch (parallelism.zero_prefetch_layers 0)");
-        set("parallelism.zero_prefetch_layers", 0, at + "." + key);
-        continue;
-      }
-      if (elements == 0) {  // stage3_max_live_parameters 0: DeepSpeed's limit of none held
-        fail(at + "." + key, "0 would hold no gathered parameter at all; expected at least 1");
-      }
-      set(std::string("parallelism.") + ours, elements, at + "." + key);
+  if (stage.value_or(3) == 3) read_zero3_limits(z);
+  read_zero_plus_plus(z);
+  return stage;
+}
+
+void DeepSpeedReader::read_zero3_limits(const json& z) {
+  const std::string at = "zero_optimization";
+  for (auto [key, ours] : {std::pair{"stage3_prefetch_bucket_size", "zero_prefetch_bucket_size"},
+                           std::pair{"stage3_max_live_parameters", "zero_max_live_parameters"}}) {
+    const json* v = given(z, key);
+    if (v == nullptr) continue;
+    if (is_auto(*v)) {
+      auto_kept(at + "." + key, std::string("parallelism.") + ours);
+      continue;
     }
-    for (const char* key :
-         {"stage3_max_reuse_distance", "stage3_param_persistence_threshold", "sub_group_size"}) {
-      const json* v = member(key);
-      if (v == nullptr || is_auto(*v)) continue;
-      integer(*v, at + "." + key, 0, std::int64_t{1} << 52);
-      note(at + "." + key + " is not modelled");
+    const std::int64_t elements = integer(*v, at + "." + key, 0, std::int64_t{1} << 50);
+    if (elements == 0 && std::string_view(key) == "stage3_prefetch_bucket_size") {
+      // DeepSpeed prefetches nothing with a bucket of 0: each use gathers its parameters.
+      note(at + "." + key + " is 0: no prefetch (parallelism.zero_prefetch_layers 0)");
+      set("parallelism.zero_prefetch_layers", 0, at + "." + key);
+      continue;
     }
+    if (elements == 0) {  // stage3_max_live_parameters 0: DeepSpeed's limit of none held
+      fail(at + "." + key, "0 would hold no gathered parameter at all; expected at least 1");
+    }
+    set(std::string("parallelism.") + ours, elements, at + "." + key);
   }
-  // ZeRO++ (ZeroSettings): hierarchical partitioning, quantised weights and gradients; the
-  // experiment's rules say that they need stage 3 and a partition size dividing dp.
-  if (const json* v = member("zero_hpz_partition_size")) {
+  for (const char* key :
+       {"stage3_max_reuse_distance", "stage3_param_persistence_threshold", "sub_group_size"}) {
+    const json* v = given(z, key);
+    if (v == nullptr || is_auto(*v)) continue;
+    integer(*v, at + "." + key, 0, std::int64_t{1} << 52);
+    note(at + "." + key + " is not modelled");
+  }
+}
+
+void DeepSpeedReader::read_zero_plus_plus(const json& z) {
+  const std::string at = "zero_optimization";
+  if (const json* v = given(z, "zero_hpz_partition_size")) {
     const std::string key = at + ".zero_hpz_partition_size";
     set("parallelism.zero_hpz_partition_size", integer(*v, key, 1, 1 << 24), key);
   }
   for (const char* key : {"zero_quantized_weights", "zero_quantized_gradients"}) {
-    if (const json* v = member(key)) {
+    if (const json* v = given(z, key)) {
       set(std::string("parallelism.") + key, boolean(*v, at + "." + key), at + "." + key);
     }
   }
-  if (const json* v = member("mics_shard_size")) {
+  if (const json* v = given(z, "mics_shard_size")) {
     if (integer(*v, at + ".mics_shard_size", -1, 1 << 24) > 0) {
       note(at + ".mics_shard_size (MiCS) is not modelled");
     }
   }
-  return stage;
 }
 
 void DeepSpeedReader::read_offload(const json& z, const char* key, const char* what) {
@@ -1790,6 +1801,147 @@ const std::vector<std::string> kHfCommon = {"_name_or_path",
                                             "pretraining_tp",
                                             "quantization_config"};
 
+// The keys read (or accepted) of each family's config.json: GPT-2 (GPT2Config).
+const std::vector<std::string> kHfGpt2Keys = {"n_embd",
+                                              "n_layer",
+                                              "n_head",
+                                              "n_inner",
+                                              "vocab_size",
+                                              "n_positions",
+                                              "n_ctx",
+                                              "activation_function",
+                                              "layer_norm_epsilon",
+                                              "tie_word_embeddings",
+                                              "attn_pdrop",
+                                              "embd_pdrop",
+                                              "resid_pdrop",
+                                              "summary_type",
+                                              "summary_use_proj",
+                                              "summary_activation",
+                                              "summary_proj_to_labels",
+                                              "summary_first_dropout",
+                                              "scale_attn_weights",
+                                              "scale_attn_by_inverse_layer_idx",
+                                              "reorder_and_upcast_attn",
+                                              "add_cross_attention"};
+// GPT-NeoX (GPTNeoXConfig).
+const std::vector<std::string> kHfNeoxKeys = {"hidden_size",
+                                              "intermediate_size",
+                                              "num_hidden_layers",
+                                              "num_attention_heads",
+                                              "vocab_size",
+                                              "max_position_embeddings",
+                                              "hidden_act",
+                                              "rotary_pct",
+                                              "rotary_emb_base",
+                                              "layer_norm_eps",
+                                              "use_parallel_residual",
+                                              "tie_word_embeddings",
+                                              "attention_bias",
+                                              "classifier_dropout"};
+// BERT (BertConfig).
+const std::vector<std::string> kHfBertKeys = {"hidden_size",
+                                              "intermediate_size",
+                                              "num_hidden_layers",
+                                              "num_attention_heads",
+                                              "vocab_size",
+                                              "max_position_embeddings",
+                                              "hidden_act",
+                                              "layer_norm_eps",
+                                              "type_vocab_size",
+                                              "position_embedding_type",
+                                              "tie_word_embeddings",
+                                              "classifier_dropout",
+                                              "gradient_checkpointing"};
+// DeepSeek-V2 / V3.
+const std::vector<std::string> kHfDeepSeekKeys = {"hidden_size",
+                                                  "intermediate_size",
+                                                  "moe_intermediate_size",
+                                                  "num_hidden_layers",
+                                                  "num_attention_heads",
+                                                  "num_key_value_heads",
+                                                  "n_shared_experts",
+                                                  "n_routed_experts",
+                                                  "routed_scaling_factor",
+                                                  "kv_lora_rank",
+                                                  "q_lora_rank",
+                                                  "qk_rope_head_dim",
+                                                  "v_head_dim",
+                                                  "qk_nope_head_dim",
+                                                  "topk_method",
+                                                  "n_group",
+                                                  "topk_group",
+                                                  "num_experts_per_tok",
+                                                  "moe_layer_freq",
+                                                  "first_k_dense_replace",
+                                                  "norm_topk_prob",
+                                                  "scoring_func",
+                                                  "aux_loss_alpha",
+                                                  "seq_aux",
+                                                  "hidden_act",
+                                                  "max_position_embeddings",
+                                                  "rms_norm_eps",
+                                                  "tie_word_embeddings",
+                                                  "attention_bias",
+                                                  "vocab_size",
+                                                  "ep_size",
+                                                  "num_nextn_predict_layers"};
+// The Llama-shaped families (HfReader::read_llama), Mixtral's and Qwen's experts included.
+const std::vector<std::string> kHfLlamaKeys = {"num_local_experts",
+                                               "num_experts",
+                                               "moe_intermediate_size",
+                                               "shared_expert_intermediate_size",
+                                               "decoder_sparse_step",
+                                               "mlp_only_layers",
+                                               "norm_topk_prob",
+                                               "num_experts_per_tok",
+                                               "router_aux_loss_coef",
+                                               "output_router_logits",
+                                               "router_jitter_noise",
+                                               "hidden_size",
+                                               "intermediate_size",
+                                               "num_hidden_layers",
+                                               "num_attention_heads",
+                                               "num_key_value_heads",
+                                               "vocab_size",
+                                               "max_position_embeddings",
+                                               "hidden_act",
+                                               "rms_norm_eps",
+                                               "tie_word_embeddings",
+                                               "attention_bias",
+                                               "mlp_bias",
+                                               "head_dim",
+                                               "sliding_window",
+                                               "max_window_layers",
+                                               "use_sliding_window",
+                                               "hidden_activation",
+                                               "layer_types",
+                                               "sliding_window_pattern",
+                                               "query_pre_attn_scalar",
+                                               "attn_logit_softcapping",
+                                               "final_logit_softcapping",
+                                               "cache_implementation",
+                                               "rope_local_base_freq",
+                                               "original_max_position_embeddings",
+                                               "partial_rotary_factor",
+                                               "norm_eps",
+                                               "layer_norm_eps",
+                                               "resid_pdrop",
+                                               "embd_pdrop",
+                                               "attn_implementation"};
+// Llama 4's text model, besides kHfLlamaKeys.
+const std::vector<std::string> kHfLlama4Keys = {"intermediate_size_mlp",
+                                                "interleave_moe_layer_step",
+                                                "moe_layers",
+                                                "no_rope_layers",
+                                                "no_rope_layer_interval",
+                                                "attention_chunk_size",
+                                                "use_qk_norm",
+                                                "attn_temperature_tuning",
+                                                "floor_scale",
+                                                "attn_scale",
+                                                "for_llm_compressor"};
+
 class HfReader {
  public:
   HfReader(config::Document& doc, std::string path, std::vector<std::string>& notes,
@@ -1798,6 +1950,18 @@ class HfReader {
   void convert();
 
  private:
+  // The model's name and source: the file's stem, else _name_or_path, else the model type.
+  void name_model(json& m, const std::string& type);
+  // `m`'s fields from the config.json of a `type` model; returns the keys the family reads
+  // or accepts.
+  std::vector<std::string> read_family(json& m, const std::string& type);
+  // Notes on torch_dtype and quantization_config: the stored weights, not the training.
+  void note_stored_types();
+  // A note for each key of `object` not `known`, with the closest known one.
+  void note_unread_keys(const json& object, const std::vector<std::string>& known);
+  // TransformerModel::validate over `m`, its errors naming the config.json's keys.
+  void check_shape(const json& m);
+
   void note(const std::string& text) { notes_.push_back(source_ + ": " + text); }
 
   std::string model_type(const json& object);
@@ -1920,6 +2084,17 @@ void HfReader::convert() {
   }
   json m = json::object();
   m["type"] = "transformer";
+  name_model(m, type);
+  std::vector<std::string> known = read_family(m, type);
+  read_dropout(m, type);
+  note_stored_types();
+  known.insert(known.end(), kHfCommon.begin(), kHfCommon.end());
+  note_unread_keys(object, known);
+  check_shape(m);
+  doc_.set(path_, std::move(m), source_ + " (read as a stratasim model)");
+}
+
+void HfReader::name_model(json& m, const std::string& type) {
   const auto file = doc_.file_of(path_);
   std::string name = r_.string_or("_name_or_path", "");
   if (!file.empty()) name = file.stem().string();
@@ -1927,165 +2102,50 @@ void HfReader::convert() {
   m["name"] = name;
   m["source"] = "Hugging Face config.json (model_type " + type + ")" +
                 (file.empty() ? std::string() : ": " + file.string());
-  std::vector<std::string> known;
+}
+
+std::vector<std::string> HfReader::read_family(json& m, const std::string& type) {
   if (type == "gpt2") {
-    known = {"n_embd",
-             "n_layer",
-             "n_head",
-             "n_inner",
-             "vocab_size",
-             "n_positions",
-             "n_ctx",
-             "activation_function",
-             "layer_norm_epsilon",
-             "tie_word_embeddings",
-             "attn_pdrop",
-             "embd_pdrop",
-             "resid_pdrop",
-             "summary_type",
-             "summary_use_proj",
-             "summary_activation",
-             "summary_proj_to_labels",
-             "summary_first_dropout",
-             "scale_attn_weights",
-             "scale_attn_by_inverse_layer_idx",
-             "reorder_and_upcast_attn",
-             "add_cross_attention"};
     read_gpt2(m);
-  } else if (type == "gpt_neox") {
-    known = {"hidden_size",
-             "intermediate_size",
-             "num_hidden_layers",
-             "num_attention_heads",
-             "vocab_size",
-             "max_position_embeddings",
-             "hidden_act",
-             "rotary_pct",
-             "rotary_emb_base",
-             "layer_norm_eps",
-             "use_parallel_residual",
-             "tie_word_embeddings",
-             "attention_bias",
-             "classifier_dropout"};
-    read_neox(m);
-  } else if (type == "bert") {
-    known = {"hidden_size",
-             "intermediate_size",
-             "num_hidden_layers",
-             "num_attention_heads",
-             "vocab_size",
-             "max_position_embeddings",
-             "hidden_act",
-             "layer_norm_eps",
-             "type_vocab_size",
-             "position_embedding_type",
-             "tie_word_embeddings",
-             "classifier_dropout",
-             "gradient_checkpointing"};
-    read_bert(m);
-  } else if (type == "deepseek_v2" || type == "deepseek_v3") {
-    known = {"hidden_size",
-             "intermediate_size",
-             "moe_intermediate_size",
-             "num_hidden_layers",
-             "num_attention_heads",
-             "num_key_value_heads",
-             "n_shared_experts",
-             "n_routed_experts",
-             "routed_scaling_factor",
-             "kv_lora_rank",
-             "q_lora_rank",
-             "qk_rope_head_dim",
-             "v_head_dim",
-             "qk_nope_head_dim",
-             "topk_method",
-             "n_group",
-             "topk_group",
-             "num_experts_per_tok",
-             "moe_layer_freq",
-             "first_k_dense_replace",
-             "norm_topk_prob",
-             "scoring_func",
-             "aux_loss_alpha",
-             "seq_aux",
-             "hidden_act",
-             "max_position_embeddings",
-             "rms_norm_eps",
-             "tie_word_embeddings",
-             "attention_bias",
-             "vocab_size",
-             "ep_size",
-             "num_nextn_predict_layers"};
-    read_deepseek(m, type);
-  } else {  // llama, mistral, mixtral, qwen2(_moe), qwen3(_moe), gemma*, phi3, nemotron
-    if (type == "gemma3") {
-      r_.fail("text_config",
-              "a multimodal Gemma 3 config.json: give its text_config object as the model "
-              "(model_type gemma3_text); the vision tower is not modelled");
-    }
-    known = {"num_local_experts",
-             "num_experts",
-             "moe_intermediate_size",
-             "shared_expert_intermediate_size",
-             "decoder_sparse_step",
-             "mlp_only_layers",
-             "norm_topk_prob",
-             "num_experts_per_tok",
-             "router_aux_loss_coef",
-             "output_router_logits",
-             "router_jitter_noise",
-             "hidden_size",
-             "intermediate_size",
-             "num_hidden_layers",
-             "num_attention_heads",
-             "num_key_value_heads",
-             "vocab_size",
-             "max_position_embeddings",
-             "hidden_act",
-             "rms_norm_eps",
-             "tie_word_embeddings",
-             "attention_bias",
-             "mlp_bias",
-             "head_dim",
-             "sliding_window",
-             "max_window_layers",
-             "use_sliding_window",
-             "hidden_activation",
-             "layer_types",
-             "sliding_window_pattern",
-             "query_pre_attn_scalar",
-             "attn_logit_softcapping",
-             "final_logit_softcapping",
-             "cache_implementation",
-             "rope_local_base_freq",
-             "original_max_position_embeddings",
-             "partial_rotary_factor",
-             "norm_eps",
-             "layer_norm_eps",
-             "resid_pdrop",
-             "embd_pdrop",
-             "attn_implementation"};
-    if (type == "llama4_text") {
-      known.insert(known.end(), {"intermediate_size_mlp", "interleave_moe_layer_step", "moe_layers",
-                                 "no_rope_layers", "no_rope_layer_interval", "attention_chunk_size",
-                                 "use_qk_norm", "attn_temperature_tuning", "floor_scale",
-                                 "attn_scale", "for_llm_compressor"});
-    }
-    read_llama(m, type);
-    if (type == "llama4_text") read_llama4(m);
-    if (type == "mixtral") {
-      json moe = json::object();
-      moe["num_experts"] = integer("num_local_experts", "moe.num_experts", 1 << 20);
-      moe["top_k"] = integer("num_experts_per_tok", "moe.top_k", 1 << 20);
-      moe["ffn_hidden"] = m["ffn_hidden"];
-      moe["aux_loss_coeff"] = r_.number_or("router_aux_loss_coef", 0.001);
-      r_.has("output_router_logits");
-      r_.has("router_jitter_noise");
-      m["moe"] = std::move(moe);
-    }
-    if (type == "qwen2_moe" || type == "qwen3_moe") read_qwen_moe(m, type);
+    return kHfGpt2Keys;
   }
-  read_dropout(m, type);
+  if (type == "gpt_neox") {
+    read_neox(m);
+    return kHfNeoxKeys;
+  }
+  if (type == "bert") {
+    read_bert(m);
+    return kHfBertKeys;
+  }
+  if (type == "deepseek_v2" || type == "deepseek_v3") {
+    read_deepseek(m, type);
+    return kHfDeepSeekKeys;
+  }
+  // llama, mistral, mixtral, qwen2(_moe), qwen3(_moe), gemma*, phi3, nemotron
+  if (type == "gemma3") {
+    r_.fail("text_config",
+            "a multimodal Gemma 3 config.json: give its text_config object as the model "
+            "(model_type gemma3_text); the vision tower is not modelled");
+  }
+  std::vector<std::string> known = kHfLlamaKeys;
+  if (type == "llama4_text") known.insert(known.end(), kHfLlama4Keys.begin(), kHfLlama4Keys.end());
+  read_llama(m, type);
+  if (type == "llama4_text") read_llama4(m);
+  if (type == "mixtral") {
+    json moe = json::object();
+    moe["num_experts"] = integer("num_local_experts", "moe.num_experts", 1 << 20);
+    moe["top_k"] = integer("num_experts_per_tok", "moe.top_k", 1 << 20);
+    moe["ffn_hidden"] = m["ffn_hidden"];
+    moe["aux_loss_coeff"] = r_.number_or("router_aux_loss_coef", 0.001);
+    r_.has("output_router_logits");
+    r_.has("router_jitter_noise");
+    m["moe"] = std::move(moe);
+  }
+  if (type == "qwen2_moe" || type == "qwen3_moe") read_qwen_moe(m, type);
+  return known;
+}
+
+void HfReader::note_stored_types() {
   if (const auto* dtype = doc_.find(config::join_path(path_, "torch_dtype"));
       dtype != nullptr && dtype->is_string()) {
     note("torch_dtype " + shown(*dtype) +
@@ -2095,14 +2155,19 @@ void HfReader::convert() {
       q != nullptr && !q->is_null()) {
     note("quantization_config is not modelled (weights train in training.dtype)");
   }
-  known.insert(known.end(), kHfCommon.begin(), kHfCommon.end());
+}
+
+void HfReader::note_unread_keys(const json& object, const std::vector<std::string>& known) {
   for (const auto& [key, value] : object.items()) {
     if (std::find(known.begin(), known.end(), key) != known.end()) continue;
     const std::string hint = suggestion(key, known);
     note("key '" + key + "' is not read (not modelled)" +
          (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
   }
-  // Shapes checked here so that errors name the config.json's keys.
+}
+
+// Shapes checked here so that errors name the config.json's keys.
+void HfReader::check_shape(const json& m) {
   TransformerModel model;
   model.layers = m["layers"].get<int>();
   model.hidden = m["hidden"].get<int>();
@@ -2118,7 +2183,6 @@ void HfReader::convert() {
     const auto it = hf_key_.find(e.path());
     doc_.fail(config::join_path(path_, it == hf_key_.end() ? e.path() : it->second), e.what());
   }
-  doc_.set(path_, std::move(m), source_ + " (read as a stratasim model)");
 }
 
 std::string HfReader::model_type(const json& object) {
