@@ -2037,6 +2037,11 @@ class HfReader {
 
   void read_gpt2(json& m);
 
+  // The shape GPT-NeoX and BERT write alike: hidden_size, intermediate_size,
+  // num_hidden_layers, num_attention_heads (every head its own K and V), vocab_size,
+  // max_position_embeddings (`max_seq_len` when absent); hidden_act, modelled as GELU.
+  void read_mha_shape(json& m, std::int64_t max_seq_len);
+
   void read_neox(json& m);
 
   // BERT (transformers' modeling_bert.py): an encoder (no causal mask) with learned positions,
@@ -2642,7 +2647,7 @@ void HfReader::read_gpt2(json& m) {
   }
 }
 
-void HfReader::read_neox(json& m) {
+void HfReader::read_mha_shape(json& m, std::int64_t max_seq_len) {
   m["hidden"] = integer("hidden_size", "hidden");
   m["ffn_hidden"] = integer("intermediate_size", "ffn_hidden");
   m["layers"] = integer("num_hidden_layers", "layers", 100'000);
@@ -2650,9 +2655,13 @@ void HfReader::read_neox(json& m) {
   m["kv_heads"] = m["heads"];
   hf_key_["kv_heads"] = "num_attention_heads";
   m["vocab"] = integer("vocab_size", "vocab", 1 << 30);
-  m["max_seq_len"] = integer_or("max_position_embeddings", "max_seq_len", 2048);
+  m["max_seq_len"] = integer_or("max_position_embeddings", "max_seq_len", max_seq_len);
   gelu_note("hidden_act", r_.string_or("hidden_act", "gelu"));
   m["activation"] = "gelu";
+}
+
+void HfReader::read_neox(json& m) {
+  read_mha_shape(m, 2048);
   m["tied_embeddings"] = r_.boolean_or("tie_word_embeddings", false);
   m["position_embedding"] = "rotary";  // rotary_pct of each head: no parameters either way
   m["norm"] = "layernorm";
@@ -2666,16 +2675,7 @@ void HfReader::read_neox(json& m) {
 }
 
 void HfReader::read_bert(json& m) {
-  m["hidden"] = integer("hidden_size", "hidden");
-  m["ffn_hidden"] = integer("intermediate_size", "ffn_hidden");
-  m["layers"] = integer("num_hidden_layers", "layers", 100'000);
-  m["heads"] = integer("num_attention_heads", "heads");
-  m["kv_heads"] = m["heads"];
-  hf_key_["kv_heads"] = "num_attention_heads";
-  m["vocab"] = integer("vocab_size", "vocab", 1 << 30);
-  m["max_seq_len"] = integer_or("max_position_embeddings", "max_seq_len", 512);
-  gelu_note("hidden_act", r_.string_or("hidden_act", "gelu"));
-  m["activation"] = "gelu";
+  read_mha_shape(m, 512);
   m["tied_embeddings"] = r_.boolean_or("tie_word_embeddings", true);
   const std::string positions = r_.string_or("position_embedding_type", "absolute");
   if (positions != "absolute") {
