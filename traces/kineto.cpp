@@ -686,6 +686,10 @@ struct ImportCounts {
 
 // What the ranks' imports share: the request, the job, the program input and its groups so far.
 struct JobImport {
+  JobImport(const KinetoOptions& request, std::optional<std::int64_t> replayed,
+            const RankOrder& order)
+      : options(request), step(replayed), world(order.world), partial(order.partial) {}
+
   const KinetoOptions& options;
   std::optional<std::int64_t> step;  // the replayed step; none: all steps, or whole traces
   int world = 0;
@@ -1181,10 +1185,8 @@ ImportedTrace import_kineto_texts(const std::vector<KinetoFile>& files,
   const ParsedFiles parsed = parse_files(files);
   const RankOrder order = order_ranks(files, parsed);
   const std::size_t lowest = order.file_of_rank[0];
-  JobImport job{options,     chosen_step(parsed.files[lowest], Reader{files[lowest].name}, options),
-                order.world, order.partial,
-                {},          {},
-                {}};
+  JobImport job(options, chosen_step(parsed.files[lowest], Reader{files[lowest].name}, options),
+                order);
   job.input.ranks.resize(files.size());
   ImportedTrace result;
   for (std::size_t r = 0; r < files.size(); ++r) {
