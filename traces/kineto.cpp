@@ -552,10 +552,8 @@ std::optional<int> rank_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-}  // namespace
-
-ImportedTrace import_kineto_texts(const std::vector<KinetoFile>& files,
-                                  const KinetoOptions& options) {
+// The request itself: some files, not too many, and not both --step N and --step all.
+void check_request(const std::vector<KinetoFile>& files, const KinetoOptions& options) {
   if (files.empty()) throw TraceError("kineto", "", "no trace files");
   if (files.size() > static_cast<std::size_t>(kMaxRanks)) {
     throw TraceError(files[0].name, "", "more than " + std::to_string(kMaxRanks) + " files");
@@ -563,57 +561,71 @@ ImportedTrace import_kineto_texts(const std::vector<KinetoFile>& files,
   if (options.step && options.all_steps) {
     throw TraceError("--step", "", "give a step number or all, not both");
   }
-  const int given = static_cast<int>(files.size());
-  std::vector<ParsedFile> parsed(files.size());
-  // The job's world size as the files declare it (distributedInfo.world_size), and which file
-  // declared it first.
+}
+
+// A file's JSON into p.doc, and the rank and world size its distributedInfo gives (p.rank stays
+// -1 where it gives none).
+void parse_document(const KinetoFile& file, ParsedFile& p) {
+  try {
+    p.doc = config::parse_json_depth_bounded(file.text, file.name);
+  } catch (const config::ConfigError& e) {  // nested deeper than config::kMaxJsonDepth
+    throw TraceError(file.name, "", e.message());
+  } catch (const json::parse_error& e) {
+    throw TraceError(file.name, "byte " + std::to_string(e.byte),
+                     std::string("not valid JSON: ") + e.what());
+  } catch (const json::exception& e) {
+    throw TraceError(file.name, "", std::string("not valid JSON: ") + e.what());
+  }
+  const Reader in{file.name};
+  if (p.doc.is_object() && p.doc.contains("distributedInfo")) {
+    const json& info = p.doc["distributedInfo"];
+    if (!info.is_object()) in.fail("distributedInfo", "an object");
+    if (info.contains("rank")) {
+      p.rank = static_cast<int>(in.integer(info["rank"], "distributedInfo.rank", 0, kMaxRanks - 1));
+    }
+    if (info.contains("world_size")) {
+      p.world = static_cast<int>(
+          in.integer(info["world_size"], "distributedInfo.world_size", 1, kMaxRanks));
+    }
+  }
+}
+
+// The rank of a file whose distributedInfo gives none: the number in its name, else 0 when it
+// is the only file.
+int rank_without_info(const KinetoFile& file, std::size_t file_count) {
+  if (const auto r = rank_from_name(file.name)) return *r;
+  if (file_count == 1) return 0;
+  throw TraceError(file.name, "distributedInfo.rank",
+                   "cannot tell which rank this file is: it has no distributedInfo.rank "
+                   "and its name has no rank number (\"...rank3...\")");
+}
+
+// The files parsed, each with its rank and steps (in the order given), and the job's world size
+// as the files declare it (distributedInfo.world_size), checked against each other.
+struct ParsedFiles {
+  std::vector<ParsedFile> files;
   std::optional<int> declared;
-  std::size_t declared_by = 0;
+};
+
+ParsedFiles parse_files(const std::vector<KinetoFile>& files) {
+  const int given = static_cast<int>(files.size());
+  ParsedFiles out;
+  out.files.resize(files.size());
+  std::size_t declared_by = 0;  // the file that declared the world size first
   for (std::size_t f = 0; f < files.size(); ++f) {
     const auto& file = files[f];
-    ParsedFile& p = parsed[f];
-    try {
-      p.doc = config::parse_json_depth_bounded(file.text, file.name);
-    } catch (const config::ConfigError& e) {  // nested deeper than config::kMaxJsonDepth
-      throw TraceError(file.name, "", e.message());
-    } catch (const json::parse_error& e) {
-      throw TraceError(file.name, "byte " + std::to_string(e.byte),
-                       std::string("not valid JSON: ") + e.what());
-    } catch (const json::exception& e) {
-      throw TraceError(file.name, "", std::string("not valid JSON: ") + e.what());
-    }
-    const Reader in{file.name};
-    if (p.doc.is_object() && p.doc.contains("distributedInfo")) {
-      const json& info = p.doc["distributedInfo"];
-      if (!info.is_object()) in.fail("distributedInfo", "an object");
-      if (info.contains("rank")) {
-        p.rank =
-            static_cast<int>(in.integer(info["rank"], "distributedInfo.rank", 0, kMaxRanks - 1));
-      }
-      if (info.contains("world_size")) {
-        p.world = static_cast<int>(
-            in.integer(info["world_size"], "distributedInfo.world_size", 1, kMaxRanks));
-      }
-    }
-    if (p.rank < 0) {
-      if (const auto r = rank_from_name(file.name)) {
-        p.rank = *r;
-      } else if (files.size() == 1) {
-        p.rank = 0;
-      } else {
-        throw TraceError(file.name, "distributedInfo.rank",
-                         "cannot tell which rank this file is: it has no distributedInfo.rank "
-                         "and its name has no rank number (\"...rank3...\")");
-      }
-    }
+    ParsedFile& p = out.files[f];
+    parse_document(file, p);
+    if (p.rank < 0) p.rank = rank_without_info(file, files.size());
     if (p.world) {
-      if (declared && *declared != *p.world) {
+      if (out.declared && *out.declared != *p.world) {
         throw TraceError(file.name, "distributedInfo.world_size",
-                         std::to_string(*declared) + " (the world size " + files[declared_by].name +
-                             " gives), found " + std::to_string(*p.world));
+                         std::to_string(*out.declared) + " (the world size " +
+                             files[declared_by].name + " gives), found " +
+                             std::to_string(*p.world));
       }
-      if (!declared) declared_by = f;
-      declared = p.world;
+      if (!out.declared) declared_by = f;
+      out.declared = p.world;
       if (*p.world < given) {
         throw TraceError(file.name, "distributedInfo.world_size",
                          "the trace is of " + std::to_string(*p.world) + " ranks, but " +
@@ -625,423 +637,568 @@ ImportedTrace import_kineto_texts(const std::vector<KinetoFile>& files,
                              std::to_string(*p.world) + " ranks");
       }
     }
-    read_steps(p, in);
+    read_steps(p, Reader{file.name});
   }
+  return out;
+}
+
+// The job the files are of: program rank -> file (by trace rank, each rank once), its world
+// size, and whether the files are only some of its ranks.
+struct RankOrder {
+  std::vector<std::size_t> file_of_rank;
+  int world = 0;
+  bool partial = false;
+};
+
+RankOrder order_ranks(const std::vector<KinetoFile>& files, const ParsedFiles& parsed) {
+  const int given = static_cast<int>(files.size());
   // Some ranks of a larger job: replayed alone, with their communication as measured. Without
   // a world size, a rank number beyond the files given says so too (the world is then at least
   // one more than the highest rank).
   int highest = 0;
-  for (const ParsedFile& p : parsed) highest = std::max(highest, p.rank);
-  const bool partial = declared ? *declared > given : highest >= given;
-  const int world = declared ? *declared : std::max(given, highest + 1);
-  // Program rank -> file: by trace rank.
-  std::vector<std::size_t> file_of_rank(files.size());
+  for (const ParsedFile& p : parsed.files) highest = std::max(highest, p.rank);
+  RankOrder order;
+  order.partial = parsed.declared ? *parsed.declared > given : highest >= given;
+  order.world = parsed.declared ? *parsed.declared : std::max(given, highest + 1);
+  auto& file_of_rank = order.file_of_rank;
+  file_of_rank.resize(files.size());
   for (std::size_t f = 0; f < files.size(); ++f) file_of_rank[f] = f;
-  std::stable_sort(file_of_rank.begin(), file_of_rank.end(),
-                   [&](std::size_t a, std::size_t b) { return parsed[a].rank < parsed[b].rank; });
-  for (std::size_t k = 0; k < file_of_rank.size(); ++k) {
-    const ParsedFile& p = parsed[file_of_rank[k]];
-    const KinetoFile& file = files[file_of_rank[k]];
-    if (k > 0 && parsed[file_of_rank[k - 1]].rank == p.rank) {
-      throw TraceError(file.name, "distributedInfo.rank",
+  std::stable_sort(file_of_rank.begin(), file_of_rank.end(), [&](std::size_t a, std::size_t b) {
+    return parsed.files[a].rank < parsed.files[b].rank;
+  });
+  for (std::size_t k = 1; k < file_of_rank.size(); ++k) {
+    const ParsedFile& p = parsed.files[file_of_rank[k]];
+    if (parsed.files[file_of_rank[k - 1]].rank == p.rank) {
+      throw TraceError(files[file_of_rank[k]].name, "distributedInfo.rank",
                        "rank " + std::to_string(p.rank) + " is also the rank of " +
                            files[file_of_rank[k - 1]].name);
     }
   }
-  const std::optional<std::int64_t> step =
-      chosen_step(parsed[file_of_rank[0]], Reader{files[file_of_rank[0]].name}, options);
+  return order;
+}
 
-  ImportedTrace result;
-  TraceInput input;
-  input.ranks.resize(files.size());
-  std::map<std::pair<std::string, std::vector<std::int32_t>>, std::uint32_t> group_index;
+// What the import counts over all ranks, for the report's notes.
+struct ImportCounts {
   std::int64_t cpu_events = 0, comm_kernels = 0, measured_comm = 0, without_metadata = 0;
   std::int64_t outside = 0;
   std::set<int> ranks_with_several_compute_streams, ranks_with_several_devices;
-  for (int r = 0; r < given; ++r) {
-    const std::size_t f = file_of_rank[static_cast<std::size_t>(r)];
-    const KinetoFile& file = files[f];
-    const ParsedFile& parsed_file = parsed[f];
-    const json& events = *parsed_file.events;
-    const std::string& base = parsed_file.base;
-    const Reader in{file.name};
-    TraceRank& rank = input.ranks[static_cast<std::size_t>(r)];
-    rank.source = file.name;
-    Window window = window_of(parsed_file, file.name, step, options);
-    std::unordered_map<std::int64_t, double> launched;
-    if (!window.whole) launched = launch_times(events, in);
-    if (!window.whole) {
-      // Per step: the end of its last GPU event (read leniently here: the loop below reads
-      // every GPU event strictly).
-      const auto& steps = parsed_file.steps;
-      std::vector<double> last(steps.size(), -std::numeric_limits<double>::infinity());
-      for (const json& e : events) {
-        if (!e.is_object() || !is_gpu_category(category_of(in, e))) continue;
-        const json* ts = in.field(e, "ts");
-        const json* dur = in.field(e, "dur");
-        if (!ts || !ts->is_number() || !dur || !dur->is_number()) continue;
-        const double at = launch_time(in, in.field(e, "args"), ts->get<double>(), launched);
-        for (std::size_t k = 0; k < steps.size(); ++k) {
-          if (at >= steps[k].ts && at <= steps[k].ts + steps[k].dur) {
-            last[k] = std::max(last[k], ts->get<double>() + dur->get<double>());
-            break;
-          }
-        }
-      }
-      auto step_end = [&](std::size_t k) { return std::max(steps[k].ts + steps[k].dur, last[k]); };
-      window.from = steps[window.first].ts;
-      if (window.first > 0) window.from = std::max(window.from, step_end(window.first - 1));
-      window.until = window.from;
-      for (std::size_t k = window.first; k <= window.last; ++k) {
-        window.until = std::max(window.until, step_end(k));
-      }
-    }
-    std::vector<Event> gpu;
-    std::vector<std::pair<double, double>> busy;  // every GPU event of the rank: [start, end)
-    std::set<std::int64_t> compute_streams, devices;
-    for (std::size_t i = 0; i < events.size(); ++i) {
-      const json& e = events[i];
-      const std::string path = base + "[" + std::to_string(i) + "]";
-      const json* ph = in.field(e, "ph");
-      if (!ph || !ph->is_string() || ph->get_ref<const std::string&>() != "X") continue;
-      const std::string category = category_of(in, e);
-      const bool kernel = category == "kernel";
-      const bool memory = is_gpu_category(category) && !kernel;
-      if (!kernel && !memory) {
-        ++cpu_events;
-        continue;
-      }
-      Event ev;
-      ev.index = i;
-      ev.ts = in.number(e, "ts", path, -kMaxTimestamp, kMaxTimestamp);
-      ev.dur = in.number(e, "dur", path, 0, kMaxMicros);
-      const std::string& name = in.string(e, "name", path);
-      const json* args = in.field(e, "args");
-      if (args && !args->is_object()) in.fail(path + ".args", "an object");
-      busy.emplace_back(ev.ts, ev.ts + ev.dur);
-      if (!window.whole) {
-        // The step it belongs to: where it was launched, else where it started.
-        const double at = launch_time(in, args, ev.ts, launched);
-        if (ev.ts < window.from || ev.ts >= window.until) {
-          const bool in_a_step =
-              std::any_of(parsed_file.steps.begin(), parsed_file.steps.end(),
-                          [&](const Step& s) { return at >= s.ts && at <= s.ts + s.dur; });
-          if (!in_a_step) ++outside;
-          continue;
-        }
-      }
-      std::int64_t cuda_stream = 0;
-      if (args && args->contains("stream")) {
-        cuda_stream = in.integer((*args)["stream"], path + ".args.stream", 0,
-                                 std::numeric_limits<std::int64_t>::max());
-      } else if (const json* tid = in.field(e, "tid"); tid && tid->is_number_integer()) {
-        cuda_stream = tid->get<std::int64_t>();
-      }
-      if (const json* device = args ? in.field(*args, "device") : nullptr;
-          device && device->is_number_integer()) {
-        devices.insert(device->get<std::int64_t>());
-      }
-      TraceOp op;
-      op.id = i;
-      op.label = name;
-      const bool nccl = name.rfind("ncclKernel", 0) == 0 || name.rfind("ncclDevKernel", 0) == 0 ||
-                        (args && args->contains("Collective name"));
-      const auto measured = [&] {
-        op.work = st::Compute{};
-        op.kernels.push_back({st::Measured{Time::ps(std::llround(ev.dur * 1e6))}, name});
-      };
-      if (memory) {
-        ev.stream = st::Stream::copy;
-        measured();
-      } else if (!nccl) {
-        ev.stream = st::Stream::compute;
-        compute_streams.insert(cuda_stream);
-        measured();
-      } else {
-        ++comm_kernels;
-        const std::string apath = path + ".args";
-        static const json kEmpty = json::object();
-        const json& a = args ? *args : kEmpty;
-        std::string collective_name = name;
-        if (const json* c = in.field(a, "Collective name")) {
-          if (!c->is_string()) in.fail(apath + ".Collective name", "a string");
-          collective_name = c->get<std::string>();
-        }
-        const auto spec = comm_of(collective_name);
-        // record_param_comms' metadata (PyTorch 2.1 and later); older traces name only the
-        // kernel.
-        const bool metadata =
-            a.contains("Collective name") || a.contains("In msg nelems") || a.contains("dtype");
-        if (partial || !metadata) {
-          // Replayed as measured: the peers are absent, or the size is unknown.
-          ++measured_comm;
-          if (!metadata) ++without_metadata;
-          measured();
-          if (spec && spec->kind == CommKind::send) {
-            ev.stream = st::Stream::pp_send;
-          } else if (spec && spec->kind == CommKind::recv) {
-            ev.stream = st::Stream::pp_recv;
-          } else if (!metadata) {
-            ev.stream = st::Stream::dp_comm;
-          } else {
-            std::size_t members = 0;
-            if (const json* g = in.field(a, "Group size"); g && g->is_number_unsigned()) {
-              members = g->get<std::size_t>();
-            }
-            ev.stream = data_parallel(pg_args_of(in, a), members, world, options)
-                            ? st::Stream::dp_comm
-                            : st::Stream::tp_comm;
-          }
-        } else {
-          if (!spec) {
-            throw TraceError(file.name, apath + ".Collective name",
-                             "collective \"" + collective_name +
-                                 "\" is not supported (stratasim simulates all-reduce, "
-                                 "reduce-scatter, all-gather, broadcast, reduce, all-to-all, "
-                                 "barrier, send and recv)");
-          }
-          const std::string& dtype_name = in.string(a, "dtype", apath);
-          const auto element = element_of(dtype_name);
-          if (!element) {
-            in.fail(apath + ".dtype",
-                    "a PyTorch dtype name (Float, Half, BFloat16, Double, Float8_e4m3fn, Int, "
-                    "Long, ...), found \"" +
-                        dtype_name + "\"");
-          }
-          const auto in_elems = in.integer(a, "In msg nelems", apath, 0, kMaxElements);
-          const auto out_elems = in.integer(a, "Out msg nelems", apath, 0, kMaxElements);
-          // Program::Collective counts the whole buffer: the input of an all-reduce or
-          // reduce-scatter, the output of an all-gather; the larger of the two in every case.
-          const Bytes bytes(std::max(in_elems, out_elems) * element->first);
-          if (spec->kind == CommKind::collective) {
-            const PgArgs pg = pg_args_of(in, a);
-            std::optional<std::int64_t> group_size;
-            if (a.contains("Group size")) {
-              group_size = in.integer(a["Group size"], apath + ".Group size", 1, world);
-            }
-            std::optional<std::vector<std::int32_t>> members;
-            if (const json* g = in.field(a, "Process Group Ranks")) {
-              members = parse_ranks(*g, in, apath + ".Process Group Ranks", world);
-            }
-            if (!members) {
-              // Absent or truncated: a group of the whole world is the one case we can rebuild.
-              if (group_size && *group_size == world) {
-                members.emplace();
-                for (int k = 0; k < world; ++k) members->push_back(k);
-              } else {
-                in.fail(apath + ".Process Group Ranks",
-                        "the group's ranks (\"[0, 1, ...]\"), or a Group size equal to the "
-                        "world size " +
-                            std::to_string(world));
-              }
-            }
-            if (group_size && static_cast<std::size_t>(*group_size) != members->size()) {
-              in.fail(apath + ".Group size",
-                      std::to_string(members->size()) + " (the number of Process Group Ranks)");
-            }
-            const bool dp = data_parallel(pg, members->size(), world, options);
-            auto key = std::make_pair(pg.name, *members);
-            auto it = group_index.find(key);
-            if (it == group_index.end()) {
-              // A group the rule finds data parallel is named so ("dp pg 0 (default_pg)"), for
-              // re-targeting (strategies::RetargetOptions::dp_groups); with --dp-groups the
-              // user's pattern finds it by its own name.
-              const std::string label =
-                  (dp && options.dp_groups.empty() ? "dp " : "") + group_label(pg);
-              input.groups.push_back({*members, label});
-              it = group_index.emplace(key, static_cast<std::uint32_t>(input.groups.size() - 1))
-                       .first;
-            }
-            st::Collective c;
-            c.kind = spec->collective;
-            c.dtype = element->second;
-            c.group = it->second;
-            c.bytes = bytes;
-            op.work = c;
-            ev.stream = dp ? st::Stream::dp_comm : st::Stream::tp_comm;
-          } else {
-            const bool send = spec->kind == CommKind::send;
-            const char* key = send ? "Dst Rank" : "Src Rank";
-            const auto peer = static_cast<std::int32_t>(in.integer(a, key, apath, 0, world - 1));
-            if (send) {
-              op.work = st::Send{peer, bytes};
-              ev.stream = st::Stream::pp_send;
-            } else {
-              op.work = st::Recv{peer, bytes};
-              ev.stream = st::Stream::pp_recv;
-            }
-          }
-        }
-      }
-      op.stream = ev.stream;
-      rank.ops.push_back(std::move(op));
-      gpu.push_back(ev);
-    }
-    if (gpu.empty()) {
-      // Nothing to replay: no GPU activity recorded (a CPU-only profile, another accelerator's
-      // events), or none in the step.
-      if (!busy.empty() && !window.whole && !options.all_steps) {
-        throw TraceError(file.name, "traceEvents",
-                         "ProfilerStep#" + std::to_string(*step) +
-                             " has no GPU kernels, memcpys or memsets to replay; choose another "
-                             "with --step N");
-      }
-      throw TraceError(file.name, "traceEvents",
-                       "no GPU kernels, memcpys or memsets (events of category kernel, "
-                       "gpu_memcpy or gpu_memset) to replay: record the trace with "
-                       "torch.profiler.ProfilerActivity.CUDA; other accelerators' events (MTIA, "
-                       "TPU) are not read");
-    }
-    if (compute_streams.size() > 1) ranks_with_several_compute_streams.insert(r);
-    if (devices.size() > 1) ranks_with_several_devices.insert(r);
+};
 
-    // Host time: the stretches of the window in which no GPU event of the rank (of any step)
-    // runs, as measured ops on the host stream.
-    double host_us = 0, window_us = 0;
-    if (!gpu.empty()) {
-      double begin = window.from, end = window.until;
-      if (window.whole) {
-        begin = gpu.front().ts;
-        end = begin;
-      }
-      for (const Event& ev : gpu) {
-        if (window.whole) begin = std::min(begin, ev.ts);
-        end = std::max(end, ev.ts + ev.dur);
-      }
-      window_us = end - begin;
-      std::sort(busy.begin(), busy.end());
-      double cursor = begin;
-      std::uint64_t next_id = events.size();
-      auto host = [&](double from, double to) {
-        if (to - from <= kMinHostMicros) return;
-        TraceOp op;
-        op.id = next_id;
-        op.label = "host time (no GPU work)";
-        op.stream = st::Stream::host;
-        op.work = st::Compute{};
-        op.kernels.push_back({st::Measured{Time::ps(std::llround((to - from) * 1e6))}, op.label});
-        rank.ops.push_back(std::move(op));
-        gpu.push_back(Event{next_id, from, to - from, st::Stream::host});
-        ++next_id;
-        host_us += to - from;
-      };
-      for (const auto& [from, to] : busy) {
-        if (to <= cursor) continue;
-        if (from >= end) break;
-        if (from > cursor) host(cursor, from);
-        cursor = std::max(cursor, to);
-      }
-      if (end > cursor) host(cursor, end);
-    }
-    if (r == 0) {
-      describe_steps(parsed_file, step, options, result);
-      if (window_us > 0) {
-        result.setup.emplace_back(
-            "host-bound time",
-            micros_text(host_us) + " of " + micros_text(window_us) +
-                " with no kernel, copy or set running (rank " + std::to_string(parsed_file.rank) +
-                "): dataloader, CPU operators, synchronisation, launches; kept as measured");
-      }
-    }
+// What the ranks' imports share: the request, the job, the program input and its groups so far.
+struct JobImport {
+  JobImport(const KinetoOptions& request, std::optional<std::int64_t> replayed,
+            const RankOrder& order)
+      : options(request), step(replayed), world(order.world), partial(order.partial) {}
 
-    // Issue order: by start time (ties keep the file's order).
-    std::vector<std::size_t> order(gpu.size());
-    for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t x, std::size_t y) { return gpu[x].ts < gpu[y].ts; });
-    std::vector<TraceOp> sorted;
-    sorted.reserve(order.size());
-    // Per stream: its ops so far (end time, id) and how many of them had all finished by the
-    // current start; per (stream, other stream): the last dependency given, to skip repeats.
-    std::array<std::vector<std::pair<double, std::uint64_t>>, st::kStreamCount> on;
-    std::array<std::size_t, st::kStreamCount> done{};
-    std::array<std::array<std::int64_t, st::kStreamCount>, st::kStreamCount> given_dep;
-    for (auto& row : given_dep) row.fill(-1);
-    for (std::size_t k : order) {
-      TraceOp op = std::move(rank.ops[k]);
-      const Event& ev = gpu[k];
-      const auto s = static_cast<std::size_t>(ev.stream);
-      for (std::size_t o = 0; o < st::kStreamCount; ++o) {
-        auto& list = on[o];
-        while (done[o] < list.size() && list[done[o]].first <= ev.ts) ++done[o];
-        if (o == s || done[o] == 0) continue;
-        const auto dep = list[done[o] - 1].second;
-        if (given_dep[s][o] == static_cast<std::int64_t>(dep)) continue;
-        given_dep[s][o] = static_cast<std::int64_t>(dep);
-        op.deps.push_back(dep);
-      }
-      if (!on[s].empty()) op.order_deps.push_back(on[s].back().second);
-      on[s].emplace_back(ev.ts + ev.dur, op.id);
-      sorted.push_back(std::move(op));
-    }
-    rank.ops = std::move(sorted);
+  const KinetoOptions& options;
+  std::optional<std::int64_t> step;  // the replayed step; none: all steps, or whole traces
+  int world = 0;
+  bool partial = false;
+  TraceInput input;
+  std::map<std::pair<std::string, std::vector<std::int32_t>>, std::uint32_t> group_index;
+  ImportCounts counts;
+
+  // The index in input.groups of the group `pg` of `members`, added at its first use.
+  std::uint32_t group_of(const PgArgs& pg, const std::vector<std::int32_t>& members, bool dp);
+};
+
+std::uint32_t JobImport::group_of(const PgArgs& pg, const std::vector<std::int32_t>& members,
+                                  bool dp) {
+  auto key = std::make_pair(pg.name, members);
+  auto it = group_index.find(key);
+  if (it == group_index.end()) {
+    // A group the rule finds data parallel is named so ("dp pg 0 (default_pg)"), for
+    // re-targeting (strategies::RetargetOptions::dp_groups); with --dp-groups the user's pattern
+    // finds it by its own name.
+    const std::string label = (dp && options.dp_groups.empty() ? "dp " : "") + group_label(pg);
+    input.groups.push_back({members, label});
+    it = group_index.emplace(key, static_cast<std::uint32_t>(input.groups.size() - 1)).first;
   }
+  return it->second;
+}
 
-  result.program = build_program(input);
-  if (partial) {
-    result.measured_communication = true;
-    std::string ranks;
-    for (std::size_t k = 0; k < file_of_rank.size(); ++k) {
-      if (k == 8) {
-        ranks += ", ...";
+// `op` as a measured kernel of `micros`.
+void set_measured(TraceOp& op, double micros, const std::string& name) {
+  op.work = st::Compute{};
+  op.kernels.push_back({st::Measured{Time::ps(std::llround(micros * 1e6))}, name});
+}
+
+// Dependencies from stream order and timestamps (the file's header comment): `ops` (with
+// `events`, their times and streams, index for index) sorted into issue order, each after the
+// previous op of its stream and after the last op of every other stream that had finished (with
+// all before it) when it started.
+void reconstruct_dependencies(std::vector<TraceOp>& ops, const std::vector<Event>& events) {
+  // Issue order: by start time (ties keep the file's order).
+  std::vector<std::size_t> order(events.size());
+  for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t x, std::size_t y) { return events[x].ts < events[y].ts; });
+  std::vector<TraceOp> sorted;
+  sorted.reserve(order.size());
+  // Per stream: its ops so far (end time, id) and how many of them had all finished by the
+  // current start; per (stream, other stream): the last dependency given, to skip repeats.
+  std::array<std::vector<std::pair<double, std::uint64_t>>, st::kStreamCount> on;
+  std::array<std::size_t, st::kStreamCount> done{};
+  std::array<std::array<std::int64_t, st::kStreamCount>, st::kStreamCount> given_dep;
+  for (auto& row : given_dep) row.fill(-1);
+  for (std::size_t k : order) {
+    TraceOp op = std::move(ops[k]);
+    const Event& ev = events[k];
+    const auto s = static_cast<std::size_t>(ev.stream);
+    for (std::size_t o = 0; o < st::kStreamCount; ++o) {
+      auto& list = on[o];
+      while (done[o] < list.size() && list[done[o]].first <= ev.ts) ++done[o];
+      if (o == s || done[o] == 0) continue;
+      const auto dep = list[done[o] - 1].second;
+      if (given_dep[s][o] == static_cast<std::int64_t>(dep)) continue;
+      given_dep[s][o] = static_cast<std::int64_t>(dep);
+      op.deps.push_back(dep);
+    }
+    if (!on[s].empty()) op.order_deps.push_back(on[s].back().second);
+    on[s].emplace_back(ev.ts + ev.dur, op.id);
+    sorted.push_back(std::move(op));
+  }
+  ops = std::move(sorted);
+}
+
+// One rank's import: its file's GPU events in the replayed window become rank.ops (NCCL kernels
+// collectives, sends and receives where the job allows), the time between them host ops, all
+// with reconstructed dependencies.
+struct RankImport {
+  RankImport(JobImport& job, const KinetoFile& file, const ParsedFile& parsed, TraceRank& rank);
+  // Imports program rank `r`; rank 0 also describes the steps in `result`.
+  void run(int r, ImportedTrace& result);
+
+ private:
+  void find_window();
+  void read_event(std::size_t i);
+  void read_comm(TraceOp& op, Event& ev, const std::string& name, const json* args,
+                 const std::string& path);
+  void read_measured_comm(TraceOp& op, Event& ev, const std::string& name, const json& a,
+                          const std::optional<CommSpec>& spec, bool metadata);
+  void read_simulated_comm(TraceOp& op, Event& ev, const json& a, const std::string& apath,
+                           const std::string& collective_name, const std::optional<CommSpec>& spec);
+  st::Collective read_collective(const json& a, const std::string& apath, const CommSpec& spec,
+                                 DType dtype, Bytes bytes, bool& dp);
+  [[noreturn]] void fail_without_gpu_work() const;
+  void add_host_time();
+
+  JobImport& job_;
+  const KinetoFile& file_;
+  const ParsedFile& parsed_;
+  const json& events_;
+  const Reader in_;
+  TraceRank& rank_;
+  Window window_;
+  std::unordered_map<std::int64_t, double> launched_;  // by correlation id (steps only)
+  std::vector<Event> gpu_;                             // rank_.ops' events, index for index
+  std::vector<std::pair<double, double>> busy_;        // every GPU event of the rank: [start, end)
+  std::set<std::int64_t> compute_streams_, devices_;
+  double host_us_ = 0, window_us_ = 0;
+};
+
+RankImport::RankImport(JobImport& job, const KinetoFile& file, const ParsedFile& parsed,
+                       TraceRank& rank)
+    : job_(job),
+      file_(file),
+      parsed_(parsed),
+      events_(*parsed.events),
+      in_{file.name},
+      rank_(rank),
+      window_(window_of(parsed, file.name, job.step, job.options)) {
+  rank_.source = file.name;
+}
+
+void RankImport::run(int r, ImportedTrace& result) {
+  find_window();
+  for (std::size_t i = 0; i < events_.size(); ++i) read_event(i);
+  // Nothing to replay: no GPU activity recorded (a CPU-only profile, another accelerator's
+  // events), or none in the step.
+  if (gpu_.empty()) fail_without_gpu_work();
+  if (compute_streams_.size() > 1) job_.counts.ranks_with_several_compute_streams.insert(r);
+  if (devices_.size() > 1) job_.counts.ranks_with_several_devices.insert(r);
+  add_host_time();
+  if (r == 0) {
+    describe_steps(parsed_, job_.step, job_.options, result);
+    if (window_us_ > 0) {
+      result.setup.emplace_back(
+          "host-bound time",
+          micros_text(host_us_) + " of " + micros_text(window_us_) +
+              " with no kernel, copy or set running (rank " + std::to_string(parsed_.rank) +
+              "): dataloader, CPU operators, synchronisation, launches; kept as measured");
+    }
+  }
+  reconstruct_dependencies(rank_.ops, gpu_);
+}
+
+// The replayed steps' time [from, until) (Window), where a step is replayed.
+void RankImport::find_window() {
+  if (window_.whole) return;
+  launched_ = launch_times(events_, in_);
+  // Per step: the end of its last GPU event (read leniently here: read_event reads every GPU
+  // event strictly).
+  const auto& steps = parsed_.steps;
+  std::vector<double> last(steps.size(), -std::numeric_limits<double>::infinity());
+  for (const json& e : events_) {
+    if (!e.is_object() || !is_gpu_category(category_of(in_, e))) continue;
+    const json* ts = in_.field(e, "ts");
+    const json* dur = in_.field(e, "dur");
+    if (!ts || !ts->is_number() || !dur || !dur->is_number()) continue;
+    const double at = launch_time(in_, in_.field(e, "args"), ts->get<double>(), launched_);
+    for (std::size_t k = 0; k < steps.size(); ++k) {
+      if (at >= steps[k].ts && at <= steps[k].ts + steps[k].dur) {
+        last[k] = std::max(last[k], ts->get<double>() + dur->get<double>());
         break;
       }
-      ranks += (k ? ", " : "") + std::to_string(parsed[file_of_rank[k]].rank);
     }
-    const std::string of = declared ? std::to_string(world) : "at least " + std::to_string(world);
-    result.setup.emplace_back("ranks", (given == 1 ? "rank " : "ranks ") + ranks + " of " + of +
-                                           " replayed alone, communication as measured");
+  }
+  auto step_end = [&](std::size_t k) { return std::max(steps[k].ts + steps[k].dur, last[k]); };
+  window_.from = steps[window_.first].ts;
+  if (window_.first > 0) window_.from = std::max(window_.from, step_end(window_.first - 1));
+  window_.until = window_.from;
+  for (std::size_t k = window_.first; k <= window_.last; ++k) {
+    window_.until = std::max(window_.until, step_end(k));
+  }
+}
+
+// traceEvents[i]: counted if a CPU event; an op if a GPU event in the window.
+void RankImport::read_event(std::size_t i) {
+  const json& e = events_[i];
+  const std::string path = parsed_.base + "[" + std::to_string(i) + "]";
+  const json* ph = in_.field(e, "ph");
+  if (!ph || !ph->is_string() || ph->get_ref<const std::string&>() != "X") return;
+  const std::string category = category_of(in_, e);
+  const bool kernel = category == "kernel";
+  const bool memory = is_gpu_category(category) && !kernel;
+  if (!kernel && !memory) {
+    ++job_.counts.cpu_events;
+    return;
+  }
+  Event ev;
+  ev.index = i;
+  ev.ts = in_.number(e, "ts", path, -kMaxTimestamp, kMaxTimestamp);
+  ev.dur = in_.number(e, "dur", path, 0, kMaxMicros);
+  const std::string& name = in_.string(e, "name", path);
+  const json* args = in_.field(e, "args");
+  if (args && !args->is_object()) in_.fail(path + ".args", "an object");
+  busy_.emplace_back(ev.ts, ev.ts + ev.dur);
+  if (!window_.whole) {
+    // The step it belongs to: where it was launched, else where it started.
+    const double at = launch_time(in_, args, ev.ts, launched_);
+    if (ev.ts < window_.from || ev.ts >= window_.until) {
+      const bool in_a_step =
+          std::any_of(parsed_.steps.begin(), parsed_.steps.end(),
+                      [&](const Step& s) { return at >= s.ts && at <= s.ts + s.dur; });
+      if (!in_a_step) ++job_.counts.outside;
+      return;
+    }
+  }
+  std::int64_t cuda_stream = 0;
+  if (args && args->contains("stream")) {
+    cuda_stream = in_.integer((*args)["stream"], path + ".args.stream", 0,
+                              std::numeric_limits<std::int64_t>::max());
+  } else if (const json* tid = in_.field(e, "tid"); tid && tid->is_number_integer()) {
+    cuda_stream = tid->get<std::int64_t>();
+  }
+  if (const json* device = args ? in_.field(*args, "device") : nullptr;
+      device && device->is_number_integer()) {
+    devices_.insert(device->get<std::int64_t>());
+  }
+  TraceOp op;
+  op.id = i;
+  op.label = name;
+  const bool nccl = name.rfind("ncclKernel", 0) == 0 || name.rfind("ncclDevKernel", 0) == 0 ||
+                    (args && args->contains("Collective name"));
+  if (memory) {
+    ev.stream = st::Stream::copy;
+    set_measured(op, ev.dur, name);
+  } else if (!nccl) {
+    ev.stream = st::Stream::compute;
+    compute_streams_.insert(cuda_stream);
+    set_measured(op, ev.dur, name);
+  } else {
+    read_comm(op, ev, name, args, path);
+  }
+  op.stream = ev.stream;
+  rank_.ops.push_back(std::move(op));
+  gpu_.push_back(ev);
+}
+
+// An NCCL kernel: simulated communication where its peers are present and its size known, else
+// measured.
+void RankImport::read_comm(TraceOp& op, Event& ev, const std::string& name, const json* args,
+                           const std::string& path) {
+  ++job_.counts.comm_kernels;
+  const std::string apath = path + ".args";
+  static const json kEmpty = json::object();
+  const json& a = args ? *args : kEmpty;
+  std::string collective_name = name;
+  if (const json* c = in_.field(a, "Collective name")) {
+    if (!c->is_string()) in_.fail(apath + ".Collective name", "a string");
+    collective_name = c->get<std::string>();
+  }
+  const auto spec = comm_of(collective_name);
+  // record_param_comms' metadata (PyTorch 2.1 and later); older traces name only the kernel.
+  const bool metadata =
+      a.contains("Collective name") || a.contains("In msg nelems") || a.contains("dtype");
+  if (job_.partial || !metadata) {
+    read_measured_comm(op, ev, name, a, spec, metadata);
+  } else {
+    read_simulated_comm(op, ev, a, apath, collective_name, spec);
+  }
+}
+
+// Replayed as measured: the peers are absent, or the size is unknown.
+void RankImport::read_measured_comm(TraceOp& op, Event& ev, const std::string& name, const json& a,
+                                    const std::optional<CommSpec>& spec, bool metadata) {
+  ++job_.counts.measured_comm;
+  if (!metadata) ++job_.counts.without_metadata;
+  set_measured(op, ev.dur, name);
+  if (spec && spec->kind == CommKind::send) {
+    ev.stream = st::Stream::pp_send;
+  } else if (spec && spec->kind == CommKind::recv) {
+    ev.stream = st::Stream::pp_recv;
+  } else if (!metadata) {
+    ev.stream = st::Stream::dp_comm;
+  } else {
+    std::size_t members = 0;
+    if (const json* g = in_.field(a, "Group size"); g && g->is_number_unsigned()) {
+      members = g->get<std::size_t>();
+    }
+    ev.stream = data_parallel(pg_args_of(in_, a), members, job_.world, job_.options)
+                    ? st::Stream::dp_comm
+                    : st::Stream::tp_comm;
+  }
+}
+
+// A collective, send or receive from record_param_comms' metadata `a` (at `apath`).
+void RankImport::read_simulated_comm(TraceOp& op, Event& ev, const json& a,
+                                     const std::string& apath, const std::string& collective_name,
+                                     const std::optional<CommSpec>& spec) {
+  if (!spec) {
+    throw TraceError(file_.name, apath + ".Collective name",
+                     "collective \"" + collective_name +
+                         "\" is not supported (stratasim simulates all-reduce, "
+                         "reduce-scatter, all-gather, broadcast, reduce, all-to-all, "
+                         "barrier, send and recv)");
+  }
+  const std::string& dtype_name = in_.string(a, "dtype", apath);
+  const auto element = element_of(dtype_name);
+  if (!element) {
+    in_.fail(apath + ".dtype",
+             "a PyTorch dtype name (Float, Half, BFloat16, Double, Float8_e4m3fn, Int, "
+             "Long, ...), found \"" +
+                 dtype_name + "\"");
+  }
+  const auto in_elems = in_.integer(a, "In msg nelems", apath, 0, kMaxElements);
+  const auto out_elems = in_.integer(a, "Out msg nelems", apath, 0, kMaxElements);
+  // Program::Collective counts the whole buffer: the input of an all-reduce or reduce-scatter,
+  // the output of an all-gather; the larger of the two in every case.
+  const Bytes bytes(std::max(in_elems, out_elems) * element->first);
+  if (spec->kind == CommKind::collective) {
+    bool dp = false;
+    op.work = read_collective(a, apath, *spec, element->second, bytes, dp);
+    ev.stream = dp ? st::Stream::dp_comm : st::Stream::tp_comm;
+    return;
+  }
+  const bool send = spec->kind == CommKind::send;
+  const char* key = send ? "Dst Rank" : "Src Rank";
+  const auto peer = static_cast<std::int32_t>(in_.integer(a, key, apath, 0, job_.world - 1));
+  if (send) {
+    op.work = st::Send{peer, bytes};
+    ev.stream = st::Stream::pp_send;
+  } else {
+    op.work = st::Recv{peer, bytes};
+    ev.stream = st::Stream::pp_recv;
+  }
+}
+
+// A collective of `bytes` over its process group (found or added in the job's groups); `dp`:
+// whether the group is data parallel.
+st::Collective RankImport::read_collective(const json& a, const std::string& apath,
+                                           const CommSpec& spec, DType dtype, Bytes bytes,
+                                           bool& dp) {
+  const int world = job_.world;
+  const PgArgs pg = pg_args_of(in_, a);
+  std::optional<std::int64_t> group_size;
+  if (a.contains("Group size")) {
+    group_size = in_.integer(a["Group size"], apath + ".Group size", 1, world);
+  }
+  std::optional<std::vector<std::int32_t>> members;
+  if (const json* g = in_.field(a, "Process Group Ranks")) {
+    members = parse_ranks(*g, in_, apath + ".Process Group Ranks", world);
+  }
+  if (!members) {
+    // Absent or truncated: a group of the whole world is the one case we can rebuild.
+    if (group_size && *group_size == world) {
+      members.emplace();
+      for (int k = 0; k < world; ++k) members->push_back(k);
+    } else {
+      in_.fail(apath + ".Process Group Ranks",
+               "the group's ranks (\"[0, 1, ...]\"), or a Group size equal to the world size " +
+                   std::to_string(world));
+    }
+  }
+  if (group_size && static_cast<std::size_t>(*group_size) != members->size()) {
+    in_.fail(apath + ".Group size",
+             std::to_string(members->size()) + " (the number of Process Group Ranks)");
+  }
+  dp = data_parallel(pg, members->size(), world, job_.options);
+  st::Collective c;
+  c.kind = spec.collective;
+  c.dtype = dtype;
+  c.group = job_.group_of(pg, *members, dp);
+  c.bytes = bytes;
+  return c;
+}
+
+void RankImport::fail_without_gpu_work() const {
+  if (!busy_.empty() && !window_.whole && !job_.options.all_steps) {
+    throw TraceError(file_.name, "traceEvents",
+                     "ProfilerStep#" + std::to_string(*job_.step) +
+                         " has no GPU kernels, memcpys or memsets to replay; choose another "
+                         "with --step N");
+  }
+  throw TraceError(file_.name, "traceEvents",
+                   "no GPU kernels, memcpys or memsets (events of category kernel, "
+                   "gpu_memcpy or gpu_memset) to replay: record the trace with "
+                   "torch.profiler.ProfilerActivity.CUDA; other accelerators' events (MTIA, "
+                   "TPU) are not read");
+}
+
+// Host time: the stretches of the window in which no GPU event of the rank (of any step) runs,
+// as measured ops on the host stream.
+void RankImport::add_host_time() {
+  double begin = window_.from, end = window_.until;
+  if (window_.whole) {
+    begin = gpu_.front().ts;
+    end = begin;
+  }
+  for (const Event& ev : gpu_) {
+    if (window_.whole) begin = std::min(begin, ev.ts);
+    end = std::max(end, ev.ts + ev.dur);
+  }
+  window_us_ = end - begin;
+  std::sort(busy_.begin(), busy_.end());
+  double cursor = begin;
+  std::uint64_t next_id = events_.size();
+  auto host = [&](double from, double to) {
+    if (to - from <= kMinHostMicros) return;
+    TraceOp op;
+    op.id = next_id;
+    op.label = "host time (no GPU work)";
+    op.stream = st::Stream::host;
+    set_measured(op, to - from, op.label);
+    rank_.ops.push_back(std::move(op));
+    gpu_.push_back(Event{next_id, from, to - from, st::Stream::host});
+    ++next_id;
+    host_us_ += to - from;
+  };
+  for (const auto& [from, to] : busy_) {
+    if (to <= cursor) continue;
+    if (from >= end) break;
+    if (from > cursor) host(cursor, from);
+    cursor = std::max(cursor, to);
+  }
+  if (end > cursor) host(cursor, end);
+}
+
+// The note on ranks replayed alone, their communication as measured (RankOrder::partial).
+void note_partial(const std::vector<KinetoFile>& files, const ParsedFiles& parsed,
+                  const RankOrder& order, std::int64_t measured_comm, ImportedTrace& result) {
+  const int given = static_cast<int>(files.size());
+  const int world = order.world;
+  std::string ranks;
+  for (std::size_t k = 0; k < order.file_of_rank.size(); ++k) {
+    if (k == 8) {
+      ranks += ", ...";
+      break;
+    }
+    ranks += (k ? ", " : "") + std::to_string(parsed.files[order.file_of_rank[k]].rank);
+  }
+  const std::string of =
+      parsed.declared ? std::to_string(world) : "at least " + std::to_string(world);
+  result.setup.emplace_back("ranks", (given == 1 ? "rank " : "ranks ") + ranks + " of " + of +
+                                         " replayed alone, communication as measured");
+  result.notes.push_back(
+      "the trace is " + std::string(given == 1 ? "rank " : "ranks ") + ranks + " of a job of " +
+      of + " ranks (" +
+      (parsed.declared ? "distributedInfo.world_size" : "no world size; the rank numbers say so") +
+      "): the other ranks are absent, so " +
+      (measured_comm > 0
+           ? "its " + std::to_string(measured_comm) + " NCCL kernels keep their measured durations"
+           : std::string("its NCCL kernels would keep their measured durations "
+                         "(it has none)")) +
+      ". Communication is taken as measured, not "
+      "simulated: a --cluster or network --set does not change it, it includes any time spent "
+      "waiting for slower peers, and there is no contention or what-if on the network for "
+      "it; the program ranks are 0 to " +
+      std::to_string(given - 1) + " in that order");
+}
+
+// The notes on what the import counted (after the note on partial jobs, if any).
+void note_counts(const ImportCounts& counts, bool partial, ImportedTrace& result) {
+  if (!partial && counts.without_metadata > 0) {
     result.notes.push_back(
-        "the trace is " + std::string(given == 1 ? "rank " : "ranks ") + ranks + " of a job of " +
-        of + " ranks (" +
-        (declared ? "distributedInfo.world_size" : "no world size; the rank numbers say so") +
-        "): the other ranks are absent, so " +
-        (measured_comm > 0 ? "its " + std::to_string(measured_comm) +
-                                 " NCCL kernels keep their measured durations"
-                           : std::string("its NCCL kernels would keep their measured durations "
-                                         "(it has none)")) +
-        ". Communication is taken as measured, not "
-        "simulated: a --cluster or network --set does not change it, it includes any time spent "
-        "waiting for slower peers, and there is no contention or what-if on the network for "
-        "it; the program ranks are 0 to " +
-        std::to_string(given - 1) + " in that order");
-  } else if (without_metadata > 0) {
-    result.notes.push_back(
-        std::to_string(without_metadata) +
+        std::to_string(counts.without_metadata) +
         " NCCL kernels carry no record_param_comms metadata (Collective name, In msg nelems, "
         "dtype: PyTorch before 2.1): their size is unknown, so they keep their measured "
         "durations, on the data-parallel stream");
   }
-  if (cpu_events > 0) {
-    result.notes.push_back(std::to_string(cpu_events) +
+  if (counts.cpu_events > 0) {
+    result.notes.push_back(std::to_string(counts.cpu_events) +
                            " CPU-side events (operators, runtime calls, annotations) are read "
                            "only for the steps, the launches and the host time between GPU work; "
                            "they are not replayed one by one");
   }
-  if (outside > 0) {
-    result.notes.push_back(std::to_string(outside) +
+  if (counts.outside > 0) {
+    result.notes.push_back(std::to_string(counts.outside) +
                            " GPU events launched outside every ProfilerStep span left out");
   }
-  if (comm_kernels > measured_comm) {
-    result.notes.push_back(std::to_string(comm_kernels - measured_comm) +
+  if (counts.comm_kernels > counts.measured_comm) {
+    result.notes.push_back(std::to_string(counts.comm_kernels - counts.measured_comm) +
                            " NCCL kernels became collectives or sends/receives; their recorded "
                            "durations are replaced by simulated communication");
   }
-  if (!ranks_with_several_compute_streams.empty()) {
+  if (!counts.ranks_with_several_compute_streams.empty()) {
     result.notes.push_back(
-        std::to_string(ranks_with_several_compute_streams.size()) +
+        std::to_string(counts.ranks_with_several_compute_streams.size()) +
         " ranks used several CUDA streams for compute kernels: they run on one compute stream, "
         "in start order");
   }
-  if (!ranks_with_several_devices.empty()) {
+  if (!counts.ranks_with_several_devices.empty()) {
     result.notes.push_back(
-        std::to_string(ranks_with_several_devices.size()) +
+        std::to_string(counts.ranks_with_several_devices.size()) +
         " files hold kernels of several GPUs (args.device): each file is replayed as one rank, "
         "its GPUs' kernels on one compute stream");
   }
   result.notes.push_back(
       "dependencies reconstructed from stream order and timestamps (Kineto traces have no "
       "dependency edges)");
+}
+
+}  // namespace
+
+ImportedTrace import_kineto_texts(const std::vector<KinetoFile>& files,
+                                  const KinetoOptions& options) {
+  check_request(files, options);
+  const ParsedFiles parsed = parse_files(files);
+  const RankOrder order = order_ranks(files, parsed);
+  const std::size_t lowest = order.file_of_rank[0];
+  JobImport job(options, chosen_step(parsed.files[lowest], Reader{files[lowest].name}, options),
+                order);
+  job.input.ranks.resize(files.size());
+  ImportedTrace result;
+  for (std::size_t r = 0; r < files.size(); ++r) {
+    const std::size_t f = order.file_of_rank[r];
+    RankImport(job, files[f], parsed.files[f], job.input.ranks[r]).run(static_cast<int>(r), result);
+  }
+  result.program = build_program(job.input);
+  if (order.partial) {
+    result.measured_communication = true;
+    note_partial(files, parsed, order, job.counts.measured_comm, result);
+  }
+  note_counts(job.counts, order.partial, result);
   return result;
 }
 
