@@ -127,6 +127,10 @@ nlohmann::json parse_json_depth_bounded(std::string_view text, const std::string
   }
 }
 
+const std::string& json_too_deep_message() {
+  return kTooDeepMessage;
+}
+
 ConfigError::ConfigError(std::string source, std::string path, std::string message)
     : std::runtime_error(source + (path.empty() ? "" : ": at " + path) + ": " + message),
       source_(std::move(source)),
