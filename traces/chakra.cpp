@@ -1280,8 +1280,9 @@ std::size_t read_rank(ImportState& state, const std::string& bytes, const std::s
 
 // The import of `world` rank files, read one at a time (`bytes`): rank 0's GlobalMetadata
 // (group names), the comm groups, without a comm-group file a pass for the process-group
-// nodes, then each rank's nodes converted as they are decoded. What stays in memory is the
-// TraceOps that build_program needs, not the files or their decoded messages.
+// nodes, then each rank's nodes converted as they are decoded and the rank built into the
+// Program (ProgramBuilder). What stays in memory is the Program and one rank's file and
+// TraceOps, not every file, decoded message or TraceOp.
 ImportedTrace import_ranks(int world, const RankBytes& bytes,
                            const std::optional<std::string>& comm_groups, std::string_view source,
                            bool json_form) {
@@ -1300,16 +1301,6 @@ ImportedTrace import_ranks(int world, const RankBytes& bytes,
   if (comm_groups) read_comm_groups(state, *comm_groups, name + ".comm_groups.json", names);
   const std::size_t pg_nodes =
       comm_groups ? 0 : read_process_groups(state, bytes, files, json_form);
-  TraceInput input;
-  input.ranks.resize(static_cast<std::size_t>(world));
-  std::size_t nodes = 0;
-  for (int r = 0; r < world; ++r) {
-    std::string storage;
-    const auto ru = static_cast<std::size_t>(r);
-    nodes += read_rank(state, bytes(r, storage), files[ru], json_form, r, input.ranks[ru]);
-  }
-  if (nodes == 0) no_nodes(files[0], world);
-  input.groups = state.groups;
   std::optional<std::string> cluster;
   if (const auto* a = find_attr(metadata0.attr(), kClusterAttr)) {
     if (a->value_case() != pb::AttributeProto::kStringVal) {
@@ -1317,7 +1308,22 @@ ImportedTrace import_ranks(int world, const RankBytes& bytes,
     }
     if (!a->string_val().empty()) cluster = a->string_val();
   }
-  ImportedTrace result{build_program(input), {}, cluster};
+  // Each rank into the Program as soon as it is read: its TraceOps are freed before the next.
+  ProgramBuilder builder(world, state.groups, files[0]);
+  std::size_t nodes = 0;
+  for (int r = 0; r < world; ++r) {
+    std::string storage;
+    const auto ru = static_cast<std::size_t>(r);
+    TraceRank rank;
+    nodes += read_rank(state, bytes(r, storage), files[ru], json_form, r, rank);
+    // A group found while reading (the "world" group of pg_names taken as every rank).
+    while (builder.group_count() < state.groups.size()) {
+      builder.add_group(state.groups[builder.group_count()]);
+    }
+    builder.add_rank(rank);
+  }
+  if (nodes == 0) no_nodes(files[0], world);
+  ImportedTrace result{std::move(builder).finish(), {}, cluster};
   if (!state.pgs_taken_as_world.empty()) {
     std::string pgs;
     for (const auto& pg : state.pgs_taken_as_world) pgs += (pgs.empty() ? "" : ", ") + pg;

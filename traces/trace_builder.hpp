@@ -55,6 +55,31 @@ struct TraceInput {
 /// differ between the ranks that must match them (naming the group, ranks and counts).
 strategies::Program build_program(const TraceInput& input);
 
+/// build_program a rank at a time, for importers that read one rank's file at a time: once a
+/// rank is added its TraceOps may be freed, so what stays in memory is the Program. The checks
+/// are build_program's; those of one rank (cycles, missing nodes, groups it is not in) come
+/// when it is added, those across ranks (matching) at finish().
+class ProgramBuilder {
+ public:
+  /// Throws TraceError when a group names a rank outside [0, world).
+  ProgramBuilder(int world, std::vector<strategies::Group> groups, std::string first_source);
+  /// A group found while reading ranks (an importer's "world" group): the next index.
+  void add_group(strategies::Group group);
+  std::size_t group_count() const { return groups_.size(); }
+  void reserve(std::size_t ops) { program_.reserve(ops, 0, 0); }
+  /// Adds the next rank (0, 1, ...).
+  void add_rank(const TraceRank& rank);
+  /// The Program, once every rank is added.
+  strategies::Program finish() &&;
+
+ private:
+  std::vector<strategies::Group> groups_;
+  strategies::Program program_;
+  std::string first_source_;
+  std::vector<std::string> sources_;    // per rank added: its file
+  std::vector<std::uint64_t> node_of_;  // per op: the trace's node id
+};
+
 /// "1st", "2nd", "3rd", "4th", ... for messages (index 0 is "1st").
 std::string ordinal(std::size_t index);
 
