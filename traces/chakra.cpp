@@ -786,6 +786,7 @@ TraceOp to_trace_op(ImportState& state, const NodeReader& in, int rank) {
         for (std::size_t i = 0; i < v.size(); ++i) {
           op.kernels.push_back(kernel_from_json(r, v[i], idx(i)));
         }
+        op.kernels_key = *k;  // nodes with the same list share it in the Program
       } else if (const auto d = micros()) {
         op.kernels.push_back({st::Measured{*d}, node.name()});
       } else {
@@ -927,6 +928,7 @@ TraceOp to_trace_op(ImportState& state, const NodeReader& in, int rank) {
         for (std::size_t i = 0; i < v.size(); ++i) {
           op.kernels.push_back(kernel_from_json(r, v[i], idx(i)));
         }
+        op.kernels_key = *k;
         return op;
       }
       op.kernels.push_back({st::Copy{bytes, load ? st::MemoryTier::host : st::MemoryTier::device,

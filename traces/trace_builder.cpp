@@ -321,7 +321,7 @@ void ProgramBuilder::add_rank(const TraceRank& rank) {
                            " memory effects; at most 65535 of each are supported");
     }
     st::Work work = op.work;
-    if (auto* c = std::get_if<st::Compute>(&work)) c->kernels = program_.add_kernels(op.kernels);
+    if (auto* c = std::get_if<st::Compute>(&work)) c->kernels = kernel_list(op);
     st::OpInfo info;
     info.stream = op.stream;
     info.phase = op.phase;
@@ -332,6 +332,16 @@ void ProgramBuilder::add_rank(const TraceRank& rank) {
     ids[k] = program_.add(work, info, deps, op.effects);
     node_of_.push_back(op.id);
   }
+}
+
+std::uint32_t ProgramBuilder::kernel_list(const TraceOp& op) {
+  if (op.kernels_key.empty()) return program_.add_kernels(op.kernels);
+  // Per stream too: passes that treat a list by the stream of its ops (a replay's
+  // --scale-compute leaves host-stream lists alone) see lists as unshared across streams.
+  const auto [it, added] = kernel_lists_.try_emplace(
+      std::to_string(static_cast<int>(op.stream)) + ":" + op.kernels_key, 0);
+  if (added) it->second = program_.add_kernels(op.kernels);
+  return it->second;
 }
 
 st::Program ProgramBuilder::finish() && {

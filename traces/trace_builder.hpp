@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "strategies/program.hpp"
@@ -24,6 +25,10 @@ struct TraceOp {
   bool skip = false;
   strategies::Work work;                    // Collective::group indexes TraceInput::groups
   std::vector<strategies::Kernel> kernels;  // the work of a Compute op
+  /// Compute ops of one stream with the same non-empty key have the same kernels and share one
+  /// kernel list in the Program (an importer's text of the list: Chakra's stratasim.kernels);
+  /// empty: the op gets a list of its own.
+  std::string kernels_key;
   strategies::Stream stream = strategies::Stream::compute;
   strategies::Phase phase = strategies::Phase::other;
   std::int32_t microbatch = -1;
@@ -73,11 +78,15 @@ class ProgramBuilder {
   strategies::Program finish() &&;
 
  private:
+  /// The Program's kernel list for a compute op (shared by ops with its kernels_key).
+  std::uint32_t kernel_list(const TraceOp& op);
+
   std::vector<strategies::Group> groups_;
   strategies::Program program_;
   std::string first_source_;
-  std::vector<std::string> sources_;    // per rank added: its file
-  std::vector<std::uint64_t> node_of_;  // per op: the trace's node id
+  std::vector<std::string> sources_;                             // per rank added: its file
+  std::vector<std::uint64_t> node_of_;                           // per op: the trace's node id
+  std::unordered_map<std::string, std::uint32_t> kernel_lists_;  // stream:kernels_key -> list
 };
 
 /// "1st", "2nd", "3rd", "4th", ... for messages (index 0 is "1st").

@@ -61,6 +61,22 @@ void round_trip(const st::Experiment& e, bool json_form) {
   CHECK(fs::exists(prefix.string() + ".comm_groups.json"));
   const auto imported = traces::import_chakra(prefix);
   check_same_program(program, imported.program);
+  // Compute ops of a stream whose kernels are the same share one kernel list: no more lists
+  // than the original's distinct (stream, list) pairs, no fewer than its distinct (stream,
+  // kernels as text) pairs (text_of prints most fields, not all), where one per op was before.
+  std::set<std::string> by_list, by_text;
+  for (st::OpId id = 0; id < program.op_count(); ++id) {
+    const st::Op& op = program.op(id);
+    if (const auto* c = std::get_if<st::Compute>(&op.work)) {
+      const std::string stream = std::string(name_of(op.stream)) + ":";
+      by_list.insert(stream + std::to_string(c->kernels));
+      std::string text = stream;
+      for (const auto& k : program.kernels_of(*c)) text += testing::text_of(k) + ";";
+      by_text.insert(text);
+    }
+  }
+  CHECK(imported.program.kernel_lists().size() <= by_list.size());
+  CHECK(imported.program.kernel_lists().size() >= by_text.size());
   // The same program simulates to the same picosecond.
   const auto before = sim::simulate(program, e.cluster);
   const auto after = sim::simulate(imported.program, e.cluster);
