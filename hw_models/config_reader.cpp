@@ -59,16 +59,67 @@ bool has_prefix(std::string_view path, std::string_view prefix) {
 
 struct TooDeep {};
 
-// nlohmann::json::parse with the nesting bound (throws TooDeep). The parser itself is not
-// recursive; the callback stops it before the value grows deeper than kMaxJsonDepth.
+// nlohmann's own DOM builder (what nlohmann::json::parse uses) behind a nesting check: every
+// value and key is checked against the number of containers open around it, where a
+// nlohmann::json::parse callback would see it, and TooDeep is thrown past kMaxJsonDepth. The
+// parser itself is not recursive. (nlohmann::json::parse with a callback would do the same,
+// but its callback parser scans the enclosing array for discarded values each time an object
+// ends: quadratic in the elements of an array of objects, minutes for a 400 MB trace.)
+class BoundedDom {
+ public:
+  using json = nlohmann::json;
+  BoundedDom(json& root, bool allow_exceptions) : dom_(root, allow_exceptions) {}
+
+  bool null() { return check(), dom_.null(); }
+  bool boolean(bool v) { return check(), dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) { return check(), dom_.number_integer(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return check(), dom_.number_unsigned(v); }
+  bool number_float(json::number_float_t v, const json::string_t& s) {
+    return check(), dom_.number_float(v, s);
+  }
+  bool string(json::string_t& v) { return check(), dom_.string(v); }
+  bool binary(json::binary_t& v) { return check(), dom_.binary(v); }
+  bool key(json::string_t& k) { return check(), dom_.key(k); }
+  bool start_object(std::size_t n) {
+    check();
+    ++depth_;
+    return dom_.start_object(n);
+  }
+  bool start_array(std::size_t n) {
+    check();
+    ++depth_;
+    return dom_.start_array(n);
+  }
+  bool end_object() {
+    --depth_;
+    return dom_.end_object();
+  }
+  bool end_array() {
+    --depth_;
+    return dom_.end_array();
+  }
+  template <class Exception>
+  bool parse_error(std::size_t position, const std::string& token, const Exception& e) {
+    return dom_.parse_error(position, token, e);
+  }
+  bool errored() const { return dom_.is_errored(); }
+
+ private:
+  void check() const {
+    if (depth_ > kMaxJsonDepth) throw TooDeep{};
+  }
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  int depth_ = 0;  // containers open
+};
+
+// nlohmann::json::parse with the nesting bound (throws TooDeep); without exceptions a
+// discarded value for text that does not parse, as nlohmann::json::parse gives.
 nlohmann::json parse_bounded(std::string_view text, bool allow_exceptions = true) {
-  return nlohmann::json::parse(
-      text,
-      [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
-        if (depth > kMaxJsonDepth) throw TooDeep{};
-        return true;
-      },
-      allow_exceptions);
+  nlohmann::json root;
+  BoundedDom dom(root, allow_exceptions);
+  const bool parsed = nlohmann::json::sax_parse(text.begin(), text.end(), &dom);
+  if (!parsed || dom.errored()) return nlohmann::json(nlohmann::json::value_t::discarded);
+  return root;
 }
 
 const std::string kTooDeepMessage =
@@ -125,6 +176,10 @@ nlohmann::json parse_json_depth_bounded(std::string_view text, const std::string
   } catch (const TooDeep&) {
     throw ConfigError(source, "", kTooDeepMessage);
   }
+}
+
+const std::string& json_too_deep_message() {
+  return kTooDeepMessage;
 }
 
 ConfigError::ConfigError(std::string source, std::string path, std::string message)

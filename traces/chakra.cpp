@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <queue>
@@ -429,18 +430,21 @@ constexpr const char* kChakraExpected =
     "chakra_jsonizer writes them: a GlobalMetadata object {\"version\": ..., \"attr\": [...]}, "
     "then Node objects)";
 
-struct RankMessages {
-  pb::GlobalMetadata metadata;
-  std::vector<pb::Node> nodes;
+// What a rank file decodes to, handed over as it is read: the GlobalMetadata first, then each
+// Node (the same object, refilled: a rank's nodes are never all in memory). Without `node`,
+// decoding stops after the GlobalMetadata.
+struct RankVisitor {
+  std::function<void(const pb::GlobalMetadata&)> metadata;
+  std::function<void(const pb::Node&)> node;
 };
 
-RankMessages decode_protobuf(const std::string& bytes, const std::string& file) {
-  RankMessages out;
+void decode_protobuf(const std::string& bytes, const std::string& file, const RankVisitor& visit) {
   if (bytes.empty()) {
     throw TraceError(file, "byte 0", "the file is empty: expected a GlobalMetadata message first");
   }
   std::size_t pos = 0;
   bool first = true;
+  pb::Node node;
   while (pos < bytes.size()) {
     const std::size_t start = pos;
     std::uint64_t length = 0;
@@ -469,24 +473,25 @@ RankMessages decode_protobuf(const std::string& bytes, const std::string& file) 
     const char* data = bytes.data() + pos;
     const int size = static_cast<int>(length);
     if (first) {
-      if (!out.metadata.ParseFromArray(data, size)) {
+      pb::GlobalMetadata metadata;
+      if (!metadata.ParseFromArray(data, size)) {
         throw TraceError(file, "byte " + std::to_string(start),
                          "the first message (" + std::to_string(length) +
                              " bytes) is not a valid Chakra GlobalMetadata");
       }
       first = false;
+      visit.metadata(metadata);
+      if (!visit.node) return;
     } else {
-      pb::Node node;
       if (!node.ParseFromArray(data, size)) {
         throw TraceError(
             file, "byte " + std::to_string(start),
             "message of " + std::to_string(length) + " bytes is not a valid Chakra Node");
       }
-      out.nodes.push_back(std::move(node));
+      visit.node(node);
     }
     pos += length;
   }
-  return out;
 }
 
 // The first JSON object of a rank file must be a GlobalMetadata ({"version", "attr"}): protobuf's
@@ -533,10 +538,21 @@ void check_metadata_object(const std::string& object, const std::string& file) {
 }
 
 // decode_protobuf, with a hint when what failed to decode is text that looks like JSON.
-RankMessages decode_protobuf_or_hint(const std::string& bytes, const std::string& file) {
+void decode_protobuf_or_hint(const std::string& bytes, const std::string& file,
+                             const RankVisitor& visit) {
+  bool visiting = false;  // an error of the visitor's is not one of decoding
+  RankVisitor watched{visit.metadata, nullptr};
+  if (visit.node) {
+    watched.node = [&](const pb::Node& node) {
+      visiting = true;
+      visit.node(node);
+      visiting = false;
+    };
+  }
   try {
-    return decode_protobuf(bytes, file);
+    decode_protobuf(bytes, file, watched);
   } catch (const TraceError& e) {
+    if (visiting) throw;
     const auto first = bytes.find_first_not_of(" \t\r\n");
     const bool text = std::all_of(
         bytes.begin(),
@@ -558,8 +574,7 @@ RankMessages decode_protobuf_or_hint(const std::string& bytes, const std::string
 
 // Chakra's jsonizer writes the GlobalMetadata and then every Node as JSON objects one after
 // another (not an array); an array of the same objects is accepted too.
-RankMessages decode_json(const std::string& text, const std::string& file) {
-  RankMessages out;
+void decode_json(const std::string& text, const std::string& file, const RankVisitor& visit) {
   std::size_t pos = 0;
   const std::size_t n = text.size();
   auto skip_space = [&] {
@@ -577,6 +592,7 @@ RankMessages decode_json(const std::string& text, const std::string& file) {
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = true;  // newer Chakra fields (storage) are not ours to read
   std::size_t count = 0;
+  pb::Node node;
   while (true) {
     skip_space();
     if (in_array && pos < n && text[pos] == ',' && count > 0) {
@@ -633,19 +649,21 @@ RankMessages decode_json(const std::string& text, const std::string& file) {
         "JSON object " + std::to_string(count) + " (byte " + std::to_string(start) + ")";
     if (count == 0) {
       check_metadata_object(object, file);
-      const auto status =
-          google::protobuf::util::JsonStringToMessage(object, &out.metadata, options);
+      pb::GlobalMetadata metadata;
+      const auto status = google::protobuf::util::JsonStringToMessage(object, &metadata, options);
       if (!status.ok()) {
         throw TraceError(file, where,
                          "not a Chakra GlobalMetadata: " + std::string(status.message()));
       }
+      visit.metadata(metadata);
+      if (!visit.node) return;
     } else {
-      pb::Node node;
+      node.Clear();
       const auto status = google::protobuf::util::JsonStringToMessage(object, &node, options);
       if (!status.ok()) {
         throw TraceError(file, where, "not a Chakra Node: " + std::string(status.message()));
       }
-      out.nodes.push_back(std::move(node));
+      visit.node(node);
     }
     ++count;
   }
@@ -654,7 +672,12 @@ RankMessages decode_json(const std::string& text, const std::string& file) {
                      "the file holds no JSON objects: expected a GlobalMetadata "
                      "object, then Node objects");
   }
-  return out;
+}
+
+// A rank file of either form.
+void decode_rank(const std::string& bytes, const std::string& file, bool json_form,
+                 const RankVisitor& visit) {
+  json_form ? decode_json(bytes, file, visit) : decode_protobuf_or_hint(bytes, file, visit);
 }
 
 // ---- Messages -> TraceOps.
@@ -763,6 +786,7 @@ TraceOp to_trace_op(ImportState& state, const NodeReader& in, int rank) {
         for (std::size_t i = 0; i < v.size(); ++i) {
           op.kernels.push_back(kernel_from_json(r, v[i], idx(i)));
         }
+        op.kernels_key = *k;  // nodes with the same list share it in the Program
       } else if (const auto d = micros()) {
         op.kernels.push_back({st::Measured{*d}, node.name()});
       } else {
@@ -904,6 +928,7 @@ TraceOp to_trace_op(ImportState& state, const NodeReader& in, int rank) {
         for (std::size_t i = 0; i < v.size(); ++i) {
           op.kernels.push_back(kernel_from_json(r, v[i], idx(i)));
         }
+        op.kernels_key = *k;
         return op;
       }
       op.kernels.push_back({st::Copy{bytes, load ? st::MemoryTier::host : st::MemoryTier::device,
@@ -1077,176 +1102,230 @@ std::string rank_file(std::string_view source, int rank, bool json_form) {
 
 }  // namespace
 
-ImportedTrace import_chakra_buffers(const std::vector<std::string>& per_rank,
-                                    const std::optional<std::string>& comm_groups,
-                                    std::string_view source, bool json_form) {
-  const std::string name(source);
-  if (per_rank.empty()) throw TraceError(name, "", "the trace has no rank files");
-  if (per_rank.size() > static_cast<std::size_t>(kMaxRanks)) {
-    throw TraceError(name, "", "more than " + std::to_string(kMaxRanks) + " ranks");
-  }
-  ImportState state;
-  state.world = static_cast<int>(per_rank.size());
-  std::vector<RankMessages> messages;
-  messages.reserve(per_rank.size());
-  std::vector<std::string> files;
-  for (std::size_t r = 0; r < per_rank.size(); ++r) {
-    files.push_back(rank_file(source, static_cast<int>(r), json_form));
-    messages.push_back(json_form ? decode_json(per_rank[r], files.back())
-                                 : decode_protobuf_or_hint(per_rank[r], files.back()));
-  }
-  // Group names we wrote ourselves, index-aligned with the comm-group keys "<base>",
-  // "<base + 1>", ... (base 1 since group ids start at 1; 0 in older exports).
+namespace {
+
+// Rank r's file: the bytes given, or `storage` filled from the file when asked (one rank's
+// bytes in memory at a time).
+using RankBytes = std::function<const std::string&(int rank, std::string& storage)>;
+
+// The Program's group names we wrote ourselves (stratasim.groups), index-aligned with the
+// comm-group keys "<base>", "<base + 1>", ... (base 1 since group ids start at 1; 0 in older
+// exports).
+struct GroupNames {
   std::vector<std::string> names;
-  std::int64_t group_id_base = 0;
-  if (const auto* a = find_attr(messages[0].metadata.attr(), kGroupIdBaseAttr)) {
+  std::int64_t id_base = 0;
+};
+
+GroupNames group_names_of(const pb::GlobalMetadata& metadata, const std::string& file) {
+  GroupNames out;
+  if (const auto* a = find_attr(metadata.attr(), kGroupIdBaseAttr)) {
     const auto v = integer_value(*a);
     if (!v || *v < 0 || *v > 1) {
-      throw TraceError(files[0], "GlobalMetadata",
+      throw TraceError(file, "GlobalMetadata",
                        std::string("attribute ") + kGroupIdBaseAttr + ": expected 0 or 1");
     }
-    group_id_base = *v;
+    out.id_base = *v;
   }
-  if (const auto* a = find_attr(messages[0].metadata.attr(), kGroupNamesAttr)) {
-    const AttrReader r(files[0], "GlobalMetadata", kGroupNamesAttr);
+  if (const auto* a = find_attr(metadata.attr(), kGroupNamesAttr)) {
+    const AttrReader r(file, "GlobalMetadata", kGroupNamesAttr);
     if (a->value_case() != pb::AttributeProto::kStringVal) r.fail("", "a JSON string");
     const json v = r.parse(a->string_val());
     r.array(v, "", 0, 1 << 24);
-    for (std::size_t i = 0; i < v.size(); ++i) names.push_back(r.string(v[i], idx(i)));
+    for (std::size_t i = 0; i < v.size(); ++i) out.names.push_back(r.string(v[i], idx(i)));
   }
-  if (comm_groups) {
-    const std::string file = name + ".comm_groups.json";
-    nlohmann::ordered_json doc;
-    try {
-      doc = nlohmann::ordered_json::parse(*comm_groups);
-    } catch (const nlohmann::ordered_json::exception& e) {
-      throw TraceError(file, "", std::string("not valid JSON: ") + e.what());
+  return out;
+}
+
+// The comm-group file (ASTRA-sim's {"<pg_name>": [ranks...], ...}) into state.groups.
+void read_comm_groups(ImportState& state, const std::string& text, const std::string& file,
+                      const GroupNames& names) {
+  nlohmann::ordered_json doc;
+  try {
+    doc = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::ordered_json::exception& e) {
+    throw TraceError(file, "", std::string("not valid JSON: ") + e.what());
+  }
+  if (!doc.is_object()) {
+    throw TraceError(file, "", "expected an object {\"<pg_name>\": [ranks...], ...}");
+  }
+  state.have_comm_groups = true;
+  state.groups_source = "the comm-group file";
+  for (const auto& [key, ranks] : doc.items()) {
+    if (!ranks.is_array() || ranks.empty()) {
+      throw TraceError(file, key, "expected a non-empty array of ranks");
     }
-    if (!doc.is_object()) {
-      throw TraceError(file, "", "expected an object {\"<pg_name>\": [ranks...], ...}");
+    st::Group g;
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      const auto& v = ranks[i];
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 0 ||
+          v.get<std::int64_t>() >= state.world) {
+        throw TraceError(file, key + idx(i),
+                         "expected a rank from 0 to " + std::to_string(state.world - 1) +
+                             " (the trace has " + std::to_string(state.world) + " rank files)");
+      }
+      g.ranks.push_back(static_cast<std::int32_t>(v.get<std::int64_t>()));
     }
+    const std::size_t index = state.groups.size();
+    g.name = index < names.names.size() &&
+                     key == std::to_string(static_cast<std::int64_t>(index) + names.id_base)
+                 ? names.names[index]
+                 : "pg " + key;
+    state.group_of_pg.emplace(key, static_cast<std::uint32_t>(index));
+    state.groups.push_back(std::move(g));
+  }
+}
+
+[[noreturn]] void no_nodes(const std::string& file, int world) {
+  throw TraceError(file, "",
+                   "the trace has no nodes (" + std::to_string(world) +
+                       " rank files, each only a GlobalMetadata): nothing to replay");
+}
+
+// Without a comm-group file: the process groups that PyTorch-converted traces keep in their
+// "## process_group:init ##" METADATA_NODEs (every rank lists every group). A pass over every
+// rank's file that keeps only those nodes; returns how many there were.
+std::size_t read_process_groups(ImportState& state, const RankBytes& bytes,
+                                const std::vector<std::string>& files, bool json_form) {
+  std::vector<std::pair<std::size_t, pb::Node>> pg_nodes;  // (rank, node)
+  std::size_t nodes = 0;
+  for (std::size_t r = 0; r < files.size(); ++r) {
+    std::string storage;
+    decode_rank(bytes(static_cast<int>(r), storage), files[r], json_form,
+                {[](const pb::GlobalMetadata&) {},
+                 [&](const pb::Node& node) {
+                   ++nodes;
+                   if (node.type() == pb::METADATA_NODE &&
+                       node.name().find(kProcessGroupInit) != std::string::npos) {
+                     pg_nodes.emplace_back(r, node);
+                   }
+                 }});
+  }
+  if (nodes == 0) no_nodes(files[0], state.world);
+  std::map<std::string, std::string> first_file;  // pg_name -> the file that defined it
+  for (const auto& [r, node] : pg_nodes) {
+    for (auto& pg : process_groups_of(node, files[r], state.world)) {
+      std::vector<std::int32_t> ranks = pg.ranks;
+      if (ranks.empty()) {
+        for (int k = 0; k < state.world; ++k) ranks.push_back(k);
+      }
+      if (const auto it = state.group_of_pg.find(pg.name); it != state.group_of_pg.end()) {
+        if (state.groups[it->second].ranks != ranks) {
+          throw TraceError(files[r], "node " + std::to_string(node.id()) + " (" + node.name() + ")",
+                           "process group \"" + pg.name + "\" has ranks " + json(ranks).dump() +
+                               " here but " + json(state.groups[it->second].ranks).dump() + " in " +
+                               first_file[pg.name]);
+        }
+        continue;
+      }
+      first_file[pg.name] = files[r];
+      state.group_of_pg.emplace(pg.name, static_cast<std::uint32_t>(state.groups.size()));
+      state.groups.push_back({std::move(ranks), pg.desc.empty()
+                                                    ? "pg " + pg.name
+                                                    : pg.desc + " (pg " + pg.name + ")"});
+    }
+  }
+  if (!state.groups.empty()) {
     state.have_comm_groups = true;
-    state.groups_source = "the comm-group file";
-    for (const auto& [key, ranks] : doc.items()) {
-      if (!ranks.is_array() || ranks.empty()) {
-        throw TraceError(file, key, "expected a non-empty array of ranks");
-      }
-      st::Group g;
-      for (std::size_t i = 0; i < ranks.size(); ++i) {
-        const auto& v = ranks[i];
-        if (!v.is_number_integer() || v.get<std::int64_t>() < 0 ||
-            v.get<std::int64_t>() >= state.world) {
-          throw TraceError(file, key + idx(i),
-                           "expected a rank from 0 to " + std::to_string(state.world - 1) +
-                               " (the trace has " + std::to_string(state.world) + " rank files)");
-        }
-        g.ranks.push_back(static_cast<std::int32_t>(v.get<std::int64_t>()));
-      }
-      const std::size_t index = state.groups.size();
-      g.name = index < names.size() &&
-                       key == std::to_string(static_cast<std::int64_t>(index) + group_id_base)
-                   ? names[index]
-                   : "pg " + key;
-      state.group_of_pg.emplace(key, static_cast<std::uint32_t>(index));
-      state.groups.push_back(std::move(g));
-    }
+    state.groups_source = "the \"## process_group:init ##\" metadata nodes";
   }
+  return pg_nodes.size();
+}
+
+// stratasim.initial_memory of a rank's GlobalMetadata.
+void read_initial_memory(const pb::GlobalMetadata& metadata, const std::string& file,
+                         TraceRank& rank) {
+  const auto* a = find_attr(metadata.attr(), kInitialMemoryAttr);
+  if (a == nullptr) return;
+  const AttrReader in(file, "GlobalMetadata", kInitialMemoryAttr);
+  if (a->value_case() != pb::AttributeProto::kStringVal) in.fail("", "a JSON string");
+  const json v = in.parse(a->string_val());
+  in.array(v, "", 0, 1 << 16);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::string p = idx(i);
+    in.array(v[i], p, 3, 3);
+    rank.initial_memory.push_back(
+        {in.named<st::MemoryCategory, st::kMemoryCategoryCount>(v[i][0], p + "[0]"),
+         in.named<st::MemoryTier, st::kMemoryTierCount>(v[i][1], p + "[1]"),
+         Bytes(in.integer(v[i][2], p + "[2]", 0, kMaxBytes))});
+  }
+}
+
+// Rank r's file into `rank`: its initial memory and a TraceOp per node, converted as the nodes
+// are decoded; returns how many nodes it has.
+std::size_t read_rank(ImportState& state, const std::string& bytes, const std::string& file,
+                      bool json_form, int r, TraceRank& rank) {
+  rank.source = file;
+  std::size_t nodes = 0;
+  decode_rank(
+      bytes, file, json_form,
+      {[&](const pb::GlobalMetadata& metadata) { read_initial_memory(metadata, file, rank); },
+       [&](const pb::Node& node) {
+         ++nodes;
+         rank.ops.push_back(to_trace_op(state, NodeReader{file, node}, r));
+       }});
+  rank.ops.shrink_to_fit();
+  // Chakra's PyTorch converter keeps a node's ctrl_deps on its parent op even where it did
+  // not convert the parent (the profiler's thread and process nodes); Chakra's feeder reads
+  // only data_deps. Such ctrl_deps order nothing: dropped, counted. (A data_deps on a missing
+  // node stays an error: the consumer would wait for it forever.)
+  std::set<std::uint64_t> ids;
+  for (const auto& op : rank.ops) ids.insert(op.id);
+  for (auto& op : rank.ops) {
+    const auto missing = std::remove_if(op.order_deps.begin(), op.order_deps.end(),
+                                        [&](std::uint64_t d) { return !ids.contains(d); });
+    state.dangling_ctrl_deps += op.order_deps.end() - missing;
+    op.order_deps.erase(missing, op.order_deps.end());
+  }
+  state.cyclic_ctrl_deps += drop_cyclic_ctrl_deps(rank.ops);
+  return nodes;
+}
+
+// The import of `world` rank files, read one at a time (`bytes`): rank 0's GlobalMetadata
+// (group names), the comm groups, without a comm-group file a pass for the process-group
+// nodes, then each rank's nodes converted as they are decoded and the rank built into the
+// Program (ProgramBuilder). What stays in memory is the Program and one rank's file and
+// TraceOps, not every file, decoded message or TraceOp.
+ImportedTrace import_ranks(int world, const RankBytes& bytes,
+                           const std::optional<std::string>& comm_groups, std::string_view source,
+                           bool json_form) {
+  const std::string name(source);
+  ImportState state;
+  state.world = world;
+  std::vector<std::string> files;
+  for (int r = 0; r < world; ++r) files.push_back(rank_file(source, r, json_form));
+  pb::GlobalMetadata metadata0;
   {
-    std::size_t nodes = 0;
-    for (const auto& m : messages) nodes += m.nodes.size();
-    if (nodes == 0) {
-      throw TraceError(files[0], "",
-                       "the trace has no nodes (" + std::to_string(per_rank.size()) +
-                           " rank files, each only a GlobalMetadata): nothing to replay");
-    }
+    std::string storage;
+    decode_rank(bytes(0, storage), files[0], json_form,
+                {[&](const pb::GlobalMetadata& m) { metadata0 = m; }, nullptr});
   }
-  // Without a comm-group file, the process groups that PyTorch-converted traces keep in their
-  // "## process_group:init ##" METADATA_NODEs (every rank lists every group).
-  std::size_t pg_nodes = 0;
-  if (!comm_groups) {
-    std::map<std::string, std::string> first_file;  // pg_name -> the file that defined it
-    for (std::size_t r = 0; r < messages.size(); ++r) {
-      for (const auto& node : messages[r].nodes) {
-        if (node.type() != pb::METADATA_NODE ||
-            node.name().find(kProcessGroupInit) == std::string::npos) {
-          continue;
-        }
-        ++pg_nodes;
-        for (auto& pg : process_groups_of(node, files[r], state.world)) {
-          std::vector<std::int32_t> ranks = pg.ranks;
-          if (ranks.empty()) {
-            for (int k = 0; k < state.world; ++k) ranks.push_back(k);
-          }
-          if (const auto it = state.group_of_pg.find(pg.name); it != state.group_of_pg.end()) {
-            if (state.groups[it->second].ranks != ranks) {
-              throw TraceError(files[r],
-                               "node " + std::to_string(node.id()) + " (" + node.name() + ")",
-                               "process group \"" + pg.name + "\" has ranks " + json(ranks).dump() +
-                                   " here but " + json(state.groups[it->second].ranks).dump() +
-                                   " in " + first_file[pg.name]);
-            }
-            continue;
-          }
-          first_file[pg.name] = files[r];
-          state.group_of_pg.emplace(pg.name, static_cast<std::uint32_t>(state.groups.size()));
-          state.groups.push_back({std::move(ranks), pg.desc.empty()
-                                                        ? "pg " + pg.name
-                                                        : pg.desc + " (pg " + pg.name + ")"});
-        }
-      }
-    }
-    if (!state.groups.empty()) {
-      state.have_comm_groups = true;
-      state.groups_source = "the \"## process_group:init ##\" metadata nodes";
-    }
-  }
-  TraceInput input;
-  input.ranks.resize(per_rank.size());
-  for (std::size_t r = 0; r < per_rank.size(); ++r) {
-    TraceRank& rank = input.ranks[r];
-    rank.source = files[r];
-    if (const auto* a = find_attr(messages[r].metadata.attr(), kInitialMemoryAttr)) {
-      const AttrReader in(files[r], "GlobalMetadata", kInitialMemoryAttr);
-      if (a->value_case() != pb::AttributeProto::kStringVal) in.fail("", "a JSON string");
-      const json v = in.parse(a->string_val());
-      in.array(v, "", 0, 1 << 16);
-      for (std::size_t i = 0; i < v.size(); ++i) {
-        const std::string p = idx(i);
-        in.array(v[i], p, 3, 3);
-        rank.initial_memory.push_back(
-            {in.named<st::MemoryCategory, st::kMemoryCategoryCount>(v[i][0], p + "[0]"),
-             in.named<st::MemoryTier, st::kMemoryTierCount>(v[i][1], p + "[1]"),
-             Bytes(in.integer(v[i][2], p + "[2]", 0, kMaxBytes))});
-      }
-    }
-    rank.ops.reserve(messages[r].nodes.size());
-    for (const auto& node : messages[r].nodes) {
-      rank.ops.push_back(to_trace_op(state, NodeReader{files[r], node}, static_cast<int>(r)));
-    }
-    // Chakra's PyTorch converter keeps a node's ctrl_deps on its parent op even where it did
-    // not convert the parent (the profiler's thread and process nodes); Chakra's feeder reads
-    // only data_deps. Such ctrl_deps order nothing: dropped, counted. (A data_deps on a missing
-    // node stays an error: the consumer would wait for it forever.)
-    std::set<std::uint64_t> ids;
-    for (const auto& node : messages[r].nodes) ids.insert(node.id());
-    for (auto& op : rank.ops) {
-      const auto missing = std::remove_if(op.order_deps.begin(), op.order_deps.end(),
-                                          [&](std::uint64_t d) { return !ids.contains(d); });
-      state.dangling_ctrl_deps += op.order_deps.end() - missing;
-      op.order_deps.erase(missing, op.order_deps.end());
-    }
-    state.cyclic_ctrl_deps += drop_cyclic_ctrl_deps(rank.ops);
-    messages[r].nodes.clear();
-  }
-  input.groups = state.groups;
+  const GroupNames names = group_names_of(metadata0, files[0]);
+  if (comm_groups) read_comm_groups(state, *comm_groups, name + ".comm_groups.json", names);
+  const std::size_t pg_nodes =
+      comm_groups ? 0 : read_process_groups(state, bytes, files, json_form);
   std::optional<std::string> cluster;
-  if (const auto* a = find_attr(messages[0].metadata.attr(), kClusterAttr)) {
+  if (const auto* a = find_attr(metadata0.attr(), kClusterAttr)) {
     if (a->value_case() != pb::AttributeProto::kStringVal) {
       AttrReader(files[0], "GlobalMetadata", kClusterAttr).fail("", "a string");
     }
     if (!a->string_val().empty()) cluster = a->string_val();
   }
-  ImportedTrace result{build_program(input), {}, cluster};
+  // Each rank into the Program as soon as it is read: its TraceOps are freed before the next.
+  ProgramBuilder builder(world, state.groups, files[0]);
+  std::size_t nodes = 0;
+  for (int r = 0; r < world; ++r) {
+    std::string storage;
+    const auto ru = static_cast<std::size_t>(r);
+    TraceRank rank;
+    nodes += read_rank(state, bytes(r, storage), files[ru], json_form, r, rank);
+    // A group found while reading (the "world" group of pg_names taken as every rank).
+    while (builder.group_count() < state.groups.size()) {
+      builder.add_group(state.groups[builder.group_count()]);
+    }
+    builder.add_rank(rank);
+  }
+  if (nodes == 0) no_nodes(files[0], world);
+  ImportedTrace result{std::move(builder).finish(), {}, cluster};
   if (!state.pgs_taken_as_world.empty()) {
     std::string pgs;
     for (const auto& pg : state.pgs_taken_as_world) pgs += (pgs.empty() ? "" : ", ") + pg;
@@ -1320,6 +1399,24 @@ ImportedTrace import_chakra_buffers(const std::vector<std::string>& per_rank,
   return result;
 }
 
+}  // namespace
+
+ImportedTrace import_chakra_buffers(const std::vector<std::string>& per_rank,
+                                    const std::optional<std::string>& comm_groups,
+                                    std::string_view source, bool json_form) {
+  const std::string name(source);
+  if (per_rank.empty()) throw TraceError(name, "", "the trace has no rank files");
+  if (per_rank.size() > static_cast<std::size_t>(kMaxRanks)) {
+    throw TraceError(name, "", "more than " + std::to_string(kMaxRanks) + " ranks");
+  }
+  return import_ranks(
+      static_cast<int>(per_rank.size()),
+      [&](int r, std::string&) -> const std::string& {
+        return per_rank[static_cast<std::size_t>(r)];
+      },
+      comm_groups, source, json_form);
+}
+
 ImportedTrace import_chakra(const fs::path& path) {
   const std::string given = path.string();
   std::error_code ec;
@@ -1380,7 +1477,8 @@ ImportedTrace import_chakra(const fs::path& path) {
     const auto first = bytes.find_first_not_of(" \t\r\n");
     const bool json_text =
         first != std::string::npos && (bytes[first] == '{' || bytes[first] == '[');
-    json_text ? (void)decode_json(bytes, given) : (void)decode_protobuf_or_hint(bytes, given);
+    decode_rank(bytes, given, json_text,
+                {[](const pb::GlobalMetadata&) {}, [](const pb::Node&) {}});
     throw TraceError(given, "",
                      "a Chakra trace is one file per rank named <prefix>.<rank>.et (or .json), "
                      "numbered from 0: name this file " +
@@ -1421,8 +1519,8 @@ ImportedTrace import_chakra(const fs::path& path) {
       // file) says so before any rank is missed.
       const fs::path& present_file = ranks.begin()->second;
       const std::string bytes = read(present_file);
-      json_form ? (void)decode_json(bytes, present_file.string())
-                : (void)decode_protobuf_or_hint(bytes, present_file.string());
+      decode_rank(bytes, present_file.string(), json_form,
+                  {[](const pb::GlobalMetadata&) {}, [](const pb::Node&) {}});
       std::string present;
       for (const auto& [k, unused] : ranks) {
         present += (present.empty() ? "" : ", ") + std::to_string(k);
@@ -1437,13 +1535,17 @@ ImportedTrace import_chakra(const fs::path& path) {
                            (json_form ? ".json" : ".et"));
     }
   }
-  std::vector<std::string> per_rank;
-  per_rank.reserve(static_cast<std::size_t>(world));
-  for (const auto& [r, p] : ranks) per_rank.push_back(read(p));
   std::optional<std::string> groups;
   const fs::path groups_file = base.string() + ".comm_groups.json";
   if (fs::exists(groups_file, ec)) groups = read(groups_file);
-  auto result = import_chakra_buffers(per_rank, groups, base.string(), json_form);
+  // Each rank's file is read when its turn comes, not all at once.
+  auto result = import_ranks(
+      world,
+      [&](int r, std::string& storage) -> const std::string& {
+        storage = read(ranks.at(r));
+        return storage;
+      },
+      groups, base.string(), json_form);
   result.notes.insert(result.notes.begin(), notes.begin(), notes.end());
   return result;
 }
@@ -1517,6 +1619,219 @@ void append_json(std::string& out, const google::protobuf::Message& m) {
 
 }  // namespace
 
+namespace {
+
+// Rank r's GlobalMetadata: the schema, the groups' names (`group_names`, JSON) and id base, the
+// rank's initial memory and the cluster.
+pb::GlobalMetadata rank_metadata(const st::Program& program, int r, const std::string& group_names,
+                                 const ChakraExportOptions& options) {
+  pb::GlobalMetadata meta;
+  meta.set_version(kChakraVersion);
+  set_string(meta.add_attr(), "schema", "stratasim");
+  set_string(meta.add_attr(), kGroupNamesAttr, group_names);
+  {
+    auto* a = meta.add_attr();
+    a->set_name(kGroupIdBaseAttr);
+    a->set_int64_val(kExportedGroupIdBase);
+  }
+  json initial = json::array();
+  for (const auto& m : program.initial_memory(r)) {
+    initial.push_back(json::array({st::name_of(m.category), st::name_of(m.tier), m.bytes.count()}));
+  }
+  set_string(meta.add_attr(), kInitialMemoryAttr, initial.dump());
+  if (!options.cluster.empty()) set_string(meta.add_attr(), kClusterAttr, options.cluster);
+  return meta;
+}
+
+// With single_comm_queue: per op of rank r, the previous communication node in simulated start
+// order (index within the rank; -1 for the first and for compute).
+std::vector<std::int64_t> previous_comm(const st::Program& program, int r, const Timeline* timeline,
+                                        bool single_comm_queue) {
+  const auto ops = program.ops_of(r);
+  std::vector<std::int64_t> previous(ops.size(), -1);
+  if (!single_comm_queue) return previous;
+  const st::OpId first = program.first_op(r);
+  std::vector<std::size_t> comms;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (!std::holds_alternative<st::Compute>(ops[i].work)) comms.push_back(i);
+  }
+  std::sort(comms.begin(), comms.end(), [&](std::size_t a, std::size_t b) {
+    const Span& x = timeline->spans[first + a];
+    const Span& y = timeline->spans[first + b];
+    if (x.start != y.start) return x.start < y.start;
+    if (x.end != y.end) return x.end < y.end;
+    return a < b;
+  });
+  for (std::size_t j = 1; j < comms.size(); ++j) {
+    previous[comms[j]] = static_cast<std::int64_t>(comms[j - 1]);
+  }
+  return previous;
+}
+
+void add_is_cpu_op(pb::Node& node) {
+  auto* cpu = node.add_attr();
+  cpu->set_name("is_cpu_op");
+  cpu->set_bool_val(false);
+}
+
+// A compute op: a COMP_NODE with num_ops and tensor_size for ASTRA-sim's roofline, or a lone
+// host <-> device copy as a memory node: ASTRA-sim moves a MEM_LOAD_NODE's or
+// MEM_STORE_NODE's tensor_size bytes through its memory model (Workload::issue_remote_mem),
+// not the GPU's roofline.
+void set_compute(pb::Node& node, const std::vector<st::Kernel>& list) {
+  const st::Copy* copy = list.size() == 1 ? std::get_if<st::Copy>(&list[0].work) : nullptr;
+  const bool load =
+      copy && copy->from == st::MemoryTier::host && copy->to == st::MemoryTier::device;
+  const bool store =
+      copy && copy->from == st::MemoryTier::device && copy->to == st::MemoryTier::host;
+  if (load || store) {
+    node.set_type(load ? pb::MEM_LOAD_NODE : pb::MEM_STORE_NODE);
+    auto* ts = node.add_attr();
+    ts->set_name("tensor_size");
+    ts->set_uint64_val(static_cast<std::uint64_t>(copy->bytes.count()));
+    add_is_cpu_op(node);
+    add_string(node, kKernelsAttr, json::array({kernel_to_json(list[0])}).dump());
+    return;
+  }
+  node.set_type(pb::COMP_NODE);
+  double flops = 0;
+  std::int64_t bytes = 0;
+  json kernels = json::array();
+  for (const auto& k : list) {
+    flops += roofline_ops(k);
+    bytes += st::memory_bytes(k).count();
+    kernels.push_back(kernel_to_json(k));
+  }
+  add_int64(node, "num_ops", static_cast<std::int64_t>(std::llround(flops)));
+  auto* ts = node.add_attr();
+  ts->set_name("tensor_size");
+  ts->set_uint64_val(static_cast<std::uint64_t>(bytes));
+  add_is_cpu_op(node);
+  add_string(node, kKernelsAttr, kernels.dump());
+}
+
+void set_collective(pb::Node& node, const st::Program& program, const st::Collective& w) {
+  node.set_type(pb::COMM_COLL_NODE);
+  add_is_cpu_op(node);
+  add_int64(node, "comm_type", comm_type_of(w.kind));
+  const std::size_t ranks =
+      w.group < program.groups().size() ? program.groups()[w.group].ranks.size() : 0;
+  const std::int64_t comm_size = program_to_chakra_bytes(w.kind, w.bytes.count(), ranks);
+  add_int64(node, "comm_size", comm_size);
+  if (chakra_to_program_bytes(w.kind, comm_size, ranks) != w.bytes.count()) {
+    add_int64(node, kBytesAttr, w.bytes.count());
+  }
+  add_string(node, "pg_name", std::to_string(w.group + kExportedGroupIdBase));
+  add_string(node, kDtypeAttr, std::string(name_of(w.dtype)));
+}
+
+// A send or receive of rank r; `tags` numbers the messages of each (src, dst).
+template <class W>
+void set_transfer(pb::Node& node, int r, const W& w,
+                  std::map<std::pair<int, int>, std::int32_t>& tags) {
+  constexpr bool send = std::is_same_v<W, st::Send>;
+  node.set_type(send ? pb::COMM_SEND_NODE : pb::COMM_RECV_NODE);
+  const int src = send ? r : w.peer;
+  const int dst = send ? w.peer : r;
+  add_is_cpu_op(node);
+  add_int32(node, "comm_src", src);
+  add_int32(node, "comm_dst", dst);
+  add_int64(node, "comm_size", w.bytes.count());
+  add_int32(node, "comm_tag", tags[{src, dst}]++);
+  if constexpr (send) {
+    if (!w.eager) {  // Chakra's sends do not wait: say that this one does
+      auto* a = node.add_attr();
+      a->set_name(kRendezvousAttr);
+      a->set_bool_val(true);
+    }
+  }
+}
+
+// Provenance: stream, phase, microbatch, layers and memory effects.
+void set_provenance(pb::Node& node, const st::Program& program, const st::Op& op) {
+  add_string(node, kStreamAttr, std::string(st::name_of(op.stream)));
+  add_string(node, kPhaseAttr, std::string(st::name_of(op.phase)));
+  if (op.microbatch >= 0) add_int64(node, kMicrobatchAttr, op.microbatch);
+  if (op.layer_begin >= 0 || op.layer_end >= 0) {
+    auto* a = node.add_attr();
+    a->set_name(kLayersAttr);
+    a->mutable_int64_list()->add_values(op.layer_begin);
+    a->mutable_int64_list()->add_values(op.layer_end);
+  }
+  const auto effects = program.effects_of(op);
+  if (!effects.empty()) {
+    json e = json::array();
+    for (const auto& m : effects) {
+      e.push_back(
+          json::array({m.delta.count(), st::name_of(m.category), st::name_of(m.tier), m.at_end}));
+    }
+    add_string(node, kEffectsAttr, e.dump());
+  }
+}
+
+// Rank r's file, written to `out` node by node (a rank's text at most a block at a time).
+void write_rank(std::ostream& out, const st::Program& program, int r,
+                const std::string& group_names, const Timeline* timeline,
+                const ChakraExportOptions& options) {
+  std::string block;
+  auto append = [&](const google::protobuf::Message& m) {
+    options.json_form ? append_json(block, m) : append_delimited(block, m);
+    if (block.size() >= (std::size_t{1} << 20)) {
+      out.write(block.data(), static_cast<std::streamsize>(block.size()));
+      block.clear();
+    }
+  };
+  append(rank_metadata(program, r, group_names, options));
+  const st::OpId first = program.first_op(r);
+  const auto ops = program.ops_of(r);
+  std::array<std::int64_t, st::kStreamCount> last_on_stream;
+  last_on_stream.fill(-1);
+  std::map<std::pair<int, int>, std::int32_t> tags;  // (src, dst) -> messages so far
+  const std::vector<std::int64_t> previous =
+      previous_comm(program, r, timeline, options.single_comm_queue);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const st::Op& op = ops[i];
+    pb::Node node;
+    node.set_id(i);
+    node.set_name(program.label_of(op));
+    for (st::OpId d : program.deps_of(op)) node.add_data_deps(d - first);
+    auto& last = last_on_stream[static_cast<std::size_t>(op.stream)];
+    const std::int64_t last_before = last;
+    if (last >= 0) node.add_ctrl_deps(static_cast<std::uint64_t>(last));
+    last = static_cast<std::int64_t>(i);
+    if (previous[i] >= 0 && previous[i] != last_before) {
+      node.add_ctrl_deps(static_cast<std::uint64_t>(previous[i]));
+    }
+    if (timeline) {
+      const Span& s = timeline->spans[first + i];
+      // Whole microseconds, rounded to nearest (Chakra's unit).
+      auto micros = [](Time t) {
+        return static_cast<std::uint64_t>(
+            std::max<std::int64_t>(0, (t.picoseconds() + 500'000) / 1'000'000));
+      };
+      node.set_start_time_micros(micros(s.start));
+      node.set_duration_micros(micros(s.end - s.start));
+    }
+    std::visit(
+        [&](const auto& w) {
+          using W = std::decay_t<decltype(w)>;
+          if constexpr (std::is_same_v<W, st::Compute>) {
+            set_compute(node, program.kernels_of(w));
+          } else if constexpr (std::is_same_v<W, st::Collective>) {
+            set_collective(node, program, w);
+          } else {
+            set_transfer(node, r, w, tags);
+          }
+        },
+        op.work);
+    set_provenance(node, program, op);
+    append(node);
+  }
+  out.write(block.data(), static_cast<std::streamsize>(block.size()));
+}
+
+}  // namespace
+
 void write_chakra(const fs::path& prefix, const st::Program& program,
                   const ChakraExportOptions& options) {
   if (program.mirrored()) {
@@ -1532,181 +1847,9 @@ void write_chakra(const fs::path& prefix, const st::Program& program,
         "(its start times)");
   }
   const int world = program.world_size();
-  std::vector<std::string> rank_texts(static_cast<std::size_t>(world));
-
   json group_names = json::array();
-  json comm_groups = json::object();
-  for (std::size_t g = 0; g < program.groups().size(); ++g) {
-    group_names.push_back(program.groups()[g].name);
-  }
-  for (int r = 0; r < world; ++r) {
-    std::string& out = rank_texts[static_cast<std::size_t>(r)];
-    pb::GlobalMetadata meta;
-    meta.set_version(kChakraVersion);
-    set_string(meta.add_attr(), "schema", "stratasim");
-    set_string(meta.add_attr(), kGroupNamesAttr, group_names.dump());
-    {
-      auto* a = meta.add_attr();
-      a->set_name(kGroupIdBaseAttr);
-      a->set_int64_val(kExportedGroupIdBase);
-    }
-    json initial = json::array();
-    for (const auto& m : program.initial_memory(r)) {
-      initial.push_back(
-          json::array({st::name_of(m.category), st::name_of(m.tier), m.bytes.count()}));
-    }
-    set_string(meta.add_attr(), kInitialMemoryAttr, initial.dump());
-    if (!options.cluster.empty()) set_string(meta.add_attr(), kClusterAttr, options.cluster);
-    options.json_form ? append_json(out, meta) : append_delimited(out, meta);
-
-    const st::OpId first = program.first_op(r);
-    const auto ops = program.ops_of(r);
-    std::array<std::int64_t, st::kStreamCount> last_on_stream;
-    last_on_stream.fill(-1);
-    std::map<std::pair<int, int>, std::int32_t> tags;  // (src, dst) -> messages so far
-    // With single_comm_queue: the previous communication node in simulated start order, per
-    // communication node (index within the rank; -1 for the first).
-    std::vector<std::int64_t> previous_comm(ops.size(), -1);
-    if (options.single_comm_queue) {
-      std::vector<std::size_t> comms;
-      for (std::size_t i = 0; i < ops.size(); ++i) {
-        if (!std::holds_alternative<st::Compute>(ops[i].work)) comms.push_back(i);
-      }
-      std::sort(comms.begin(), comms.end(), [&](std::size_t a, std::size_t b) {
-        const Span& x = timeline->spans[first + a];
-        const Span& y = timeline->spans[first + b];
-        if (x.start != y.start) return x.start < y.start;
-        if (x.end != y.end) return x.end < y.end;
-        return a < b;
-      });
-      for (std::size_t j = 1; j < comms.size(); ++j) {
-        previous_comm[comms[j]] = static_cast<std::int64_t>(comms[j - 1]);
-      }
-    }
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      const st::Op& op = ops[i];
-      pb::Node node;
-      node.set_id(i);
-      node.set_name(program.label_of(op));
-      for (st::OpId d : program.deps_of(op)) node.add_data_deps(d - first);
-      auto& last = last_on_stream[static_cast<std::size_t>(op.stream)];
-      const std::int64_t last_before = last;
-      if (last >= 0) node.add_ctrl_deps(static_cast<std::uint64_t>(last));
-      last = static_cast<std::int64_t>(i);
-      if (previous_comm[i] >= 0 && previous_comm[i] != last_before) {
-        node.add_ctrl_deps(static_cast<std::uint64_t>(previous_comm[i]));
-      }
-      if (timeline) {
-        const Span& s = timeline->spans[first + i];
-        // Whole microseconds, rounded to nearest (Chakra's unit).
-        auto micros = [](Time t) {
-          return static_cast<std::uint64_t>(
-              std::max<std::int64_t>(0, (t.picoseconds() + 500'000) / 1'000'000));
-        };
-        node.set_start_time_micros(micros(s.start));
-        node.set_duration_micros(micros(s.end - s.start));
-      }
-      std::visit(
-          [&](const auto& w) {
-            using W = std::decay_t<decltype(w)>;
-            if constexpr (std::is_same_v<W, st::Compute>) {
-              // A lone host <-> device copy is a memory node: ASTRA-sim moves a MEM_LOAD_NODE's
-              // or MEM_STORE_NODE's tensor_size bytes through its memory model
-              // (Workload::issue_remote_mem), not the GPU's roofline.
-              const auto& list = program.kernels_of(w);
-              const st::Copy* copy =
-                  list.size() == 1 ? std::get_if<st::Copy>(&list[0].work) : nullptr;
-              const bool load =
-                  copy && copy->from == st::MemoryTier::host && copy->to == st::MemoryTier::device;
-              const bool store =
-                  copy && copy->from == st::MemoryTier::device && copy->to == st::MemoryTier::host;
-              if (load || store) {
-                node.set_type(load ? pb::MEM_LOAD_NODE : pb::MEM_STORE_NODE);
-                auto* ts = node.add_attr();
-                ts->set_name("tensor_size");
-                ts->set_uint64_val(static_cast<std::uint64_t>(copy->bytes.count()));
-                auto* cpu = node.add_attr();
-                cpu->set_name("is_cpu_op");
-                cpu->set_bool_val(false);
-                add_string(node, kKernelsAttr, json::array({kernel_to_json(list[0])}).dump());
-                return;
-              }
-              node.set_type(pb::COMP_NODE);
-              double flops = 0;
-              std::int64_t bytes = 0;
-              json kernels = json::array();
-              for (const auto& k : program.kernels_of(w)) {
-                flops += roofline_ops(k);
-                bytes += st::memory_bytes(k).count();
-                kernels.push_back(kernel_to_json(k));
-              }
-              add_int64(node, "num_ops", static_cast<std::int64_t>(std::llround(flops)));
-              auto* ts = node.add_attr();
-              ts->set_name("tensor_size");
-              ts->set_uint64_val(static_cast<std::uint64_t>(bytes));
-              auto* cpu = node.add_attr();
-              cpu->set_name("is_cpu_op");
-              cpu->set_bool_val(false);
-              add_string(node, kKernelsAttr, kernels.dump());
-            } else if constexpr (std::is_same_v<W, st::Collective>) {
-              node.set_type(pb::COMM_COLL_NODE);
-              auto* cpu = node.add_attr();
-              cpu->set_name("is_cpu_op");
-              cpu->set_bool_val(false);
-              add_int64(node, "comm_type", comm_type_of(w.kind));
-              const std::size_t ranks =
-                  w.group < program.groups().size() ? program.groups()[w.group].ranks.size() : 0;
-              const std::int64_t comm_size =
-                  program_to_chakra_bytes(w.kind, w.bytes.count(), ranks);
-              add_int64(node, "comm_size", comm_size);
-              if (chakra_to_program_bytes(w.kind, comm_size, ranks) != w.bytes.count()) {
-                add_int64(node, kBytesAttr, w.bytes.count());
-              }
-              add_string(node, "pg_name", std::to_string(w.group + kExportedGroupIdBase));
-              add_string(node, kDtypeAttr, std::string(name_of(w.dtype)));
-            } else {
-              constexpr bool send = std::is_same_v<W, st::Send>;
-              node.set_type(send ? pb::COMM_SEND_NODE : pb::COMM_RECV_NODE);
-              const int src = send ? r : w.peer;
-              const int dst = send ? w.peer : r;
-              auto* cpu = node.add_attr();
-              cpu->set_name("is_cpu_op");
-              cpu->set_bool_val(false);
-              add_int32(node, "comm_src", src);
-              add_int32(node, "comm_dst", dst);
-              add_int64(node, "comm_size", w.bytes.count());
-              add_int32(node, "comm_tag", tags[{src, dst}]++);
-              if constexpr (send) {
-                if (!w.eager) {  // Chakra's sends do not wait: say that this one does
-                  auto* a = node.add_attr();
-                  a->set_name(kRendezvousAttr);
-                  a->set_bool_val(true);
-                }
-              }
-            }
-          },
-          op.work);
-      add_string(node, kStreamAttr, std::string(st::name_of(op.stream)));
-      add_string(node, kPhaseAttr, std::string(st::name_of(op.phase)));
-      if (op.microbatch >= 0) add_int64(node, kMicrobatchAttr, op.microbatch);
-      if (op.layer_begin >= 0 || op.layer_end >= 0) {
-        auto* a = node.add_attr();
-        a->set_name(kLayersAttr);
-        a->mutable_int64_list()->add_values(op.layer_begin);
-        a->mutable_int64_list()->add_values(op.layer_end);
-      }
-      const auto effects = program.effects_of(op);
-      if (!effects.empty()) {
-        json e = json::array();
-        for (const auto& m : effects) {
-          e.push_back(json::array(
-              {m.delta.count(), st::name_of(m.category), st::name_of(m.tier), m.at_end}));
-        }
-        add_string(node, kEffectsAttr, e.dump());
-      }
-      options.json_form ? append_json(out, node) : append_delimited(out, node);
-    }
-  }
+  for (const auto& group : program.groups()) group_names.push_back(group.name);
+  const std::string group_names_text = group_names.dump();
   // ASTRA-sim's comm-group file: {"<pg_name>": [ranks]}, ids from 1 (0 is reserved).
   std::string groups_text = "{";
   for (std::size_t g = 0; g < program.groups().size(); ++g) {
@@ -1715,13 +1858,15 @@ void write_chakra(const fs::path& prefix, const st::Program& program,
   }
   groups_text += program.groups().empty() ? "}\n" : "\n}\n";
 
-  // Write everything under temporary names, then rename into place.
+  // Each rank's file is written under a temporary name as it is made (one rank's nodes in
+  // memory at a time); all are renamed into place once every one is complete.
   const fs::path parent = prefix.has_parent_path() ? prefix.parent_path() : fs::path(".");
   fs::create_directories(parent);
   files::StagedWrites writes;
   for (int r = 0; r < world; ++r) {
-    writes.stage(rank_file(prefix.string(), r, options.json_form),
-                 rank_texts[static_cast<std::size_t>(r)]);
+    writes.stage(rank_file(prefix.string(), r, options.json_form), [&](std::ostream& out) {
+      write_rank(out, program, r, group_names_text, timeline, options);
+    });
   }
   writes.stage(prefix.string() + ".comm_groups.json", groups_text);
   // Rank files of an earlier export to the same prefix (more ranks, or the other form) would

@@ -2,21 +2,40 @@
 //
 // Every value is checked before use (range, type, which rank an op id belongs to) and the
 // Program is validated at the end (cycles, unmatched collectives and transfers), so malformed
-// input gives a TraceError, never a crash, a huge allocation or a hang. The whole file is read
-// as one JSON document (nlohmann/json: its parser and its destructor do not recurse, so deeply
-// nested input is safe).
+// input gives a TraceError, never a crash, a huge allocation or a hang.
+//
+// The text is streamed (traces/json_stream.hpp), never held as one JSON document: a timeline
+// of every rank of a large run is hundreds of MB, and its DOM ten times that. Two passes:
+// the first checks that the text parses (the same errors, at the same bytes, as parsing it
+// whole) and keeps the "stratasim" object, which the exporter writes after traceEvents; the
+// second hands the events over one at a time, each read into a compact pending op (its
+// provenance, work, and its dependencies and memory effects in shared arrays) and freed. The
+// Program is then built in op id order (rank by rank) from the pending ops. Checks run in the
+// order the whole-document reader ran them: the events' op ids as they stream by; an op's
+// own errors are kept (the first by build order) and thrown when the build reaches that op, so
+// a malformed trace reports the same error as before. Memory: the pending ops (80 bytes each,
+// plus dependencies and effects) and the Program, about 180 bytes per op in all whatever the
+// text's size (bench/trace_io_bench.cpp: 249 MiB for 1.38 M ops, 1.9 GB for 11 M).
 #include "traces/timeline_import.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <fstream>
+#include <functional>
+#include <istream>
 #include <iterator>
 #include <limits>
 #include <map>
+#include <optional>
+#include <span>
 #include <string>
+#include <tuple>
+#include <unordered_map>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -24,6 +43,7 @@
 #include "hw_models/config_reader.hpp"
 #include "hw_models/json_depth.hpp"
 #include "strategies/optimizer.hpp"
+#include "traces/json_stream.hpp"
 
 namespace stratasim::traces {
 
@@ -465,31 +485,28 @@ void read_replicas(const Reader& rd, const json& info, OpLayout& layout) {
   }
 }
 
-// Which event holds each op.
-void map_events(const Reader& rd, const json& events, OpLayout& layout) {
+// Which op event `e` (traceEvents[index]) holds, or -1 when it is not an op (not "ph": "X").
+std::int64_t map_event(const Reader& rd, const json& e, std::size_t index, OpLayout& layout) {
+  const std::string where = "traceEvents[" + std::to_string(index) + "]";
+  rd.object(e, where);
+  auto ph = e.find("ph");
+  if (ph == e.end() || !ph->is_string() || *ph != "X") return -1;
+  const json& args = rd.object(rd.member(e, where, "args"), where + ".args");
   const std::int64_t total = layout.total();
-  layout.event_of.assign(static_cast<std::size_t>(total), -1);
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const std::string where = "traceEvents[" + std::to_string(i) + "]";
-    const json& e = rd.object(events[i], where);
-    auto ph = e.find("ph");
-    if (ph == e.end() || !ph->is_string() || *ph != "X") continue;
-    const json& args = rd.object(rd.member(e, where, "args"), where + ".args");
-    const std::int64_t id =
-        rd.integer(rd.member(args, where + ".args", "op"), where + ".args.op", 0, kMaxCount);
-    if (id >= total) {
-      rd.fail(where + ".args.op", "op " + std::to_string(id) + " is beyond the " +
-                                      std::to_string(total) +
-                                      " ops that stratasim.op_counts lists");
-    }
-    auto& slot = layout.event_of[static_cast<std::size_t>(id)];
-    if (slot >= 0) {
-      rd.fail(where + ".args.op", "op " + std::to_string(id) +
-                                      " appears twice (also in traceEvents[" +
-                                      std::to_string(slot) + "])");
-    }
-    slot = static_cast<std::int64_t>(i);
+  const std::int64_t id =
+      rd.integer(rd.member(args, where + ".args", "op"), where + ".args.op", 0, kMaxCount);
+  if (id >= total) {
+    rd.fail(where + ".args.op", "op " + std::to_string(id) + " is beyond the " +
+                                    std::to_string(total) + " ops that stratasim.op_counts lists");
   }
+  auto& slot = layout.event_of[static_cast<std::size_t>(id)];
+  if (slot >= 0) {
+    rd.fail(where + ".args.op", "op " + std::to_string(id) +
+                                    " appears twice (also in traceEvents[" + std::to_string(slot) +
+                                    "])");
+  }
+  slot = static_cast<std::int64_t>(index);
+  return id;
 }
 
 // Every rank's ops must all be in the trace.
@@ -540,17 +557,15 @@ void read_groups(const Reader& rd, const json& info, int world, st::Program& pro
   }
 }
 
-// stratasim.kernel_lists into the program; which lists are known (not null).
-std::vector<char> read_kernel_lists(const Reader& rd, const json& info, st::Program& program) {
+// stratasim.kernel_lists into the program.
+void read_kernel_lists(const Reader& rd, const json& info, st::Program& program) {
   const std::string s = "stratasim";
-  std::vector<char> list_known;
   auto it = info.find("kernel_lists");
-  if (it == info.end()) return list_known;
+  if (it == info.end()) return;
   const json& lists = rd.array(*it, s + ".kernel_lists");
   for (std::size_t l = 0; l < lists.size(); ++l) {
     const std::string at = s + ".kernel_lists[" + std::to_string(l) + "]";
     std::vector<st::Kernel> kernels;
-    list_known.push_back(lists[l].is_null() ? 0 : 1);
     if (!lists[l].is_null()) {
       rd.array(lists[l], at);
       for (std::size_t k = 0; k < lists[l].size(); ++k) {
@@ -559,7 +574,16 @@ std::vector<char> read_kernel_lists(const Reader& rd, const json& info, st::Prog
     }
     program.add_kernels(std::move(kernels));
   }
-  return list_known;
+}
+
+// Which of stratasim.kernel_lists are known (not null). Read before read_kernel_lists checks
+// them: an op that names a list is read as its event streams by.
+std::vector<char> known_kernel_lists(const json& info) {
+  std::vector<char> known;
+  if (auto it = info.find("kernel_lists"); it != info.end() && it->is_array()) {
+    for (const json& list : *it) known.push_back(list.is_null() ? 0 : 1);
+  }
+  return known;
 }
 
 // stratasim.initial_memory (one list per rank), or null when absent.
@@ -591,14 +615,88 @@ void read_initial_memory(const Reader& rd, const json& initial, int r, st::Progr
   }
 }
 
-// The ops of one rank's events, as the program reads them.
+// Labels as read, each kept once; ops refer to them by index.
+class Labels {
+ public:
+  std::uint32_t intern(const std::string& label) {
+    const auto [it, added] = ids_.try_emplace(label, static_cast<std::uint32_t>(names_.size()));
+    if (added) names_.push_back(label);
+    return it->second;
+  }
+  const std::string& operator[](std::uint32_t id) const { return names_[id]; }
+
+ private:
+  std::vector<std::string> names_;
+  std::unordered_map<std::string, std::uint32_t> ids_;
+};
+
+// The first error of reading ops, by the order in which the Program takes them (`Key`): events
+// come in time order, but an exact import builds rank by rank in op id order and an older
+// timeline's import in (rank, start) order, so an op's error is kept until the build gets there.
+template <class Key>
+class FirstError {
+ public:
+  void offer(const Key& key, std::exception_ptr error) {
+    if (!error_ || key < key_) {
+      key_ = key;
+      error_ = std::move(error);
+    }
+  }
+  /// Throws the error kept for `key`, if that is the key of the first one.
+  void throw_if_at(const Key& key) const {
+    if (error_ && !(key_ < key) && !(key < key_)) std::rethrow_exception(error_);
+  }
+
+ private:
+  Key key_{};
+  std::exception_ptr error_;
+};
+
+// The provenance of an op (OpInfo without its label), as kept until the op is built.
+struct Provenance {
+  st::Stream stream = st::Stream::compute;
+  st::Phase phase = st::Phase::other;
+  std::int32_t microbatch = -1;
+  std::int16_t layer_begin = -1, layer_end = -1;
+
+  static Provenance of(const st::OpInfo& info) {
+    return {info.stream, info.phase, info.microbatch, info.layer_begin, info.layer_end};
+  }
+  st::OpInfo info(std::string_view label) const {
+    st::OpInfo info;
+    info.stream = stream;
+    info.phase = phase;
+    info.microbatch = microbatch;
+    info.layer_begin = layer_begin;
+    info.layer_end = layer_end;
+    info.label = label;
+    return info;
+  }
+};
+
+// An op as read from its event, until the build takes it (op id order).
+struct PendingOp {
+  st::Work work = st::Compute{};
+  std::int64_t measured_ps = -1;  // >= 0: no kernel list; this much Measured work
+  std::uint64_t deps_begin = 0, effects_begin = 0;
+  std::uint32_t label = 0;  // into ExactOps::labels
+  std::uint16_t deps_count = 0, effects_count = 0;
+  bool unlabelled = false;  // the label is the exporter's name for the work: the op has none
+  Provenance provenance;
+};
+
+// The ops of the events as they stream by, read against the "stratasim" object.
 struct ExactOps {
+  ExactOps(const Reader& reader, OpLayout& op_layout) : rd(reader), layout(op_layout) {}
   const Reader& rd;
-  const json& events;
-  const OpLayout& layout;
-  const std::vector<char>& list_known;
-  st::Program& program;
-  std::int64_t measured_ops = 0;  // compute ops that replay their recorded duration
+  OpLayout& layout;
+  std::size_t group_count = 0;   // stratasim.groups (checked later by read_groups)
+  std::vector<char> list_known;  // known_kernel_lists
+  Labels labels;
+  std::vector<PendingOp> ops;  // by op id
+  std::vector<st::OpId> deps;  // PendingOp::deps_begin, deps_count
+  std::vector<st::MemoryEffect> effects;
+  FirstError<std::int64_t> error;  // by op id
 };
 
 // args.kind: a send, recv or collective.
@@ -620,7 +718,7 @@ st::Work parse_communication(const ExactOps& x, const json& args, const std::str
   if (const auto ck = collective_kind(k)) {
     const auto group = static_cast<std::uint32_t>(
         rd.integer(rd.member(args, where + ".args", "group_index"), where + ".args.group_index", 0,
-                   static_cast<std::int64_t>(x.program.groups().size()) - 1));
+                   static_cast<std::int64_t>(x.group_count) - 1));
     DType dtype = DType::bf16;
     if (auto d = args.find("dtype"); d != args.end()) dtype = rd.dtype(*d, where + ".args.dtype");
     return st::Collective{*ck, dtype, group, bytes};
@@ -631,9 +729,10 @@ st::Work parse_communication(const ExactOps& x, const json& args, const std::str
               k + "\"");
 }
 
-// An op's work: a communication (args.kind), a kernel list (args.kernels), else its duration.
-st::Work parse_work(ExactOps& x, const json& e, const json& args, const std::string& where,
-                    const std::string& label) {
+// An op's work: a communication (args.kind), a kernel list (args.kernels), else its duration
+// (op.measured_ps).
+st::Work parse_work(const ExactOps& x, const json& e, const json& args, const std::string& where,
+                    PendingOp& op) {
   const Reader& rd = x.rd;
   if (auto kind = args.find("kind"); kind != args.end()) {
     return parse_communication(x, args, where, rd.string(*kind, where + ".args.kind"));
@@ -648,20 +747,19 @@ st::Work parse_work(ExactOps& x, const json& e, const json& args, const std::str
     return st::Compute{static_cast<std::uint32_t>(list)};
   }
   // No kernels recorded: the span's duration is the work.
-  const Time dur = rd.micros(rd.member(e, where, "dur"), where + ".dur");
-  ++x.measured_ops;
-  return st::Compute{x.program.add_kernels({st::Kernel{st::Measured{dur}, label}})};
+  op.measured_ps = rd.micros(rd.member(e, where, "dur"), where + ".dur").picoseconds();
+  return st::Compute{};
 }
 
-// args.deps: op ids of the same rank `r`.
-void parse_deps(const ExactOps& x, const json& args, const std::string& where, std::int64_t id,
-                int r, std::vector<st::OpId>& deps) {
+// args.deps: op ids of the same rank `r`, onto x.deps.
+void parse_deps(ExactOps& x, const json& args, const std::string& where, std::int64_t id, int r,
+                PendingOp& op) {
   const Reader& rd = x.rd;
-  deps.clear();
   auto d = args.find("deps");
   if (d == args.end()) return;
   const json& list = rd.array(*d, where + ".args.deps");
   if (list.size() > 0xFFFF) rd.fail(where + ".args.deps", "more than 65535 dependencies");
+  op.deps_begin = x.deps.size();
   for (std::size_t k = 0; k < list.size(); ++k) {
     const std::string at = where + ".args.deps[" + std::to_string(k) + "]";
     const auto dep = rd.integer(list[k], at, 0, kMaxCount);
@@ -672,16 +770,16 @@ void parse_deps(const ExactOps& x, const json& args, const std::string& where, s
                            : ", which the trace does not have") +
                       "; dependencies stay within a rank (" + std::to_string(r) + ")");
     }
-    deps.push_back(static_cast<st::OpId>(dep));
+    x.deps.push_back(static_cast<st::OpId>(dep));
   }
+  op.deps_count = static_cast<std::uint16_t>(list.size());
 }
 
-// Op `id` of rank `r` into the program; `deps` is scratch space.
-void read_op(ExactOps& x, int r, std::int64_t id, std::vector<st::OpId>& deps) {
+// Op `id` from its event `e` (traceEvents[index]) into x.ops.
+void read_op(ExactOps& x, const json& e, std::size_t index, std::int64_t id) {
   const Reader& rd = x.rd;
-  const auto index = static_cast<std::size_t>(x.layout.event_of[static_cast<std::size_t>(id)]);
   const std::string where = "traceEvents[" + std::to_string(index) + "]";
-  const json& e = x.events[index];
+  const int r = x.layout.rank_of_op(id);
   const json& args = e["args"];
   const auto pid = rd.integer(rd.member(e, where, "pid"), where + ".pid", 0, x.layout.world - 1);
   if (pid != r) {
@@ -689,17 +787,36 @@ void read_op(ExactOps& x, int r, std::int64_t id, std::vector<st::OpId>& deps) {
                                 " by stratasim.op_counts, but pid is " + std::to_string(pid));
   }
   std::string label;
-  st::OpInfo op_info = parse_info(rd, e, args, where, label);
-  const st::Work work = parse_work(x, e, args, where, label);
-  if (label == work_name(work)) label.clear();  // the exporter's name for unlabelled ops
-  op_info.label = label;
-  parse_deps(x, args, where, id, r, deps);
-  std::vector<st::MemoryEffect> effects;
+  PendingOp op;
+  op.provenance = Provenance::of(parse_info(rd, e, args, where, label));
+  op.work = parse_work(x, e, args, where, op);
+  op.label = x.labels.intern(label);
+  op.unlabelled = label == work_name(op.work);  // the exporter's name for unlabelled ops
+  parse_deps(x, args, where, id, r, op);
   if (auto m = args.find("mem"); m != args.end()) {
-    effects = parse_effects(rd, *m, where + ".args.mem");
+    const auto effects = parse_effects(rd, *m, where + ".args.mem");
     if (effects.size() > 0xFFFF) rd.fail(where + ".args.mem", "more than 65535 effects");
+    op.effects_begin = x.effects.size();
+    op.effects_count = static_cast<std::uint16_t>(effects.size());
+    x.effects.insert(x.effects.end(), effects.begin(), effects.end());
   }
-  x.program.add(work, op_info, deps, effects);
+  x.ops[static_cast<std::size_t>(id)] = op;
+}
+
+// Op `id` into the program, or the error its event gave.
+void add_op(const ExactOps& x, std::int64_t id, st::Program& program) {
+  x.error.throw_if_at(id);
+  const PendingOp& op = x.ops[static_cast<std::size_t>(id)];
+  const std::string& label = x.labels[op.label];
+  st::Work work = op.work;
+  if (op.measured_ps >= 0) {
+    work = st::Compute{
+        program.add_kernels({st::Kernel{st::Measured{Time::ps(op.measured_ps)}, label}})};
+  }
+  program.add(
+      work, op.provenance.info(op.unlabelled ? std::string_view() : label),
+      std::span<const st::OpId>(x.deps).subspan(op.deps_begin, op.deps_count),
+      std::span<const st::MemoryEffect>(x.effects).subspan(op.effects_begin, op.effects_count));
 }
 
 // Mirrors, overlapping iterations and validation, once every op is in.
@@ -717,35 +834,104 @@ void finish_program(const Reader& rd, const json& info, const OpLayout& layout,
   validate_program(rd, program);
 }
 
-// The ops of every rank, in op id order, into `program`; how many replay their duration.
-std::int64_t read_ops(const Reader& rd, const json& events, const json& info,
-                      const OpLayout& layout, st::Program& program) {
+// The groups, kernel lists, initial memory and the ops of every rank, in op id order, into
+// `program`; how many replay their duration.
+std::int64_t build_ops(const Reader& rd, const json& info, const ExactOps& x,
+                       st::Program& program) {
+  const OpLayout& layout = x.layout;
   read_groups(rd, info, layout.world, program);
-  const std::vector<char> list_known = read_kernel_lists(rd, info, program);
+  read_kernel_lists(rd, info, program);
   const json* initial = initial_memory_lists(rd, info, layout.world);
-  ExactOps x{rd, events, layout, list_known, program};
-  program.reserve(static_cast<std::size_t>(layout.total()), 0, 0);
-  std::vector<st::OpId> deps;
+  program.reserve(static_cast<std::size_t>(layout.total()), x.deps.size(), x.effects.size());
+  std::int64_t measured_ops = 0;
   for (int r = 0; r < layout.world; ++r) {
     program.begin_rank(r);
     if (initial != nullptr) read_initial_memory(rd, *initial, r, program);
-    for (std::int64_t id = layout.begin(r); id < layout.end(r); ++id) read_op(x, r, id, deps);
+    for (std::int64_t id = layout.begin(r); id < layout.end(r); ++id) {
+      add_op(x, id, program);
+      if (x.ops[static_cast<std::size_t>(id)].measured_ps >= 0) ++measured_ops;
+    }
   }
-  return x.measured_ops;
+  return measured_ops;
 }
 
-TimelineTrace import_exact(const Reader& rd, const json& events, const json& info) {
+// The timeline's text, read once per pass: in memory, or a stream read again from where it
+// began. The first pass (scan) finds what JSON is malformed; the second streams the events.
+class TimelineText {
+ public:
+  TimelineText(JsonText text, const Reader& rd) : text_(text), rd_(rd) {
+    if (auto* in = std::get_if<std::istream*>(&text_)) start_ = (*in)->tellg();
+  }
+
+  /// The root's shape and the "stratasim" object (events counted, not kept).
+  JsonStreamResult scan() const {
+    try {
+      return read({.array = "traceEvents", .keep = {"stratasim"}, .on_element = {}});
+    } catch (const config::ConfigError& e) {  // nested deeper than config::kMaxJsonDepth
+      rd_.fail("", e.message());
+    } catch (const json::parse_error& e) {
+      rd_.fail("byte " + std::to_string(e.byte), std::string("not valid JSON: ") + e.what());
+    } catch (const json::exception& e) {
+      // A number too large for a double ("2e1507") and the like.
+      rd_.fail("", std::string("not valid JSON: ") + e.what());
+    }
+  }
+
+  JsonStreamResult read(const JsonStreamRequest& request) const {
+    std::istream* const* in = std::get_if<std::istream*>(&text_);
+    if (in != nullptr) {
+      (*in)->clear();
+      (*in)->seekg(start_);
+    }
+    JsonStreamResult result = stream_json(text_, request, rd_.source());
+    if (in != nullptr && (*in)->bad()) rd_.fail("", "cannot read the file");
+    return result;
+  }
+
+ private:
+  JsonText text_;
+  const Reader& rd_;
+  std::streampos start_ = 0;
+};
+
+// The events of traceEvents (the last, if the root names it twice), one at a time.
+void for_each_event(const TimelineText& text, const JsonStreamResult& doc,
+                    const std::function<void(std::size_t, const json&)>& visit) {
+  text.read({.array = "traceEvents",
+             .keep = {},
+             .on_element = [&](std::size_t i, json& e) { visit(i, e); },
+             .occurrence = doc.array_occurrences == 0 ? 0 : doc.array_occurrences - 1});
+}
+
+TimelineTrace import_exact(const Reader& rd, const TimelineText& text, const JsonStreamResult& doc,
+                           const json& info) {
   OpLayout layout;
   read_header(rd, info, layout);
-  read_op_counts(rd, info, static_cast<std::int64_t>(events.size()), layout);
+  read_op_counts(rd, info, static_cast<std::int64_t>(doc.array_size), layout);
   read_replicas(rd, info, layout);
-  map_events(rd, events, layout);
+  ExactOps x{rd, layout};
+  if (auto it = info.find("groups"); it != info.end() && it->is_array()) {
+    x.group_count = it->size();
+  }
+  x.list_known = known_kernel_lists(info);
+  layout.event_of.assign(static_cast<std::size_t>(layout.total()), -1);
+  x.ops.resize(static_cast<std::size_t>(layout.total()));
+  for_each_event(text, doc, [&](std::size_t i, const json& e) {
+    const std::int64_t id = map_event(rd, e, i, layout);
+    if (id < 0) return;
+    try {
+      read_op(x, e, i, id);
+    } catch (...) {
+      x.error.offer(id, std::current_exception());
+    }
+  });
   require_every_op(rd, layout);
+  layout.event_of = {};
 
   TimelineTrace out;
   st::Program& program = out.trace.program;
   program = st::Program(layout.world);
-  const std::int64_t measured_ops = read_ops(rd, events, info, layout, program);
+  const std::int64_t measured_ops = build_ops(rd, info, x, program);
   finish_program(rd, info, layout, program);
   if (measured_ops > 0) {
     out.trace.notes.push_back(std::to_string(measured_ops) +
@@ -762,112 +948,197 @@ TimelineTrace import_exact(const Reader& rd, const json& events, const json& inf
 
 // ---- An older timeline (no "stratasim" object): approximate, from stream and time order.
 
+// An op of an older timeline as read from its event. Its issue order is (rank, start, order),
+// ties by event. What it is (kind, group, bytes, peer) is read as the event streams by; the
+// errors that reading finds are kept for the build (FirstError), and the peer, which needs the
+// world size (the highest pid), is checked there.
 struct LooseOp {
   std::int64_t event = 0;
   int rank = 0;
   Time start, end;
   std::int64_t order = 0;  // args.op when given, else the event index
+  st::Work work = st::Compute{};
+  std::uint32_t label = 0;         // into labels
+  bool unlabelled = false;         // as PendingOp::unlabelled
+  bool measured = false;           // compute: its span's duration is the work
+  bool error_after_peer = false;   // the op's kept error comes after its peer's check
+  std::uint32_t group = kNoGroup;  // a collective's group name, into labels
+  json peer;                       // a send's or receive's args.peer
+  Provenance provenance;
+  static constexpr std::uint32_t kNoGroup = 0xFFFFFFFFu;
+
+  std::tuple<int, Time, std::int64_t, std::int64_t> key() const {
+    return {rank, start, order, event};
+  }
 };
 
-TimelineTrace import_loose(const Reader& rd, const json& events) {
+struct LooseOps {
+  explicit LooseOps(const Reader& reader) : rd(reader) {}
+  const Reader& rd;
+  Labels labels;
   std::vector<LooseOp> ops;
   int world = 0;
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const std::string where = "traceEvents[" + std::to_string(i) + "]";
-    const json& e = rd.object(events[i], where);
-    auto ph = e.find("ph");
-    if (ph == e.end() || !ph->is_string() || *ph != "X") continue;
-    LooseOp op;
-    op.event = static_cast<std::int64_t>(i);
-    op.rank =
-        static_cast<int>(rd.integer(rd.member(e, where, "pid"), where + ".pid", 0, kMaxWorld - 1));
-    op.start = rd.micros(rd.member(e, where, "ts"), where + ".ts");
-    op.end = op.start + rd.micros(rd.member(e, where, "dur"), where + ".dur");
-    op.order = op.event;
-    if (auto args = e.find("args"); args != e.end() && args->is_object()) {
-      if (auto id = args->find("op"); id != args->end()) {
-        op.order = rd.integer(*id, where + ".args.op", 0, kMaxCount);
-      }
+  FirstError<std::tuple<int, Time, std::int64_t, std::int64_t>> error;  // by LooseOp::key
+};
+
+// Where and when an X event's op runs; nullopt for other events.
+std::optional<LooseOp> loose_op_of(const Reader& rd, const json& e, std::size_t i) {
+  const std::string where = "traceEvents[" + std::to_string(i) + "]";
+  rd.object(e, where);
+  auto ph = e.find("ph");
+  if (ph == e.end() || !ph->is_string() || *ph != "X") return std::nullopt;
+  LooseOp op;
+  op.event = static_cast<std::int64_t>(i);
+  op.rank =
+      static_cast<int>(rd.integer(rd.member(e, where, "pid"), where + ".pid", 0, kMaxWorld - 1));
+  op.start = rd.micros(rd.member(e, where, "ts"), where + ".ts");
+  op.end = op.start + rd.micros(rd.member(e, where, "dur"), where + ".dur");
+  op.order = op.event;
+  if (auto args = e.find("args"); args != e.end() && args->is_object()) {
+    if (auto id = args->find("op"); id != args->end()) {
+      op.order = rd.integer(*id, where + ".args.op", 0, kMaxCount);
     }
-    world = std::max(world, op.rank + 1);
-    ops.push_back(op);
   }
-  if (ops.empty())
+  return op;
+}
+
+// The group a collective names, for its group's members: kept whatever else is wrong with it.
+std::optional<std::string> member_group(const json& e) {
+  const auto args = e.find("args");
+  if (args == e.end() || !args->is_object()) return std::nullopt;
+  const auto kind = args->find("kind");
+  const auto group = args->find("group");
+  if (kind != args->end() && kind->is_string() && collective_kind(kind->get<std::string>()) &&
+      group != args->end() && group->is_string()) {
+    return group->get<std::string>();
+  }
+  return std::nullopt;
+}
+
+// What the op of event `e` is: its provenance, label and work (the collective's group and the
+// peer are resolved by the build). Throws what is wrong, before the peer's check unless
+// op.error_after_peer.
+void read_loose_op(LooseOps& x, const json& e, LooseOp& op) {
+  const Reader& rd = x.rd;
+  const std::string where = "traceEvents[" + std::to_string(op.event) + "]";
+  static const json kNoArgs = json::object();
+  const json& args = e.contains("args") ? rd.object(e["args"], where + ".args") : kNoArgs;
+  std::string label;
+  op.provenance = Provenance::of(parse_info(rd, e, args, where, label));
+  auto kind = args.find("kind");
+  const std::string k = kind != args.end() ? rd.string(*kind, where + ".args.kind") : "";
+  if (const auto ck = collective_kind(k)) {
+    // The group's name is op.group (member_group).
+    rd.string(rd.member(args, where + ".args", "group"), where + ".args.group");
+    op.work = st::Collective{
+        *ck, DType::bf16, 0,
+        bytes_of(rd, rd.member(args, where + ".args", "bytes"), where + ".args.bytes")};
+  } else if (args.contains("peer")) {
+    op.peer = args["peer"];
+    const bool recv = k == "recv" || (k.empty() && (op.provenance.stream == st::Stream::pp_recv ||
+                                                    label.find("recv") != std::string::npos));
+    op.error_after_peer = true;  // args.bytes is read after args.peer
+    const Bytes bytes =
+        bytes_of(rd, rd.member(args, where + ".args", "bytes"), where + ".args.bytes");
+    op.error_after_peer = false;
+    op.work = recv ? st::Work(st::Recv{0, bytes}) : st::Work(st::Send{0, bytes});
+  } else {
+    op.measured = true;
+  }
+  op.label = x.labels.intern(label);
+  op.unlabelled = label == work_name(op.work);
+}
+
+// Op `op` into the program: its collective's group, its peer (checked against the world) or
+// its Measured work, and its dependencies on the other streams of its rank (`last`: per
+// stream, the last op and its end).
+struct StreamEnds {
+  std::array<std::int64_t, st::kStreamCount> op;
+  std::array<Time, st::kStreamCount> end{};
+  StreamEnds() { op.fill(-1); }
+};
+
+void add_loose_op(const LooseOps& x, const LooseOp& op,
+                  const std::map<std::string, std::uint32_t>& group_ids, StreamEnds& last,
+                  st::Program& program) {
+  const Reader& rd = x.rd;
+  if (!op.error_after_peer) x.error.throw_if_at(op.key());
+  st::Work work = op.work;
+  const std::string& label = x.labels[op.label];
+  if (auto* c = std::get_if<st::Collective>(&work)) {
+    c->group = group_ids.at(x.labels[op.group]);
+  } else if (op.measured) {
+    work = st::Compute{program.add_kernels({st::Kernel{st::Measured{op.end - op.start}, label}})};
+  } else {
+    const auto peer = static_cast<std::int32_t>(rd.integer(
+        op.peer, "traceEvents[" + std::to_string(op.event) + "].args.peer", 0, x.world - 1));
+    if (auto* s = std::get_if<st::Send>(&work)) s->peer = peer;
+    if (auto* r = std::get_if<st::Recv>(&work)) r->peer = peer;
+  }
+  x.error.throw_if_at(op.key());
+  const st::OpInfo info = op.provenance.info(op.unlabelled ? std::string_view() : label);
+  // Wait for the last op of every other stream that had ended when this one started.
+  std::vector<st::OpId> deps;
+  for (int s = 0; s < st::kStreamCount; ++s) {
+    const auto su = static_cast<std::size_t>(s);
+    if (s != static_cast<int>(info.stream) && last.op[su] >= 0 && last.end[su] <= op.start) {
+      deps.push_back(static_cast<st::OpId>(last.op[su]));
+    }
+  }
+  const st::OpId id = program.add(work, info, deps);
+  last.op[static_cast<std::size_t>(info.stream)] = id;
+  last.end[static_cast<std::size_t>(info.stream)] = op.end;
+}
+
+// The ops of the X events, as read (errors kept for the build).
+LooseOps read_loose_ops(const Reader& rd, const TimelineText& text, const JsonStreamResult& doc) {
+  LooseOps x{rd};
+  for_each_event(text, doc, [&](std::size_t i, const json& e) {
+    std::optional<LooseOp> op = loose_op_of(rd, e, i);
+    if (!op) return;
+    x.world = std::max(x.world, op->rank + 1);
+    if (const auto group = member_group(e)) op->group = x.labels.intern(*group);
+    try {
+      read_loose_op(x, e, *op);
+    } catch (...) {
+      x.error.offer(op->key(), std::current_exception());
+    }
+    x.ops.push_back(std::move(*op));
+  });
+  if (x.ops.empty()) {
     rd.fail("traceEvents", "expected complete (\"ph\": \"X\") events: there are none");
+  }
   // Issue order: by rank, then by start time (the recorded op id breaks ties).
-  std::stable_sort(ops.begin(), ops.end(), [](const LooseOp& a, const LooseOp& b) {
+  std::stable_sort(x.ops.begin(), x.ops.end(), [](const LooseOp& a, const LooseOp& b) {
     if (a.rank != b.rank) return a.rank < b.rank;
     if (a.start != b.start) return a.start < b.start;
     return a.order < b.order;
   });
+  return x;
+}
+
+TimelineTrace import_loose(const Reader& rd, const TimelineText& text,
+                           const JsonStreamResult& doc) {
+  const LooseOps x = read_loose_ops(rd, text, doc);
   // A group's members: the ranks that issue collectives on it, in rank order.
   std::map<std::string, std::vector<std::int32_t>> members;
-  for (const LooseOp& op : ops) {
-    const json& args = events[static_cast<std::size_t>(op.event)].value("args", json::object());
-    auto kind = args.find("kind");
-    auto group = args.find("group");
-    if (kind != args.end() && kind->is_string() && collective_kind(kind->get<std::string>()) &&
-        group != args.end() && group->is_string()) {
-      auto& list = members[group->get<std::string>()];
-      if (list.empty() || list.back() != op.rank) list.push_back(op.rank);
-    }
+  for (const LooseOp& op : x.ops) {
+    if (op.group == LooseOp::kNoGroup) continue;
+    auto& list = members[x.labels[op.group]];
+    if (list.empty() || list.back() != op.rank) list.push_back(op.rank);
   }
   TimelineTrace out;
   st::Program& program = out.trace.program;
-  program = st::Program(std::max(world, 1));
+  program = st::Program(std::max(x.world, 1));
   std::map<std::string, std::uint32_t> group_ids;
   for (auto& [name, ranks] : members) group_ids[name] = program.add_group(ranks, name);
 
   std::size_t next = 0;
-  for (int r = 0; r < world; ++r) {
+  for (int r = 0; r < x.world; ++r) {
     program.begin_rank(r);
-    // The last op of each stream of this rank, with its end, to wait for.
-    std::array<std::int64_t, st::kStreamCount> last{};
-    std::array<Time, st::kStreamCount> last_end{};
-    last.fill(-1);
-    for (; next < ops.size() && ops[next].rank == r; ++next) {
-      const LooseOp& op = ops[next];
-      const auto index = static_cast<std::size_t>(op.event);
-      const std::string where = "traceEvents[" + std::to_string(index) + "]";
-      const json& e = events[index];
-      const json& args =
-          e.contains("args") ? rd.object(e["args"], where + ".args") : json::object();
-      std::string label;
-      st::OpInfo info = parse_info(rd, e, args, where, label);
-      st::Work work = st::Compute{};
-      auto kind = args.find("kind");
-      const std::string k = kind != args.end() ? rd.string(*kind, where + ".args.kind") : "";
-      if (const auto ck = collective_kind(k)) {
-        const std::string& group =
-            rd.string(rd.member(args, where + ".args", "group"), where + ".args.group");
-        work = st::Collective{
-            *ck, DType::bf16, group_ids.at(group),
-            bytes_of(rd, rd.member(args, where + ".args", "bytes"), where + ".args.bytes")};
-      } else if (args.contains("peer")) {
-        const auto peer =
-            static_cast<std::int32_t>(rd.integer(args["peer"], where + ".args.peer", 0, world - 1));
-        const Bytes bytes =
-            bytes_of(rd, rd.member(args, where + ".args", "bytes"), where + ".args.bytes");
-        const bool recv = k == "recv" || (k.empty() && (info.stream == st::Stream::pp_recv ||
-                                                        label.find("recv") != std::string::npos));
-        work = recv ? st::Work(st::Recv{peer, bytes}) : st::Work(st::Send{peer, bytes});
-      } else {
-        work =
-            st::Compute{program.add_kernels({st::Kernel{st::Measured{op.end - op.start}, label}})};
-      }
-      if (label == work_name(work)) label.clear();
-      info.label = label;
-      // Wait for the last op of every other stream that had ended when this one started.
-      std::vector<st::OpId> deps;
-      for (int s = 0; s < st::kStreamCount; ++s) {
-        if (s != static_cast<int>(info.stream) && last[static_cast<std::size_t>(s)] >= 0 &&
-            last_end[static_cast<std::size_t>(s)] <= op.start) {
-          deps.push_back(static_cast<st::OpId>(last[static_cast<std::size_t>(s)]));
-        }
-      }
-      const st::OpId id = program.add(work, info, deps);
-      last[static_cast<std::size_t>(info.stream)] = id;
-      last_end[static_cast<std::size_t>(info.stream)] = op.end;
+    StreamEnds last;
+    for (; next < x.ops.size() && x.ops[next].rank == r; ++next) {
+      add_loose_op(x, x.ops[next], group_ids, last, program);
     }
   }
   program.finish();
@@ -880,30 +1151,19 @@ TimelineTrace import_loose(const Reader& rd, const json& events) {
   return out;
 }
 
-}  // namespace
-
-TimelineTrace import_timeline_text(std::string_view text, const std::string& source) {
-  const Reader rd(source);
-  json root;
-  try {
-    root = config::parse_json_depth_bounded(text, source);
-  } catch (const config::ConfigError& e) {  // nested deeper than config::kMaxJsonDepth
-    rd.fail("", e.message());
-  } catch (const json::parse_error& e) {
-    rd.fail("byte " + std::to_string(e.byte), std::string("not valid JSON: ") + e.what());
-  } catch (const json::exception& e) {
-    // A number too large for a double ("2e1507") and the like.
-    rd.fail("", std::string("not valid JSON: ") + e.what());
+TimelineTrace import_timeline_from(const TimelineText& text, const Reader& rd) {
+  const JsonStreamResult doc = text.scan();
+  const bool object = doc.root == json::value_t::object;
+  if (object && doc.array_occurrences == 0) rd.fail("", "expected a member \"traceEvents\"");
+  const json::value_t events = object ? doc.array_type : doc.root;
+  if (events != json::value_t::array) {
+    rd.fail(object ? "traceEvents" : "",
+            "expected an array, got " + std::string(json(events).type_name()));
   }
-  const json* events = &root;
-  const json* info = nullptr;
-  if (root.is_object()) {
-    events = &rd.member(root, "", "traceEvents");
-    if (auto it = root.find("stratasim"); it != root.end()) info = &*it;
-  }
-  rd.array(*events, root.is_object() ? "traceEvents" : "");
+  const auto info = doc.kept.find("stratasim");
   try {
-    return info != nullptr ? import_exact(rd, *events, *info) : import_loose(rd, *events);
+    return info != doc.kept.end() ? import_exact(rd, text, doc, info->second)
+                                  : import_loose(rd, text, doc);
   } catch (const TraceError&) {
     throw;
   } catch (const std::exception& e) {
@@ -913,11 +1173,21 @@ TimelineTrace import_timeline_text(std::string_view text, const std::string& sou
   }
 }
 
+}  // namespace
+
+TimelineTrace import_timeline_text(std::string_view text, const std::string& source) {
+  const Reader rd(source);
+  return import_timeline_from(TimelineText(text, rd), rd);
+}
+
 TimelineTrace import_timeline(const fs::path& path) {
   fs::path file = path;
   std::error_code ec;
   if (fs::is_directory(path, ec)) file = path / "timeline.json";
-  std::ifstream in(file, std::ios::binary);
+  std::vector<char> buffer(std::size_t{1} << 20);
+  std::ifstream in;
+  in.rdbuf()->pubsetbuf(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+  in.open(file, std::ios::binary);
   if (!in) {
     throw TraceError(file.string(), "",
                      fs::is_directory(path, ec)
@@ -925,9 +1195,14 @@ TimelineTrace import_timeline(const fs::path& path) {
                            "--out DIR)"
                          : "cannot open the file");
   }
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw TraceError(file.string(), "", "cannot read the file");
-  return import_timeline_text(text, file.string());
+  if (!fs::is_regular_file(file, ec)) {
+    // A pipe cannot be read twice: its text is read into memory.
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) throw TraceError(file.string(), "", "cannot read the file");
+    return import_timeline_text(text, file.string());
+  }
+  const Reader rd(file.string());
+  return import_timeline_from(TimelineText(static_cast<std::istream*>(&in), rd), rd);
 }
 
 }  // namespace stratasim::traces

@@ -174,44 +174,40 @@ std::string describe_use(const st::Program& program, const std::vector<std::uint
   return text + " (node " + std::to_string(node_of[id]) + ")";
 }
 
-// Before the Program is built: what would make an op unable to meet anyone, in the trace's
+// Before rank r's ops are built: what would make one unable to meet anyone, in the trace's
 // words (strategies::Matching leaves such ops out).
-void check_ranges(const TraceInput& input, const std::vector<OrderedRank>& ordered) {
-  const auto world = static_cast<std::int32_t>(input.ranks.size());
-  const auto& groups = input.groups;
-  for (std::int32_t r = 0; r < world; ++r) {
-    const TraceRank& rank = input.ranks[static_cast<std::size_t>(r)];
-    for (std::size_t i : ordered[static_cast<std::size_t>(r)].order) {
-      const TraceOp& op = rank.ops[i];
-      if (op.skip) continue;
-      const std::string where = "node " + std::to_string(op.id);
-      if (const auto* c = std::get_if<st::Collective>(&op.work)) {
-        if (c->group >= groups.size()) {
-          throw TraceError(rank.source, where,
-                           "the collective names group " + std::to_string(c->group) +
-                               ", but the trace has " + std::to_string(groups.size()) + " groups");
-        }
-        const auto& members = groups[c->group].ranks;
-        if (std::find(members.begin(), members.end(), r) == members.end()) {
-          throw TraceError(rank.source, where,
-                           "a collective on group '" + groups[c->group].name + "' (ranks " +
-                               rank_list(members) + "), of which rank " + std::to_string(r) +
-                               " is not a member");
-        }
-      } else if (const auto* s = std::get_if<st::Send>(&op.work)) {
-        if (s->peer < 0 || s->peer >= world || s->peer == r) {
-          throw TraceError(rank.source, where,
-                           "a send to rank " + std::to_string(s->peer) +
-                               ", which is not another rank of the trace's " +
-                               std::to_string(world) + " ranks");
-        }
-      } else if (const auto* v = std::get_if<st::Recv>(&op.work)) {
-        if (v->peer < 0 || v->peer >= world || v->peer == r) {
-          throw TraceError(rank.source, where,
-                           "a receive from rank " + std::to_string(v->peer) +
-                               ", which is not another rank of the trace's " +
-                               std::to_string(world) + " ranks");
-        }
+void check_ranges(const std::vector<st::Group>& groups, int world, std::int32_t r,
+                  const TraceRank& rank, const OrderedRank& ordered) {
+  for (std::size_t i : ordered.order) {
+    const TraceOp& op = rank.ops[i];
+    if (op.skip) continue;
+    const std::string where = "node " + std::to_string(op.id);
+    if (const auto* c = std::get_if<st::Collective>(&op.work)) {
+      if (c->group >= groups.size()) {
+        throw TraceError(rank.source, where,
+                         "the collective names group " + std::to_string(c->group) +
+                             ", but the trace has " + std::to_string(groups.size()) + " groups");
+      }
+      const auto& members = groups[c->group].ranks;
+      if (std::find(members.begin(), members.end(), r) == members.end()) {
+        throw TraceError(rank.source, where,
+                         "a collective on group '" + groups[c->group].name + "' (ranks " +
+                             rank_list(members) + "), of which rank " + std::to_string(r) +
+                             " is not a member");
+      }
+    } else if (const auto* s = std::get_if<st::Send>(&op.work)) {
+      if (s->peer < 0 || s->peer >= world || s->peer == r) {
+        throw TraceError(rank.source, where,
+                         "a send to rank " + std::to_string(s->peer) +
+                             ", which is not another rank of the trace's " + std::to_string(world) +
+                             " ranks");
+      }
+    } else if (const auto* v = std::get_if<st::Recv>(&op.work)) {
+      if (v->peer < 0 || v->peer >= world || v->peer == r) {
+        throw TraceError(rank.source, where,
+                         "a receive from rank " + std::to_string(v->peer) +
+                             ", which is not another rank of the trace's " + std::to_string(world) +
+                             " ranks");
       }
     }
   }
@@ -219,20 +215,21 @@ void check_ranges(const TraceInput& input, const std::vector<OrderedRank>& order
 
 // The first mismatch of the built Program (strategies::first_mismatch: the Program's matching
 // rule), in the trace's words: files, node ids, kinds and sizes.
-void check_matching(const TraceInput& input, const st::Program& program,
-                    const st::Matching& matching, const std::vector<std::uint64_t>& node_of) {
+void check_matching(const std::vector<st::Group>& groups, const std::vector<std::string>& sources,
+                    const st::Program& program, const st::Matching& matching,
+                    const std::vector<std::uint64_t>& node_of) {
   const auto mismatch = st::first_mismatch(program, matching);
   if (!mismatch) return;
   const st::Mismatch& x = *mismatch;
   auto source = [&](std::int32_t r) -> const std::string& {
-    return input.ranks[static_cast<std::size_t>(r)].source;
+    return sources[static_cast<std::size_t>(r)];
   };
   auto node = [&](st::OpId id) { return "node " + std::to_string(node_of[id]); };
   const std::string a = std::to_string(x.rank_a), b = std::to_string(x.rank_b);
   switch (x.kind) {
     case st::Mismatch::Kind::collective_count:
     case st::Mismatch::Kind::collective_differs: {
-      const auto& group = input.groups[matching.group_of(x.rendezvous)];
+      const auto& group = groups[matching.group_of(x.rendezvous)];
       const std::string name = "group '" + group.name + "' (ranks " + rank_list(group.ranks) + ")";
       if (x.kind == st::Mismatch::Kind::collective_differs) {
         const auto& ca = std::get<st::Collective>(program.op(x.op_a).work);
@@ -283,77 +280,93 @@ void check_matching(const TraceInput& input, const st::Program& program,
 
 }  // namespace
 
+ProgramBuilder::ProgramBuilder(int world, std::vector<st::Group> groups, std::string first_source)
+    : program_(world), first_source_(std::move(first_source)) {
+  for (auto& g : groups) add_group(std::move(g));
+  sources_.reserve(static_cast<std::size_t>(world));
+}
+
+void ProgramBuilder::add_group(st::Group group) {
+  const int world = program_.world_size();
+  for (auto r : group.ranks) {
+    if (r < 0 || r >= world) {
+      throw TraceError(first_source_, "group '" + group.name + "'",
+                       "names rank " + std::to_string(r) + ", but the trace has ranks 0 to " +
+                           std::to_string(world - 1));
+    }
+  }
+  program_.add_group(group.ranks, group.name);
+  groups_.push_back(std::move(group));
+}
+
+void ProgramBuilder::add_rank(const TraceRank& rank) {
+  const int r = static_cast<int>(sources_.size());
+  sources_.push_back(rank.source);
+  const OrderedRank o = order_rank(rank);
+  check_ranges(groups_, program_.world_size(), r, rank, o);
+  program_.begin_rank(r);
+  for (const auto& m : rank.initial_memory) program_.add_initial_memory(r, m);
+  // Issue position -> op id (skipped nodes have none; their dependents were given their deps).
+  std::vector<st::OpId> ids(o.order.size(), 0);
+  std::vector<st::OpId> deps;
+  for (std::size_t k = 0; k < o.order.size(); ++k) {
+    const TraceOp& op = rank.ops[o.order[k]];
+    if (op.skip) continue;
+    deps.clear();
+    for (std::size_t q : o.deps[k]) deps.push_back(ids[q]);
+    if (deps.size() > 0xFFFF || op.effects.size() > 0xFFFF) {
+      throw TraceError(rank.source, "node " + std::to_string(op.id),
+                       "the node has " + std::to_string(deps.size()) + " dependencies and " +
+                           std::to_string(op.effects.size()) +
+                           " memory effects; at most 65535 of each are supported");
+    }
+    st::Work work = op.work;
+    if (auto* c = std::get_if<st::Compute>(&work)) c->kernels = kernel_list(op);
+    st::OpInfo info;
+    info.stream = op.stream;
+    info.phase = op.phase;
+    info.microbatch = op.microbatch;
+    info.layer_begin = op.layer_begin;
+    info.layer_end = op.layer_end;
+    info.label = op.label;
+    ids[k] = program_.add(work, info, deps, op.effects);
+    node_of_.push_back(op.id);
+  }
+}
+
+std::uint32_t ProgramBuilder::kernel_list(const TraceOp& op) {
+  if (op.kernels_key.empty()) return program_.add_kernels(op.kernels);
+  // Per stream too: passes that treat a list by the stream of its ops (a replay's
+  // --scale-compute leaves host-stream lists alone) see lists as unshared across streams.
+  const auto [it, added] = kernel_lists_.try_emplace(
+      std::to_string(static_cast<int>(op.stream)) + ":" + op.kernels_key, 0);
+  if (added) it->second = program_.add_kernels(op.kernels);
+  return it->second;
+}
+
+st::Program ProgramBuilder::finish() && {
+  if (sources_.empty()) throw TraceError(first_source_, "", "the trace has no ranks");
+  program_.finish();
+  const st::Matching matching(program_, /*index_ops=*/false);
+  check_matching(groups_, sources_, program_, matching, node_of_);
+  try {
+    st::validate(program_, matching);
+  } catch (const st::ProgramError& e) {
+    throw TraceError(first_source_, "",
+                     std::string("the imported program is invalid: ") + e.what());
+  }
+  return std::move(program_);
+}
+
 st::Program build_program(const TraceInput& input) {
   const std::string first_source = input.ranks.empty() ? "trace" : input.ranks.front().source;
   if (input.ranks.empty()) throw TraceError(first_source, "", "the trace has no ranks");
-  const auto world = static_cast<int>(input.ranks.size());
-  std::vector<OrderedRank> ordered;
-  ordered.reserve(input.ranks.size());
-  std::size_t total_ops = 0, total_deps = 0, total_effects = 0;
-  for (const auto& rank : input.ranks) {
-    ordered.push_back(order_rank(rank));
-    total_ops += rank.ops.size();
-    for (const auto& d : ordered.back().deps) total_deps += d.size();
-    for (const auto& op : rank.ops) total_effects += op.effects.size();
-  }
-  for (const auto& g : input.groups) {
-    for (auto r : g.ranks) {
-      if (r < 0 || r >= world) {
-        throw TraceError(first_source, "group '" + g.name + "'",
-                         "names rank " + std::to_string(r) + ", but the trace has ranks 0 to " +
-                             std::to_string(world - 1));
-      }
-    }
-  }
-  check_ranges(input, ordered);
-
-  st::Program program(world);
-  program.reserve(total_ops, total_deps, total_effects);
-  for (const auto& g : input.groups) program.add_group(g.ranks, g.name);
-  std::vector<st::OpId> ids;
-  std::vector<std::uint64_t> node_of;  // per op: the trace's node id
-  node_of.reserve(total_ops);
-  for (int r = 0; r < world; ++r) {
-    const TraceRank& rank = input.ranks[static_cast<std::size_t>(r)];
-    const OrderedRank& o = ordered[static_cast<std::size_t>(r)];
-    program.begin_rank(r);
-    for (const auto& m : rank.initial_memory) program.add_initial_memory(r, m);
-    // Issue position -> op id (skipped nodes have none; their dependents were given their deps).
-    ids.assign(o.order.size(), 0);
-    for (std::size_t k = 0; k < o.order.size(); ++k) {
-      const TraceOp& op = rank.ops[o.order[k]];
-      if (op.skip) continue;
-      std::vector<st::OpId> deps;
-      deps.reserve(o.deps[k].size());
-      for (std::size_t q : o.deps[k]) deps.push_back(ids[q]);
-      if (deps.size() > 0xFFFF || op.effects.size() > 0xFFFF) {
-        throw TraceError(rank.source, "node " + std::to_string(op.id),
-                         "the node has " + std::to_string(deps.size()) + " dependencies and " +
-                             std::to_string(op.effects.size()) +
-                             " memory effects; at most 65535 of each are supported");
-      }
-      st::Work work = op.work;
-      if (auto* c = std::get_if<st::Compute>(&work)) c->kernels = program.add_kernels(op.kernels);
-      st::OpInfo info;
-      info.stream = op.stream;
-      info.phase = op.phase;
-      info.microbatch = op.microbatch;
-      info.layer_begin = op.layer_begin;
-      info.layer_end = op.layer_end;
-      info.label = op.label;
-      ids[k] = program.add(work, info, deps, op.effects);
-      node_of.push_back(op.id);
-    }
-  }
-  program.finish();
-  const st::Matching matching(program, /*index_ops=*/false);
-  check_matching(input, program, matching, node_of);
-  try {
-    st::validate(program, matching);
-  } catch (const st::ProgramError& e) {
-    throw TraceError(first_source, "", std::string("the imported program is invalid: ") + e.what());
-  }
-  return program;
+  ProgramBuilder builder(static_cast<int>(input.ranks.size()), input.groups, first_source);
+  std::size_t ops = 0;
+  for (const auto& rank : input.ranks) ops += rank.ops.size();
+  builder.reserve(ops);
+  for (const auto& rank : input.ranks) builder.add_rank(rank);
+  return std::move(builder).finish();
 }
 
 }  // namespace stratasim::traces

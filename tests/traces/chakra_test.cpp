@@ -20,106 +20,17 @@
 #include "strategies/lowering.hpp"
 #include "traces/chakra.hpp"
 #include "traces/helpers.hpp"
+#include "traces/same_program.hpp"
 
 namespace fs = std::filesystem;
 using namespace stratasim;
 namespace st = stratasim::strategies;
+using stratasim::testing::check_same_program;
 using stratasim::testing::TempDir;
 
 namespace {
 
 const fs::path kSource = STRATASIM_SOURCE_DIR;
-
-// Every field of a kernel, as text, so two kernels compare field by field.
-std::string text_of(const st::Kernel& k) {
-  std::ostringstream s;
-  s << k.name << ":";
-  std::visit(
-      [&](const auto& w) {
-        using W = std::decay_t<decltype(w)>;
-        if constexpr (std::is_same_v<W, st::Gemm>) {
-          s << "gemm " << w.m << " " << w.n << " " << w.k << " " << w.batch << " "
-            << name_of(w.dtype);
-        } else if constexpr (std::is_same_v<W, st::Attention>) {
-          s << "attention " << w.batch << " " << w.heads << " " << w.kv_heads << " " << w.seq_q
-            << " " << w.seq_kv << " " << w.head_dim << " " << w.causal << " " << name_of(w.dtype)
-            << " " << w.backward;
-        } else if constexpr (std::is_same_v<W, st::Elementwise>) {
-          s << "elementwise " << w.elements << " " << w.bytes_read.count() << " "
-            << w.bytes_written.count();
-        } else if constexpr (std::is_same_v<W, st::OptimizerStep>) {
-          s << "optimizer " << w.params << " " << static_cast<int>(w.kind) << " "
-            << name_of(w.dtype) << " " << w.on_host;
-        } else if constexpr (std::is_same_v<W, st::Copy>) {
-          s << "copy " << w.bytes.count() << " " << static_cast<int>(w.from) << " "
-            << static_cast<int>(w.to);
-        } else if constexpr (std::is_same_v<W, st::Measured>) {
-          s << "measured " << w.duration.picoseconds();
-        } else {
-          s << "roofline " << w.flops.count() << " " << w.bytes.count() << " " << name_of(w.dtype);
-        }
-      },
-      k.work);
-  return s.str();
-}
-
-std::string text_of(const st::Program& p, const st::Op& op) {
-  std::ostringstream s;
-  s << "rank " << op.rank << " stream " << name_of(op.stream) << " phase " << name_of(op.phase)
-    << " mb " << op.microbatch << " layers " << op.layer_begin << "-" << op.layer_end << " '"
-    << p.label_of(op) << "' ";
-  std::visit(
-      [&](const auto& w) {
-        using W = std::decay_t<decltype(w)>;
-        if constexpr (std::is_same_v<W, st::Compute>) {
-          for (const auto& k : p.kernels_of(w)) s << "[" << text_of(k) << "]";
-        } else if constexpr (std::is_same_v<W, st::Collective>) {
-          s << name_of(w.kind) << " " << name_of(w.dtype) << " group " << w.group << " "
-            << w.bytes.count();
-        } else if constexpr (std::is_same_v<W, st::Send>) {
-          s << "send " << w.peer << " " << w.bytes.count() << (w.eager ? " eager" : "");
-        } else {
-          s << "recv " << w.peer << " " << w.bytes.count();
-        }
-      },
-      op.work);
-  s << " deps";
-  for (auto d : p.deps_of(op)) s << " " << d;
-  s << " effects";
-  for (const auto& e : p.effects_of(op)) {
-    s << " " << e.delta.count() << "/" << name_of(e.category) << "/" << name_of(e.tier) << "/"
-      << e.at_end;
-  }
-  return s.str();
-}
-
-void check_same_program(const st::Program& a, const st::Program& b) {
-  REQUIRE(a.world_size() == b.world_size());
-  REQUIRE(a.groups().size() == b.groups().size());
-  for (std::size_t g = 0; g < a.groups().size(); ++g) {
-    CHECK(a.groups()[g].ranks == b.groups()[g].ranks);
-    CHECK(a.groups()[g].name == b.groups()[g].name);
-  }
-  REQUIRE(a.op_count() == b.op_count());
-  for (int r = 0; r < a.world_size(); ++r) {
-    REQUIRE(a.first_op(r) == b.first_op(r));
-    const auto& ma = a.initial_memory(r);
-    const auto& mb = b.initial_memory(r);
-    REQUIRE(ma.size() == mb.size());
-    for (std::size_t i = 0; i < ma.size(); ++i) {
-      CHECK(ma[i].category == mb[i].category);
-      CHECK(ma[i].tier == mb[i].tier);
-      CHECK(ma[i].bytes == mb[i].bytes);
-    }
-  }
-  std::size_t differing = 0;
-  for (st::OpId id = 0; id < a.op_count(); ++id) {
-    const std::string ta = text_of(a, a.op(id));
-    const std::string tb = text_of(b, b.op(id));
-    if (ta != tb && ++differing <= 3) CHECK(ta == tb);
-  }
-  CHECK(differing == 0);
-}
 
 Time iteration_time(const traces::Timeline& t) {
   Time end;
@@ -150,6 +61,22 @@ void round_trip(const st::Experiment& e, bool json_form) {
   CHECK(fs::exists(prefix.string() + ".comm_groups.json"));
   const auto imported = traces::import_chakra(prefix);
   check_same_program(program, imported.program);
+  // Compute ops of a stream whose kernels are the same share one kernel list: no more lists
+  // than the original's distinct (stream, list) pairs, no fewer than its distinct (stream,
+  // kernels as text) pairs (text_of prints most fields, not all), where one per op was before.
+  std::set<std::string> by_list, by_text;
+  for (st::OpId id = 0; id < program.op_count(); ++id) {
+    const st::Op& op = program.op(id);
+    if (const auto* c = std::get_if<st::Compute>(&op.work)) {
+      const std::string stream = std::string(name_of(op.stream)) + ":";
+      by_list.insert(stream + std::to_string(c->kernels));
+      std::string text = stream;
+      for (const auto& k : program.kernels_of(*c)) text += testing::text_of(k) + ";";
+      by_text.insert(text);
+    }
+  }
+  CHECK(imported.program.kernel_lists().size() <= by_list.size());
+  CHECK(imported.program.kernel_lists().size() >= by_text.size());
   // The same program simulates to the same picosecond.
   const auto before = sim::simulate(program, e.cluster);
   const auto after = sim::simulate(imported.program, e.cluster);

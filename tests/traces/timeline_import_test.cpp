@@ -1,14 +1,18 @@
 // Import of stratasim's own timeline.json: a hand-made trace with a hand-calculated replay,
 // exact replays of simulated experiments, data-parallel re-targeting against direct
-// simulation, and malformed traces.
+// simulation, malformed traces, and the streamed reading (the same Program and the same errors
+// as reading the whole document, nesting bounded as configs are).
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "experiment_helpers.hpp"
+#include "hw_models/config_reader.hpp"
+#include "hw_models/json_depth.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/experiment.hpp"
 #include "strategies/retarget.hpp"
@@ -18,6 +22,7 @@
 #include "traces/export.hpp"
 #include "traces/helpers.hpp"
 #include "traces/report.hpp"
+#include "traces/same_program.hpp"
 #include "traces/timeline_import.hpp"
 
 namespace {
@@ -335,4 +340,162 @@ TEST_CASE("timeline import: malformed traces give errors naming the file and the
   SUBCASE("a missing file") {
     CHECK_THROWS_AS(traces::import_timeline("/nonexistent/timeline.json"), traces::TraceError);
   }
+}
+
+// ---- Streaming (issue 19): the text is read as a stream, never as one JSON document.
+
+namespace {
+
+// The lowered Program of a catalog experiment, simulated and exported as a timeline of every
+// rank with its context.
+struct Exported {
+  st::Program program;
+  std::string text;
+};
+
+Exported exported(const std::string& name, bool mirror) {
+  const auto e = st::load_experiment(testing::configs_dir() / "experiments" / (name + ".json"));
+  Exported out{study::lower(e, {.mirror_data_parallel = mirror}), {}};
+  const auto timeline = sim::simulate(out.program, e.cluster);
+  REQUIRE(timeline.completed);
+  const auto context = traces::report_context(e);
+  std::ostringstream text;
+  traces::ExportOptions options;
+  options.context = &context;
+  traces::write_chrome_trace(text, out.program, timeline, options);
+  out.text = text.str();
+  return out;
+}
+
+// The byte at which nlohmann::json::parse of the whole text fails (0: it parses).
+std::size_t dom_error_byte(const std::string& text) {
+  try {
+    const auto parsed = nlohmann::json::parse(text);
+    (void)parsed;
+  } catch (const nlohmann::json::parse_error& e) {
+    return e.byte;
+  }
+  return 0;
+}
+
+// Arrays nested `depth` deep as an extra argument of the first event ("x").
+std::string nested_in_event(int depth) {
+  return replace(kTwoRanks, R"("args":{"op":0,)",
+                 R"("args":{"x":)" + std::string(static_cast<std::size_t>(depth), '[') +
+                     std::string(static_cast<std::size_t>(depth), ']') + R"(,"op":0,)");
+}
+
+}  // namespace
+
+TEST_CASE("timeline import: the streamed import restores the exported Program exactly") {
+  // Compared op by op with the Program that was exported (kernels, work, dependencies, memory
+  // effects, provenance), from memory and from a file (read twice, from its start each time).
+  using testing::check_same_program;
+  testing::TempDir dir("timeline-stream");
+  for (bool mirror : {false, true}) {
+    CAPTURE(mirror);
+    const auto e = exported("gpt-tiny-3d-8", mirror);
+    const auto from_text = traces::import_timeline_text(e.text, "t.json");
+    check_same_program(e.program, from_text.trace.program);
+    CHECK(from_text.trace.program.mirrored() == mirror);
+    const auto file = dir.path() / (mirror ? "mirrored.json" : "every.json");
+    std::ofstream(file, std::ios::binary) << e.text;
+    const auto from_file = traces::import_timeline(file);
+    check_same_program(e.program, from_file.trace.program);
+    CHECK(from_file.trace.notes == from_text.trace.notes);
+  }
+}
+
+TEST_CASE("timeline import: errors while streaming name the place a whole-document read named") {
+  SUBCASE("JSON cut short anywhere: the byte nlohmann::json::parse names") {
+    const std::string text = kTwoRanks;
+    for (std::size_t cut = 1; cut < text.size(); cut += 23) {
+      CAPTURE(cut);
+      const std::string part = text.substr(0, cut);
+      const std::size_t byte = dom_error_byte(part);
+      REQUIRE(byte > 0);
+      CHECK(error_of(part).find("t.json: byte " + std::to_string(byte) + ": not valid JSON") == 0);
+    }
+  }
+  SUBCASE("a syntax error after every event comes before an event's own error") {
+    // Event 1's bytes are a string, and the text ends with a stray character: the text does
+    // not parse, which a reader must say before it reads any event.
+    auto text = replace(kTwoRanks, R"("bytes":3000000,"peer":1)", R"("bytes":"3 MB","peer":1)");
+    text += "x";
+    CHECK(error_of(text).find("t.json: byte " + std::to_string(text.size()) + ": not valid JSON") ==
+          0);
+  }
+  SUBCASE("ops are checked in op id order, not in the order their events come") {
+    // Op 3's event (rank 1) moved first with a stream id out of range (tid 9), and op 1's
+    // bytes made a string: the Program is built rank 0 first, so op 1's error, now in
+    // traceEvents[2], is the one reported.
+    std::string text = kTwoRanks;
+    const std::string op3 =
+        R"({"name":"fwd","cat":"forward","ph":"X","pid":1,"tid":0,"ts":22.0,"dur":5.0,"args":{"op":3,"deps":[2],"mem":[[1000,"activations","device",1]]}})";
+    text = replace(text, ",\n" + op3, "");
+    text = replace(text, "\"traceEvents\":[\n",
+                   "\"traceEvents\":[\n" + replace(op3, R"("tid":0)", R"("tid":9)") + ",\n");
+    text = replace(text, R"("bytes":3000000,"peer":1)", R"("bytes":"3 MB","peer":1)");
+    const auto message = error_of(text);
+    CHECK(message.find("traceEvents[2].args.bytes: expected an integer") != std::string::npos);
+    // With op 1 right, op 3's error (traceEvents[0]) is the first.
+    text = replace(text, R"("bytes":"3 MB","peer":1)", R"("bytes":3000000,"peer":1)");
+    CHECK(error_of(text).find("traceEvents[0].tid: expected an integer from 0 to") !=
+          std::string::npos);
+  }
+  SUBCASE("the stratasim object's errors come before an op's") {
+    // Read as before: groups before any op, although the events come first in the text.
+    auto text = replace(kTwoRanks, R"("groups":[])", R"("groups":[{"name":5,"ranks":[0]}])");
+    text = replace(text, R"("bytes":3000000,"peer":1)", R"("bytes":"3 MB","peer":1)");
+    CHECK(error_of(text).find("stratasim.groups[0].name: expected a string") != std::string::npos);
+  }
+  SUBCASE("an older timeline's peer is checked against the ranks it has") {
+    // Without the stratasim object the world is the highest pid + 1 (2), known only once every
+    // event is read: rank 1's receive from rank 7 is refused by name.
+    std::string text = kTwoRanks;
+    text = text.substr(0, text.find(",\n\"stratasim\"")) + "}";
+    text = replace(text, R"("kind":"recv","bytes":3000000,"peer":0)",
+                   R"("kind":"recv","bytes":3000000,"peer":7)");
+    CHECK(error_of(text).find("traceEvents[2].args.peer: expected an integer from 0 to 1, got 7") !=
+          std::string::npos);
+  }
+  SUBCASE("traceEvents named twice: the last is read, as a JSON parser keeps it") {
+    const std::string text =
+        replace(kTwoRanks, "\"traceEvents\":[", "\"traceEvents\":[7,8],\"traceEvents\":[");
+    const auto t = traces::import_timeline_text(text, "twice.json");
+    CHECK(t.trace.program.op_count() == 4);
+  }
+}
+
+TEST_CASE("timeline import: nesting is bounded where config::parse_json_depth_bounded bounds it") {
+  // Arrays nested in an event's args: refused exactly when the config reader refuses the same
+  // text (nested deeper than 512 levels), accepted otherwise (the extra argument is ignored).
+  int refused = 0, accepted = 0;
+  for (int depth = 505; depth <= 512; ++depth) {
+    CAPTURE(depth);
+    const std::string text = nested_in_event(depth);
+    bool config_refuses = false;
+    try {
+      const auto parsed = config::parse_json_depth_bounded(text, "t.json");
+      (void)parsed;
+    } catch (const config::ConfigError&) {
+      config_refuses = true;
+    }
+    if (config_refuses) {
+      ++refused;
+      CHECK(error_of(text) == "t.json: JSON nested deeper than 512 levels");
+    } else {
+      ++accepted;
+      CHECK(traces::import_timeline_text(text, "t.json").trace.program.op_count() == 4);
+    }
+  }
+  CHECK(refused > 0);
+  CHECK(accepted > 0);
+  // 200,000 levels: refused cleanly (no stack overflow), from memory and from a file.
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  CHECK(error_of(deep) == "t.json: JSON nested deeper than 512 levels");
+  testing::TempDir dir("timeline-deep");
+  std::ofstream(dir.path() / "timeline.json", std::ios::binary) << deep;
+  CHECK_THROWS_WITH_AS(traces::import_timeline(dir.path()),
+                       doctest::Contains("nested deeper than 512 levels"), traces::TraceError);
 }
