@@ -73,9 +73,10 @@ constexpr std::int64_t kBaseBytes = std::int64_t{16} << 20;
 /// The shape of a run whose Program would issue ops on `issuing_ranks` ranks, from `sample`, a
 /// Program of the same experiment (usually lowered with mirroring): its op, dependency and
 /// effect counts scaled by issuing_ranks / (ranks issuing ops in `sample`).
-/// `traced_ranks` ranks keep memory samples (0: every issuing rank).
+/// `traced_ranks` ranks keep memory samples (0: every issuing rank), and spans too when
+/// `spans_of_traced_only` (study::Options::spans_of_traced_ranks_only), else every op's.
 RunShape run_shape(const strategies::Program& sample, std::int64_t issuing_ranks, bool record_spans,
-                   std::int64_t traced_ranks);
+                   std::int64_t traced_ranks, bool spans_of_traced_only = false);
 
 /// The estimate for `shape` (a pure function).
 HostMemoryEstimate estimate_host_memory(const RunShape& shape);
