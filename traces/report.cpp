@@ -213,7 +213,7 @@ void fill_communication(const strategies::Program& program, const SpanStatistics
     } else {
       continue;
     }
-    const auto slot = static_cast<std::size_t>(SpanStatistics::comm_slot(program, op));
+    const auto slot = static_cast<std::size_t>(stats.comm_slot(op));
     used[slot] = 1;
     Tally& t = tally[static_cast<std::size_t>(op.rank) * kStreams * kKinds + slot];
     ++t.calls;

@@ -24,34 +24,48 @@ bool communication_stream(Stream s) {
          s == Stream::pp_recv;
 }
 
-// Context parallelism's transfers run on the tp-comm stream beside the tensor-parallel ones; the
-// report lists them as "cp": collectives on a cp group (strategies/lowering/communicators.cpp
-// names them "cp s<stage> d<replica> t<tp>") and the ring's sends (strategies/context_parallel.cpp
-// labels them "... cp ring ...").
-bool context_parallel_transfer(const strategies::Program& program, const strategies::Op& op) {
-  if (const auto* c = std::get_if<strategies::Collective>(&op.work)) {
-    const std::uint32_t group = c->group;
-    return group < program.groups().size() && program.groups()[group].name.rfind("cp ", 0) == 0;
-  }
-  return std::holds_alternative<strategies::Send>(op.work) &&
-         program.label_of(op).find(" cp ring ") != std::string::npos;
-}
-
 }  // namespace
 
 // ---- IntervalUnion.
 
 void IntervalUnion::add(std::int64_t start, std::int64_t end, std::vector<Interval>* overlap) {
   if (end <= start) return;
+  if (empty_) {
+    last_ = {start, end};
+    empty_ = false;
+    return;
+  }
+  const bool clear_of_closed = closed_.empty() || start > closed_.back().second;
+  if (clear_of_closed && start > last_.second) {  // after the latest interval: a new one
+    closed_.push_back(last_);
+    last_ = {start, end};
+    return;
+  }
+  if (clear_of_closed && end >= last_.first) {  // touches the latest interval only
+    if (overlap != nullptr) {
+      const std::int64_t s = std::max(start, last_.first), e = std::min(end, last_.second);
+      if (e > s) overlap->emplace_back(s, e);
+    }
+    last_ = {std::min(start, last_.first), std::max(end, last_.second)};
+    return;
+  }
+  closed_.push_back(last_);
+  add_anywhere(start, end, overlap);
+  last_ = closed_.back();
+  closed_.pop_back();
+}
+
+void IntervalUnion::add_anywhere(std::int64_t start, std::int64_t end,
+                                 std::vector<Interval>* overlap) {
   // The intervals [first, last) are those that [start, end] touches (end >= their start and
   // start <= their end); they are merged with it. Spans that arrive in order of their end touch
   // only the last intervals: search from the back.
-  auto last = intervals_.end();
-  while (last != intervals_.begin() && std::prev(last)->first > end) --last;
+  auto last = closed_.end();
+  while (last != closed_.begin() && std::prev(last)->first > end) --last;
   auto first = last;
-  while (first != intervals_.begin() && std::prev(first)->second >= start) --first;
+  while (first != closed_.begin() && std::prev(first)->second >= start) --first;
   if (first == last) {
-    intervals_.insert(first, {start, end});
+    closed_.insert(first, {start, end});
     return;
   }
   if (overlap != nullptr) {
@@ -62,21 +76,29 @@ void IntervalUnion::add(std::int64_t start, std::int64_t end, std::vector<Interv
   }
   first->first = std::min(first->first, start);
   first->second = std::max(std::prev(last)->second, end);
-  intervals_.erase(std::next(first), last);
+  closed_.erase(std::next(first), last);
+}
+
+std::vector<IntervalUnion::Interval> IntervalUnion::intervals() const {
+  std::vector<Interval> all = closed_;
+  if (!empty_) all.push_back(last_);
+  return all;
 }
 
 std::int64_t IntervalUnion::measure_within(std::int64_t from, std::int64_t to) const {
   std::int64_t total = 0;
-  for (const auto& [s, e] : intervals_) {
-    const std::int64_t a = std::max(s, from), b = std::min(e, to);
+  auto part = [&](const Interval& i) {
+    const std::int64_t a = std::max(i.first, from), b = std::min(i.second, to);
     if (b > a) total += b - a;
-  }
+  };
+  for (const auto& i : closed_) part(i);
+  if (!empty_) part(last_);
   return total;
 }
 
 std::int64_t measure_minus(const IntervalUnion& a, const IntervalUnion& b) {
   std::int64_t result = 0;
-  const auto& cut = b.intervals();
+  const auto cut = b.intervals();
   std::size_t j = 0;
   for (const auto& [s, e] : a.intervals()) {
     std::int64_t covered = 0;
@@ -92,22 +114,34 @@ std::int64_t measure_minus(const IntervalUnion& a, const IntervalUnion& b) {
 
 // ---- SpanStatistics.
 
+// Context parallelism's transfers run on the tp-comm stream beside the tensor-parallel ones; the
+// report lists them as "cp": collectives on a cp group (strategies/lowering/communicators.cpp
+// names them "cp s<stage> d<replica> t<tp>") and the ring's sends (strategies/context_parallel.cpp
+// labels them "... cp ring ...").
 SpanStatistics::SpanStatistics(const strategies::Program& program)
     : program_(program),
       ranks_(static_cast<std::size_t>(program.world_size())),
-      comm_index_(static_cast<std::size_t>(program.world_size()), kNoBlock) {}
+      comm_index_(static_cast<std::size_t>(program.world_size()), kNoBlock) {
+  for (const auto& group : program.groups()) cp_group_.push_back(group.name.rfind("cp ", 0) == 0);
+  for (const auto& label : program.labels()) {
+    cp_label_.push_back(label.find(" cp ring ") != std::string::npos);
+  }
+}
 
-int SpanStatistics::comm_slot(const strategies::Program& program, const strategies::Op& op) {
+int SpanStatistics::comm_slot(const strategies::Op& op) const {
   int kind = -1;
+  bool cp = false;
   if (const auto* c = std::get_if<strategies::Collective>(&op.work)) {
     kind = static_cast<int>(c->kind);
+    const std::uint32_t group = c->group;
+    cp = group < cp_group_.size() && cp_group_[group];
   } else if (std::holds_alternative<strategies::Send>(op.work)) {
     kind = kCommKinds - 1;
+    cp = op.label < cp_label_.size() && cp_label_[op.label];
   } else {
     return -1;
   }
-  const int stream = context_parallel_transfer(program, op) ? strategies::kStreamCount
-                                                            : static_cast<int>(op.stream);
+  const int stream = cp ? strategies::kStreamCount : static_cast<int>(op.stream);
   return stream * kCommKinds + kind;
 }
 
@@ -145,7 +179,7 @@ void SpanStatistics::add(const Span& span) {
   if ((stream == Stream::compute || stream == Stream::host) && phase == Phase::optimizer) {
     r.optimizer_ps += e - s;
   }
-  const int slot = comm_slot(program_, op);
+  const int slot = comm_slot(op);
   if (slot < 0) return;
   // Keyed by the op's rank, as report.cpp tallies calls and bytes.
   const auto op_rank = static_cast<std::size_t>(op.rank);

@@ -34,12 +34,18 @@ class IntervalUnion {
   /// Adds [start, end) (nothing when end <= start). When `overlap` is given, the parts of
   /// [start, end) the union already covered are appended to it (disjoint, increasing).
   void add(std::int64_t start, std::int64_t end, std::vector<Interval>* overlap = nullptr);
-  const std::vector<Interval>& intervals() const { return intervals_; }
+  /// The union's intervals, in increasing order.
+  std::vector<Interval> intervals() const;
   /// The measure of the union within [from, to).
   std::int64_t measure_within(std::int64_t from, std::int64_t to) const;
 
  private:
-  std::vector<Interval> intervals_;
+  // The union is closed_ and then last_, its latest interval, kept apart so that a span that
+  // extends it (the usual case: back-to-back spans in order of their end) touches no vector.
+  void add_anywhere(std::int64_t start, std::int64_t end, std::vector<Interval>* overlap);
+  std::vector<Interval> closed_;
+  Interval last_{0, 0};
+  bool empty_ = true;
 };
 
 /// Measure of a minus b (both unions), in picoseconds.
@@ -86,13 +92,15 @@ class SpanStatistics {
   std::int64_t comm_time(std::size_t rank, std::size_t slot) const;
   /// The slot report.cpp tallies `op` under: (stream, or cp) * kinds + kind; -1 when it is not
   /// a collective or a send.
-  static int comm_slot(const strategies::Program& program, const strategies::Op& op);
+  int comm_slot(const strategies::Op& op) const;
   static constexpr int kCommKinds = 7;                               // collective kinds, send
   static constexpr int kCommStreams = strategies::kStreamCount + 1;  // streams, then cp
   static constexpr int kCommSlots = kCommKinds * kCommStreams;
 
  private:
   const strategies::Program& program_;
+  // Context parallelism's transfers (report.cpp's "cp" stream): per group, per label.
+  std::vector<char> cp_group_, cp_label_;
   std::size_t spans_ = 0;
   std::int64_t first_start_ = kNoTime, last_end_ = kNoEnd;
   std::int64_t forward_start_ = kNoTime, backward_end_ = kNoEnd;

@@ -20,7 +20,9 @@ using strategies::Stream;
 
 /// When one op ran. For collectives and transfers `start` is when data began to move (all
 /// members present), so waiting for peers is not counted as communication.
-/// 24 bytes: the rank and the stream share one 4-byte word (ranks below 2^23).
+/// 24 bytes: the rank and the stream share one 4-byte word (ranks below 2^23). They are
+/// bit-fields: read them by value (a non-const reference cannot bind to them; doctest's CHECK on
+/// a non-const Span needs `const Span&`).
 struct Span {
   std::int32_t rank : 24 = 0;
   Stream stream : 8 = Stream::compute;
