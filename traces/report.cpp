@@ -1,4 +1,5 @@
-// The report of one iteration, computed from a Program and its Timeline.
+// The report of one iteration, computed from a Program and its Timeline (the span figures
+// gathered by traces::SpanStatistics, from timeline.spans or while a simulation ran).
 //
 // Definitions (all times from the spans that exist, so an incomplete run is still reported):
 // - iteration_time_s: earliest span start to latest span end over all spans (0 if none).
@@ -29,10 +30,9 @@
 //   else 0: at pp = 1 the idle time is waiting on communication, not a pipeline bubble.
 // - per rank exposed_comm_s: length of the time during which at least one span on a
 //   communication stream (tp_comm, dp_comm, pp_send, pp_recv) is active and no compute-stream
-//   span is; the report's exposed_comm_s is the mean over ranks. Computed with a sweep: the
-//   rank's spans are sorted by start per stream (already so for a simulated timeline), merged
-//   into the union of communication time and the union of compute time, and the measure of
-//   the first minus the second is taken.
+//   span is; the report's exposed_comm_s is the mean over ranks. Computed from the union of the
+//   rank's communication spans and the union of its compute spans (traces/span_statistics.hpp,
+//   gathered span by span in any order): the measure of the first minus the second.
 // - per rank peak_memory and breakdown: timeline.ranks[r].tiers[device]; fits: no OutOfMemory
 //   entry for the rank (any tier). Report peak_memory: max over ranks; fits: no OutOfMemory
 //   entry at all. stage: context.stage_of_rank[r] (0 when the vector is short).
