@@ -35,9 +35,10 @@ void IntervalUnion::add(std::int64_t start, std::int64_t end, std::vector<Interv
     empty_ = false;
     return;
   }
-  const bool clear_of_closed = closed_.empty() || start > closed_.back().second;
+  const bool clear_of_closed = start > closed_end_;
   if (clear_of_closed && start > last_.second) {  // after the latest interval: a new one
     closed_.push_back(last_);
+    closed_end_ = last_.second;
     last_ = {start, end};
     return;
   }
@@ -53,6 +54,7 @@ void IntervalUnion::add(std::int64_t start, std::int64_t end, std::vector<Interv
   add_anywhere(start, end, overlap);
   last_ = closed_.back();
   closed_.pop_back();
+  closed_end_ = closed_.empty() ? INT64_MIN : closed_.back().second;
 }
 
 void IntervalUnion::add_anywhere(std::int64_t start, std::int64_t end,

@@ -45,6 +45,9 @@ class IntervalUnion {
   void add_anywhere(std::int64_t start, std::int64_t end, std::vector<Interval>* overlap);
   std::vector<Interval> closed_;
   Interval last_{0, 0};
+  // closed_.back().second (or the lowest time when closed_ is empty): the fast path reads no
+  // vector.
+  std::int64_t closed_end_ = INT64_MIN;
   bool empty_ = true;
 };
 
