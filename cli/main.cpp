@@ -106,6 +106,7 @@ int simulate_command(const SimulateArgs& args) {
   study::Options options;
   options.exact = args.exact;
   options.trace_ranks = args.trace_ranks;
+  options.spans_of_traced_ranks_only = true;  // the report is computed while the run goes
   options.stop_on_oom = args.stop_on_oom;
   options.max_memory = max_memory_of(args);
   const study::Result r = study::simulate(
@@ -489,7 +490,9 @@ void add_simulation_commands(CLI::App& app, Commands& c) {
   c.simulate->add_option("--trace-ranks", c.sim_args.trace_ranks,
                          "Ranks in timeline.json and memory.csv: all, stages (rank 0 of each "
                          "pipeline stage), or a list like 0,8,16; default all up to 256 ranks, "
-                         "else stages");
+                         "else stages. Only these ranks' spans are kept (the report is computed "
+                         "during the run); naming a tensor-parallel rank other than 0 simulates "
+                         "the tensor-parallel ranks instead of mirroring them");
   c.simulate->add_option("more", c.sim_args.more_experiments,
                          "Further experiments to run at the same time on the cluster given by "
                          "--cluster, sharing its network (each gets its own report)");

@@ -145,6 +145,10 @@ study::Options options_of(bool exact, const std::string& trace_ranks, const std:
   study::Options o;
   o.exact = exact;
   o.trace_ranks = trace_ranks;
+  // Result.spans() returns the spans of every rank that issues ops, and notebooks plot the first
+  // ranks' streams: keep every tensor-parallel rank simulated (data-parallel replicas are still
+  // mirrored without `exact`).
+  o.mirror_tensor_parallel = false;
   if (!profile.empty()) {
     o.profile = std::make_shared<const hw::DeviceProfile>(hw::load_profile(profile));
   }

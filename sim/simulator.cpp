@@ -47,17 +47,18 @@ static_assert(
 enum OpFlags : std::uint8_t { kStartEffects = 1, kEndEffects = 2 };
 enum OpStatus : std::uint8_t { kWaiting, kStarted, kDone };
 
-/// The hot, per-op state of a run, packed in 20 bytes.
+/// The hot, per-op state of a run, packed in 16 bytes. `pending` is at most an op's
+/// dependencies (under 2^16), its stream predecessor and an unmatched rendezvous.
 struct OpState {
   std::uint32_t next = kNone;      // next op on the same (rank, stream)
   std::uint32_t succ = 0;          // start of the op's successors in succ_ (ends at the next op's)
   std::uint32_t payload = 0;       // compute: kernel list; communication: rendezvous
-  std::uint32_t pending = 0;       // unfinished predecessors (stream and dependencies)
-  std::uint8_t kind = kCompute;    // OpKind
-  std::uint8_t flags = 0;          // OpFlags
-  std::uint8_t status = kWaiting;  // OpStatus
-  std::uint8_t unused = 0;
+  std::uint32_t pending : 24 = 0;  // unfinished predecessors (stream and dependencies)
+  std::uint32_t kind : 2 = kCompute;    // OpKind
+  std::uint32_t flags : 2 = 0;          // OpFlags
+  std::uint32_t status : 2 = kWaiting;  // OpStatus
 };
+static_assert(sizeof(OpState) == 16);
 
 /// The run's state of one rendezvous of strategies::Matching (a collective's k-th call on a
 /// group, or the k-th message of a channel).
@@ -101,445 +102,84 @@ class Simulator {
     }
   }
 
-  Timeline run() {
-    setup();
-    timeline_.world_size = world_;
-    if (options_.record_spans) timeline_.spans.resize(n_);
-    if (options_.record_memory) {
-      // At most one sample per rank and tier at the start and one per op and phase with
-      // effects (more only where one op changes several tiers at once).
-      std::vector<char> sampled(static_cast<std::size_t>(world_),
-                                options_.memory_sample_ranks.empty());
-      for (std::int32_t r : options_.memory_sample_ranks) {
-        if (r >= 0 && r < world_) sampled[static_cast<std::size_t>(r)] = 1;
-      }
-      std::size_t samples = static_cast<std::size_t>(world_) * kMemoryTierCount;
-      for (OpId id = 0; id < n_; ++id) {
-        const OpState& st = ops_[id];
-        if (!sampled[static_cast<std::size_t>(program_.op(id).rank)]) continue;
-        samples += static_cast<std::size_t>((st.flags & kStartEffects) != 0) +
-                   static_cast<std::size_t>((st.flags & kEndEffects) != 0);
-      }
-      timeline_.memory.reserve(samples);
-    }
-    memory_.start();
-
-    engine_.reserve(static_cast<std::size_t>(world_) * kStreamCount + 16);
-    for (OpId id = 0; id < n_; ++id) {
-      if (ops_[id].pending == 0) start_op(id);
-    }
-
-    std::vector<TransferId> finished;
-    std::uint64_t completions = 0;
-    bool stopped = false;
-    for (;;) {
-      if (options_.stop_on_oom && memory_.out_of_memory()) {
-        stopped = true;
-        break;
-      }
-      const Time network_next = network_.next_completion();
-      const Time engine_next = engine_.next_time();
-      if (network_next == Time::infinity() && engine_next == Time::infinity()) break;
-      if (network_next <= engine_next) {
-        // Ties go to the network, so that equal inputs always give equal orders.
-        finished.clear();
-        engine_.advance_to(network_next);
-        now_ = engine_.now();  // a network never moves the clock back
-        network_.advance_to(network_next, finished);
-        // An internal event (a phase's latency passed) may finish nothing, but it must move
-        // the network on: a network stuck at one time would loop forever.
-        if (finished.empty() && network_.next_completion() <= network_next) {
-          throw std::logic_error("simulate: the network announced an event at " +
-                                 to_string(network_next) + " but made no progress");
-        }
-        completions += finished.size();
-        for (TransferId t : finished) complete_instance(t);
-      } else {
-        const Event e = engine_.pop();
-        now_ = e.time;
-        const OpId id = e.target;
-        if (e.kind == kDeliveredKind) {
-          finish_op(id, now_);
-        } else if (interfere_) {
-          Time start;
-          if (!interference_->end_compute(id, e.kind, now_, start))
-            continue;  // a rescheduled op's old end
-          finish_op(id, start);
-        } else {
-          finish_op(id, now_ - list_time_[ops_[id].payload]);
-        }
-        release_successors(id);
-      }
-    }
-
-    timeline_.events = engine_.processed() + completions;
-    timeline_.completed = done_ == n_;
-    timeline_.stopped_on_oom = stopped;
-    if (stopped) {
-      timeline_.problem = "stopped at the first out-of-memory (--stop-on-oom) after " +
-                          std::to_string(done_) + " of " + std::to_string(n_) + " ops";
-    } else if (!timeline_.completed) {
-      timeline_.problem = describe_deadlock();
-    }
-    if (!timeline_.completed && options_.record_spans) {  // keep the ops that ran
-      std::size_t kept = 0;
-      for (OpId id = 0; id < n_; ++id) {
-        if (ops_[id].status == kDone) timeline_.spans[kept++] = timeline_.spans[id];
-      }
-      timeline_.spans.resize(kept);
-    }
-    memory_.finish();
-    return std::move(timeline_);
-  }
+  Timeline run();
 
  private:
+  // ---- The timeline: spans of the recorded ranks, memory samples.
+
+  // Whether rank r's spans are recorded, and where: span_offset_[r] + op id is the span's index.
+  void plan_spans();
+
+  void prepare_timeline();
+
+  void finish_timeline(bool stopped);
+
+  // ---- The event loop: the network's completions and the engine's events in time order.
+
+  // Runs until nothing is left to happen (or the first out-of-memory with stop_on_oom: true).
+  bool event_loop();
+
+  // The network's transfers that end at `when`; returns how many ended.
+  std::size_t network_step(Time when, std::vector<TransferId>& finished);
+
+  // The engine's next event: a compute op's end, or a delivered message's receive.
+  void engine_step();
+
+  // One past the last op of rank r.
+  OpId rank_end(int r) const { return r + 1 < world_ ? program_.first_op(r + 1) : n_; }
+
   // ---- Setup: flat arrays for the hot loop.
 
-  void setup() {
-    const auto& ops = program_.ops();
-    // Ranks own consecutive ranges of ops that cover them all (Program::finish was called).
-    for (int r = 0; r < world_; ++r) {
-      const OpId end = r + 1 < world_ ? program_.first_op(r + 1) : n_;
-      if (program_.first_op(r) > end || (r == 0 && program_.first_op(0) != 0) ||
-          (r + 1 == world_ && program_.first_op(world_) != n_)) {
-        throw std::invalid_argument(
-            "simulate: the program's ranks do not cover its ops (was Program::finish called?)");
-      }
-    }
-    const auto& groups = program_.groups();
-    const auto group_count = static_cast<std::uint32_t>(groups.size());
-    {
-      OpState unset;
-      unset.payload = kNone;
-      ops_.assign(static_cast<std::size_t>(n_) + 1, unset);  // one more: the end of succ_
-    }
+  void setup();
 
-    // Kernel-list durations, computed once per (device class, list) that some op uses. Ranks
-    // of one class cost alike: the same device type and slowdown (one class unless the
-    // cluster overrides some devices).
-    const std::size_t lists = program_.kernel_lists().size();
+  // Ranks own consecutive ranges of ops that cover them all (Program::finish was called).
+  void check_rank_ranges() const;
+
+  // Kernel-list durations are computed once per (device class, list) that some op uses. Ranks
+  // of one class cost alike: the same device type and slowdown (one class unless the cluster
+  // overrides some devices).
+  struct CostClasses {
     std::vector<DeviceCostModel> costs;
-    std::vector<std::uint32_t> class_of(static_cast<std::size_t>(world_), 0);
-    if (cluster_.homogeneous()) {
-      costs.emplace_back(cluster_);
-    } else {
-      std::vector<std::pair<const hw::DeviceSpec*, double>> keys;
-      for (int r = 0; r < world_; ++r) {
-        const int device = r < cluster_.world_size() ? r : 0;
-        const std::pair<const hw::DeviceSpec*, double> key{&cluster_.device_of(device),
-                                                           cluster_.slowdown_of(device)};
-        auto it = std::find(keys.begin(), keys.end(), key);
-        if (it == keys.end()) {
-          keys.push_back(key);
-          costs.emplace_back(cluster_, device);
-          it = keys.end() - 1;
-        }
-        class_of[static_cast<std::size_t>(r)] = static_cast<std::uint32_t>(it - keys.begin());
-      }
-    }
-    list_time_.assign(lists * costs.size(), Time());
-    std::vector<std::uint8_t> list_known(list_time_.size(), 0);
-    if (interfere_) {
-      interference_->setup(costs, class_of, lists);
-    }
+    std::vector<std::uint32_t> class_of;  // per rank
+  };
+  CostClasses cost_classes() const;
 
-    // One pass, rank by rank: stream order, dependency counts, effects, kernel costs, and the
-    // numbering of the communication ops (strategies::Matching, the Program's rule, built
-    // along: the ops are too many to read twice).
-    strategies::Matching::Builder matching(program_);
-    // Dependencies in op order (valid ones only), to build the successor lists without reading
-    // the ops a second time.
-    std::vector<OpId> edge_dep;
-    edge_dep.reserve(n_);
-    std::vector<std::uint16_t> deps_of_op(n_);
-    for (int r = 0; r < world_; ++r) {
-      matching.begin_rank(r);
-      std::array<std::uint32_t, kStreamCount> last;
-      last.fill(kNone);
-      const OpId begin = program_.first_op(r);
-      const OpId end = r + 1 < world_ ? program_.first_op(r + 1) : n_;
-      for (OpId id = begin; id < end; ++id) {
-        const Op& o = ops[id];
-        OpState& st = ops_[id];
-        const auto s = static_cast<std::size_t>(o.stream);
-        if (s >= static_cast<std::size_t>(kStreamCount)) {
-          throw std::invalid_argument(program_.describe(id) + ": stream out of range");
-        }
-        std::uint32_t pending = o.deps_count;
-        if (last[s] != kNone) {
-          ops_[last[s]].next = id;
-          ++pending;
-        }
-        last[s] = id;
-        std::uint16_t valid_deps = 0;
-        for (OpId dep : program_.deps_of(o)) {
-          if (dep >= n_) continue;  // a dependency out of range is never satisfied
-          ++ops_[dep].succ;
-          edge_dep.push_back(dep);
-          ++valid_deps;
-        }
-        deps_of_op[id] = valid_deps;
-        for (const auto& e : program_.effects_of(o)) {
-          st.flags |= e.at_end ? kEndEffects : kStartEffects;
-        }
-        const auto kind = static_cast<std::uint8_t>(o.work.index());  // OpKind's order
-        st.kind = kind;
-        if (kind == kCompute) {
-          const auto& c = std::get<Compute>(o.work);
-          if (c.kernels >= lists) {
-            throw std::invalid_argument(program_.describe(id) + ": kernel list " +
-                                        std::to_string(c.kernels) + " out of range");
-          }
-          const std::uint32_t cost_class = class_of[static_cast<std::size_t>(o.rank)];
-          const std::size_t slot = cost_class * lists + c.kernels;
-          if (!list_known[slot]) {
-            list_time_[slot] = costs[cost_class].kernels_time(program_.kernel_lists()[c.kernels]);
-            if (interfere_) {
-              interference_->set_mix(
-                  slot, costs[cost_class].work_mix(program_.kernel_lists()[c.kernels]));
-            }
-            list_known[slot] = 1;
-          }
-          st.payload = static_cast<std::uint32_t>(slot);
-        } else {
-          if (kind == kCollective && std::get<Collective>(o.work).group >= group_count) {
-            throw std::invalid_argument(program_.describe(id) + ": group " +
-                                        std::to_string(std::get<Collective>(o.work).group) +
-                                        " out of range");
-          }
-          // A collective of a non-member or a message to no rank never arrives (reported as
-          // waiting forever); the others get their rendezvous below.
-          if (!matching.add(id, o)) ++pending;
-        }
-        st.pending = pending;
-      }
-      matching.end_rank();
-    }
-    // Mirrored ranks issue no ops: a collective waits for the members that do (the network
-    // still costs it over the whole group).
-    matching_ = matching.finish(/*index_ops=*/false);
-    for (std::uint32_t rv = 0; rv < matching_.rendezvous_count(); ++rv) {
-      for (const OpId id : matching_.ops_of(rv)) ops_[id].payload = rv;
-    }
+  // The valid dependencies of every op, in op order.
+  struct Edges {
+    std::vector<OpId> dep;
+    std::vector<std::uint16_t> count;  // per op
+  };
 
-    instances_.assign(matching_.rendezvous_count(), Instance{});
-    if (interfere_) interference_->size_transfers(matching_.rendezvous_count());
-    for (std::uint32_t i = 0; i < matching_.rendezvous_count(); ++i) {
-      instances_[i].expected = matching_.expected(i);
-      if (matching_.is_collective(i)) continue;
-      for (const OpId id : matching_.ops_of(i)) {
-        if (const auto* s = std::get_if<Send>(&program_.op(id).work); s && s->eager) {
-          instances_[i].eager = true;
-        }
-      }
-    }
+  void read_rank(int r, const CostClasses& classes, strategies::Matching::Builder& matching,
+                 Edges& edges);
 
-    // Successors (CSR): counts become inclusive prefix sums (the end of each op's list), then
-    // lists are filled backwards so that each ends up in increasing op order and
-    // ops_[i].succ becomes the start of op i's list.
-    for (std::size_t i = 0; i < n_; ++i) ops_[i + 1].succ += ops_[i].succ;
-    succ_.resize(ops_[n_].succ);
-    std::size_t edge = edge_dep.size();
-    for (OpId id = n_; id-- > 0;) {
-      for (std::uint16_t k = deps_of_op[id]; k > 0; --k) {
-        succ_[--ops_[edge_dep[--edge]].succ] = id;
-      }
-    }
-  }
+  // The (cost class, kernel list) slot of a compute op, its duration computed on first use.
+  std::uint32_t kernel_slot(OpId id, const Op& o, const CostClasses& classes);
+
+  void build_instances();
+
+  // Successors (CSR): counts become inclusive prefix sums (the end of each op's list), then
+  // lists are filled backwards so that each ends up in increasing op order and
+  // ops_[i].succ becomes the start of op i's list.
+  void build_successors(const Edges& edges);
 
   // ---- The run.
 
-  void start_op(OpId id) {
-    OpState& st = ops_[id];
-    st.status = kStarted;
-    // What this op's end will touch is fetched now, while its work runs: the ops of a thousand
-    // ranks advance side by side, too many streams of accesses for the hardware to predict.
-    if (st.next != kNone) {
-      __builtin_prefetch(&ops_[st.next]);
-      __builtin_prefetch(&program_.ops()[st.next]);
-    }
-    __builtin_prefetch(succ_.data() + st.succ);
-    if (st.flags & kEndEffects) __builtin_prefetch(program_.effects_of(program_.op(id)).data());
-    if (st.kind == kCompute) {
-      if (st.flags & kStartEffects) memory_.apply(id, false, now_);
-      if (interfere_) {
-        interference_->start_compute(id, st.payload, list_time_[st.payload], now_);
-      } else {
-        engine_.schedule(now_ + list_time_[st.payload], 0, id);
-      }
-      return;
-    }
-    // The meeting rule of communication ops (strategies::Send::eager): a rendezvous starts its
-    // transfer when all its members have started; an eager message when its send has.
-    Instance& inst = instances_[st.payload];
-    ++inst.arrived;
-    if (inst.started) {  // an eager message's receive, after its send
-      if (st.flags & kStartEffects) memory_.apply(id, false, now_);
-      if (inst.delivered) engine_.schedule(now_, kDeliveredKind, id);  // its data is here
-      return;
-    }
-    if (inst.arrived == inst.expected || (inst.eager && st.kind == kSend)) {
-      start_transfer(st.payload);
-    }
-  }
+  void start_op(OpId id);
 
-  void start_transfer(std::uint32_t instance) {
-    instances_[instance].start = now_;
-    instances_[instance].started = true;
-    const auto members = matching_.ops_of(instance);
-    for (const OpId member : members) {
-      // The members that started (an eager message's receive may come later: start_op).
-      if (ops_[member].status != kStarted) continue;
-      if (ops_[member].flags & kStartEffects) memory_.apply(member, false, now_);
-    }
-    TransferRequest request;
-    if (matching_.is_collective(instance)) {
-      // The lowest rank's call describes the collective.
-      const auto& c = std::get<Collective>(program_.op(members.front()).work);
-      request.collective = true;
-      request.kind = c.kind;
-      request.group = c.group;
-      request.bytes = c.bytes;
-    } else {
-      request.collective = false;
-      for (const OpId member : members) {
-        const Op& o = program_.op(member);
-        if (const auto* s = std::get_if<Send>(&o.work)) {
-          request.src = o.rank;
-          request.dst = s->peer;
-          request.bytes = s->bytes;
-          request.copy_engine = s->sms == 0;
-        }
-      }
-    }
-    network_.start(instance, request, now_);
-    if (interfere_) interference_->begin_transfer(instance, request, now_);
-  }
+  void start_transfer(std::uint32_t instance);
 
-  void complete_instance(TransferId instance) {
-    if (instance >= instances_.size()) {
-      throw std::logic_error("simulate: the network finished unknown transfer " +
-                             std::to_string(instance));
-    }
-    Instance& inst = instances_[instance];
-    if (!inst.started || inst.delivered || inst.arrived == kNone ||
-        (!inst.eager && inst.arrived != inst.expected)) {
-      throw std::logic_error("simulate: the network finished transfer " + std::to_string(instance) +
-                             ", which was not running");
-    }
-    const Time start = inst.start;
-    const auto members = matching_.ops_of(instance);
-    if (interfere_) interference_->end_transfer(instance, now_);
-    // Every member that started ends now: record them all before anything they release starts.
-    // An eager message's receive that has not started ends when it starts (start_op).
-    if (inst.arrived != inst.expected)
-      inst.delivered = true;
-    else
-      inst.arrived = kNone;  // finished: never again
-    for (const OpId member : members) {
-      if (ops_[member].status == kStarted) finish_op(member, start);
-    }
-    for (const OpId member : members) {
-      if (ops_[member].status == kDone) release_successors(member);
-    }
-  }
+  void complete_instance(TransferId instance);
 
-  void finish_op(OpId id, Time start) {
-    OpState& st = ops_[id];
-    st.status = kDone;
-    ++done_;
-    if (st.flags & kEndEffects) memory_.apply(id, true, now_);
-    if (notify_spans_) {
-      const Op& o = program_.op(id);
-      const Span span{o.rank, o.stream, id, start, now_};
-      if (options_.record_spans) timeline_.spans[id] = span;
-      for (Observer* obs : options_.observers) obs->on_span(span);
-    }
-  }
+  void finish_op(OpId id, Time start);
 
-  void release_successors(OpId id) {
-    const std::uint32_t next = ops_[id].next;
-    if (next != kNone && --ops_[next].pending == 0) start_op(next);
-    const std::uint32_t end = ops_[id + 1].succ;
-    for (std::uint32_t i = ops_[id].succ; i < end; ++i) {
-      const OpId s = succ_[i];
-      if (--ops_[s].pending == 0) start_op(s);
-    }
-  }
+  void release_successors(OpId id);
 
   // ---- Deadlock report.
 
-  std::string why_waiting(OpId id) const {
-    const Op& o = program_.op(id);
-    const OpState& st = ops_[id];
-    if (st.status == kWaiting) {
-      std::string deps;
-      for (OpId dep : program_.deps_of(o)) {
-        if (dep < n_ && ops_[dep].status == kDone) continue;
-        if (!deps.empty()) deps += "; ";
-        deps += dep < n_ ? program_.describe(dep)
-                         : "op " + std::to_string(dep) + ", which does not exist";
-      }
-      if (!deps.empty()) return "waits for " + deps + " (dependency)";
-      if (st.kind == kCollective && st.payload == kNone) {
-        const auto& c = std::get<Collective>(o.work);
-        return "can never run: rank " + std::to_string(o.rank) + " is not a member of group '" +
-               program_.groups()[c.group].name + "'";
-      }
-      if (st.kind != kCompute && st.payload == kNone) {
-        const std::int32_t peer =
-            st.kind == kSend ? std::get<Send>(o.work).peer : std::get<Recv>(o.work).peer;
-        return "can never run: its peer, rank " + std::to_string(peer) +
-               ", is not a rank of the program";
-      }
-      return "is ready but never ran";
-    }
-    // Arrived at its rendezvous: name who is missing.
-    const std::uint32_t instance = st.payload;
-    if (st.kind == kCollective) {
-      const auto members = matching_.issuing_members(matching_.group_of(instance));
-      std::vector<std::int32_t> arrived;
-      for (const OpId m : matching_.ops_of(instance)) {
-        if (ops_[m].status != kWaiting) arrived.push_back(program_.op(m).rank);
-      }
-      std::string missing;
-      int count = 0;
-      for (std::int32_t r : members) {
-        if (std::find(arrived.begin(), arrived.end(), r) != arrived.end()) continue;
-        missing += (count++ ? ", " : "") + std::to_string(r);
-      }
-      return "waits for " + std::string(count == 1 ? "rank " : "ranks ") + missing +
-             " to reach this collective";
-    }
-    if (st.kind == kSend) {
-      return "waits for rank " + std::to_string(std::get<Send>(o.work).peer) +
-             " to post the matching recv";
-    }
-    return "waits for rank " + std::to_string(std::get<Recv>(o.work).peer) +
-           " to post the matching send";
-  }
+  std::string why_waiting(OpId id) const;
 
-  std::string describe_deadlock() const {
-    constexpr std::size_t kMaxLines = 12;
-    std::string text = "deadlock: " + std::to_string(n_ - done_) + " ops never ran; waiting:";
-    std::size_t lines = 0;
-    for (int r = 0; r < world_; ++r) {
-      std::array<OpId, kStreamCount> head;
-      head.fill(kNone);
-      const OpId begin = program_.first_op(r);
-      const OpId end = r + 1 < world_ ? program_.first_op(r + 1) : n_;
-      for (OpId id = begin; id < end; ++id) {
-        const auto s = static_cast<std::size_t>(program_.op(id).stream);
-        if (head[s] == kNone && ops_[id].status != kDone) head[s] = id;
-      }
-      for (OpId id : head) {
-        if (id == kNone) continue;
-        if (lines++ < kMaxLines) text += "\n  " + program_.describe(id) + " " + why_waiting(id);
-      }
-    }
-    if (lines > kMaxLines) text += "\n  ... and " + std::to_string(lines - kMaxLines) + " more";
-    return text;
-  }
+  std::string describe_deadlock() const;
 
   const Program& program_;
   const hw::ClusterSpec& cluster_;
@@ -554,7 +194,11 @@ class Simulator {
 
   std::vector<OpState> ops_;
   std::vector<OpId> succ_;
-  std::vector<Time> list_time_;      // per kernel list
+  std::vector<Time> list_time_;           // per (cost class, kernel list)
+  std::vector<std::uint8_t> list_known_;  // list_time_ computed
+  // Per rank: op id + offset is the index of the op's span in timeline_.spans, or kNoSpans.
+  std::vector<std::int64_t> span_offset_;
+  static constexpr std::int64_t kNoSpans = INT64_MIN;
   strategies::Matching matching_;    // which ops meet
   std::vector<Instance> instances_;  // per rendezvous of matching_
 
@@ -566,6 +210,491 @@ class Simulator {
   const bool interfere_;
   std::optional<InterferenceTracker> interference_;
 };
+
+Timeline Simulator::run() {
+  setup();
+  prepare_timeline();
+  memory_.start();
+  engine_.reserve(static_cast<std::size_t>(world_) * kStreamCount + 16);
+  for (OpId id = 0; id < n_; ++id) {
+    if (ops_[id].pending == 0) start_op(id);
+  }
+  const bool stopped = event_loop();
+  finish_timeline(stopped);
+  memory_.finish();
+  return std::move(timeline_);
+}
+
+void Simulator::plan_spans() {
+  span_offset_.assign(static_cast<std::size_t>(world_), kNoSpans);
+  if (!options_.record_spans) return;
+  std::vector<char> recorded(static_cast<std::size_t>(world_), options_.span_ranks.empty());
+  for (std::int32_t r : options_.span_ranks) {
+    if (r >= 0 && r < world_) recorded[static_cast<std::size_t>(r)] = 1;
+  }
+  // Recorded ranks in rank order, so that the spans stay in op order (as with every rank).
+  std::int64_t slots = 0;
+  for (int r = 0; r < world_; ++r) {
+    if (!recorded[static_cast<std::size_t>(r)]) continue;
+    span_offset_[static_cast<std::size_t>(r)] = slots - program_.first_op(r);
+    slots += static_cast<std::int64_t>(rank_end(r) - program_.first_op(r));
+  }
+  timeline_.spans.resize(static_cast<std::size_t>(slots));
+}
+
+void Simulator::prepare_timeline() {
+  timeline_.world_size = world_;
+  plan_spans();
+  if (!options_.record_memory) return;
+  // At most one sample per rank and tier at the start and one per op and phase with
+  // effects (more only where one op changes several tiers at once).
+  std::vector<char> sampled(static_cast<std::size_t>(world_), options_.memory_sample_ranks.empty());
+  for (std::int32_t r : options_.memory_sample_ranks) {
+    if (r >= 0 && r < world_) sampled[static_cast<std::size_t>(r)] = 1;
+  }
+  std::size_t samples = static_cast<std::size_t>(world_) * kMemoryTierCount;
+  for (int r = 0; r < world_; ++r) {
+    if (!sampled[static_cast<std::size_t>(r)]) continue;
+    for (OpId id = program_.first_op(r); id < rank_end(r); ++id) {
+      const OpState& st = ops_[id];
+      samples += static_cast<std::size_t>((st.flags & kStartEffects) != 0) +
+                 static_cast<std::size_t>((st.flags & kEndEffects) != 0);
+    }
+  }
+  timeline_.memory.reserve(samples);
+}
+
+void Simulator::finish_timeline(bool stopped) {
+  timeline_.completed = done_ == n_;
+  timeline_.stopped_on_oom = stopped;
+  if (stopped) {
+    timeline_.problem = "stopped at the first out-of-memory (--stop-on-oom) after " +
+                        std::to_string(done_) + " of " + std::to_string(n_) + " ops";
+  } else if (!timeline_.completed) {
+    timeline_.problem = describe_deadlock();
+  }
+  if (!timeline_.completed && options_.record_spans) {  // keep the ops that ran
+    std::size_t kept = 0;
+    for (int r = 0; r < world_; ++r) {
+      const std::int64_t offset = span_offset_[static_cast<std::size_t>(r)];
+      if (offset == kNoSpans) continue;
+      for (OpId id = program_.first_op(r); id < rank_end(r); ++id) {
+        if (ops_[id].status == kDone) {
+          timeline_.spans[kept++] = timeline_.spans[static_cast<std::size_t>(id + offset)];
+        }
+      }
+    }
+    timeline_.spans.resize(kept);
+  }
+}
+
+bool Simulator::event_loop() {
+  std::vector<TransferId> finished;
+  std::uint64_t completions = 0;
+  bool stopped = false;
+  for (;;) {
+    if (options_.stop_on_oom && memory_.out_of_memory()) {
+      stopped = true;
+      break;
+    }
+    const Time network_next = network_.next_completion();
+    const Time engine_next = engine_.next_time();
+    if (network_next == Time::infinity() && engine_next == Time::infinity()) break;
+    if (network_next <= engine_next) {
+      // Ties go to the network, so that equal inputs always give equal orders.
+      completions += network_step(network_next, finished);
+    } else {
+      engine_step();
+    }
+  }
+  timeline_.events = engine_.processed() + completions;
+  return stopped;
+}
+
+std::size_t Simulator::network_step(Time when, std::vector<TransferId>& finished) {
+  finished.clear();
+  engine_.advance_to(when);
+  now_ = engine_.now();  // a network never moves the clock back
+  network_.advance_to(when, finished);
+  // An internal event (a phase's latency passed) may finish nothing, but it must move
+  // the network on: a network stuck at one time would loop forever.
+  if (finished.empty() && network_.next_completion() <= when) {
+    throw std::logic_error("simulate: the network announced an event at " + to_string(when) +
+                           " but made no progress");
+  }
+  for (TransferId t : finished) complete_instance(t);
+  return finished.size();
+}
+
+void Simulator::engine_step() {
+  const Event e = engine_.pop();
+  now_ = e.time;
+  const OpId id = e.target;
+  if (e.kind == kDeliveredKind) {
+    finish_op(id, now_);
+  } else if (interfere_) {
+    Time start;
+    if (!interference_->end_compute(id, e.kind, now_, start)) return;  // a rescheduled op's old end
+    finish_op(id, start);
+  } else {
+    finish_op(id, now_ - list_time_[ops_[id].payload]);
+  }
+  release_successors(id);
+}
+
+void Simulator::setup() {
+  check_rank_ranges();
+  OpState unset;
+  unset.payload = kNone;
+  ops_.assign(static_cast<std::size_t>(n_) + 1, unset);  // one more: the end of succ_
+  const std::size_t lists = program_.kernel_lists().size();
+  CostClasses classes = cost_classes();
+  list_time_.assign(lists * classes.costs.size(), Time());
+  list_known_.assign(list_time_.size(), 0);
+  if (interfere_) interference_->setup(classes.costs, classes.class_of, lists);
+
+  // One pass, rank by rank: stream order, dependency counts, effects, kernel costs, and the
+  // numbering of the communication ops (strategies::Matching, the Program's rule, built
+  // along: the ops are too many to read twice).
+  strategies::Matching::Builder matching(program_);
+  // Dependencies in op order (valid ones only), to build the successor lists without reading
+  // the ops a second time.
+  Edges edges;
+  edges.dep.reserve(n_);
+  edges.count.resize(n_);
+  for (int r = 0; r < world_; ++r) read_rank(r, classes, matching, edges);
+  // Mirrored ranks issue no ops: a collective waits for the members that do (the network
+  // still costs it over the whole group).
+  matching_ = matching.finish(/*index_ops=*/false);
+  build_instances();
+  build_successors(edges);
+}
+
+void Simulator::check_rank_ranges() const {
+  if (world_ > traces::kMaxSpanRanks) {
+    throw std::invalid_argument("simulate: " + std::to_string(world_) +
+                                " ranks; a timeline names at most " +
+                                std::to_string(traces::kMaxSpanRanks));
+  }
+  for (int r = 0; r < world_; ++r) {
+    const OpId end = rank_end(r);
+    if (program_.first_op(r) > end || (r == 0 && program_.first_op(0) != 0) ||
+        (r + 1 == world_ && program_.first_op(world_) != n_)) {
+      throw std::invalid_argument(
+          "simulate: the program's ranks do not cover its ops (was Program::finish called?)");
+    }
+  }
+}
+
+Simulator::CostClasses Simulator::cost_classes() const {
+  CostClasses c;
+  c.class_of.assign(static_cast<std::size_t>(world_), 0);
+  if (cluster_.homogeneous()) {
+    c.costs.emplace_back(cluster_);
+    return c;
+  }
+  std::vector<std::pair<const hw::DeviceSpec*, double>> keys;
+  for (int r = 0; r < world_; ++r) {
+    const int device = r < cluster_.world_size() ? r : 0;
+    const std::pair<const hw::DeviceSpec*, double> key{&cluster_.device_of(device),
+                                                       cluster_.slowdown_of(device)};
+    auto it = std::find(keys.begin(), keys.end(), key);
+    if (it == keys.end()) {
+      keys.push_back(key);
+      c.costs.emplace_back(cluster_, device);
+      it = keys.end() - 1;
+    }
+    c.class_of[static_cast<std::size_t>(r)] = static_cast<std::uint32_t>(it - keys.begin());
+  }
+  return c;
+}
+
+void Simulator::read_rank(int r, const CostClasses& classes,
+                          strategies::Matching::Builder& matching, Edges& edges) {
+  matching.begin_rank(r);
+  std::array<std::uint32_t, kStreamCount> last;
+  last.fill(kNone);
+  for (OpId id = program_.first_op(r); id < rank_end(r); ++id) {
+    const Op& o = program_.ops()[id];
+    OpState& st = ops_[id];
+    const auto s = static_cast<std::size_t>(o.stream);
+    if (s >= static_cast<std::size_t>(kStreamCount)) {
+      throw std::invalid_argument(program_.describe(id) + ": stream out of range");
+    }
+    std::uint32_t pending = o.deps_count;
+    if (last[s] != kNone) {
+      ops_[last[s]].next = id;
+      ++pending;
+    }
+    last[s] = id;
+    std::uint16_t valid_deps = 0;
+    for (OpId dep : program_.deps_of(o)) {
+      if (dep >= n_) continue;  // a dependency out of range is never satisfied
+      ++ops_[dep].succ;
+      edges.dep.push_back(dep);
+      ++valid_deps;
+    }
+    edges.count[id] = valid_deps;
+    for (const auto& e : program_.effects_of(o)) {
+      st.flags |= e.at_end ? kEndEffects : kStartEffects;
+    }
+    const auto kind = static_cast<std::uint8_t>(o.work.index());  // OpKind's order
+    st.kind = kind;
+    if (kind == kCompute) {
+      st.payload = kernel_slot(id, o, classes);
+    } else {
+      if (kind == kCollective && std::get<Collective>(o.work).group >= program_.groups().size()) {
+        throw std::invalid_argument(program_.describe(id) + ": group " +
+                                    std::to_string(std::get<Collective>(o.work).group) +
+                                    " out of range");
+      }
+      // A collective of a non-member or a message to no rank never arrives (reported as
+      // waiting forever); the others get their rendezvous below.
+      if (!matching.add(id, o)) ++pending;
+    }
+    st.pending = pending;
+  }
+  matching.end_rank();
+}
+
+std::uint32_t Simulator::kernel_slot(OpId id, const Op& o, const CostClasses& classes) {
+  const auto& c = std::get<Compute>(o.work);
+  const std::size_t lists = program_.kernel_lists().size();
+  if (c.kernels >= lists) {
+    throw std::invalid_argument(program_.describe(id) + ": kernel list " +
+                                std::to_string(c.kernels) + " out of range");
+  }
+  const std::uint32_t cost_class = classes.class_of[static_cast<std::size_t>(o.rank)];
+  const std::size_t slot = cost_class * lists + c.kernels;
+  if (!list_known_[slot]) {
+    const auto& kernels = program_.kernel_lists()[c.kernels];
+    list_time_[slot] = classes.costs[cost_class].kernels_time(kernels);
+    if (interfere_) interference_->set_mix(slot, classes.costs[cost_class].work_mix(kernels));
+    list_known_[slot] = 1;
+  }
+  return static_cast<std::uint32_t>(slot);
+}
+
+void Simulator::build_instances() {
+  for (std::uint32_t rv = 0; rv < matching_.rendezvous_count(); ++rv) {
+    for (const OpId id : matching_.ops_of(rv)) ops_[id].payload = rv;
+  }
+  instances_.assign(matching_.rendezvous_count(), Instance{});
+  if (interfere_) interference_->size_transfers(matching_.rendezvous_count());
+  for (std::uint32_t i = 0; i < matching_.rendezvous_count(); ++i) {
+    instances_[i].expected = matching_.expected(i);
+    if (matching_.is_collective(i)) continue;
+    for (const OpId id : matching_.ops_of(i)) {
+      if (const auto* s = std::get_if<Send>(&program_.op(id).work); s && s->eager) {
+        instances_[i].eager = true;
+      }
+    }
+  }
+}
+
+void Simulator::build_successors(const Edges& edges) {
+  for (std::size_t i = 0; i < n_; ++i) ops_[i + 1].succ += ops_[i].succ;
+  succ_.resize(ops_[n_].succ);
+  std::size_t edge = edges.dep.size();
+  for (OpId id = n_; id-- > 0;) {
+    for (std::uint16_t k = edges.count[id]; k > 0; --k) {
+      succ_[--ops_[edges.dep[--edge]].succ] = id;
+    }
+  }
+}
+
+void Simulator::start_op(OpId id) {
+  OpState& st = ops_[id];
+  st.status = kStarted;
+  // What this op's end will touch is fetched now, while its work runs: the ops of a thousand
+  // ranks advance side by side, too many streams of accesses for the hardware to predict.
+  if (st.next != kNone) {
+    __builtin_prefetch(&ops_[st.next]);
+    __builtin_prefetch(&program_.ops()[st.next]);
+  }
+  __builtin_prefetch(succ_.data() + st.succ);
+  if (st.flags & kEndEffects) __builtin_prefetch(program_.effects_of(program_.op(id)).data());
+  if (st.kind == kCompute) {
+    if (st.flags & kStartEffects) memory_.apply(id, false, now_);
+    if (interfere_) {
+      interference_->start_compute(id, st.payload, list_time_[st.payload], now_);
+    } else {
+      engine_.schedule(now_ + list_time_[st.payload], 0, id);
+    }
+    return;
+  }
+  // The meeting rule of communication ops (strategies::Send::eager): a rendezvous starts its
+  // transfer when all its members have started; an eager message when its send has.
+  Instance& inst = instances_[st.payload];
+  ++inst.arrived;
+  if (inst.started) {  // an eager message's receive, after its send
+    if (st.flags & kStartEffects) memory_.apply(id, false, now_);
+    if (inst.delivered) engine_.schedule(now_, kDeliveredKind, id);  // its data is here
+    return;
+  }
+  if (inst.arrived == inst.expected || (inst.eager && st.kind == kSend)) {
+    start_transfer(st.payload);
+  }
+}
+
+void Simulator::start_transfer(std::uint32_t instance) {
+  instances_[instance].start = now_;
+  instances_[instance].started = true;
+  const auto members = matching_.ops_of(instance);
+  for (const OpId member : members) {
+    // The members that started (an eager message's receive may come later: start_op).
+    if (ops_[member].status != kStarted) continue;
+    if (ops_[member].flags & kStartEffects) memory_.apply(member, false, now_);
+  }
+  TransferRequest request;
+  if (matching_.is_collective(instance)) {
+    // The lowest rank's call describes the collective.
+    const auto& c = std::get<Collective>(program_.op(members.front()).work);
+    request.collective = true;
+    request.kind = c.kind;
+    request.group = c.group;
+    request.bytes = c.bytes;
+  } else {
+    request.collective = false;
+    for (const OpId member : members) {
+      const Op& o = program_.op(member);
+      if (const auto* s = std::get_if<Send>(&o.work)) {
+        request.src = o.rank;
+        request.dst = s->peer;
+        request.bytes = s->bytes;
+        request.copy_engine = s->sms == 0;
+      }
+    }
+  }
+  network_.start(instance, request, now_);
+  if (interfere_) interference_->begin_transfer(instance, request, now_);
+}
+
+void Simulator::complete_instance(TransferId instance) {
+  if (instance >= instances_.size()) {
+    throw std::logic_error("simulate: the network finished unknown transfer " +
+                           std::to_string(instance));
+  }
+  Instance& inst = instances_[instance];
+  if (!inst.started || inst.delivered || inst.arrived == kNone ||
+      (!inst.eager && inst.arrived != inst.expected)) {
+    throw std::logic_error("simulate: the network finished transfer " + std::to_string(instance) +
+                           ", which was not running");
+  }
+  const Time start = inst.start;
+  const auto members = matching_.ops_of(instance);
+  if (interfere_) interference_->end_transfer(instance, now_);
+  // Every member that started ends now: record them all before anything they release starts.
+  // An eager message's receive that has not started ends when it starts (start_op).
+  if (inst.arrived != inst.expected)
+    inst.delivered = true;
+  else
+    inst.arrived = kNone;  // finished: never again
+  for (const OpId member : members) {
+    if (ops_[member].status == kStarted) finish_op(member, start);
+  }
+  for (const OpId member : members) {
+    if (ops_[member].status == kDone) release_successors(member);
+  }
+}
+
+void Simulator::finish_op(OpId id, Time start) {
+  OpState& st = ops_[id];
+  st.status = kDone;
+  ++done_;
+  if (st.flags & kEndEffects) memory_.apply(id, true, now_);
+  if (notify_spans_) {
+    const Op& o = program_.op(id);
+    const Span span{o.rank, o.stream, id, start, now_};
+    if (options_.record_spans) {
+      const std::int64_t offset = span_offset_[static_cast<std::size_t>(o.rank)];
+      if (offset != kNoSpans) timeline_.spans[static_cast<std::size_t>(id + offset)] = span;
+    }
+    for (Observer* obs : options_.observers) obs->on_span(span);
+  }
+}
+
+void Simulator::release_successors(OpId id) {
+  const std::uint32_t next = ops_[id].next;
+  if (next != kNone && --ops_[next].pending == 0) start_op(next);
+  const std::uint32_t end = ops_[id + 1].succ;
+  for (std::uint32_t i = ops_[id].succ; i < end; ++i) {
+    const OpId s = succ_[i];
+    if (--ops_[s].pending == 0) start_op(s);
+  }
+}
+
+std::string Simulator::why_waiting(OpId id) const {
+  const Op& o = program_.op(id);
+  const OpState& st = ops_[id];
+  if (st.status == kWaiting) {
+    std::string deps;
+    for (OpId dep : program_.deps_of(o)) {
+      if (dep < n_ && ops_[dep].status == kDone) continue;
+      if (!deps.empty()) deps += "; ";
+      deps += dep < n_ ? program_.describe(dep)
+                       : "op " + std::to_string(dep) + ", which does not exist";
+    }
+    if (!deps.empty()) return "waits for " + deps + " (dependency)";
+    if (st.kind == kCollective && st.payload == kNone) {
+      const auto& c = std::get<Collective>(o.work);
+      return "can never run: rank " + std::to_string(o.rank) + " is not a member of group '" +
+             program_.groups()[c.group].name + "'";
+    }
+    if (st.kind != kCompute && st.payload == kNone) {
+      const std::int32_t peer =
+          st.kind == kSend ? std::get<Send>(o.work).peer : std::get<Recv>(o.work).peer;
+      return "can never run: its peer, rank " + std::to_string(peer) +
+             ", is not a rank of the program";
+    }
+    return "is ready but never ran";
+  }
+  // Arrived at its rendezvous: name who is missing.
+  const std::uint32_t instance = st.payload;
+  if (st.kind == kCollective) {
+    const auto members = matching_.issuing_members(matching_.group_of(instance));
+    std::vector<std::int32_t> arrived;
+    for (const OpId m : matching_.ops_of(instance)) {
+      if (ops_[m].status != kWaiting) arrived.push_back(program_.op(m).rank);
+    }
+    std::string missing;
+    int count = 0;
+    for (std::int32_t r : members) {
+      if (std::find(arrived.begin(), arrived.end(), r) != arrived.end()) continue;
+      missing += (count++ ? ", " : "") + std::to_string(r);
+    }
+    return "waits for " + std::string(count == 1 ? "rank " : "ranks ") + missing +
+           " to reach this collective";
+  }
+  if (st.kind == kSend) {
+    return "waits for rank " + std::to_string(std::get<Send>(o.work).peer) +
+           " to post the matching recv";
+  }
+  return "waits for rank " + std::to_string(std::get<Recv>(o.work).peer) +
+         " to post the matching send";
+}
+
+std::string Simulator::describe_deadlock() const {
+  constexpr std::size_t kMaxLines = 12;
+  std::string text = "deadlock: " + std::to_string(n_ - done_) + " ops never ran; waiting:";
+  std::size_t lines = 0;
+  for (int r = 0; r < world_; ++r) {
+    std::array<OpId, kStreamCount> head;
+    head.fill(kNone);
+    const OpId begin = program_.first_op(r);
+    const OpId end = r + 1 < world_ ? program_.first_op(r + 1) : n_;
+    for (OpId id = begin; id < end; ++id) {
+      const auto s = static_cast<std::size_t>(program_.op(id).stream);
+      if (head[s] == kNone && ops_[id].status != kDone) head[s] = id;
+    }
+    for (OpId id : head) {
+      if (id == kNone) continue;
+      if (lines++ < kMaxLines) text += "\n  " + program_.describe(id) + " " + why_waiting(id);
+    }
+  }
+  if (lines > kMaxLines) text += "\n  ... and " + std::to_string(lines - kMaxLines) + " more";
+  return text;
+}
 
 }  // namespace
 

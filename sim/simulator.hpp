@@ -35,6 +35,10 @@ struct SimOptions {
   /// them; a benchmark may switch them off and keep only the summary figures).
   bool record_spans = true;
   bool record_memory = true;
+  /// Ranks whose spans are recorded (empty: all). The timeline then holds the spans of these
+  /// ranks only, in op order (not indexed by op id unless every rank is recorded); observers
+  /// see every span either way (a report's figures: traces/span_statistics.hpp).
+  std::vector<std::int32_t> span_ranks;
   /// Ranks whose memory samples are recorded (empty: all). Peaks and out-of-memory verdicts
   /// are kept for every rank either way; samples only feed memory.csv and the trace.
   std::vector<std::int32_t> memory_sample_ranks;

@@ -14,7 +14,7 @@ namespace stratasim::study {
 namespace st = strategies;
 
 RunShape run_shape(const st::Program& sample, std::int64_t issuing_ranks, bool record_spans,
-                   std::int64_t traced_ranks) {
+                   std::int64_t traced_ranks, bool spans_of_traced_only) {
   std::int64_t sample_ranks = 0;
   for (int r = 0; r < sample.world_size(); ++r) {
     if (sample.issues_ops(r)) ++sample_ranks;
@@ -34,9 +34,12 @@ RunShape run_shape(const st::Program& sample, std::int64_t issuing_ranks, bool r
   shape.ops = scaled(static_cast<std::int64_t>(sample.op_count()), issuing_ranks);
   shape.deps = scaled(deps, issuing_ranks);
   shape.effects = scaled(effects, issuing_ranks);
-  shape.spans = record_spans ? shape.ops : 0;
-  shape.memory_samples = scaled(
-      effects, traced_ranks > 0 && traced_ranks < issuing_ranks ? traced_ranks : issuing_ranks);
+  const bool few_traced = traced_ranks > 0 && traced_ranks < issuing_ranks;
+  shape.spans = !record_spans ? 0
+                : spans_of_traced_only && few_traced
+                    ? scaled(static_cast<std::int64_t>(sample.op_count()), traced_ranks)
+                    : shape.ops;
+  shape.memory_samples = scaled(effects, few_traced ? traced_ranks : issuing_ranks);
   shape.mirrored = issuing_ranks < sample.world_size();
   return shape;
 }

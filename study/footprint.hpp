@@ -14,8 +14,10 @@
 // - program: ops × sizeof(Op) + dependency ids × sizeof(OpId) + memory effects ×
 //   sizeof(MemoryEffect) (lowering reserves the vectors: no growth beyond their size);
 // - simulation: ops × kSimulatorBytesPerOp (the simulator's per-op state: remaining deps, ready
-//   queues, event heap, per-rank memory bookkeeping) plus spans × sizeof(Span) plus memory
-//   samples × sizeof(MemorySample) (the samples of the traced ranks: --trace-ranks);
+//   queues, event heap, per-rank memory bookkeeping, the report's figures gathered while the run
+//   goes) plus spans × sizeof(Span) (every op's, or the traced ranks' only where
+//   study::Options::spans_of_traced_ranks_only: `stratasim simulate`) plus memory samples ×
+//   sizeof(MemorySample) (the samples of the traced ranks: --trace-ranks);
 // - network: on the flow network, ops × kFlowBytesPerOp (transfers, their routes and rates)
 //   plus, where hw::Topology::route falls back to its tables (explicit graphs, single-node
 //   clusters: Topology::routes_in_closed_form() false), one next-hop table per destination
@@ -61,8 +63,12 @@ struct HostMemoryEstimate {
   Bytes total() const { return program + simulation + network + base; }
 };
 
-/// Simulator state per op beyond the Program and the span (calibrated, rounded up).
-constexpr std::int64_t kSimulatorBytesPerOp = 48;
+/// Simulator state per op beyond the Program and the spans kept (calibrated, rounded up): the
+/// 16-byte OpState, successor lists and their build-time scratch, the rendezvous, the memory
+/// bookkeeping, and the report's span figures gathered during the run (per rank the unions of
+/// its compute and communication spans: traces/span_statistics.hpp). Measured 61 B per op on
+/// gpt3-175b-a100-1024 --exact (1,024 and 98,304 GPUs; docs/inputs.md).
+constexpr std::int64_t kSimulatorBytesPerOp = 64;
 /// Flow-network state per op (transfers, routes, rates; calibrated, rounded up).
 constexpr std::int64_t kFlowBytesPerOp = 16;
 /// Bytes per (destination device, vertex) of a routing table: an offset and at least one next
@@ -74,9 +80,10 @@ constexpr std::int64_t kBaseBytes = std::int64_t{16} << 20;
 /// The shape of a run whose Program would issue ops on `issuing_ranks` ranks, from `sample`, a
 /// Program of the same experiment (usually lowered with mirroring): its op, dependency and
 /// effect counts scaled by issuing_ranks / (ranks issuing ops in `sample`).
-/// `traced_ranks` ranks keep memory samples (0: every issuing rank).
+/// `traced_ranks` ranks keep memory samples (0: every issuing rank), and spans too when
+/// `spans_of_traced_only` (study::Options::spans_of_traced_ranks_only), else every op's.
 RunShape run_shape(const strategies::Program& sample, std::int64_t issuing_ranks, bool record_spans,
-                   std::int64_t traced_ranks);
+                   std::int64_t traced_ranks, bool spans_of_traced_only = false);
 
 /// The estimate for `shape` (a pure function).
 HostMemoryEstimate estimate_host_memory(const RunShape& shape);

@@ -8,6 +8,7 @@
 #include "study/errors.hpp"
 #include "study/partition.hpp"
 #include "traces/export.hpp"
+#include "traces/span_statistics.hpp"
 
 namespace stratasim::study {
 
@@ -109,6 +110,27 @@ std::vector<traces::LinkLoad> busiest_links(const sim::FlowNetwork& network,
 
 }  // namespace
 
+namespace {
+
+// The latest span end of a run, seen from outside (the timeline may keep few spans).
+class LastEnd : public sim::Observer {
+ public:
+  void on_span(const traces::Span& span) override { end = std::max(end, span.end); }
+  Time end;
+};
+
+// Feeds a report's span figures while the run goes.
+class StatisticsObserver : public sim::Observer {
+ public:
+  explicit StatisticsObserver(traces::SpanStatistics& stats) : stats_(stats) {}
+  void on_span(const traces::Span& span) override { stats_.add(span); }
+
+ private:
+  traces::SpanStatistics& stats_;
+};
+
+}  // namespace
+
 traces::Timeline simulate_program(const st::Program& program, const hw::ClusterSpec& cluster,
                                   const sim::SimOptions& options,
                                   std::vector<traces::LinkLoad>* links) {
@@ -118,10 +140,11 @@ traces::Timeline simulate_program(const st::Program& program, const hw::ClusterS
   sim::FlowNetwork network(cluster, hw::build_topology(cluster), program);
   sim::LinkUsage usage(network);
   network.set_observer(&usage);
-  auto timeline = sim::simulate(program, cluster, network, options);
-  Time span;
-  for (const auto& s : timeline.spans) span = std::max(span, s.end);
-  *links = busiest_links(network, usage, span);
+  LastEnd last;
+  sim::SimOptions observed = options;
+  observed.observers.push_back(&last);
+  auto timeline = sim::simulate(program, cluster, network, observed);
+  *links = busiest_links(network, usage, last.end);
   return timeline;
 }
 
@@ -153,8 +176,9 @@ Result prepare(st::Experiment experiment, const Options& options,
 
 }  // namespace
 
-HostMemoryEstimate estimate_host_memory(const st::Experiment& experiment, const Options& options,
+HostMemoryEstimate estimate_host_memory(const st::Experiment& experiment, const Options& given,
                                         std::optional<st::Program>* program) {
+  const Options options = effective_options(experiment, given);
   const bool mirrored = mirrors(experiment, options.exact);
   // One replica's ops: the run's own Program when it mirrors, else a mirrored sample scaled up.
   st::Program sample = study::lower(experiment, lower_options(true, options));
@@ -167,7 +191,8 @@ HostMemoryEstimate estimate_host_memory(const st::Experiment& experiment, const 
   }
   const auto traced = trace_ranks(options.trace_ranks, st::layout_of(experiment), mirrored);
   RunShape shape =
-      run_shape(sample, issuing, options.record_spans, static_cast<std::int64_t>(traced.size()));
+      run_shape(sample, issuing, options.record_spans, static_cast<std::int64_t>(traced.size()),
+                options.spans_of_traced_ranks_only);
   if (experiment.cluster.network_model == hw::NetworkModel::flow) {
     const hw::Topology topology = hw::build_topology(experiment.cluster);
     shape.flow_network = true;
@@ -179,8 +204,22 @@ HostMemoryEstimate estimate_host_memory(const st::Experiment& experiment, const 
   return study::estimate_host_memory(shape);
 }
 
-Result simulate(st::Experiment experiment, const Options& options) {
-  experiment = configured(std::move(experiment), options);
+Options effective_options(const st::Experiment& experiment, const Options& given) {
+  Options options = given;
+  const bool mirrored = mirrors(experiment, options.exact);
+  if (!mirrored || !options.mirror_tensor_parallel) return options;
+  const st::RankLayout layout = st::layout_of(experiment);
+  const auto traced = trace_ranks(options.trace_ranks, layout, mirrored);
+  const bool representatives_only =
+      !traced.empty() && std::all_of(traced.begin(), traced.end(),
+                                     [&](std::int32_t r) { return layout.tp_index(r) == 0; });
+  if (!representatives_only) options.mirror_tensor_parallel = false;
+  return options;
+}
+
+Result simulate(st::Experiment experiment, const Options& requested) {
+  experiment = configured(std::move(experiment), requested);
+  const Options options = effective_options(experiment, requested);
   std::optional<st::Program> program;
   const HostMemoryEstimate estimate = estimate_host_memory(experiment, options, &program);
   const bool given = options.max_memory.has_value();
@@ -202,14 +241,26 @@ Result simulate(st::Experiment experiment, const Options& options) {
   sim_options.stop_on_oom = options.stop_on_oom;
   sim_options.memory_sample_ranks = r.traced_ranks;
   std::vector<traces::LinkLoad> links;
-  r.timeline = simulate_program(r.program, r.experiment.cluster, sim_options, &links);
-  r.report = traces::make_report(r.program, r.timeline, r.context);
+  if (!options.spans_of_traced_ranks_only) {
+    r.timeline = simulate_program(r.program, r.experiment.cluster, sim_options, &links);
+    r.report = traces::make_report(r.program, r.timeline, r.context);
+  } else {
+    // The report's span figures while the run goes; the timeline keeps the traced ranks' spans.
+    traces::SpanStatistics stats(r.program);
+    StatisticsObserver observer(stats);
+    sim_options.observers.push_back(&observer);
+    sim_options.span_ranks = r.traced_ranks;
+    r.timeline = simulate_program(r.program, r.experiment.cluster, sim_options, &links);
+    r.report = traces::make_report(r.program, r.timeline, stats, r.context);
+  }
   r.report.links = std::move(links);
   return r;
 }
 
-Result estimate_memory(st::Experiment experiment, const Options& options) {
-  Result r = prepare(std::move(experiment), options);
+Result estimate_memory(st::Experiment experiment, const Options& given) {
+  experiment = configured(std::move(experiment), given);
+  const Options options = effective_options(experiment, given);
+  Result r = prepare(std::move(experiment), options, std::nullopt, false);
   r.timeline =
       sim::estimate_memory(r.program, r.experiment.cluster, memory_overheads(r.experiment));
   r.report = traces::make_report(r.program, r.timeline, r.context);

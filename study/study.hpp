@@ -8,7 +8,8 @@
 //   strategies::validate — a Program that fails validation is a lowering bug (InvalidProgram).
 // - Mirroring: where replicas behave alike (sim::replicas_behave_alike: the analytical network on
 //   identical devices) data-parallel replicas are lowered once and mirrored, unless `exact`;
-//   results are the same, and the trace then covers the ranks that issue ops.
+//   so are 1D tensor-parallel ranks (Options::mirror_tensor_parallel) unless a traced rank is
+//   one of the mirrors. Results are the same, and the trace covers the ranks that issue ops.
 // - simulate(): the program on the cluster's network model (analytical, or flow-level with the
 //   busiest links of the run observed from outside the network), then the report
 //   (traces/report.hpp) in the experiment's context.
@@ -42,14 +43,20 @@ namespace stratasim::study {
 struct Options {
   /// Simulate every replica instead of one mirrored for all (same results, slower).
   bool exact = false;
-  /// Where mirroring applies, also mirror 1D tensor-parallel ranks (exact; the sweep does).
-  bool mirror_tensor_parallel = false;
+  /// Where mirroring applies, also mirror 1D tensor-parallel ranks (exact, as the sweep does),
+  /// unless a traced rank (trace_ranks) is a tensor-parallel rank other than 0: a trace shows
+  /// every rank it names as simulated, so those runs mirror data-parallel replicas only.
+  bool mirror_tensor_parallel = true;
   /// Ranks whose memory samples and trace are kept: "auto" (all up to kTraceAllUpTo ranks, else
   /// "stages"), "all", "stages" (tensor- and data-parallel rank 0 of every pipeline stage) or a
   /// comma-separated list. Peaks and verdicts cover every rank whatever this says.
   std::string trace_ranks = "auto";
-  /// Keep every span and memory sample (reports and exports need them; a sweep does not).
+  /// Keep every span and memory sample (exports need them; a sweep does not).
   bool record_spans = true;
+  /// Keep the spans of the traced ranks only (trace_ranks; `stratasim simulate`): the report is
+  /// computed while the run goes (traces/span_statistics.hpp) and Result::timeline.spans holds
+  /// the traced ranks' spans, in op order. False: every span, indexed by op id.
+  bool spans_of_traced_ranks_only = false;
   bool record_memory = true;
   /// End the run at the first time a rank exceeds a memory capacity.
   bool stop_on_oom = false;
@@ -85,6 +92,11 @@ strategies::Experiment configured(strategies::Experiment experiment, const Optio
 
 /// Whether data-parallel replicas are lowered once and mirrored (see the top of this file).
 bool mirrors(const strategies::Experiment& experiment, bool exact);
+
+/// `options` as simulate() runs them: mirror_tensor_parallel off when a traced rank would be a
+/// tensor-parallel mirror (a rank whose tensor-parallel index is not 0, or every rank traced).
+Options effective_options(const strategies::Experiment& configured_experiment,
+                          const Options& options);
 
 /// The experiment's Program, partitioned as its partition says and validated (InvalidProgram).
 strategies::Program lower(const strategies::Experiment& experiment,

@@ -1,4 +1,5 @@
-// The report of one iteration, computed from a Program and its Timeline.
+// The report of one iteration, computed from a Program and its Timeline (the span figures
+// gathered by traces::SpanStatistics, from timeline.spans or while a simulation ran).
 //
 // Definitions (all times from the spans that exist, so an incomplete run is still reported):
 // - iteration_time_s: earliest span start to latest span end over all spans (0 if none).
@@ -29,10 +30,9 @@
 //   else 0: at pp = 1 the idle time is waiting on communication, not a pipeline bubble.
 // - per rank exposed_comm_s: length of the time during which at least one span on a
 //   communication stream (tp_comm, dp_comm, pp_send, pp_recv) is active and no compute-stream
-//   span is; the report's exposed_comm_s is the mean over ranks. Computed with a sweep: the
-//   rank's spans are sorted by start per stream (already so for a simulated timeline), merged
-//   into the union of communication time and the union of compute time, and the measure of
-//   the first minus the second is taken.
+//   span is; the report's exposed_comm_s is the mean over ranks. Computed from the union of the
+//   rank's communication spans and the union of its compute spans (traces/span_statistics.hpp,
+//   gathered span by span in any order): the measure of the first minus the second.
 // - per rank peak_memory and breakdown: timeline.ranks[r].tiers[device]; fits: no OutOfMemory
 //   entry for the rank (any tier). Report peak_memory: max over ranks; fits: no OutOfMemory
 //   entry at all. stage: context.stage_of_rank[r] (0 when the vector is short).
@@ -40,6 +40,7 @@
 #include "traces/report.hpp"
 
 #include "traces/bus_bandwidth.hpp"
+#include "traces/span_statistics.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -61,111 +62,6 @@ using strategies::Phase;
 constexpr double kPsToS = 1e-12;
 constexpr std::int64_t kNoTime = std::numeric_limits<std::int64_t>::max();
 constexpr std::int64_t kNoEnd = std::numeric_limits<std::int64_t>::min();
-
-// The streams that take part in the exposed-communication sweep, as bucket indices per rank:
-// 0 compute, 1..4 communication; -1 for the others (copy, host).
-constexpr int kSweepStreams = 5;
-int sweep_index(Stream s) {
-  switch (s) {
-    case Stream::compute:
-      return 0;
-    case Stream::tp_comm:
-      return 1;
-    case Stream::dp_comm:
-      return 2;
-    case Stream::pp_send:
-      return 3;
-    case Stream::pp_recv:
-      return 4;
-    case Stream::copy:
-    case Stream::host:
-      return -1;
-  }
-  return -1;
-}
-
-struct Interval {
-  std::int64_t start;
-  std::int64_t end;
-};
-
-// Yields the union of up to four lists of intervals, each sorted by start, as disjoint
-// intervals in increasing order (a k-way merge by start that joins overlapping neighbours).
-class UnionCursor {
- public:
-  void add_list(const std::uint32_t* begin, const std::uint32_t* end) {
-    if (begin != end) lists_[count_++] = {begin, end};
-  }
-
-  // The next interval of the union; false when there is none.
-  bool next(const std::vector<Span>& spans, Interval& out) {
-    Interval current{};
-    bool open = false;
-    while (true) {
-      int best = -1;
-      std::int64_t best_start = kNoTime;
-      for (int i = 0; i < count_; ++i) {
-        if (lists_[i].first == lists_[i].second) continue;
-        std::int64_t s = spans[*lists_[i].first].start.picoseconds();
-        if (best < 0 || s < best_start) {
-          best = i;
-          best_start = s;
-        }
-      }
-      if (best < 0) break;
-      const Span& span = spans[*lists_[best].first];
-      std::int64_t s = span.start.picoseconds();
-      std::int64_t e = std::max(s, span.end.picoseconds());
-      if (open && s > current.end) break;  // a gap: the current interval is complete
-      ++lists_[best].first;
-      if (!open) {
-        current = {s, e};
-        open = true;
-      } else {
-        current.end = std::max(current.end, e);
-      }
-    }
-    if (open) out = current;
-    return open;
-  }
-
- private:
-  std::pair<const std::uint32_t*, const std::uint32_t*> lists_[kSweepStreams]{};
-  int count_ = 0;
-};
-
-// Measure of (union of comm) minus (union of compute), in picoseconds.
-std::int64_t exposed_time(const std::vector<Span>& spans, UnionCursor compute, UnionCursor comm) {
-  std::int64_t exposed = 0;
-  Interval c{};
-  bool have_compute = compute.next(spans, c);
-  Interval m{};
-  while (comm.next(spans, m)) {
-    std::int64_t covered = 0;
-    // Compute intervals are disjoint and increasing; those ending before m are done with.
-    while (have_compute && c.end <= m.start) have_compute = compute.next(spans, c);
-    while (have_compute && c.start < m.end) {
-      covered += std::min(c.end, m.end) - std::max(c.start, m.start);
-      if (c.end > m.end) break;  // c reaches into the next comm interval too
-      have_compute = compute.next(spans, c);
-    }
-    exposed += (m.end - m.start) - covered;
-  }
-  return exposed;
-}
-
-[[noreturn]] void bad_span(std::size_t index, const Span& span, std::string_view why) {
-  throw std::invalid_argument("timeline span " + std::to_string(index) + " (rank " +
-                              std::to_string(span.rank) + ", op " + std::to_string(span.op) +
-                              "): " + std::string(why));
-}
-
-void check_span(std::size_t index, const Span& span, const strategies::Program& program) {
-  if (span.rank < 0 || span.rank >= program.world_size()) {
-    bad_span(index, span, "rank outside the program's world");
-  }
-  if (span.op >= program.op_count()) bad_span(index, span, "op outside the program");
-}
 
 // Flops of forward/backward (model) and of all (hardware) Compute ops, per kernel list.
 void count_flops(const strategies::Program& program, Report& report) {
@@ -195,125 +91,45 @@ void count_flops(const strategies::Program& program, Report& report) {
   report.hardware_flops_per_iteration = hardware;
 }
 
-void fill_times(const strategies::Program& program, const Timeline& timeline,
+void fill_times(const strategies::Program& program, const SpanStatistics& stats,
                 const ReportContext& context, Report& report) {
-  const auto& spans = timeline.spans;
   const auto world = static_cast<std::size_t>(program.world_size());
-
-  // Pass 1: overall and pipeline windows, optimizer time per rank, bucket sizes for the sweep.
-  std::int64_t first_start = kNoTime;
-  std::int64_t last_end = kNoEnd;
-  std::int64_t forward_start = kNoTime;
-  std::int64_t backward_end = kNoEnd;
-  std::vector<std::int64_t> optimizer_ps(world, 0);
-  std::vector<std::uint32_t> offsets(world * kSweepStreams + 1, 0);
-  // Overlapping iterations: per rank, its busy window (first compute start to last end) and
-  // its pipeline window (forward/backward compute).
-  const bool overlapping = program.overlapping_iterations();
-  std::vector<std::int64_t> rank_first(overlapping ? world : 0, kNoTime);
-  std::vector<std::int64_t> rank_last(overlapping ? world : 0, kNoEnd);
-  std::vector<std::int64_t> rank_fb_first(overlapping ? world : 0, kNoTime);
-  std::vector<std::int64_t> rank_fb_last(overlapping ? world : 0, kNoEnd);
-  for (std::size_t i = 0; i < spans.size(); ++i) {
-    const Span& span = spans[i];
-    check_span(i, span, program);
-    const std::int64_t s = span.start.picoseconds();
-    const std::int64_t e = span.end.picoseconds();
-    first_start = std::min(first_start, s);
-    last_end = std::max(last_end, e);
-    const Phase phase = program.op(span.op).phase;
-    if (phase == Phase::forward) forward_start = std::min(forward_start, s);
-    if (phase == Phase::backward) backward_end = std::max(backward_end, e);
-    const auto rank = static_cast<std::size_t>(span.rank);
-    if (overlapping) {
-      rank_last[rank] = std::max(rank_last[rank], e);
-      if (span.stream == Stream::compute) {
-        rank_first[rank] = std::min(rank_first[rank], s);
-        if (phase == Phase::forward || phase == Phase::backward || phase == Phase::recompute) {
-          rank_fb_first[rank] = std::min(rank_fb_first[rank], s);
-          rank_fb_last[rank] = std::max(rank_fb_last[rank], e);
-        }
-      }
-    }
-    // The step runs on the device, or on the host when the optimizer is offloaded.
-    if ((span.stream == Stream::compute || span.stream == Stream::host) &&
-        phase == Phase::optimizer) {
-      optimizer_ps[rank] += e - s;
-    }
-    const int bucket = sweep_index(span.stream);
-    if (bucket >= 0) ++offsets[rank * kSweepStreams + static_cast<std::size_t>(bucket) + 1];
+  const auto& ranks = stats.ranks();
+  const std::int64_t forward_start = stats.forward_start_ps();
+  const std::int64_t backward_end = stats.backward_end_ps();
+  if (stats.spans() > 0) {
+    report.iteration_time_s =
+        static_cast<double>(stats.last_end_ps() - stats.first_start_ps()) * kPsToS;
   }
-
-  if (!spans.empty())
-    report.iteration_time_s = static_cast<double>(last_end - first_start) * kPsToS;
   const bool have_pipeline =
       forward_start != kNoTime && backward_end != kNoEnd && backward_end > forward_start;
   if (have_pipeline) {
     report.pipeline_time_s = static_cast<double>(backward_end - forward_start) * kPsToS;
   }
+  const bool overlapping = program.overlapping_iterations();
   if (overlapping) {
     // The steady-state period: the longest busy window of a rank (iterations overlap, so the
     // first-to-last span of one iteration overstates what an iteration costs).
     std::int64_t period = 0, pipeline = 0;
-    for (std::size_t r = 0; r < world; ++r) {
-      if (rank_first[r] != kNoTime && rank_last[r] > rank_first[r]) {
-        period = std::max(period, rank_last[r] - rank_first[r]);
-      }
-      if (rank_fb_first[r] != kNoTime && rank_fb_last[r] > rank_fb_first[r]) {
-        pipeline = std::max(pipeline, rank_fb_last[r] - rank_fb_first[r]);
+    for (const auto& r : ranks) {
+      if (r.first != kNoTime && r.last > r.first) period = std::max(period, r.last - r.first);
+      if (r.fb_first != kNoTime && r.fb_last > r.fb_first) {
+        pipeline = std::max(pipeline, r.fb_last - r.fb_first);
       }
     }
     if (period > 0) report.iteration_time_s = static_cast<double>(period) * kPsToS;
     report.pipeline_time_s = static_cast<double>(pipeline) * kPsToS;
   }
   std::int64_t optimizer_max = 0;
-  for (std::int64_t v : optimizer_ps) optimizer_max = std::max(optimizer_max, v);
+  for (const auto& r : ranks) optimizer_max = std::max(optimizer_max, r.optimizer_ps);
   report.optimizer_time_s = static_cast<double>(optimizer_max) * kPsToS;
 
-  // Pass 2: compute-busy time within the pipeline window, and span indices bucketed by
-  // (rank, stream) in timeline order (a counting sort: one index per span, no per-op allocation).
-  for (std::size_t b = 1; b < offsets.size(); ++b) offsets[b] += offsets[b - 1];
-  std::vector<std::uint32_t> order(offsets.back());
-  std::vector<std::uint32_t> next_slot(offsets.begin(), offsets.end() - 1);
-  std::vector<std::int64_t> busy_ps(world, 0);
-  for (std::size_t i = 0; i < spans.size(); ++i) {
-    const Span& span = spans[i];
-    const auto rank = static_cast<std::size_t>(span.rank);
-    const int bucket = sweep_index(span.stream);
-    if (bucket < 0) continue;
-    order[next_slot[rank * kSweepStreams + static_cast<std::size_t>(bucket)]++] =
-        static_cast<std::uint32_t>(i);
-    if (bucket == 0 && have_pipeline) {
-      const Phase phase = program.op(span.op).phase;
-      // Recomputation is compute too: it is not idle time.
-      if (phase != Phase::forward && phase != Phase::backward && phase != Phase::recompute)
-        continue;
-      const std::int64_t s =
-          std::max(span.start.picoseconds(), overlapping ? rank_fb_first[rank] : forward_start);
-      const std::int64_t e =
-          std::min(span.end.picoseconds(), overlapping ? rank_fb_last[rank] : backward_end);
-      if (e > s) busy_ps[rank] += e - s;
-    }
-  }
-
-  // Sweep per rank: each (rank, stream) list sorted by start (already so when spans come in op
-  // order), then union of communication minus union of compute.
-  auto by_start = [&spans](std::uint32_t a, std::uint32_t b) {
-    return spans[a].start < spans[b].start;
-  };
+  // Per rank: compute-busy time within the pipeline window, and the union of communication
+  // minus the union of compute.
   report.ranks.resize(world);
   double busy_ratio_sum = 0;
   double exposed_sum = 0;
   for (std::size_t r = 0; r < world; ++r) {
-    UnionCursor compute;
-    UnionCursor comm;
-    for (int k = 0; k < kSweepStreams; ++k) {
-      const std::size_t b = r * kSweepStreams + static_cast<std::size_t>(k);
-      std::uint32_t* begin = order.data() + offsets[b];
-      std::uint32_t* end = order.data() + offsets[b + 1];
-      if (!std::is_sorted(begin, end, by_start)) std::stable_sort(begin, end, by_start);
-      (k == 0 ? compute : comm).add_list(begin, end);
-    }
     RankReport& rank = report.ranks[r];
     rank.rank = static_cast<int>(r);
     rank.stage = r < context.stage_of_rank.size() ? context.stage_of_rank[r] : 0;
@@ -322,8 +138,15 @@ void fill_times(const strategies::Program& program, const Timeline& timeline,
       rank.compute_busy_s = report.ranks[source].compute_busy_s;
       rank.exposed_comm_s = report.ranks[source].exposed_comm_s;
     } else {
-      rank.compute_busy_s = static_cast<double>(busy_ps[r]) * kPsToS;
-      rank.exposed_comm_s = static_cast<double>(exposed_time(spans, compute, comm)) * kPsToS;
+      const auto& figures = ranks[r];
+      if (have_pipeline) {
+        const std::int64_t busy = overlapping
+                                      ? stats.busy_within(r, figures.fb_first, figures.fb_last)
+                                      : stats.busy_within(r, forward_start, backward_end);
+        rank.compute_busy_s = static_cast<double>(busy) * kPsToS;
+      }
+      rank.exposed_comm_s =
+          static_cast<double>(measure_minus(figures.comm, figures.compute)) * kPsToS;
     }
     if (report.pipeline_time_s > 0) busy_ratio_sum += rank.compute_busy_s / report.pipeline_time_s;
     exposed_sum += rank.exposed_comm_s;
@@ -355,26 +178,13 @@ void fill_interference(const strategies::Program& program, const Timeline& timel
   }
 }
 
-// Context parallelism's transfers run on the tp-comm stream beside the tensor-parallel ones; the
-// report lists them as "cp": collectives on a cp group (strategies/lowering/communicators.cpp
-// names them "cp s<stage> d<replica> t<tp>") and the ring's sends (strategies/context_parallel.cpp
-// labels them "... cp ring ...").
-bool context_parallel_transfer(const strategies::Program& program, const strategies::Op& op) {
-  if (const auto* c = std::get_if<strategies::Collective>(&op.work)) {
-    return c->group < program.groups().size() &&
-           program.groups()[c->group].name.rfind("cp ", 0) == 0;
-  }
-  return std::holds_alternative<strategies::Send>(op.work) &&
-         program.label_of(op).find(" cp ring ") != std::string::npos;
-}
-
 // Per rank and (stream, kind): calls, bytes, wire bytes and time with data moving; the report
 // keeps, per (stream, kind), the rank with the most wire bytes (ties: the lowest rank). A
 // context-parallel transfer counts under a stream of its own, "cp".
-void fill_communication(const strategies::Program& program, const Timeline& timeline,
+void fill_communication(const strategies::Program& program, const SpanStatistics& stats,
                         Report& report) {
-  constexpr int kKinds = 7;                               // the collective kinds, then "send"
-  constexpr int kStreams = strategies::kStreamCount + 1;  // the streams, then "cp"
+  constexpr int kKinds = SpanStatistics::kCommKinds;      // the collective kinds, then "send"
+  constexpr int kStreams = SpanStatistics::kCommStreams;  // the streams, then "cp"
   struct Tally {
     std::int64_t calls = 0;
     std::int64_t bytes = 0;
@@ -384,36 +194,38 @@ void fill_communication(const strategies::Program& program, const Timeline& time
   const auto world = static_cast<std::size_t>(program.world_size());
   std::vector<Tally> tally(world * kStreams * kKinds);
   std::vector<char> used(kStreams * kKinds, 0);
-  const bool indexed = timeline.spans.size() == program.op_count();
+  // Times only when every op has its span (as when they were read from a timeline indexed by op).
+  const bool indexed = stats.spans() == program.op_count();
   for (OpId id = 0; id < program.op_count(); ++id) {
     const auto& op = program.op(id);
-    int kind = -1;
     std::int64_t bytes = 0;
     double wire = 0;
     if (const auto* c = std::get_if<strategies::Collective>(&op.work)) {
-      kind = static_cast<int>(c->kind);
       bytes = c->bytes.count();
-      const auto n = c->group < program.groups().size()
-                         ? static_cast<int>(program.groups()[c->group].ranks.size())
+      const std::uint32_t group = c->group;
+      const auto n = group < program.groups().size()
+                         ? static_cast<int>(program.groups()[group].ranks.size())
                          : 1;
       wire = n <= 1 ? 0.0 : static_cast<double>(bytes) * busbw_factor(c->kind, n);
     } else if (const auto* send = std::get_if<strategies::Send>(&op.work)) {
-      kind = kKinds - 1;
       bytes = send->bytes.count();
       wire = static_cast<double>(bytes);
     } else {
       continue;
     }
-    const auto stream = context_parallel_transfer(program, op)
-                            ? static_cast<std::size_t>(strategies::kStreamCount)
-                            : static_cast<std::size_t>(op.stream);
-    const auto slot = stream * kKinds + static_cast<std::size_t>(kind);
+    const auto slot = static_cast<std::size_t>(stats.comm_slot(op));
     used[slot] = 1;
     Tally& t = tally[static_cast<std::size_t>(op.rank) * kStreams * kKinds + slot];
     ++t.calls;
     t.bytes += bytes;
     t.wire += wire;
-    if (indexed) t.time_ps += (timeline.spans[id].end - timeline.spans[id].start).picoseconds();
+  }
+  if (indexed) {
+    for (std::size_t r = 0; r < world; ++r) {
+      for (std::size_t slot = 0; slot < used.size(); ++slot) {
+        if (used[slot]) tally[r * used.size() + slot].time_ps = stats.comm_time(r, slot);
+      }
+    }
   }
   for (std::size_t slot = 0; slot < used.size(); ++slot) {
     if (!used[slot]) continue;
@@ -528,13 +340,20 @@ bool pipelined(const ReportContext& context) {
 
 Report make_report(const strategies::Program& program, const Timeline& timeline,
                    const ReportContext& context) {
+  SpanStatistics stats(program);
+  for (const Span& span : timeline.spans) stats.add(span);
+  return make_report(program, timeline, stats, context);
+}
+
+Report make_report(const strategies::Program& program, const Timeline& timeline,
+                   const SpanStatistics& stats, const ReportContext& context) {
   Report report;
   report.completed = timeline.completed;
   report.problem = timeline.problem;
   count_flops(program, report);
-  fill_times(program, timeline, context, report);
+  fill_times(program, stats, context, report);
   fill_memory(timeline, report);
-  fill_communication(program, timeline, report);
+  fill_communication(program, stats, report);
   fill_interference(program, timeline, report);
   for (RankReport& rank : report.ranks) {
     const auto r = static_cast<std::size_t>(rank.rank);

@@ -119,8 +119,16 @@ struct Report {
   std::vector<LinkLoad> links;
 };
 
+/// The report of `timeline`, its span figures gathered from timeline.spans.
 Report make_report(const strategies::Program& program, const Timeline& timeline,
                    const ReportContext& context);
+
+class SpanStatistics;
+/// The same with the span figures gathered while the run went (traces/span_statistics.hpp):
+/// timeline.spans is not read (it may hold the traced ranks' spans only); the rest of the
+/// timeline (memory, out-of-memory, interference, completion) is.
+Report make_report(const strategies::Program& program, const Timeline& timeline,
+                   const SpanStatistics& stats, const ReportContext& context);
 
 /// Whether the ranks form a pipeline: more than one stage in context.stage_of_rank; when the
 /// context gives no stages (stage_of_rank empty) it is not known, and taken as a pipeline.

@@ -20,13 +20,19 @@ using strategies::Stream;
 
 /// When one op ran. For collectives and transfers `start` is when data began to move (all
 /// members present), so waiting for peers is not counted as communication.
+/// 24 bytes: the rank and the stream share one 4-byte word (ranks below 2^23). They are
+/// bit-fields: read them by value (a non-const reference cannot bind to them; doctest's CHECK on
+/// a non-const Span needs `const Span&`).
 struct Span {
-  std::int32_t rank = 0;
-  Stream stream = Stream::compute;
+  std::int32_t rank : 24 = 0;
+  Stream stream : 8 = Stream::compute;
   OpId op = 0;
   Time start;
   Time end;
 };
+static_assert(sizeof(Span) == 24, "Span: rank and stream in one word, then op, start, end");
+/// The most ranks a Span can name (its 24-bit rank field).
+inline constexpr std::int32_t kMaxSpanRanks = std::int32_t{1} << 23;
 
 /// A rank's allocation on one tier right after it changed.
 struct MemorySample {

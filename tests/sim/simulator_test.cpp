@@ -88,8 +88,9 @@ TEST_CASE("simulator: compute, all-reduce and a dependent compute on two ranks")
   for (int r = 0; r < 2; ++r) {
     check_span(t, ids[r][1], Time::us(30), Time::us(1032));
     check_span(t, ids[r][2], Time::us(1032), Time::us(1037));
-    CHECK(t.spans[ids[r][1]].rank == r);
-    CHECK(t.spans[ids[r][1]].stream == Stream::tp_comm);
+    const traces::Span& transfer = t.spans[ids[r][1]];  // const: rank and stream are bit-fields
+    CHECK(transfer.rank == r);
+    CHECK(transfer.stream == Stream::tp_comm);
   }
   // 4 compute ends and one network completion.
   CHECK(t.events == 5);

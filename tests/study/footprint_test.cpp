@@ -116,3 +116,16 @@ TEST_CASE("simulate refuses a run over max_memory before it runs, and runs one u
 TEST_CASE("the available host memory is read from the machine") {
   CHECK(study::available_host_memory() > Bytes(0));
 }
+
+TEST_CASE("stratasim simulate's lean runs: spans of the traced ranks only") {
+  // gpt3-1.7b-a100-8 --exact: 8 ranks issue the same number of ops (dp 8), so tracing one rank
+  // keeps 1/8 of the spans.
+  study::Options lean;
+  lean.exact = true;
+  lean.trace_ranks = "0";
+  lean.spans_of_traced_ranks_only = true;
+  const auto estimate = study::estimate_host_memory(with_dp(8), lean);
+  CHECK(estimate.shape.spans * 8 == estimate.shape.ops);
+  lean.spans_of_traced_ranks_only = false;
+  CHECK(study::estimate_host_memory(with_dp(8), lean).shape.spans == estimate.shape.ops);
+}
