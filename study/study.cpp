@@ -32,6 +32,7 @@ st::Program lower(const st::Experiment& experiment, const st::LowerOptions& opti
   st::PipelineSpec spec = st::pipeline_spec(experiment, partition_layers(experiment));
   spec.mirror_data_parallel = options.mirror_data_parallel;
   spec.mirror_tensor_parallel = options.mirror_tensor_parallel;
+  spec.mirror_period = options.mirror_period;
   st::Program program = st::assemble_pipeline(spec);
   try {
     st::validate(program);
@@ -111,18 +112,79 @@ std::vector<traces::LinkLoad> busiest_links(const sim::FlowNetwork& network,
 
 traces::Timeline simulate_program(const st::Program& program, const hw::ClusterSpec& cluster,
                                   const sim::SimOptions& options,
-                                  std::vector<traces::LinkLoad>* links) {
-  if (cluster.network_model != hw::NetworkModel::flow || links == nullptr) {
+                                  std::vector<traces::LinkLoad>* links,
+                                  const sim::FlowSymmetry* symmetry) {
+  if (cluster.network_model != hw::NetworkModel::flow || (links == nullptr && !symmetry)) {
     return sim::simulate(program, cluster, options);
   }
-  sim::FlowNetwork network(cluster, hw::build_topology(cluster), program);
+  sim::FlowNetwork network =
+      symmetry ? sim::FlowNetwork(cluster, hw::build_topology(cluster), program, *symmetry)
+               : sim::FlowNetwork(cluster, hw::build_topology(cluster), program);
   sim::LinkUsage usage(network);
   network.set_observer(&usage);
   auto timeline = sim::simulate(program, cluster, network, options);
   Time span;
   for (const auto& s : timeline.spans) span = std::max(span, s.end);
-  *links = busiest_links(network, usage, span);
+  if (links != nullptr) *links = busiest_links(network, usage, span);
   return timeline;
+}
+
+sim::ReplicaMap replica_map(const st::RankLayout& layout, int period) {
+  sim::ReplicaMap m;
+  const int world = layout.world_size();
+  m.replicas = layout.dp / layout.cp / period;
+  m.replica.resize(static_cast<std::size_t>(world));
+  m.next.resize(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    m.replica[static_cast<std::size_t>(r)] = layout.replica(r) / period;
+    m.next[static_cast<std::size_t>(r)] = layout.rank(
+        layout.tp_index(r), (layout.dp_index(r) + layout.cp * period) % layout.dp, layout.stage(r));
+  }
+  return m;
+}
+
+FlowReduction flow_reduction(const st::Experiment& experiment, bool exact) {
+  const hw::ClusterSpec& cluster = experiment.cluster;
+  FlowReduction out;
+  if (cluster.network_model != hw::NetworkModel::flow ||
+      cluster.flow_symmetry == hw::FlowSymmetry::off) {
+    return out;
+  }
+  const bool routes = cluster.flow_symmetry == hw::FlowSymmetry::symmetric_routes;
+  if (exact && !routes) {
+    out.note = "every replica simulated (--exact)";
+    return out;
+  }
+  const auto mode = routes ? sim::FlowSymmetry::Mode::routes : sim::FlowSymmetry::Mode::reduce;
+  const st::RankLayout layout = st::layout_of(experiment);
+  const int replicas = layout.dp / layout.cp;
+  const hw::Topology topology = hw::build_topology(cluster);
+  // The smallest period P whose move (replica r onto replica r + P) is a symmetry: replicas
+  // 0 .. P - 1 then stand for all.
+  std::string why, first_why;
+  for (int period = 1; 2 * period <= replicas; ++period) {
+    if (replicas % period != 0) continue;
+    out.symmetry = sim::flow_symmetry(cluster, topology, replica_map(layout, period), mode, why);
+    if (out.symmetry) {
+      out.period = period;
+      break;
+    }
+    if (first_why.empty()) first_why = why;
+    // What the cluster breaks, no period mends.
+    if (why.find("symmetry of the topology") == std::string::npos) break;
+  }
+  if (replicas < 2) first_why = "there is one data-parallel replica";
+  if (!out.symmetry) {
+    out.note = "every replica simulated: " + first_why;
+  } else if (routes) {
+    out.note = "every replica simulated, routed as the symmetry moves replicas (symmetric_routes)";
+  } else {
+    out.note = (out.period == 1 ? std::string("replica 0")
+                                : "replicas 0-" + std::to_string(out.period - 1)) +
+               " simulated for all " + std::to_string(replicas) +
+               " data-parallel replicas (exact up to rounding)";
+  }
+  return out;
 }
 
 sim::MemoryOverheads memory_overheads(const st::Experiment& experiment) {
@@ -132,9 +194,31 @@ sim::MemoryOverheads memory_overheads(const st::Experiment& experiment) {
 
 namespace {
 
-st::LowerOptions lower_options(bool mirrored, const Options& options) {
-  return {.mirror_data_parallel = mirrored,
-          .mirror_tensor_parallel = mirrored && options.mirror_tensor_parallel};
+// How the run mirrors: where replicas behave alike on the analytical network, every replica
+// but 0; on the flow network with flow_symmetry auto, where it reduces them, every replica past
+// the symmetry's period. Tensor-parallel mirroring only on the analytical network (the flow
+// network's reduction is over data-parallel replicas).
+struct MirrorPlan {
+  bool mirrored = false;
+  int period = 1;
+};
+
+MirrorPlan mirror_plan(const st::Experiment& experiment, const Options& options) {
+  if (mirrors(experiment, options.exact)) return {true, 1};
+  if (experiment.cluster.network_model != hw::NetworkModel::flow ||
+      experiment.cluster.flow_symmetry != hw::FlowSymmetry::automatic || options.exact) {
+    return {};
+  }
+  const FlowReduction reduction = flow_reduction(experiment, options.exact);
+  return reduction.reduces() ? MirrorPlan{true, reduction.period} : MirrorPlan{};
+}
+
+st::LowerOptions lower_options(const st::Experiment& experiment, MirrorPlan plan,
+                               const Options& options) {
+  const bool analytical = mirrors(experiment, options.exact);
+  return {.mirror_data_parallel = plan.mirrored,
+          .mirror_tensor_parallel = plan.mirrored && analytical && options.mirror_tensor_parallel,
+          .mirror_period = plan.period};
 }
 
 // The shared first half of simulate() and estimate_memory(): the configured experiment, its
@@ -143,10 +227,10 @@ Result prepare(st::Experiment experiment, const Options& options,
                std::optional<st::Program> program = std::nullopt, bool configure = true) {
   Result r;
   r.experiment = configure ? configured(std::move(experiment), options) : std::move(experiment);
-  const bool mirrored = mirrors(r.experiment, options.exact);
-  r.traced_ranks = trace_ranks(options.trace_ranks, st::layout_of(r.experiment), mirrored);
-  r.program =
-      program ? std::move(*program) : study::lower(r.experiment, lower_options(mirrored, options));
+  const MirrorPlan plan = mirror_plan(r.experiment, options);
+  r.traced_ranks = trace_ranks(options.trace_ranks, st::layout_of(r.experiment), plan.mirrored);
+  r.program = program ? std::move(*program)
+                      : study::lower(r.experiment, lower_options(r.experiment, plan, options));
   r.context = traces::report_context(r.experiment);
   return r;
 }
@@ -155,9 +239,11 @@ Result prepare(st::Experiment experiment, const Options& options,
 
 HostMemoryEstimate estimate_host_memory(const st::Experiment& experiment, const Options& options,
                                         std::optional<st::Program>* program) {
-  const bool mirrored = mirrors(experiment, options.exact);
+  MirrorPlan plan = mirror_plan(experiment, options);
+  const bool mirrored = plan.mirrored;
+  plan.mirrored = true;
   // One replica's ops: the run's own Program when it mirrors, else a mirrored sample scaled up.
-  st::Program sample = study::lower(experiment, lower_options(true, options));
+  st::Program sample = study::lower(experiment, lower_options(experiment, plan, options));
   const bool sample_is_the_run = mirrored || !sample.mirrored();
   std::int64_t issuing = 0;
   if (sample_is_the_run) {
@@ -202,7 +288,26 @@ Result simulate(st::Experiment experiment, const Options& options) {
   sim_options.stop_on_oom = options.stop_on_oom;
   sim_options.memory_sample_ranks = r.traced_ranks;
   std::vector<traces::LinkLoad> links;
-  r.timeline = simulate_program(r.program, r.experiment.cluster, sim_options, &links);
+  FlowReduction reduction = flow_reduction(r.experiment, options.exact);
+  if (reduction.symmetry && reduction.reduces() != r.program.mirrored()) {
+    reduction.symmetry.reset();  // the Program decides: mirrored or not
+    reduction.note = "every replica simulated: the Program is not mirrored";
+  }
+  try {
+    r.timeline = simulate_program(r.program, r.experiment.cluster, sim_options, &links,
+                                  reduction.symmetry ? &*reduction.symmetry : nullptr);
+  } catch (const sim::SymmetryBroken& e) {
+    // The traffic breaks the symmetry: every replica, routed as without it.
+    reduction.note = std::string("every replica simulated: ") + e.what();
+    if (r.program.mirrored()) {
+      r.program = study::lower(r.experiment, lower_options(r.experiment, MirrorPlan{}, options));
+      r.traced_ranks = trace_ranks(options.trace_ranks, st::layout_of(r.experiment), false);
+      sim_options.memory_sample_ranks = r.traced_ranks;
+    }
+    links.clear();
+    r.timeline = simulate_program(r.program, r.experiment.cluster, sim_options, &links);
+  }
+  if (!reduction.note.empty()) r.context.setup.emplace_back("flow symmetry", reduction.note);
   r.report = traces::make_report(r.program, r.timeline, r.context);
   r.report.links = std::move(links);
   return r;
