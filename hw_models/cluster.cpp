@@ -178,6 +178,11 @@ std::string_view name_of(NetworkModel m) {
   return kNetworkModelNames[static_cast<int>(m)];
 }
 
+std::string_view name_of(FlowSymmetry m) {
+  constexpr std::string_view kNames[] = {"off", "auto", "symmetric_routes"};
+  return kNames[static_cast<int>(m)];
+}
+
 std::string_view name_of(CollectiveAlgorithm a) {
   return kAlgorithmNames[static_cast<int>(a)];
 }
@@ -368,6 +373,13 @@ ClusterSpec read_cluster(config::Document& doc, const std::string& path) {
   c.network_model = r.choice_or("network_model", {"analytical", "flow"}, "analytical") == "flow"
                         ? NetworkModel::flow
                         : NetworkModel::analytical;
+  {
+    const std::string symmetry =
+        r.choice_or("flow_symmetry", {"off", "auto", "symmetric_routes"}, "off");
+    c.flow_symmetry = symmetry == "auto"               ? FlowSymmetry::automatic
+                      : symmetry == "symmetric_routes" ? FlowSymmetry::symmetric_routes
+                                                       : FlowSymmetry::off;
+  }
   if (r.has("collectives")) {
     auto coll = r.object("collectives", "collective settings");
     c.collectives.protocol_efficiency =

@@ -46,6 +46,15 @@ struct NvmeSpec {
 enum class NetworkModel : std::uint8_t { analytical, flow };
 std::string_view name_of(NetworkModel m);
 
+/// How the flow-level network uses the symmetry of data-parallel replicas (`flow_symmetry`,
+/// docs/network.md "Symmetry"): `off` simulates every replica with per-transfer ECMP keys (as
+/// before it existed); `auto` simulates one replica for all where the symmetry provably holds
+/// (the others' flows enter max-min sharing as weighted copies) and every replica otherwise;
+/// `symmetric_routes` simulates every replica with the routes the reduced run gives them (each
+/// replica's flows the shifted image of replica 0's), the unreduced run `auto` is exact against.
+enum class FlowSymmetry : std::uint8_t { off, automatic, symmetric_routes };
+std::string_view name_of(FlowSymmetry m);
+
 /// Collective algorithms (sim/collectives.hpp says what each one sends). `automatic` lets a
 /// rule like NCCL's choose per collective from its size and group.
 enum class CollectiveAlgorithm : std::uint8_t {
@@ -194,6 +203,7 @@ struct ClusterSpec {
   std::optional<NvmeSpec> nvme;
   std::optional<TopologySpec> topology;  // absent: the two-level form
   NetworkModel network_model = NetworkModel::analytical;
+  FlowSymmetry flow_symmetry = FlowSymmetry::off;
   CollectiveSettings collectives;
   /// What communication and compute cost each other when they overlap on a GPU
   /// (hw_models/interference.hpp); FPGAs' network ports are apart from their compute.

@@ -38,6 +38,7 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <numeric>
 #include <span>
 #include <stdexcept>
 #include <unordered_map>
@@ -695,6 +696,107 @@ Bandwidth Topology::bottleneck(const std::vector<int>& route) const {
   Bandwidth least(std::numeric_limits<double>::infinity());
   for (int l : route) least = std::min(least, link(l).bandwidth);
   return least;
+}
+
+namespace {
+
+/// The vertex images of a device permutation on a two_level/nvswitch/fat_tree graph (see
+/// Topology::automorphism); empty with `why` set where the permutation does not move whole
+/// nodes keeping rails.
+std::vector<int> structured_vertex_map(const RoutingStructure& s, int vertices,
+                                       std::span<const int> device_map, int period,
+                                       std::string& why) {
+  const int w = s.devices, per = s.per_node;
+  std::vector<int> image(static_cast<std::size_t>(vertices));
+  for (int v = 0; v < vertices; ++v) image[static_cast<std::size_t>(v)] = v;  // switches stay
+  std::vector<char> hit(static_cast<std::size_t>(w), 0);
+  for (int r = 0; r < w; ++r) {
+    const int to = device_map[static_cast<std::size_t>(r)];
+    if (to < 0 || to >= w || hit[static_cast<std::size_t>(to)]) {
+      why = "the replica map is not a permutation of the devices";
+      return {};
+    }
+    hit[static_cast<std::size_t>(to)] = 1;
+    if (to % per != r % per ||
+        to / per != device_map[static_cast<std::size_t>(r - r % per)] / per) {
+      why = "the replica map moves device " + std::to_string(r) + " to device " +
+            std::to_string(to) + ", not the same place in a whole node";
+      return {};
+    }
+    image[static_cast<std::size_t>(r)] = to;
+    image[static_cast<std::size_t>(s.nic0() + r)] = s.nic0() + to;
+  }
+  for (int n = 0; n < s.nodes; ++n) {
+    image[static_cast<std::size_t>(s.nvswitch0() + n)] =
+        s.nvswitch0() + device_map[static_cast<std::size_t>(n * per)] / per;
+  }
+  if (s.shape == RoutingStructure::Shape::fat_tree) {
+    for (int k = 0; k < s.racks; ++k) {
+      const int rack = s.rack_of(device_map[static_cast<std::size_t>(k * s.per_rack * per)] / per);
+      for (int i = 0; i < per; ++i) {
+        image[static_cast<std::size_t>(s.leaf0() + k * per + i)] = s.leaf0() + rack * per + i;
+      }
+    }
+    // Spines turn by S / gcd(period, S): `period` moves bring them back.
+    const int step = s.spines / std::gcd(std::max(period, 1), s.spines);
+    for (int j = 0; j < s.spines; ++j) {
+      image[static_cast<std::size_t>(s.spine0() + j)] = s.spine0() + (j + step) % s.spines;
+    }
+  }
+  return image;
+}
+
+}  // namespace
+
+std::optional<Topology::Automorphism> Topology::automorphism(std::span<const int> device_map,
+                                                             std::string& why, int period) const {
+  const Impl& m = get();
+  const RoutingStructure& s = m.structure;
+  if (s.shape != RoutingStructure::Shape::two_level &&
+      s.shape != RoutingStructure::Shape::fat_tree) {
+    why = "the topology is not a two_level, nvswitch or fat_tree graph of more than one node";
+    return std::nullopt;
+  }
+  if (device_map.size() != static_cast<std::size_t>(s.devices)) {
+    why = "the replica map names " + std::to_string(device_map.size()) + " devices of " +
+          std::to_string(s.devices);
+    return std::nullopt;
+  }
+  Automorphism a;
+  a.vertex = structured_vertex_map(s, m.vertex_count(), device_map, period, why);
+  if (a.vertex.empty()) return std::nullopt;
+  // Links by their ends (the builders lay no two links between one ordered pair).
+  auto key = [](int from, int to) {
+    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(from)) << 32) |
+           static_cast<std::uint32_t>(to);
+  };
+  std::unordered_map<std::uint64_t, int> by_ends;
+  by_ends.reserve(m.links.size());
+  for (std::size_t l = 0; l < m.links.size(); ++l) {
+    if (!by_ends.emplace(key(m.links[l].from, m.links[l].to), static_cast<int>(l)).second) {
+      why = "the topology has two links between one pair of vertices";
+      return std::nullopt;
+    }
+  }
+  a.link.resize(m.links.size());
+  for (std::size_t l = 0; l < m.links.size(); ++l) {
+    const TopologyLink& link = m.links[l];
+    const int from = a.vertex[static_cast<std::size_t>(link.from)];
+    const int to = a.vertex[static_cast<std::size_t>(link.to)];
+    const auto it = by_ends.find(key(from, to));
+    const TopologyLink* other =
+        it == by_ends.end() ? nullptr : &m.links[static_cast<std::size_t>(it->second)];
+    if (other == nullptr ||
+        other->bandwidth.bytes_per_second() != link.bandwidth.bytes_per_second() ||
+        other->latency != link.latency) {
+      why = "the link " + m.describe(link.from) + " -> " + m.describe(link.to) +
+            (other == nullptr ? " has no counterpart " : " differs from its counterpart ") +
+            m.describe(from) + " -> " + m.describe(to) + " under the replica map";
+      return std::nullopt;
+    }
+    a.link[l] = it->second;
+  }
+  return a;
 }
 
 int Topology::reducing_switch(const std::vector<std::int32_t>& ranks) const {

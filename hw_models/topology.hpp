@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -143,6 +144,28 @@ class Topology {
   Bandwidth bottleneck(const std::vector<int>& route) const;
   /// A switch that reduces in the network and is one hop from every device of `ranks`, or -1.
   int reducing_switch(const std::vector<std::int32_t>& ranks) const;
+
+  /// A symmetry of the graph: where each vertex and each link goes.
+  struct Automorphism {
+    std::vector<int> vertex;  // by vertex id: its image
+    std::vector<int> link;    // by link id: its image
+  };
+  /// The automorphism that moves device r to device `device_map[r]`, where there is one that
+  /// this method can prove: the graph comes from the two_level, nvswitch or fat_tree builder
+  /// (more than one node, unchanged since build_topology); `device_map` is a permutation of
+  /// the devices that maps whole nodes onto whole nodes keeping each device's place (rail) in
+  /// its node; NVSwitches and NICs follow their node and device, a fat-tree's leaf (rack k,
+  /// rail i) goes to the leaf of the rack its first node goes to, the two_level network switch
+  /// stays, and a fat-tree's S spines turn by S / gcd(period, S) places (spines are
+  /// interchangeable; `period` moves bring them back, and in between the images of one route
+  /// spread over the spines as ECMP would spread independent flows). The result is then
+  /// checked link by link: every link's image must be
+  /// a link (joining the images of its ends) with the same bandwidth and latency, so a
+  /// degraded link, a partial rack moved onto a full one or a rack split between two racks
+  /// fails. Otherwise returns nothing and sets `why` to the first reason found. O(vertices +
+  /// links) time and memory.
+  std::optional<Automorphism> automorphism(std::span<const int> device_map, std::string& why,
+                                           int period = 1) const;
 
  private:
   struct Impl;

@@ -25,7 +25,70 @@ std::uint64_t flow_key(TransferId id, std::uint64_t index) {
   return mix((static_cast<std::uint64_t>(id) << 32) ^ index);
 }
 
+/// With a symmetry: the ECMP key of flow `index` of a transfer whose key base is `base`.
+std::uint64_t symmetric_key(std::uint64_t base, std::uint64_t index) {
+  return mix(base ^ mix(index + 0x632be59bd9b4e019ULL));
+}
+
+/// A hash of a list of ranks, in order.
+template <class RankOf>
+std::uint64_t hash_ranks(const std::vector<std::int32_t>& ranks, RankOf rank_of) {
+  std::uint64_t h = mix(ranks.size());
+  for (std::int32_t r : ranks) h = mix(h ^ static_cast<std::uint64_t>(rank_of(r)));
+  return h;
+}
+
+std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) |
+         static_cast<std::uint32_t>(b);
+}
+
+/// Why `replicas` is not a cyclic replica map of `world` ranks ("" when it is).
+std::string replica_map_problem(const ReplicaMap& m, int world) {
+  const auto w = static_cast<std::size_t>(world);
+  if (m.replica.size() != w || m.next.size() != w) {
+    return "the replica map covers " + std::to_string(m.replica.size()) + " ranks, not " +
+           std::to_string(world);
+  }
+  for (std::size_t r = 0; r < w; ++r) {
+    const std::int32_t n = m.next[r];
+    if (n < 0 || n >= world || m.replica[r] < 0 || m.replica[r] >= m.replicas ||
+        m.replica[static_cast<std::size_t>(n)] != (m.replica[r] + 1) % m.replicas) {
+      return "rank " + std::to_string(r) + " has no place in the next replica";
+    }
+  }
+  return "";
+}
+
 }  // namespace
+
+std::optional<FlowSymmetry> flow_symmetry(const hw::ClusterSpec& cluster,
+                                          const hw::Topology& topology, ReplicaMap replicas,
+                                          FlowSymmetry::Mode mode, std::string& why) {
+  if (cluster.network_model != hw::NetworkModel::flow) {
+    why = "the cluster does not use the flow-level network";
+    return std::nullopt;
+  }
+  if (!cluster.homogeneous()) {
+    why =
+        "the cluster has per-device overrides (other device types, stragglers or degraded "
+        "links), so replicas differ";
+    return std::nullopt;
+  }
+  if (replicas.replicas < 2) {
+    why = "there is one data-parallel replica";
+    return std::nullopt;
+  }
+  why = replica_map_problem(replicas, topology.device_count());
+  if (!why.empty()) return std::nullopt;
+  std::vector<int> next(replicas.next.begin(), replicas.next.end());
+  auto shift = topology.automorphism(next, why, replicas.replicas);
+  if (!shift) {
+    why = "moving a replica onto the next is not a symmetry of the topology: " + why;
+    return std::nullopt;
+  }
+  return FlowSymmetry{mode, std::move(replicas), std::move(*shift)};
+}
 
 FlowNetwork::FlowNetwork(const hw::ClusterSpec& cluster, hw::Topology topology,
                          const strategies::Program& program)
@@ -52,6 +115,60 @@ FlowNetwork::FlowNetwork(const hw::ClusterSpec& cluster, hw::Topology topology,
     info.nccl = nccl_group(info.ranks, cluster_);
     info.switch_reduces = info.ranks.size() > 1 && topology_.reducing_switch(info.ranks) >= 0;
   }
+}
+
+FlowNetwork::FlowNetwork(const hw::ClusterSpec& cluster, hw::Topology topology,
+                         const strategies::Program& program, FlowSymmetry symmetry)
+    : FlowNetwork(cluster, std::move(topology), program) {
+  const int world = topology_.device_count();
+  const std::string problem = replica_map_problem(symmetry.replicas, world);
+  if (!problem.empty()) throw std::invalid_argument("flow network symmetry: " + problem);
+  symmetry_ = std::move(symmetry);
+  const ReplicaMap& m = symmetry_->replicas;
+  canonical_rank_.assign(static_cast<std::size_t>(world), -1);
+  for (int r = 0; r < world; ++r) {
+    if (m.replica[static_cast<std::size_t>(r)] != 0) continue;
+    int at = r;
+    for (int j = 0; j < m.replicas; ++j) {
+      canonical_rank_[static_cast<std::size_t>(at)] = r;
+      at = m.next[static_cast<std::size_t>(at)];
+    }
+  }
+  auto canonical = [&](std::int32_t r) { return canonical_rank_[static_cast<std::size_t>(r)]; };
+  auto itself = [](std::int32_t r) { return r; };
+  group_symmetry_.resize(groups_.size());
+  std::unordered_map<std::uint64_t, int> replica0;  // replica 0's groups by their ranks
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const auto& ranks = groups_[g].ranks;
+    GroupSymmetry& gs = group_symmetry_[g];
+    gs.replica = ranks.empty() ? -1 : m.replica[static_cast<std::size_t>(ranks.front())];
+    for (std::int32_t r : ranks) {
+      if (m.replica[static_cast<std::size_t>(r)] != gs.replica) gs.replica = -1;
+    }
+    gs.tag = gs.replica >= 0 ? hash_ranks(ranks, canonical) : mix(hash_ranks(ranks, itself));
+    if (gs.replica == 0) replica0.emplace(gs.tag, static_cast<int>(g));
+  }
+  for (GroupSymmetry& gs : group_symmetry_) {
+    if (gs.replica < 0) continue;
+    const auto it = replica0.find(gs.tag);
+    gs.canonical = it == replica0.end() ? -1 : it->second;
+  }
+  // Each link's orbit under the replica move, represented by its lowest link id.
+  const auto& image = symmetry_->shift.link;
+  canonical_link_.assign(image.size(), -1);
+  for (std::size_t l = 0; l < image.size(); ++l) {
+    if (canonical_link_[l] >= 0) continue;
+    auto at = static_cast<int>(l);
+    do {
+      canonical_link_[static_cast<std::size_t>(at)] = static_cast<int>(l);
+      at = image[static_cast<std::size_t>(at)];
+    } while (at != static_cast<int>(l));
+  }
+}
+
+int FlowNetwork::link_representative(int link) const {
+  if (!symmetry_ || symmetry_->mode != FlowSymmetry::Mode::reduce) return link;
+  return canonical_link_[static_cast<std::size_t>(link)];
 }
 
 CollectiveAlgorithm FlowNetwork::algorithm(CollectiveKind kind, std::uint32_t group,
@@ -137,6 +254,7 @@ const FlowNetwork::Plan& FlowNetwork::plan(std::uint32_t group, CollectiveKind k
         p->routes.push_back(fixed_route(f.src_vertex, f.dst_vertex));
       }
     }
+    if (symmetry_) plan_symmetry(group, kind, algorithm, *p);
     slot = std::move(p);
   }
   return *slot;
@@ -187,6 +305,10 @@ void FlowNetwork::start(TransferId id, const TransferRequest& request, Time now)
   t.route.clear();
   t.scale = 1;
   t.nccl = false;
+  t.key = 0;
+  t.replica = -1;
+  t.copies = 1;
+  if (symmetry_) symmetric_start(t, request);
   if (request.collective && cluster_.collectives.nccl) {
     (void)algorithm(request.kind, request.group, request.bytes);  // throws for an unknown group
     const GroupInfo& info = groups_[request.group];
@@ -240,6 +362,13 @@ void FlowNetwork::start(TransferId id, const TransferRequest& request, Time now)
   if (fixed >= 0) {
     const auto links = fixed_route_links(fixed);
     t.route.assign(links.begin(), links.end());
+  } else if (symmetry_) {
+    // Replica 0's message at this place, shifted to this replica.
+    const int back = symmetry_->replicas.replicas - t.replica;
+    route_.clear();
+    topology_.route(shift_vertex(src, back), shift_vertex(dst, back), symmetric_key(t.key, 0),
+                    route_);
+    shift_route(route_, t.replica, t.route);
   } else {
     topology_.route(src, dst, flow_key(id, 0), t.route);
   }
@@ -275,9 +404,15 @@ void FlowNetwork::on_timer(int slot, std::vector<TransferId>& finished) {
   }
   t.flows.clear();
   // The plan's flows are numbered phase by phase: this phase's first one.
-  std::size_t first = 0;
-  for (std::size_t p = 0; p < t.phase; ++p) first += phases[p].flows.size();
+  const std::size_t first = first_of_phase(t);
   const PlanTemplate::Phase& phase = phases[t.phase];
+  const bool orbits = symmetry_ && t.replica < 0;
+  if (orbits) phase_routes(t, first, phase);
+  if (orbits && symmetry_->mode == FlowSymmetry::Mode::reduce) {
+    start_orbits(slot, phase);
+    if (t.outstanding == 0) phase_done(slot);
+    return;
+  }
   for (std::size_t i = 0; i < phase.flows.size(); ++i) {
     const auto& f = phase.flows[i];
     const Bytes bytes = f.share.of(t.bytes);
@@ -286,9 +421,13 @@ void FlowNetwork::on_timer(int slot, std::vector<TransferId>& finished) {
     std::span<const int> route;
     if (fixed >= 0) {
       route = fixed_route_links(fixed);
+    } else if (orbits) {
+      const auto begin = static_cast<std::size_t>(phase_offset_[i]);
+      route = std::span<const int>(phase_links_)
+                  .subspan(begin, static_cast<std::size_t>(phase_offset_[i + 1]) - begin);
     } else {
       route_.clear();
-      topology_.route(f.src_vertex, f.dst_vertex, flow_key(t.id, first + i), route_);
+      keyed_route(t, first + i, f, route_);
       route = route_;
     }
     start_flow(slot, route, static_cast<double>(bytes.count()) * t.scale);
@@ -297,8 +436,63 @@ void FlowNetwork::on_timer(int slot, std::vector<TransferId>& finished) {
   if (t.outstanding == 0) phase_done(slot);
 }
 
+void FlowNetwork::start_orbits(int slot, const PlanTemplate::Phase& phase) {
+  Transfer& t = transfers_[static_cast<std::size_t>(slot)];
+  const auto& order = t.plan->orbit_order[t.phase];
+  auto route_of = [&](int i) {
+    const auto begin = static_cast<std::size_t>(phase_offset_[static_cast<std::size_t>(i)]);
+    const auto end = static_cast<std::size_t>(phase_offset_[static_cast<std::size_t>(i) + 1]);
+    return std::span<const int>(phase_links_).subspan(begin, end - begin);
+  };
+  const std::size_t first = first_of_phase(t);
+  // `order` lists each orbit's first flow, then the rest of that orbit.
+  for (std::size_t at = 0; at < order.size();) {
+    const int head = order[at];
+    std::size_t end = at + 1;
+    while (end < order.size() &&
+           t.plan->shifted_from[first + static_cast<std::size_t>(order[end])] >= 0) {
+      ++end;
+    }
+    const Bytes bytes = phase.flows[static_cast<std::size_t>(head)].share.of(t.bytes);
+    if (bytes.count() > 0) {
+      merged_.clear();
+      for (std::size_t m = at; m < end; ++m) {
+        for (int l : route_of(order[m])) {
+          if (canonical_link_[static_cast<std::size_t>(l)] == l) merged_.push_back(l);
+        }
+      }
+      count_links();
+      start_weighted(slot, merged_, weights_, static_cast<int>(end - at),
+                     static_cast<double>(bytes.count()) * t.scale);
+      ++t.outstanding;
+    }
+    at = end;
+  }
+}
+
+std::size_t FlowNetwork::first_of_phase(const Transfer& t) const {
+  std::size_t first = 0;
+  for (std::size_t p = 0; p < t.phase; ++p) first += t.plan->plan.phases[p].flows.size();
+  return first;
+}
+
 void FlowNetwork::start_flow(int slot, std::span<const int> route, double bytes) {
-  const int flow = solver_.start_flow(route, bytes, now_, static_cast<std::uint64_t>(slot));
+  const int copies = transfers_[static_cast<std::size_t>(slot)].copies;
+  if (copies > 1) {
+    copies_route(route);
+    start_weighted(slot, merged_, weights_, copies, bytes);
+  } else {
+    start_weighted(slot, route, {}, 1, bytes);
+  }
+}
+
+void FlowNetwork::start_weighted(int slot, std::span<const int> route, std::span<const int> weights,
+                                 int copies, double bytes) {
+  // The tag: the transfer's slot, and above it the copies the flow stands for (when several).
+  const std::uint64_t tag =
+      static_cast<std::uint64_t>(slot) |
+      (copies > 1 ? static_cast<std::uint64_t>(copies) << 32 : std::uint64_t{0});
+  const int flow = solver_.start_flow(route, bytes, now_, tag, weights);
   ++flows_started_;
   if (!rates_) return;
   Transfer& t = transfers_[static_cast<std::size_t>(slot)];
@@ -354,15 +548,17 @@ void FlowNetwork::advance_to(Time t, std::vector<TransferId>& finished) {
     now_ = at;
     if (flows == at) {
       done_tags_.clear();
-      solver_.take_completions(
-          at, [&](int, std::span<const int> route, double bytes, Time start, std::uint64_t tag) {
-            done_tags_.push_back(tag);
-            if (observer_ != nullptr) {
-              observer_->on_flow(route, Bytes(std::llround(bytes)), start, at);
-            }
-          });
+      solver_.take_completions(at, [&](int flow, std::span<const int> route, double bytes,
+                                       Time start, std::uint64_t tag) {
+        done_tags_.push_back(tag);
+        if (observer_ != nullptr) {
+          const auto copies = static_cast<int>(tag >> 32);
+          observer_->on_flow(route, solver_.weights(flow), std::max(copies, 1),
+                             Bytes(std::llround(bytes)), start, at);
+        }
+      });
       for (std::uint64_t tag : done_tags_) {
-        const int slot = static_cast<int>(tag);
+        const auto slot = static_cast<int>(tag & 0xffffffffU);
         if (--transfers_[static_cast<std::size_t>(slot)].outstanding == 0) phase_done(slot);
       }
     }
@@ -376,32 +572,233 @@ void FlowNetwork::advance_to(Time t, std::vector<TransferId>& finished) {
   if (t > now_ && t != Time::infinity()) now_ = t;
 }
 
+void FlowNetwork::symmetric_start(Transfer& t, const TransferRequest& request) {
+  const ReplicaMap& m = symmetry_->replicas;
+  const bool reduce = symmetry_->mode == FlowSymmetry::Mode::reduce;
+  if (request.collective) {
+    if (request.group >= group_symmetry_.size()) return;  // algorithm() reports it
+    GroupSymmetry& gs = group_symmetry_[request.group];
+    t.replica = gs.replica;
+    t.key = mix(gs.tag ^ mix(gs.count++));
+  } else {
+    const auto world = static_cast<std::int32_t>(canonical_rank_.size());
+    if (request.src < 0 || request.src >= world || request.dst < 0 || request.dst >= world) {
+      return;  // start() reports it
+    }
+    const std::int32_t rs = m.replica[static_cast<std::size_t>(request.src)];
+    if (rs != m.replica[static_cast<std::size_t>(request.dst)]) {
+      throw SymmetryBroken("a message from rank " + std::to_string(request.src) + " to rank " +
+                           std::to_string(request.dst) + " crosses data-parallel replicas");
+    }
+    t.replica = rs;
+    const std::uint32_t count = pair_count_[pair_key(request.src, request.dst)]++;
+    t.key = mix(mix(pair_key(canonical_rank_[static_cast<std::size_t>(request.src)],
+                             canonical_rank_[static_cast<std::size_t>(request.dst)])) ^
+                mix(count));
+  }
+  if (reduce && t.replica > 0) {
+    throw SymmetryBroken("replica " + std::to_string(t.replica) +
+                         " started a transfer in a run that simulates replica 0 for all");
+  }
+  if (reduce && t.replica == 0) t.copies = m.replicas;
+}
+
+void FlowNetwork::plan_symmetry(std::uint32_t group, CollectiveKind kind,
+                                CollectiveAlgorithm algorithm, Plan& p) {
+  const GroupSymmetry& gs = group_symmetry_[group];
+  if (gs.replica < 0) {
+    make_orbits(p);
+    return;
+  }
+  if (gs.replica == 0) return;
+  // Replica r's plan must be replica 0's, shifted r times, flow for flow.
+  const std::string which = "the " + std::string(strategies::name_of(kind)) + " plan of group " +
+                            std::to_string(group) + " in replica " + std::to_string(gs.replica);
+  if (gs.canonical < 0) throw SymmetryBroken(which + " has no counterpart in replica 0");
+  const Plan& base = plan(static_cast<std::uint32_t>(gs.canonical), kind, algorithm);
+  bool same = base.plan.phases.size() == p.plan.phases.size();
+  for (std::size_t ph = 0; same && ph < p.plan.phases.size(); ++ph) {
+    const auto& a = base.plan.phases[ph].flows;
+    const auto& b = p.plan.phases[ph].flows;
+    same = a.size() == b.size() && base.plan.phases[ph].latency == p.plan.phases[ph].latency;
+    for (std::size_t i = 0; same && i < a.size(); ++i) {
+      same = shift_vertex(a[i].src_vertex, gs.replica) == b[i].src_vertex &&
+             shift_vertex(a[i].dst_vertex, gs.replica) == b[i].dst_vertex &&
+             a[i].share == b[i].share;
+    }
+  }
+  if (!same) throw SymmetryBroken(which + " is not replica 0's moved onto it");
+}
+
+void FlowNetwork::make_orbits(Plan& p) const {
+  const int k = symmetry_->replicas.replicas;
+  for (const auto& phase : p.plan.phases) {
+    const auto& flows = phase.flows;
+    const std::size_t base = p.shifted_from.size();
+    p.shifted_from.resize(base + flows.size(), -2);  // -2: not placed yet
+    auto& order = p.orbit_order.emplace_back();
+    std::unordered_multimap<std::uint64_t, int> by_ends;
+    for (std::size_t i = 0; i < flows.size(); ++i) {
+      by_ends.emplace(pair_key(flows[i].src_vertex, flows[i].dst_vertex), static_cast<int>(i));
+    }
+    for (std::size_t i = 0; i < flows.size(); ++i) {
+      if (p.shifted_from[base + i] != -2) continue;
+      p.shifted_from[base + i] = -1;
+      order.push_back(static_cast<int>(i));
+      int at = static_cast<int>(i);
+      for (int times = 1;; ++times) {
+        const auto& f = flows[static_cast<std::size_t>(at)];
+        const int src = shift_vertex(f.src_vertex, 1), dst = shift_vertex(f.dst_vertex, 1);
+        if (src == flows[i].src_vertex && dst == flows[i].dst_vertex) break;  // round
+        int next = -1;
+        const auto [lo, hi] = by_ends.equal_range(pair_key(src, dst));
+        for (auto it = lo; it != hi && next < 0; ++it) {
+          const auto j = static_cast<std::size_t>(it->second);
+          if (p.shifted_from[base + j] == -2 && flows[j].share == f.share) next = it->second;
+        }
+        if (next < 0 || times >= k) {
+          throw SymmetryBroken(
+              "a collective's flows across data-parallel replicas do not map onto each other "
+              "when replicas move by one");
+        }
+        p.shifted_from[base + static_cast<std::size_t>(next)] = at;
+        order.push_back(next);
+        at = next;
+      }
+    }
+  }
+}
+
+void FlowNetwork::keyed_route(const Transfer& t, std::size_t index, const PlanTemplate::Flow& f,
+                              std::vector<int>& out) {
+  if (!symmetry_) {
+    topology_.route(f.src_vertex, f.dst_vertex, flow_key(t.id, index), out);
+    return;
+  }
+  const std::uint64_t key = symmetric_key(t.key, index);
+  if (t.replica <= 0) {  // replica 0, or an orbit's first flow
+    topology_.route(f.src_vertex, f.dst_vertex, key, out);
+    return;
+  }
+  // Replica 0's flow at this place, shifted to this replica.
+  const int back = symmetry_->replicas.replicas - t.replica;
+  probe_.clear();
+  topology_.route(shift_vertex(f.src_vertex, back), shift_vertex(f.dst_vertex, back), key, probe_);
+  shift_route(probe_, t.replica, out);
+}
+
+void FlowNetwork::phase_routes(const Transfer& t, std::size_t first,
+                               const PlanTemplate::Phase& phase) {
+  const std::size_t n = phase.flows.size();
+  // Route each orbit's first flow by its key and every other as its predecessor shifted once,
+  // in orbit order, then lay the routes out in plan order.
+  const std::size_t ph = t.phase;
+  auto& routes = orbit_routes_;
+  if (routes.size() < n) routes.resize(n);
+  for (int i : t.plan->orbit_order[ph]) {
+    const auto u = static_cast<std::size_t>(i);
+    routes[u].clear();
+    const int fixed = t.plan->routes[first + u];
+    const int from = t.plan->shifted_from[first + u];
+    if (fixed >= 0) {
+      const auto links = fixed_route_links(fixed);
+      routes[u].assign(links.begin(), links.end());
+    } else if (from < 0) {
+      keyed_route(t, first + u, phase.flows[u], routes[u]);
+    } else {
+      shift_route(routes[static_cast<std::size_t>(from)], 1, routes[u]);
+    }
+  }
+  phase_links_.clear();
+  phase_offset_.assign(1, 0);
+  for (std::size_t u = 0; u < n; ++u) {
+    const auto& r = routes[u];
+    phase_links_.insert(phase_links_.end(), r.begin(), r.end());
+    phase_offset_.push_back(static_cast<int>(phase_links_.size()));
+  }
+}
+
+int FlowNetwork::shift_vertex(int vertex, int times) const {
+  const auto& image = symmetry_->shift.vertex;
+  times %= symmetry_->replicas.replicas;  // k moves are none
+  for (int i = 0; i < times; ++i) vertex = image[static_cast<std::size_t>(vertex)];
+  return vertex;
+}
+
+void FlowNetwork::shift_route(std::span<const int> route, int times, std::vector<int>& out) const {
+  const auto& image = symmetry_->shift.link;
+  out.assign(route.begin(), route.end());
+  times %= symmetry_->replicas.replicas;
+  for (int i = 0; i < times; ++i) {
+    for (int& l : out) l = image[static_cast<std::size_t>(l)];
+  }
+}
+
+void FlowNetwork::copies_route(std::span<const int> route) {
+  const auto& image = symmetry_->shift.link;
+  shifted_.assign(route.begin(), route.end());
+  merged_.clear();
+  for (int j = 0; j < symmetry_->replicas.replicas; ++j) {
+    if (j > 0) {
+      for (int& l : shifted_) l = image[static_cast<std::size_t>(l)];
+    }
+    for (int l : shifted_) {
+      if (canonical_link_[static_cast<std::size_t>(l)] == l) merged_.push_back(l);
+    }
+  }
+  count_links();
+}
+
+void FlowNetwork::count_links() {
+  std::sort(merged_.begin(), merged_.end());
+  weights_.clear();
+  std::size_t out = 0;
+  for (std::size_t i = 0; i < merged_.size(); ++i) {
+    if (out > 0 && merged_[out - 1] == merged_[i]) {
+      ++weights_.back();
+    } else {
+      merged_[out++] = merged_[i];
+      weights_.push_back(1);
+    }
+  }
+  merged_.resize(out);
+}
+
 LinkUsage::LinkUsage(const FlowNetwork& network) {
   const int links = network.topology().link_count();
   capacity_.reserve(static_cast<std::size_t>(links));
-  for (int l = 0; l < links; ++l) capacity_.push_back(network.capacity(l));
+  representative_.reserve(static_cast<std::size_t>(links));
+  for (int l = 0; l < links; ++l) {
+    capacity_.push_back(network.capacity(l));
+    representative_.push_back(network.link_representative(l));
+  }
   bytes_.assign(static_cast<std::size_t>(links), Bytes(0));
 }
 
-void LinkUsage::on_flow(std::span<const int> route_links, Bytes bytes, Time start, Time end) {
+void LinkUsage::on_flow(std::span<const int> route_links, std::span<const int> weights, int copies,
+                        Bytes bytes, Time start, Time end) {
   (void)start;
   (void)end;
-  ++flows_;
-  for (int l : route_links) bytes_[static_cast<std::size_t>(l)] += bytes;
+  flows_ += static_cast<std::uint64_t>(copies);
+  for (std::size_t i = 0; i < route_links.size(); ++i) {
+    const auto l = static_cast<std::size_t>(route_links[i]);
+    bytes_[l] += weights.empty() ? bytes : Bytes(bytes.count() * weights[i]);
+  }
 }
 
 double LinkUsage::utilisation(int link, Time span) const {
   const double seconds = span.seconds();
   if (!(seconds > 0)) return 0;
   const auto l = static_cast<std::size_t>(link);
-  return static_cast<double>(bytes_[l].count()) / (capacity_[l] * seconds);
+  return static_cast<double>(bytes(link).count()) / (capacity_[l] * seconds);
 }
 
 std::vector<LinkUsage::Busy> LinkUsage::busiest(Time span, std::size_t count) const {
   std::vector<Busy> all;
   for (std::size_t l = 0; l < bytes_.size(); ++l) {
-    if (bytes_[l].count() <= 0) continue;
-    all.push_back(Busy{static_cast<int>(l), bytes_[l], utilisation(static_cast<int>(l), span)});
+    const Bytes b = bytes(static_cast<int>(l));
+    if (b.count() <= 0) continue;
+    all.push_back(Busy{static_cast<int>(l), b, utilisation(static_cast<int>(l), span)});
   }
   const std::size_t keep = std::min(count, all.size());
   std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(keep), all.end(),

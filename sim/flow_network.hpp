@@ -21,6 +21,32 @@
 // waits the model's whole latency (the chosen protocol's per-step latencies) before its first
 // phase. A point-to-point message carries its bytes over the pair's p2p efficiency.
 //
+// Symmetry (cluster.flow_symmetry, docs/network.md "Symmetry"). With a FlowSymmetry, replica r
+// of the data-parallel replicas is replica 0 moved r times by a device permutation that is an
+// automorphism of the topology (Topology::automorphism: every link onto a link of the same
+// figures). ECMP routes then follow the symmetry: a transfer inside replica r routes each flow
+// as the corresponding flow of replica 0 (key hashed from the canonical group's ranks or the
+// canonical pair, how many transfers that group or pair has started, and the flow's index)
+// and takes the shifted image of that route; a collective whose group spans the replicas (and
+// which the permutation maps onto itself) routes one flow of each orbit of its plan's flows
+// under the permutation by its key and gives the others the shifted images. So the whole flow
+// set is invariant under the permutation, and since max-min rates are unique, corresponding
+// flows of different replicas get equal rates at every moment. Mode `routes` simulates every
+// replica so (the unreduced symmetric run); mode `reduce` is for a Program with data-parallel
+// mirroring. There every link of an orbit of links under the move carries the same load, so
+// the solver keeps only each orbit's representative (its lowest link id) loaded: a transfer
+// inside replica 0 stands for its k copies (one per replica), and each of its flows enters the
+// solver once, on the representative links its copies' shifted routes cross, weighted by how
+// many of the copies cross each (MaxMinSolver weights); a collective across replicas (complete
+// already: mirrored members only skip issuing ops) starts one flow per orbit of its phase's
+// flows, standing for the orbit, weighted the same way. Water-filling that system gives the
+// rates of the unreduced symmetric run (max-min rates are unique and symmetric; each of its
+// bottleneck links has a representative with the same load), at the cost of one replica's
+// flows on one replica's links. The two agree up to floating-point rounding (a link's load
+// summed copy by copy, or as weight x rate).
+// A plan whose flows do not map onto each other, a group that spans replicas but is not mapped
+// onto itself, or (reduce) a transfer outside replica 0 throws SymmetryBroken.
+//
 // Cost: the plan of each (group, kind, algorithm) is made once, with the route of every flow
 // whose path is the only shortest one (inside a node, under one leaf switch); per transfer the
 // network routes only the flows that ECMP can spread (a table lookup per hop) and hands the
@@ -31,7 +57,10 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -46,17 +75,56 @@
 
 namespace stratasim::sim {
 
-/// Sees every flow when it ends: its links, bytes and when it ran.
+/// Sees every flow when it ends: its links, bytes and when it ran. A flow of the symmetry
+/// reduction stands for `copies` flows (one per replica) and crosses route_links[i] weights[i]
+/// times in all (weights empty: once each, copies 1); `bytes` is per copy.
 class FlowObserver {
  public:
   virtual ~FlowObserver() = default;
-  virtual void on_flow(std::span<const int> route_links, Bytes bytes, Time start, Time end) = 0;
+  virtual void on_flow(std::span<const int> route_links, std::span<const int> weights, int copies,
+                       Bytes bytes, Time start, Time end) = 0;
+};
+
+/// Data-parallel replicas as the symmetry sees them: replica r's ranks are replica 0's moved by
+/// `next` r times.
+struct ReplicaMap {
+  int replicas = 1;
+  std::vector<std::int32_t> replica;  // by rank: its replica, 0 .. replicas - 1
+  std::vector<std::int32_t> next;     // by rank: the rank at its place in the next replica
+};
+
+/// The symmetry a FlowNetwork uses (see the header comment). Made by flow_symmetry().
+struct FlowSymmetry {
+  enum class Mode : std::uint8_t { routes, reduce };
+  Mode mode = Mode::routes;
+  ReplicaMap replicas;
+  hw::Topology::Automorphism shift;  // what `replicas.next` does to vertices and links
+};
+
+/// The symmetry of `replicas` on `cluster`'s flow network where it provably holds: one job's
+/// replicas (the caller's), identical devices and links (no per-device overrides, so no
+/// stragglers or degraded links), at least two replicas, and a replica shift that is an
+/// automorphism of the topology (replicas on whole, identically placed nodes, racks or
+/// pods). Otherwise nothing, with `why` saying which condition failed.
+std::optional<FlowSymmetry> flow_symmetry(const hw::ClusterSpec& cluster,
+                                          const hw::Topology& topology, ReplicaMap replicas,
+                                          FlowSymmetry::Mode mode, std::string& why);
+
+/// Thrown by a FlowNetwork with a symmetry when the program's traffic breaks it (the caller
+/// simulates every replica instead).
+class SymmetryBroken : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 class FlowNetwork final : public Network {
  public:
   FlowNetwork(const hw::ClusterSpec& cluster, hw::Topology topology,
               const strategies::Program& program);
+  /// With a symmetry (see the header comment): routes follow it, and with Mode::reduce a
+  /// transfer of replica 0 stands for every replica's.
+  FlowNetwork(const hw::ClusterSpec& cluster, hw::Topology topology,
+              const strategies::Program& program, FlowSymmetry symmetry);
 
   void start(TransferId id, const TransferRequest& request, Time now) override;
   Time next_completion() const override;
@@ -78,6 +146,10 @@ class FlowNetwork final : public Network {
   const hw::Topology& topology() const { return topology_; }
   /// A link's capacity in the model: its bandwidth times the protocol efficiency (bytes/s).
   double capacity(int link) const { return solver_.capacity(link); }
+  /// The link whose load stands for `link`'s: with the symmetry reduction, the lowest link of
+  /// its orbit under the replica move (every link of an orbit carries the same load); else
+  /// the link itself.
+  int link_representative(int link) const;
   /// Flows handed to the solver so far (zero-byte flows are not started).
   std::uint64_t flows_started() const { return flows_started_; }
   /// Flows whose rates water-filling computed so far (the solver's work).
@@ -94,6 +166,18 @@ class FlowNetwork final : public Network {
   struct Plan {
     PlanTemplate plan;
     std::vector<int> routes;
+    /// With a symmetry, on a group across replicas: per flow (phase by phase), the flow of its
+    /// phase whose route one shift takes to its own (-1: it is routed by its key), and per
+    /// phase its flows in an order where each comes after that one.
+    std::vector<int> shifted_from;
+    std::vector<std::vector<int>> orbit_order;
+  };
+  /// A group as the symmetry sees it.
+  struct GroupSymmetry {
+    int replica = -1;         // the replica holding every member, or -1 (spans replicas)
+    int canonical = -1;       // inside a replica: replica 0's group at its place (-1: none)
+    std::uint64_t tag = 0;    // hash of the canonical group's ranks (ECMP keys)
+    std::uint32_t count = 0;  // transfers started on it so far
   };
   struct GroupInfo {
     std::vector<std::int32_t> ranks;
@@ -122,6 +206,11 @@ class FlowNetwork final : public Network {
     /// sequence: the id alone may have been reused by then).
     double rate = 1;
     std::vector<std::pair<int, std::uint64_t>> flows;
+    /// With a symmetry: the ECMP key base, the replica the transfer lies in (-1: it spans them)
+    /// and (reduce) how many copies it stands for.
+    std::uint64_t key = 0;
+    int replica = -1;
+    int copies = 1;
   };
   struct Timer {
     Time at;
@@ -149,6 +238,30 @@ class FlowNetwork final : public Network {
   void phase_done(int transfer);
   /// Hands a flow of transfer slot `transfer` to the solver (and, with rates, caps it).
   void start_flow(int transfer, std::span<const int> route, double bytes);
+  /// The routes of the current phase's flows of transfer `t` (phase_links_, phase_offset_).
+  void phase_routes(const Transfer& t, std::size_t first, const PlanTemplate::Phase& phase);
+  /// The route of flow `index` (phase by phase) of transfer `t`'s plan, `f`, by its key.
+  void keyed_route(const Transfer& t, std::size_t index, const PlanTemplate::Flow& f,
+                   std::vector<int>& out);
+  /// Symmetry: the ECMP key base, replica and copies of a transfer being started.
+  void symmetric_start(Transfer& t, const TransferRequest& request);
+  /// Symmetry: a new plan's orbits (group across replicas) or its check against replica 0's.
+  void plan_symmetry(std::uint32_t group, strategies::CollectiveKind kind,
+                     hw::CollectiveAlgorithm algorithm, Plan& plan);
+  void make_orbits(Plan& plan) const;
+  /// `route` moved `times` shifts along (into `out`).
+  void shift_route(std::span<const int> route, int times, std::vector<int>& out) const;
+  int shift_vertex(int vertex, int times) const;
+  /// Reduce: the copies' routes, kept on their links' orbit representatives, counted into
+  /// merged_ (links) and weights_.
+  void copies_route(std::span<const int> route);
+  void count_links();  // merged_ sorted and counted into distinct links and weights_
+  /// Reduce, a collective across replicas: one flow per orbit of the phase's flows, standing
+  /// for the orbit (phase_routes first).
+  void start_orbits(int slot, const PlanTemplate::Phase& phase);
+  std::size_t first_of_phase(const Transfer& t) const;
+  void start_weighted(int slot, std::span<const int> route, std::span<const int> weights,
+                      int copies, double bytes);
 
   hw::ClusterSpec cluster_;
   hw::Topology topology_;
@@ -171,6 +284,15 @@ class FlowNetwork final : public Network {
   Time now_;
   std::uint64_t sequence_ = 0;
   std::uint64_t flows_started_ = 0;
+  // Symmetry (absent: none).
+  std::optional<FlowSymmetry> symmetry_;
+  std::vector<GroupSymmetry> group_symmetry_;
+  std::vector<std::int32_t> canonical_rank_;  // by rank: its place in replica 0
+  std::vector<int> canonical_link_;  // by link: the lowest link of its orbit under the move
+  std::unordered_map<std::uint64_t, std::uint32_t> pair_count_;
+  std::vector<int> shifted_, merged_, weights_;  // scratch
+  std::vector<int> phase_links_, phase_offset_;  // scratch: a phase's routes
+  std::vector<std::vector<int>> orbit_routes_;   // scratch: a phase's routes, by flow
 };
 
 /// Sums the bytes that cross each link, for per-link utilisation (bytes / (capacity * span))
@@ -178,9 +300,14 @@ class FlowNetwork final : public Network {
 class LinkUsage final : public FlowObserver {
  public:
   explicit LinkUsage(const FlowNetwork& network);
-  void on_flow(std::span<const int> route_links, Bytes bytes, Time start, Time end) override;
+  void on_flow(std::span<const int> route_links, std::span<const int> weights, int copies,
+               Bytes bytes, Time start, Time end) override;
 
-  Bytes bytes(int link) const { return bytes_[static_cast<std::size_t>(link)]; }
+  /// Bytes that crossed a link (with the symmetry reduction: its orbit representative's).
+  Bytes bytes(int link) const {
+    return bytes_[static_cast<std::size_t>(representative_[static_cast<std::size_t>(link)])];
+  }
+  /// Flows seen, a reduced flow counting its copies.
   std::uint64_t flows() const { return flows_; }
   /// bytes / (capacity * span) of one link over a run of length `span`.
   double utilisation(int link, Time span) const;
@@ -196,6 +323,7 @@ class LinkUsage final : public FlowObserver {
 
  private:
   std::vector<double> capacity_;
+  std::vector<int> representative_;  // FlowNetwork::link_representative
   std::vector<Bytes> bytes_;
   std::uint64_t flows_ = 0;
 };

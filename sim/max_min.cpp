@@ -23,12 +23,23 @@ void MaxMinSolver::reserve(std::size_t flows) {
   heap_.reserve(2 * flows);
 }
 
-int MaxMinSolver::start_flow(std::span<const int> route, double bytes, Time now,
-                             std::uint64_t tag) {
+int MaxMinSolver::start_flow(std::span<const int> route, double bytes, Time now, std::uint64_t tag,
+                             std::span<const int> weights) {
   for (int l : route) {
     if (l < 0 || l >= link_count()) {
       throw std::out_of_range("max-min solver: route names link " + std::to_string(l) + " of " +
                               std::to_string(link_count()));
+    }
+  }
+  if (!weights.empty() && weights.size() != route.size()) {
+    throw std::invalid_argument("max-min solver: " + std::to_string(weights.size()) +
+                                " weights for a route of " + std::to_string(route.size()) +
+                                " links");
+  }
+  for (int w : weights) {
+    if (w < 1) {
+      throw std::invalid_argument("max-min solver: a weight must be at least 1, got " +
+                                  std::to_string(w));
     }
   }
   int id;
@@ -42,6 +53,7 @@ int MaxMinSolver::start_flow(std::span<const int> route, double bytes, Time now,
   Flow& f = flows_[static_cast<std::size_t>(id)];
   f.route.assign(route.begin(), route.end());
   f.slot.resize(route.size());
+  f.weight.assign(weights.begin(), weights.end());
   f.bytes = bytes > 0 ? bytes : 0;
   f.remaining = f.bytes;
   f.rate = 0;
@@ -59,6 +71,7 @@ int MaxMinSolver::start_flow(std::span<const int> route, double bytes, Time now,
     f.dirty = false;
     f.route.clear();
     f.slot.clear();
+    f.weight.clear();
     f.completion = now;
     push_completion(id);
     return id;
@@ -66,8 +79,10 @@ int MaxMinSolver::start_flow(std::span<const int> route, double bytes, Time now,
   f.dirty = true;
   for (std::size_t i = 0; i < f.route.size(); ++i) {
     Link& l = links_[static_cast<std::size_t>(f.route[i])];
+    const int w = f.weight.empty() ? 1 : f.weight[i];
     f.slot[i] = static_cast<int>(l.flows.size());
-    l.flows.push_back(LinkEntry{id, static_cast<int>(i)});
+    l.flows.push_back(LinkEntry{id, static_cast<int>(i), w});
+    l.weight += w;
   }
   dirty_flows_.push_back(id);
   return id;
@@ -80,6 +95,7 @@ void MaxMinSolver::finish_flow(int id, Time at) {
     const int link = f.route[i];
     Link& l = links_[static_cast<std::size_t>(link)];
     const int at_slot = f.slot[i];
+    l.weight -= l.flows[static_cast<std::size_t>(at_slot)].weight;
     const LinkEntry moved = l.flows.back();
     l.flows[static_cast<std::size_t>(at_slot)] = moved;
     l.flows.pop_back();
@@ -187,7 +203,7 @@ void MaxMinSolver::settle(Time now) {
   for (int link : component_links_) {
     Link& l = links_[static_cast<std::size_t>(link)];
     l.left = l.capacity;
-    l.unfrozen = static_cast<int>(l.flows.size());
+    l.unfrozen = l.weight;
     if (l.unfrozen > 0) shares_.push_back(Share{l.left / l.unfrozen, link});
   }
   // A capped flow's cap is a private link of its own: an entry with link -1 - flow.
@@ -202,10 +218,17 @@ void MaxMinSolver::settle(Time now) {
     Flow& f = flows_[static_cast<std::size_t>(id)];
     f.frozen = true;
     rate_next_[static_cast<std::size_t>(id)] = share;
-    for (int other : f.route) {
+    for (std::size_t i = 0; i < f.route.size(); ++i) {
+      const int other = f.route[i];
       Link& m = links_[static_cast<std::size_t>(other)];
-      m.left -= share;
-      --m.unfrozen;
+      if (f.weight.empty()) {
+        m.left -= share;
+        --m.unfrozen;
+      } else {
+        const int w = f.weight[i];
+        m.left -= share * w;
+        m.unfrozen -= w;
+      }
       if (m.touch != touch_epoch_) {
         m.touch = touch_epoch_;
         touched_.push_back(other);

@@ -18,6 +18,15 @@
 // flow with a private link of that capacity: water-filling freezes it at its cap when the
 // filling level reaches it, and what it leaves goes to the other flows on its links.
 //
+// Weights (multiplicities): a flow may stand for several identical copies of itself, each at its
+// rate (the flow network's symmetry reduction, sim/flow_network.hpp): start_flow's `weights`
+// say, per route entry, how many of the copies cross that link, so the link carries weight x
+// rate for it and water-filling divides a link's capacity among the unfrozen weights instead of
+// the unfrozen flows (a link's fill level = left / sum of unfrozen weights). Rates are per copy.
+// With every weight 1 (or none given) the arithmetic is the unweighted one, bit for bit
+// (share x 1 is share). The weighted solution is the unweighted solution of the system with the
+// copies spelled out, whenever the copies get equal rates there (max-min fairness is unique).
+//
 // Time is integer picoseconds. A flow's remaining bytes are tracked lazily (as of its last rate
 // change, plus rate times elapsed time); its completion is the current time plus remaining /
 // rate rounded up to a whole picosecond (never early), kept in a heap with lazy invalidation.
@@ -43,8 +52,11 @@ class MaxMinSolver {
   /// Starts a flow of `bytes` over `route` (link ids; may be empty: infinitely fast) at `now`,
   /// which must not be before the last time given to the solver. `tag` is the caller's, handed
   /// back on completion. Returns the flow's id (ids are reused after completion). A flow of no
-  /// bytes or an empty route completes at `now`.
-  int start_flow(std::span<const int> route, double bytes, Time now, std::uint64_t tag = 0);
+  /// bytes or an empty route completes at `now`. `weights` (empty: all 1) gives each route
+  /// entry's multiplicity (>= 1): how many copies of the flow cross that link; `bytes` and the
+  /// rate are per copy.
+  int start_flow(std::span<const int> route, double bytes, Time now, std::uint64_t tag = 0,
+                 std::span<const int> weights = {});
 
   /// Caps an active flow's rate at `factor` x the smallest capacity on its route from the next
   /// settle on (which must be at the time the cap takes effect); factor >= 1 removes the cap.
@@ -80,6 +92,10 @@ class MaxMinSolver {
     }
   }
 
+  /// The weights an active flow was started with (empty: all 1).
+  std::span<const int> weights(int flow) const {
+    return flows_[static_cast<std::size_t>(flow)].weight;
+  }
   /// Rate of an active flow in bytes per second (as of the last settle).
   double rate(int flow) const;
   /// Bytes an active flow still has to carry at `now` (>= the last settle).
@@ -94,14 +110,15 @@ class MaxMinSolver {
 
  private:
   struct Flow {
-    std::vector<int> route;  // link ids
-    std::vector<int> slot;   // per route entry: index in that link's flow list
-    double bytes = 0;        // total
-    double remaining = 0;    // as of `updated`
-    double rate = 0;         // bytes per second
-    double cap = 0;          // rate cap in bytes per second; 0: none (set_rate_factor)
-    Time updated;            // when `remaining` was last brought up to date
-    Time start;              // when the flow started
+    std::vector<int> route;   // link ids
+    std::vector<int> slot;    // per route entry: index in that link's flow list
+    std::vector<int> weight;  // per route entry: its multiplicity; empty: all 1
+    double bytes = 0;         // total
+    double remaining = 0;     // as of `updated`
+    double rate = 0;          // bytes per second
+    double cap = 0;           // rate cap in bytes per second; 0: none (set_rate_factor)
+    Time updated;             // when `remaining` was last brought up to date
+    Time start;               // when the flow started
     Time completion = Time::infinity();
     std::uint64_t sequence = 0;  // start order: breaks ties
     std::uint64_t tag = 0;
@@ -113,15 +130,17 @@ class MaxMinSolver {
   };
   struct LinkEntry {
     int flow;
-    int index;  // position of this link in the flow's route
+    int index;   // position of this link in the flow's route
+    int weight;  // the entry's multiplicity (1 unless the flow stands for copies)
   };
   struct Link {
     double capacity = 0;
     std::vector<LinkEntry> flows;
+    int weight = 0;          // sum of its entries' weights
     std::uint32_t mark = 0;  // component walk epoch
     // Water-filling scratch.
     double left = 0;
-    int unfrozen = 0;
+    int unfrozen = 0;  // weight of the unfrozen entries
     std::uint32_t touch = 0;
   };
   struct HeapEntry {

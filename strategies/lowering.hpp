@@ -29,6 +29,8 @@ struct LowerOptions {
   bool mirror_data_parallel = false;
   /// See PipelineSpec::mirror_tensor_parallel.
   bool mirror_tensor_parallel = false;
+  /// See PipelineSpec::mirror_period.
+  int mirror_period = 1;
 };
 
 /// Lowers one training iteration of `experiment`: assemble_pipeline(pipeline_spec(experiment)),

@@ -111,6 +111,10 @@ std::string advice(const RunShape& shape, bool exact, const std::string& trace_r
   if (trace_ranks == "all" || trace_ranks.find(',') != std::string::npos) {
     add("trace fewer ranks (--trace-ranks stages)");
   }
+  if (shape.flow_network && !shape.mirrored) {
+    add("on a symmetric fabric, --set cluster.flow_symmetry=auto (data-parallel replicas "
+        "simulated once where that is exact)");
+  }
   if (shape.flow_network) {
     add("use the analytical network (--set cluster.network_model=analytical): no routing "
         "tables, and replicas are mirrored");

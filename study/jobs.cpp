@@ -304,6 +304,12 @@ JobsResult simulate_jobs(const hw::ClusterSpec& cluster, std::vector<strategies:
   for (std::size_t j = 0; j < out.jobs.size(); ++j) {
     Result& r = out.jobs[j];
     r.timeline = split_timeline(out.merged, merged, r.program, out.placements[j]);
+    // Replicas of one job are not a symmetry of a fabric that other jobs share.
+    if (cluster.network_model == hw::NetworkModel::flow &&
+        cluster.flow_symmetry != hw::FlowSymmetry::off) {
+      r.context.setup.emplace_back("flow symmetry",
+                                   "every replica simulated: several jobs share the fabric");
+    }
     r.report = traces::make_report(r.program, r.timeline, r.context);
     r.report.links = links;
   }

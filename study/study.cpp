@@ -33,6 +33,7 @@ st::Program lower(const st::Experiment& experiment, const st::LowerOptions& opti
   st::PipelineSpec spec = st::pipeline_spec(experiment, partition_layers(experiment));
   spec.mirror_data_parallel = options.mirror_data_parallel;
   spec.mirror_tensor_parallel = options.mirror_tensor_parallel;
+  spec.mirror_period = options.mirror_period;
   st::Program program = st::assemble_pipeline(spec);
   try {
     st::validate(program);
@@ -133,19 +134,80 @@ class StatisticsObserver : public sim::Observer {
 
 traces::Timeline simulate_program(const st::Program& program, const hw::ClusterSpec& cluster,
                                   const sim::SimOptions& options,
-                                  std::vector<traces::LinkLoad>* links) {
-  if (cluster.network_model != hw::NetworkModel::flow || links == nullptr) {
+                                  std::vector<traces::LinkLoad>* links,
+                                  const sim::FlowSymmetry* symmetry) {
+  if (cluster.network_model != hw::NetworkModel::flow || (links == nullptr && !symmetry)) {
     return sim::simulate(program, cluster, options);
   }
-  sim::FlowNetwork network(cluster, hw::build_topology(cluster), program);
+  sim::FlowNetwork network =
+      symmetry ? sim::FlowNetwork(cluster, hw::build_topology(cluster), program, *symmetry)
+               : sim::FlowNetwork(cluster, hw::build_topology(cluster), program);
   sim::LinkUsage usage(network);
   network.set_observer(&usage);
   LastEnd last;
   sim::SimOptions observed = options;
   observed.observers.push_back(&last);
   auto timeline = sim::simulate(program, cluster, network, observed);
-  *links = busiest_links(network, usage, last.end);
+  if (links != nullptr) *links = busiest_links(network, usage, last.end);
   return timeline;
+}
+
+sim::ReplicaMap replica_map(const st::RankLayout& layout, int period) {
+  sim::ReplicaMap m;
+  const int world = layout.world_size();
+  m.replicas = layout.dp / layout.cp / period;
+  m.replica.resize(static_cast<std::size_t>(world));
+  m.next.resize(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    m.replica[static_cast<std::size_t>(r)] = layout.replica(r) / period;
+    m.next[static_cast<std::size_t>(r)] = layout.rank(
+        layout.tp_index(r), (layout.dp_index(r) + layout.cp * period) % layout.dp, layout.stage(r));
+  }
+  return m;
+}
+
+FlowReduction flow_reduction(const st::Experiment& experiment, bool exact) {
+  const hw::ClusterSpec& cluster = experiment.cluster;
+  FlowReduction out;
+  if (cluster.network_model != hw::NetworkModel::flow ||
+      cluster.flow_symmetry == hw::FlowSymmetry::off) {
+    return out;
+  }
+  const bool routes = cluster.flow_symmetry == hw::FlowSymmetry::symmetric_routes;
+  if (exact && !routes) {
+    out.note = "every replica simulated (--exact)";
+    return out;
+  }
+  const auto mode = routes ? sim::FlowSymmetry::Mode::routes : sim::FlowSymmetry::Mode::reduce;
+  const st::RankLayout layout = st::layout_of(experiment);
+  const int replicas = layout.dp / layout.cp;
+  const hw::Topology topology = hw::build_topology(cluster);
+  // The smallest period P whose move (replica r onto replica r + P) is a symmetry: replicas
+  // 0 .. P - 1 then stand for all.
+  std::string why, first_why;
+  for (int period = 1; 2 * period <= replicas; ++period) {
+    if (replicas % period != 0) continue;
+    out.symmetry = sim::flow_symmetry(cluster, topology, replica_map(layout, period), mode, why);
+    if (out.symmetry) {
+      out.period = period;
+      break;
+    }
+    if (first_why.empty()) first_why = why;
+    // What the cluster breaks, no period mends.
+    if (why.find("symmetry of the topology") == std::string::npos) break;
+  }
+  if (replicas < 2) first_why = "there is one data-parallel replica";
+  if (!out.symmetry) {
+    out.note = "every replica simulated: " + first_why;
+  } else if (routes) {
+    out.note = "every replica simulated, routed as the symmetry moves replicas (symmetric_routes)";
+  } else {
+    out.note = (out.period == 1 ? std::string("replica 0")
+                                : "replicas 0-" + std::to_string(out.period - 1)) +
+               " simulated for all " + std::to_string(replicas) +
+               " data-parallel replicas (exact up to rounding)";
+  }
+  return out;
 }
 
 sim::MemoryOverheads memory_overheads(const st::Experiment& experiment) {
@@ -155,9 +217,31 @@ sim::MemoryOverheads memory_overheads(const st::Experiment& experiment) {
 
 namespace {
 
-st::LowerOptions lower_options(bool mirrored, const Options& options) {
-  return {.mirror_data_parallel = mirrored,
-          .mirror_tensor_parallel = mirrored && options.mirror_tensor_parallel};
+// How the run mirrors: where replicas behave alike on the analytical network, every replica
+// but 0; on the flow network with flow_symmetry auto, where it reduces them, every replica past
+// the symmetry's period. Tensor-parallel mirroring only on the analytical network (the flow
+// network's reduction is over data-parallel replicas).
+struct MirrorPlan {
+  bool mirrored = false;
+  int period = 1;
+};
+
+MirrorPlan mirror_plan(const st::Experiment& experiment, const Options& options) {
+  if (mirrors(experiment, options.exact)) return {true, 1};
+  if (experiment.cluster.network_model != hw::NetworkModel::flow ||
+      experiment.cluster.flow_symmetry != hw::FlowSymmetry::automatic || options.exact) {
+    return {};
+  }
+  const FlowReduction reduction = flow_reduction(experiment, options.exact);
+  return reduction.reduces() ? MirrorPlan{true, reduction.period} : MirrorPlan{};
+}
+
+st::LowerOptions lower_options(const st::Experiment& experiment, MirrorPlan plan,
+                               const Options& options) {
+  const bool analytical = mirrors(experiment, options.exact);
+  return {.mirror_data_parallel = plan.mirrored,
+          .mirror_tensor_parallel = plan.mirrored && analytical && options.mirror_tensor_parallel,
+          .mirror_period = plan.period};
 }
 
 // The shared first half of simulate() and estimate_memory(): the configured experiment, its
@@ -166,10 +250,10 @@ Result prepare(st::Experiment experiment, const Options& options,
                std::optional<st::Program> program = std::nullopt, bool configure = true) {
   Result r;
   r.experiment = configure ? configured(std::move(experiment), options) : std::move(experiment);
-  const bool mirrored = mirrors(r.experiment, options.exact);
-  r.traced_ranks = trace_ranks(options.trace_ranks, st::layout_of(r.experiment), mirrored);
-  r.program =
-      program ? std::move(*program) : study::lower(r.experiment, lower_options(mirrored, options));
+  const MirrorPlan plan = mirror_plan(r.experiment, options);
+  r.traced_ranks = trace_ranks(options.trace_ranks, st::layout_of(r.experiment), plan.mirrored);
+  r.program = program ? std::move(*program)
+                      : study::lower(r.experiment, lower_options(r.experiment, plan, options));
   r.context = traces::report_context(r.experiment);
   return r;
 }
@@ -179,9 +263,11 @@ Result prepare(st::Experiment experiment, const Options& options,
 HostMemoryEstimate estimate_host_memory(const st::Experiment& experiment, const Options& given,
                                         std::optional<st::Program>* program) {
   const Options options = effective_options(experiment, given);
-  const bool mirrored = mirrors(experiment, options.exact);
+  MirrorPlan plan = mirror_plan(experiment, options);
+  const bool mirrored = plan.mirrored;
+  plan.mirrored = true;
   // One replica's ops: the run's own Program when it mirrors, else a mirrored sample scaled up.
-  st::Program sample = study::lower(experiment, lower_options(true, options));
+  st::Program sample = study::lower(experiment, lower_options(experiment, plan, options));
   const bool sample_is_the_run = mirrored || !sample.mirrored();
   std::int64_t issuing = 0;
   if (sample_is_the_run) {
@@ -241,18 +327,41 @@ Result simulate(st::Experiment experiment, const Options& requested) {
   sim_options.stop_on_oom = options.stop_on_oom;
   sim_options.memory_sample_ranks = r.traced_ranks;
   std::vector<traces::LinkLoad> links;
-  if (!options.spans_of_traced_ranks_only) {
-    r.timeline = simulate_program(r.program, r.experiment.cluster, sim_options, &links);
-    r.report = traces::make_report(r.program, r.timeline, r.context);
-  } else {
-    // The report's span figures while the run goes; the timeline keeps the traced ranks' spans.
-    traces::SpanStatistics stats(r.program);
-    StatisticsObserver observer(stats);
-    sim_options.observers.push_back(&observer);
-    sim_options.span_ranks = r.traced_ranks;
-    r.timeline = simulate_program(r.program, r.experiment.cluster, sim_options, &links);
-    r.report = traces::make_report(r.program, r.timeline, stats, r.context);
+  FlowReduction reduction = flow_reduction(r.experiment, options.exact);
+  if (reduction.symmetry && reduction.reduces() != r.program.mirrored()) {
+    reduction.symmetry.reset();  // the Program decides: mirrored or not
+    reduction.note = "every replica simulated: the Program is not mirrored";
   }
+  // Runs r.program; where only the traced ranks' spans are kept, the report's span figures are
+  // gathered while the run goes (made again for a program lowered again below).
+  std::optional<traces::SpanStatistics> stats;
+  auto run = [&](const sim::FlowSymmetry* symmetry) {
+    sim::SimOptions o = sim_options;
+    std::optional<StatisticsObserver> observer;
+    if (options.spans_of_traced_ranks_only) {
+      stats.emplace(r.program);
+      observer.emplace(*stats);
+      o.observers.push_back(&*observer);
+      o.span_ranks = r.traced_ranks;
+    }
+    links.clear();
+    r.timeline = simulate_program(r.program, r.experiment.cluster, o, &links, symmetry);
+  };
+  try {
+    run(reduction.symmetry ? &*reduction.symmetry : nullptr);
+  } catch (const sim::SymmetryBroken& e) {
+    // The traffic breaks the symmetry: every replica, routed as without it.
+    reduction.note = std::string("every replica simulated: ") + e.what();
+    if (r.program.mirrored()) {
+      r.program = study::lower(r.experiment, lower_options(r.experiment, MirrorPlan{}, options));
+      r.traced_ranks = trace_ranks(options.trace_ranks, st::layout_of(r.experiment), false);
+      sim_options.memory_sample_ranks = r.traced_ranks;
+    }
+    run(nullptr);
+  }
+  if (!reduction.note.empty()) r.context.setup.emplace_back("flow symmetry", reduction.note);
+  r.report = stats ? traces::make_report(r.program, r.timeline, *stats, r.context)
+                   : traces::make_report(r.program, r.timeline, r.context);
   r.report.links = std::move(links);
   return r;
 }

@@ -9,7 +9,11 @@
 // - Mirroring: where replicas behave alike (sim::replicas_behave_alike: the analytical network on
 //   identical devices) data-parallel replicas are lowered once and mirrored, unless `exact`;
 //   so are 1D tensor-parallel ranks (Options::mirror_tensor_parallel) unless a traced rank is
-//   one of the mirrors. Results are the same, and the trace covers the ranks that issue ops.
+//   one of the mirrors. Results are the same, and the trace covers the ranks that issue ops. On
+//   the flow-level network with cluster.flow_symmetry "auto", simulate() mirrors data-parallel
+//   replicas too where the symmetry provably holds (flow_reduction), every replica's flows
+//   entering max-min sharing as copies of replica 0's; otherwise (or when the traffic breaks
+//   it) every replica runs, and the report's setup says which and why.
 // - simulate(): the program on the cluster's network model (analytical, or flow-level with the
 //   busiest links of the run observed from outside the network), then the report
 //   (traces/report.hpp) in the experiment's context.
@@ -27,6 +31,7 @@
 
 #include "hw_models/cluster.hpp"
 #include "hw_models/device.hpp"
+#include "sim/flow_network.hpp"
 #include "sim/memory.hpp"
 #include "sim/simulator.hpp"
 #include "strategies/experiment.hpp"
@@ -112,11 +117,31 @@ std::vector<std::int32_t> trace_ranks(const std::string& spec, const strategies:
 /// NVLinks.
 constexpr std::size_t kBusiestLinksPerTier = 5;
 
+/// How simulate() uses the flow network's replica symmetry (cluster.flow_symmetry): the
+/// symmetry (absent: none) and the report's setup line ("" when flow_symmetry is off or the
+/// network analytical).
+struct FlowReduction {
+  std::optional<sim::FlowSymmetry> symmetry;
+  /// Replicas 0 .. period - 1 stand for all (replica r mirrors r mod period): the smallest
+  /// period whose move, replica r onto replica r + period, is a symmetry of the topology.
+  int period = 1;
+  std::string note;
+  bool reduces() const { return symmetry && symmetry->mode == sim::FlowSymmetry::Mode::reduce; }
+};
+FlowReduction flow_reduction(const strategies::Experiment& experiment, bool exact);
+
+/// The replica map of a rank layout for a mirror period P: the symmetry's replica j holds the
+/// data-parallel replicas jP .. jP + P - 1, and its move takes every rank's data-parallel
+/// replica up by P (cp ranks apart).
+sim::ReplicaMap replica_map(const strategies::RankLayout& layout, int period = 1);
+
 /// Simulates `program` on the cluster's network model; on the flow-level network `links`
-/// (when given) receives the busiest links of the run.
+/// (when given) receives the busiest links of the run, and `symmetry` (when given) is the flow
+/// network's (sim::SymmetryBroken when the program's traffic breaks it).
 traces::Timeline simulate_program(const strategies::Program& program,
                                   const hw::ClusterSpec& cluster, const sim::SimOptions& options,
-                                  std::vector<traces::LinkLoad>* links = nullptr);
+                                  std::vector<traces::LinkLoad>* links = nullptr,
+                                  const sim::FlowSymmetry* symmetry = nullptr);
 
 /// The allocator and framework overheads of the experiment (memory.fragmentation; memory.reserved,
 /// else the CUDA context and NCCL buffers held back: strategies/framework.hpp).

@@ -74,6 +74,7 @@ Program lower(const Experiment& e, const LowerOptions& options) {
   PipelineSpec spec = pipeline_spec(e);
   spec.mirror_data_parallel = options.mirror_data_parallel;
   spec.mirror_tensor_parallel = options.mirror_tensor_parallel;
+  spec.mirror_period = options.mirror_period;
   return assemble_pipeline(spec);
 }
 

@@ -216,6 +216,11 @@ struct PipelineSpec {
   /// (Program::set_replica). Exact whenever replicas behave alike: the stage plans are the same
   /// for every replica, so that holds on a network without contention (the analytical one).
   bool mirror_data_parallel = false;
+  /// With mirror_data_parallel: replicas 0 .. mirror_period - 1 emit ops and replica r mirrors
+  /// replica r mod mirror_period (1: replica 0 stands for all). The flow network's symmetry
+  /// reduction uses a period where only every period-th replica lies alike on the fabric
+  /// (docs/network.md "Symmetry"). Must divide the replica count.
+  int mirror_period = 1;
   /// Emit ops for tensor-parallel rank 0 only and mark ranks 1..tp-1 of each group as its
   /// mirrors. With 1D tensor parallelism every rank of a group runs the same stage plan on its
   /// own shard (same kernels, same collectives on the same group, sends to the same tp index

@@ -46,7 +46,9 @@ void RankEmitter::reserve() {
     }
     const auto replicas =
         static_cast<std::size_t>(mirror_tp_ ? 1 : layout.tp) *
-        static_cast<std::size_t>(assembly.spec.mirror_data_parallel ? layout.cp : layout.dp);
+        static_cast<std::size_t>(assembly.spec.mirror_data_parallel
+                                     ? layout.cp * std::max(assembly.spec.mirror_period, 1)
+                                     : layout.dp);
     ops += replicas * device_count.ops;
     effects += replicas * device_count.effects;
   }
@@ -58,12 +60,17 @@ bool RankEmitter::mirrored(int r) const {
   const int t = layout.tp_index(r), d = layout.dp_index(r);
   // Replica d runs what replica 0 runs; with 1D tensor parallelism, tp rank t what rank 0 runs.
   // The cp ranks of a replica exchange keys and values with each other: each is emitted, and
-  // mirrored by the rank of the same cp index in the other replicas.
-  const bool mirror_dp = assembly.spec.mirror_data_parallel && layout.replica(r) > 0;
+  // mirrored by the rank of the same cp index in the other replicas. With a mirror period P,
+  // replica r mirrors replica r mod P.
+  const int period = std::max(assembly.spec.mirror_period, 1);
+  const int source = layout.replica(r) % period;
+  const bool mirror_dp = assembly.spec.mirror_data_parallel && layout.replica(r) >= period;
   if (mirror_dp || (mirror_tp_ && t > 0)) {
-    program.set_replica(r, layout.rank(mirror_tp_ ? 0 : t,
-                                       assembly.spec.mirror_data_parallel ? layout.cp_index(r) : d,
-                                       layout.stage(r)));
+    program.set_replica(
+        r, layout.rank(
+               mirror_tp_ ? 0 : t,
+               assembly.spec.mirror_data_parallel ? layout.cp_index(r) + layout.cp * source : d,
+               layout.stage(r)));
     return true;
   }
   return false;

@@ -248,3 +248,77 @@ TEST_CASE("max-min: a capped flow leaves the rest of its link to the others") {
   CHECK(done[1].tag == 2);
   CHECK(done[1].at == Time::ms(2750));
 }
+
+TEST_CASE("max-min: a weighted flow loads its links as that many copies") {
+  // Link X (12 GB/s) carries flow A with weight 3 (three copies) and flow B; link Y (2 GB/s)
+  // carries A once. Level by level: Y saturates first at 2 GB/s (2 / 1 < 12 / 4 = 3), freezing
+  // A at 2 GB/s; X then has 12 - 3 x 2 = 6 GB/s left for B alone.
+  sim::MaxMinSolver s;
+  const int x = s.add_link(12 * kGB);
+  const int y = s.add_link(2 * kGB);
+  const std::vector<int> route_a{x, y}, weights_a{3, 1}, route_b{x};
+  const int a = s.start_flow(route_a, 2e9, Time::zero(), 1, weights_a);
+  const int b = s.start_flow(route_b, 6e9, Time::zero(), 2);
+  s.settle(Time::zero());
+  CHECK(s.rate(a) == 2 * kGB);
+  CHECK(s.rate(b) == 6 * kGB);
+  CHECK(s.weights(a).size() == 2);
+  // The same system with A's three copies spelled out (two of them on private links as wide
+  // as Y, so that each copy is held to 2 GB/s too) gives the same rates.
+  sim::MaxMinSolver full;
+  const int fx = full.add_link(12 * kGB);
+  std::vector<int> copies;
+  for (int c = 0; c < 3; ++c) {
+    const int own = full.add_link(2 * kGB);
+    const std::vector<int> route{fx, own};
+    copies.push_back(full.start_flow(route, 2e9, Time::zero(), 1));
+  }
+  const std::vector<int> fb{fx};
+  const int full_b = full.start_flow(fb, 6e9, Time::zero(), 2);
+  full.settle(Time::zero());
+  for (int c : copies) CHECK(full.rate(c) == s.rate(a));
+  CHECK(full.rate(full_b) == s.rate(b));
+  // Both complete after 1 s.
+  CHECK(s.completion(a) == Time::ms(1000));
+  CHECK(s.completion(b) == Time::ms(1000));
+  CHECK_THROWS_AS(s.start_flow(route_a, 1, Time::zero(), 0, std::vector<int>{1}),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(s.start_flow(route_a, 1, Time::zero(), 0, std::vector<int>{1, 0}),
+                  std::invalid_argument);
+}
+
+TEST_CASE("max-min: weights of 1 change nothing, bit for bit") {
+  // Random-looking flows over a few links, once without weights and once with every weight 1:
+  // equal rates and completion times at every step.
+  auto build = [](bool weights) {
+    sim::MaxMinSolver s;
+    for (int l = 0; l < 5; ++l) s.add_link((1.0 + 0.37 * l) * kGB);
+    std::uint64_t x = 12345;
+    for (int f = 0; f < 40; ++f) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      std::vector<int> route;
+      for (int l = 0; l < 5; ++l) {
+        if ((x >> (20 + l)) & 1U) route.push_back(l);
+      }
+      const std::vector<int> ones(route.size(), 1);
+      const double bytes = 1e6 * static_cast<double>(1 + (x >> 40) % 1000);
+      const Time at = Time::us(static_cast<std::int64_t>(f) * 7);
+      if (weights) {
+        s.start_flow(route, bytes, at, static_cast<std::uint64_t>(f), ones);
+      } else {
+        s.start_flow(route, bytes, at, static_cast<std::uint64_t>(f));
+      }
+    }
+    return s;
+  };
+  auto plain = build(false);
+  auto weighted = build(true);
+  const auto a = run(plain, Time::us(300));
+  const auto b = run(weighted, Time::us(300));
+  REQUIRE(a.size() == b.size());
+  REQUIRE(a.size() == 40);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i].tag == b[i].tag);
+    CHECK(a[i].at == b[i].at);
+  }
+}

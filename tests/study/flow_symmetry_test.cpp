@@ -1,0 +1,165 @@
+// The flow network's replica symmetry (cluster.flow_symmetry, docs/network.md "Symmetry"):
+// on small rail-optimised fat-trees, with and without oversubscription, the reduced run
+// (replica 0 simulated for all, the others' flows as weighted copies in max-min sharing) gives
+// the unreduced run with the same symmetric routes (every replica simulated); where symmetry
+// breaks (a straggler, replicas that straddle racks, two jobs) it falls back to the full run,
+// which is then today's flow result exactly.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+
+#include "experiment_helpers.hpp"
+#include "study/jobs.hpp"
+#include "study/study.hpp"
+
+using namespace stratasim;
+
+namespace {
+
+/// GPT (8 heads, hidden 512, 4 layers) with TP 2, PP 2, DP 4 on 8 nodes of 2 GPUs: rank =
+/// t + 2 (d + 4 s), so stage s of every replica lies on nodes 4s .. 4s + 3, and a rail-optimised
+/// fat-tree with `per_rack` nodes under each leaf.
+strategies::Experiment experiment(int per_rack, double oversubscription) {
+  auto e = testing::make_experiment(testing::gpt(8, 512, 4), 2, 2, 4, 32, 1, 512);
+  e.cluster = testing::test_cluster(8, 2);
+  e.cluster.network_model = hw::NetworkModel::flow;
+  hw::TopologySpec t;
+  t.kind = hw::TopologyKind::fat_tree;
+  t.nodes_per_rack = per_rack;
+  t.oversubscription = oversubscription;
+  t.spines = 2;
+  e.cluster.topology = t;
+  return e;
+}
+
+study::Result run(strategies::Experiment e, hw::FlowSymmetry mode) {
+  e.cluster.flow_symmetry = mode;
+  return study::simulate(e, {});
+}
+
+std::string symmetry_note(const study::Result& r) {
+  for (const auto& [key, value] : r.context.setup) {
+    if (key == "flow symmetry") return value;
+  }
+  return "";
+}
+
+/// The reduced run against the unreduced run with symmetric routes: equal iteration times up
+/// to the floating-point rounding of summing a link's load copy by copy or as weight x rate
+/// (a picosecond here and there; 1e-9 relative is far above it and far below any effect of
+/// contention, which moves times by percents).
+void check_exact(const strategies::Experiment& e, const std::string& note) {
+  const auto reduced = run(e, hw::FlowSymmetry::automatic);
+  const auto full = run(e, hw::FlowSymmetry::symmetric_routes);
+  CHECK(reduced.program.mirrored());
+  CHECK_FALSE(full.program.mirrored());
+  CHECK(symmetry_note(reduced).find(note) != std::string::npos);
+  CHECK(symmetry_note(full).find("symmetric_routes") != std::string::npos);
+  REQUIRE(full.report.iteration_time_s > 0);
+  CHECK(std::abs(reduced.report.iteration_time_s / full.report.iteration_time_s - 1) < 1e-9);
+  CHECK(std::abs(reduced.report.pipeline_time_s / full.report.pipeline_time_s - 1) < 1e-9);
+  // The busiest links carry the same bytes (a reduced flow counts its copies).
+  REQUIRE(reduced.report.links.size() == full.report.links.size());
+  for (std::size_t i = 0; i < full.report.links.size(); ++i) {
+    CHECK(reduced.report.links[i].bytes == full.report.links[i].bytes);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("flow symmetry: the reduced run equals the unreduced symmetric run") {
+  const std::string all = "replica 0 simulated for all 4";
+  SUBCASE("non-blocking fat-tree, a rack per stage") {
+    check_exact(experiment(4, 1.0), all);
+  }
+  SUBCASE("oversubscribed 4:1") {
+    check_exact(experiment(4, 4.0), all);
+  }
+  SUBCASE("one rack") {
+    check_exact(experiment(8, 2.0), all);
+  }
+  // Racks of 2 nodes: a stage's 4 nodes lie in two racks. Moving every replica up by one
+  // would move node 1 (rack 0) to node 2 (rack 1) but node 3 back to node 0, so it is no
+  // symmetry; moving up by two swaps the two racks, so replicas 0 and 1 stand for all.
+  SUBCASE("replicas straddling racks, oversubscribed 2:1") {
+    check_exact(experiment(2, 2.0), "replicas 0-1 simulated for all 4");
+  }
+}
+
+TEST_CASE("flow symmetry: off is today's flow network, bit for bit") {
+  auto e = experiment(4, 2.0);
+  const auto off = run(e, hw::FlowSymmetry::off);
+  CHECK(symmetry_note(off).empty());
+  CHECK_FALSE(off.program.mirrored());
+  // The shipped default: no key means off.
+  CHECK(hw::ClusterSpec{}.flow_symmetry == hw::FlowSymmetry::off);
+}
+
+TEST_CASE("flow symmetry: a straggler falls back to every replica, as without symmetry") {
+  auto e = experiment(4, 1.0);
+  hw::DeviceOverride straggler;
+  straggler.ranks = {5};
+  straggler.slowdown = 1.5;
+  e.cluster.overrides.push_back(straggler);
+  const auto automatic = run(e, hw::FlowSymmetry::automatic);
+  const auto off = run(e, hw::FlowSymmetry::off);
+  CHECK_FALSE(automatic.program.mirrored());
+  CHECK(symmetry_note(automatic).find("every replica simulated") != std::string::npos);
+  CHECK(symmetry_note(automatic).find("overrides") != std::string::npos);
+  CHECK(automatic.report.iteration_time_s == off.report.iteration_time_s);
+  CHECK(automatic.report.pipeline_time_s == off.report.pipeline_time_s);
+}
+
+TEST_CASE("flow symmetry: racks that no move maps onto each other fall back") {
+  // Racks of 3 nodes ({0,1,2}, {3,4,5}, {6,7}): stage 0's nodes 0-3 lie in two racks of
+  // different sizes, and no move of the replicas maps racks onto racks.
+  auto e = experiment(3, 1.0);
+  const auto automatic = run(e, hw::FlowSymmetry::automatic);
+  const auto off = run(e, hw::FlowSymmetry::off);
+  CHECK_FALSE(automatic.program.mirrored());
+  CHECK(symmetry_note(automatic).find("not a symmetry of the topology") != std::string::npos);
+  CHECK(automatic.report.iteration_time_s == off.report.iteration_time_s);
+}
+
+TEST_CASE("flow symmetry: two jobs on one fabric run every replica") {
+  // Two copies of a TP 2, PP 1, DP 2 job (4 GPUs, 2 nodes each) packed on 4 nodes of 2 under
+  // one rack of a fat-tree.
+  auto job = testing::make_experiment(testing::gpt(8, 512, 2), 2, 1, 2, 8, 1, 256);
+  job.cluster = testing::test_cluster(2, 2);
+  hw::ClusterSpec cluster = testing::test_cluster(4, 2);
+  cluster.network_model = hw::NetworkModel::flow;
+  hw::TopologySpec t;
+  t.kind = hw::TopologyKind::fat_tree;
+  t.nodes_per_rack = 4;
+  cluster.topology = t;
+  auto with = cluster;
+  with.flow_symmetry = hw::FlowSymmetry::automatic;
+  const auto off = study::simulate_jobs(cluster, {job, job}, "packed");
+  const auto automatic = study::simulate_jobs(with, {job, job}, "packed");
+  REQUIRE(off.jobs.size() == 2);
+  REQUIRE(automatic.jobs.size() == 2);
+  for (std::size_t j = 0; j < 2; ++j) {
+    CHECK_FALSE(automatic.jobs[j].program.mirrored());
+    REQUIRE(off.jobs[j].report.iteration_time_s > 0);
+    CHECK(automatic.jobs[j].report.iteration_time_s == off.jobs[j].report.iteration_time_s);
+    CHECK(symmetry_note(automatic.jobs[j]).find("several jobs") != std::string::npos);
+    CHECK(symmetry_note(off.jobs[j]).empty());
+  }
+}
+
+TEST_CASE("flow symmetry: traffic that breaks it during the run falls back to every replica") {
+  // A tree all-reduce over the 4 replicas is no ring: moving replicas by one does not map its
+  // flows onto each other, which the network finds when it plans the first data-parallel
+  // all-reduce; the run starts again with every replica, routed as without symmetry.
+  auto e = experiment(4, 1.0);
+  e.cluster.collectives
+      .algorithm[static_cast<std::size_t>(strategies::CollectiveKind::all_reduce)] =
+      hw::CollectiveAlgorithm::tree;
+  const auto automatic = run(e, hw::FlowSymmetry::automatic);
+  const auto off = run(e, hw::FlowSymmetry::off);
+  CHECK_FALSE(automatic.program.mirrored());
+  CHECK(symmetry_note(automatic).find("do not map onto each other") != std::string::npos);
+  REQUIRE(off.report.iteration_time_s > 0);
+  CHECK(automatic.report.iteration_time_s == off.report.iteration_time_s);
+}
