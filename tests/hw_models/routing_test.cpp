@@ -206,6 +206,66 @@ TEST_CASE("torus closed-form routes equal the BFS tables' routes (extents 1, 2 a
   }
 }
 
+TEST_CASE("automorphisms: moving whole racks or nodes keeps the graph; straddling does not") {
+  // 8 nodes of 4 GPUs, racks of 2 nodes (4 racks), 2 spines.
+  const auto c = cluster_of(8, 4, fat_tree(2, 2.0, 2));
+  const auto t = hw::build_topology(c);
+  const int w = 32;
+  auto shifted = [&](int by) {  // every device moved up by `by`, cyclically
+    std::vector<int> m(w);
+    for (int r = 0; r < w; ++r) m[static_cast<std::size_t>(r)] = (r + by) % w;
+    return m;
+  };
+  std::string why;
+  SUBCASE("one rack up: an automorphism") {
+    const auto a = t.automorphism(shifted(8), why);
+    REQUIRE(a.has_value());
+    // Every link onto a link of the same figures joining the images of its ends, and no two
+    // links onto one.
+    std::vector<char> hit(static_cast<std::size_t>(t.link_count()), 0);
+    for (int l = 0; l < t.link_count(); ++l) {
+      const int m = a->link[static_cast<std::size_t>(l)];
+      CHECK(t.link(m).from == a->vertex[static_cast<std::size_t>(t.link(l).from)]);
+      CHECK(t.link(m).to == a->vertex[static_cast<std::size_t>(t.link(l).to)]);
+      CHECK(t.link(m).bandwidth.bytes_per_second() == t.link(l).bandwidth.bytes_per_second());
+      CHECK(hit[static_cast<std::size_t>(m)] == 0);
+      hit[static_cast<std::size_t>(m)] = 1;
+    }
+    // Device 0 goes to device 8 (rack 1); spines (vertices 56 and 57: after 32 devices, 8
+    // NVSwitches and 4 racks x 4 rails of leaves) stay.
+    CHECK(a->vertex[0] == 8);
+    CHECK(a->vertex[56] == 56);
+    // With period 4 (four such moves bring every rack back), the 2 spines turn by
+    // 2 / gcd(4, 2) = 1 place.
+    const auto turned = t.automorphism(shifted(8), why, 4);
+    REQUIRE(turned.has_value());
+    CHECK(turned->vertex[56] == 57);
+    CHECK(turned->vertex[57] == 56);
+  }
+  SUBCASE("one node up: node 1 would leave rack 0 while node 7 enters it") {
+    CHECK_FALSE(t.automorphism(shifted(4), why).has_value());
+    CHECK(why.find("no counterpart") != std::string::npos);
+  }
+  SUBCASE("half a node up: devices change rails") {
+    CHECK_FALSE(t.automorphism(shifted(2), why).has_value());
+    CHECK(why.find("whole node") != std::string::npos);
+  }
+  SUBCASE("a degraded NIC breaks it") {
+    auto degraded = c;
+    hw::DeviceOverride o;
+    o.ranks = {3};
+    o.inter_node = hw::LinkSpec{Bandwidth(12.5e9), Time::us(5)};
+    degraded.overrides.push_back(o);
+    CHECK_FALSE(hw::build_topology(degraded).automorphism(shifted(8), why).has_value());
+    CHECK(why.find("differs") != std::string::npos);
+  }
+  SUBCASE("not a permutation") {
+    auto m = shifted(8);
+    m[1] = m[0];
+    CHECK_FALSE(t.automorphism(m, why).has_value());
+  }
+}
+
 TEST_CASE("pcie_tree closed-form routes equal the BFS tables' routes (one node and several)") {
   // (nodes, GPUs per node, GPUs per PCIe switch): one node has no network and no NICs; with
   // several, a NIC reaches another switch of its node two ways (4 hops back through the root
@@ -271,63 +331,5 @@ TEST_CASE("explicit graphs: routing tables stay within the limit, and routes sta
       CHECK(out == before[static_cast<std::size_t>(to)]);
       CHECK(bounded.routing_tables() <= 2);
     }
-
-    TEST_CASE("automorphisms: moving whole racks or nodes keeps the graph; straddling does not") {
-      // 8 nodes of 4 GPUs, racks of 2 nodes (4 racks), 2 spines.
-      const auto c = cluster_of(8, 4, fat_tree(2, 2.0, 2));
-      const auto t = hw::build_topology(c);
-      const int w = 32;
-      auto shifted = [&](int by) {  // every device moved up by `by`, cyclically
-        std::vector<int> m(w);
-        for (int r = 0; r < w; ++r) m[static_cast<std::size_t>(r)] = (r + by) % w;
-        return m;
-      };
-      std::string why;
-      SUBCASE("one rack up: an automorphism") {
-        const auto a = t.automorphism(shifted(8), why);
-        REQUIRE(a.has_value());
-        // Every link onto a link of the same figures joining the images of its ends, and no two
-        // links onto one.
-        std::vector<char> hit(static_cast<std::size_t>(t.link_count()), 0);
-        for (int l = 0; l < t.link_count(); ++l) {
-          const int m = a->link[static_cast<std::size_t>(l)];
-          CHECK(t.link(m).from == a->vertex[static_cast<std::size_t>(t.link(l).from)]);
-          CHECK(t.link(m).to == a->vertex[static_cast<std::size_t>(t.link(l).to)]);
-          CHECK(t.link(m).bandwidth.bytes_per_second() == t.link(l).bandwidth.bytes_per_second());
-          CHECK(hit[static_cast<std::size_t>(m)] == 0);
-          hit[static_cast<std::size_t>(m)] = 1;
-        }
-        // Device 0 goes to device 8 (rack 1); spines (vertices 56 and 57: after 32 devices, 8
-        // NVSwitches and 4 racks x 4 rails of leaves) stay.
-        CHECK(a->vertex[0] == 8);
-        CHECK(a->vertex[56] == 56);
-        // With period 4 (four such moves bring every rack back), the 2 spines turn by
-        // 2 / gcd(4, 2) = 1 place.
-        const auto turned = t.automorphism(shifted(8), why, 4);
-        REQUIRE(turned.has_value());
-        CHECK(turned->vertex[56] == 57);
-        CHECK(turned->vertex[57] == 56);
-      }
-      SUBCASE("one node up: node 1 would leave rack 0 while node 7 enters it") {
-        CHECK_FALSE(t.automorphism(shifted(4), why).has_value());
-        CHECK(why.find("no counterpart") != std::string::npos);
-      }
-      SUBCASE("half a node up: devices change rails") {
-        CHECK_FALSE(t.automorphism(shifted(2), why).has_value());
-        CHECK(why.find("whole node") != std::string::npos);
-      }
-      SUBCASE("a degraded NIC breaks it") {
-        auto degraded = c;
-        hw::DeviceOverride o;
-        o.ranks = {3};
-        o.inter_node = hw::LinkSpec{Bandwidth(12.5e9), Time::us(5)};
-        degraded.overrides.push_back(o);
-        CHECK_FALSE(hw::build_topology(degraded).automorphism(shifted(8), why).has_value());
-        CHECK(why.find("differs") != std::string::npos);
-      }
-      SUBCASE("not a permutation") {
-        auto m = shifted(8);
-        m[1] = m[0];
-        CHECK_FALSE(t.automorphism(m, why).has_value());
-      }
-    }
+  }
+}
