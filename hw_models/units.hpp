@@ -4,6 +4,8 @@
 // 2^63 FLOPs.
 #pragma once
 
+#include <array>
+#include <bit>
 #include <compare>
 #include <cstdint>
 #include <limits>
@@ -53,28 +55,30 @@ class Time {
 };
 
 /// A size in bytes (signed so that memory deltas can be negative).
+///
+/// Stored as four 2-byte parts, so that a Bytes needs only 2-byte alignment: the ops of a
+/// Program pack it (strategies/program.hpp, 48-byte Op), and every member call on it is then on
+/// an aligned object (an 8-byte-aligned int64 there would be read misaligned, undefined
+/// behaviour). std::bit_cast turns the parts into the int64 in one (unaligned) load.
 class Bytes {
  public:
   constexpr Bytes() = default;
-  constexpr explicit Bytes(std::int64_t v) : v_(v) {}
-  constexpr std::int64_t count() const { return v_; }
-  constexpr auto operator<=>(const Bytes&) const = default;
-  constexpr Bytes operator+(Bytes o) const { return Bytes(v_ + o.v_); }
-  constexpr Bytes operator-(Bytes o) const { return Bytes(v_ - o.v_); }
-  constexpr Bytes operator-() const { return Bytes(-v_); }
-  constexpr Bytes& operator+=(Bytes o) {
-    v_ += o.v_;
-    return *this;
-  }
-  constexpr Bytes& operator-=(Bytes o) {
-    v_ -= o.v_;
-    return *this;
-  }
-  constexpr Bytes operator*(std::int64_t k) const { return Bytes(v_ * k); }
+  constexpr explicit Bytes(std::int64_t v) : parts_(std::bit_cast<Parts>(v)) {}
+  constexpr std::int64_t count() const { return std::bit_cast<std::int64_t>(parts_); }
+  constexpr std::strong_ordering operator<=>(const Bytes& o) const { return count() <=> o.count(); }
+  constexpr bool operator==(const Bytes& o) const { return count() == o.count(); }
+  constexpr Bytes operator+(Bytes o) const { return Bytes(count() + o.count()); }
+  constexpr Bytes operator-(Bytes o) const { return Bytes(count() - o.count()); }
+  constexpr Bytes operator-() const { return Bytes(-count()); }
+  constexpr Bytes& operator+=(Bytes o) { return *this = *this + o; }
+  constexpr Bytes& operator-=(Bytes o) { return *this = *this - o; }
+  constexpr Bytes operator*(std::int64_t k) const { return Bytes(count() * k); }
 
  private:
-  std::int64_t v_ = 0;
+  using Parts = std::array<std::uint16_t, 4>;
+  Parts parts_{};
 };
+static_assert(sizeof(Bytes) == 8 && alignof(Bytes) == 2);
 
 /// An amount of floating-point work, in FLOPs (2 per multiply-add).
 class Flops {

@@ -259,8 +259,9 @@ inline constexpr std::int16_t kNcclSms = -1;
 
 // Compute, Collective, Send and Recv are packed to 2-byte alignment so that Work is 18 bytes
 // instead of 32 and an Op 48 instead of 64 (issue 19's lean exact mode: a 98,304-GPU --exact run
-// holds 85.8 M ops). Their 8-byte Bytes fields may then sit at an address that is not a multiple of
-// 8: read them by value (c.bytes, c.bytes.count()), never by pointer or non-const reference.
+// holds 85.8 M ops). Their Bytes fields then sit at even addresses, which is all a Bytes needs
+// (hw_models/units.hpp stores it as 2-byte parts), so reading them is well defined; the 4-byte
+// fields (group, peer) are read as packed members by the compiler.
 #pragma pack(push, 2)
 struct Collective {
   CollectiveKind kind = CollectiveKind::all_reduce;
@@ -295,7 +296,7 @@ static_assert(sizeof(Compute) == 4 && sizeof(Collective) == 16 && sizeof(Send) =
 using Work = std::variant<Compute, Collective, Send, Recv>;
 static_assert(sizeof(Work) == 18, "Work: the packed alternatives and a 1-byte index");
 
-// Packed to 4-byte alignment: 12 bytes instead of 16 (read `delta` by value, as for Collective).
+// Packed to 4-byte alignment: 12 bytes instead of 16.
 #pragma pack(push, 4)
 struct MemoryEffect {
   Bytes delta;  // + allocates, - releases
