@@ -1,7 +1,8 @@
 // Scale (issue 19): the stratasim executable on GPT-3 175B and the 1T model at 1,024, 16,384 and
 // 98,304 GPUs, with data-parallel replicas mirrored (the default), every replica simulated on the
 // analytical network (--exact) and on the flow-level network over a rail-optimised fat-tree
-// (every replica: replicas contend for links). Each run is its own process, timed as a user runs
+// (every replica: replicas contend for links; "flow-sym" rows with cluster.flow_symmetry "auto",
+// which mirrors replicas where the topology's symmetry makes it exact). Each run is its own process, timed as a user runs
 // it (`stratasim simulate ... --quiet`); the bench prints the median wall time, CPU time (user +
 // system) and peak resident memory over N runs of each row, or how the run ended when it did not
 // succeed (exit 2 with the host-memory estimate when the run would not fit: study/footprint.hpp).
@@ -69,6 +70,9 @@ std::vector<Row> rows() {
     out.push_back({"mirrored-" + g, sized({gpt3}, nodes, dp, batch)});
     out.push_back({"exact-" + g, sized({gpt3, "--exact"}, nodes, dp, batch)});
     out.push_back({"flow-" + g, sized({fat_tree}, nodes, dp, batch)});
+    // The flow network with replica symmetry (docs/network.md): replicas mirrored where exact.
+    out.push_back({"flow-sym-" + g,
+                   sized({fat_tree, "--set", "cluster.flow_symmetry=auto"}, nodes, dp, batch)});
   }
   const std::vector<std::string> one_t = {"--model", root + "/configs/models/gpt3-1t.json",
                                           "--set",   "parallelism.pp=64",
