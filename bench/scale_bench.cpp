@@ -2,10 +2,11 @@
 // 98,304 GPUs, with data-parallel replicas mirrored (the default), every replica simulated on the
 // analytical network (--exact) and on the flow-level network over a rail-optimised fat-tree
 // (every replica: replicas contend for links; "flow-sym" rows with cluster.flow_symmetry "auto",
-// which mirrors replicas where the topology's symmetry makes it exact). Each run is its own process, timed as a user runs
-// it (`stratasim simulate ... --quiet`); the bench prints the median wall time, CPU time (user +
-// system) and peak resident memory over N runs of each row, or how the run ended when it did not
-// succeed (exit 2 with the host-memory estimate when the run would not fit: study/footprint.hpp).
+// which mirrors replicas where the topology's symmetry makes it exact). Each run is its own
+// process, timed as a user runs it (`stratasim simulate ... --quiet`); the bench prints the median
+// wall time, CPU time (user + system) and peak resident memory over N runs of each row, or how the
+// run ended when it did not succeed (exit 2 with the host-memory estimate when the run would not
+// fit: study/footprint.hpp).
 //
 // Targets (issue 19, on the 2-core development machine, medians of 3):
 //   exact-98304      under 30 s, under 4 GB
