@@ -44,15 +44,16 @@ st::Program lower(const st::Experiment& experiment, const st::LowerOptions& opti
 }
 
 std::vector<std::int32_t> trace_ranks(const std::string& spec, const st::RankLayout& layout,
-                                      bool mirrored) {
+                                      bool mirrored, int period) {
+  period = std::max(period, 1);
   const int world = layout.world_size();
   const std::string mode = spec == "auto" ? (world <= kTraceAllUpTo ? "all" : "stages") : spec;
   std::vector<std::int32_t> ranks;
   if (mode == "all") {
-    // With mirroring only data-parallel replica 0 runs ops: "all" means its ranks.
-    if (mirrored && layout.dp > layout.cp) {
+    // With mirroring only data-parallel replicas 0 .. period - 1 run ops: "all" means theirs.
+    if (mirrored && layout.dp > layout.cp * period) {
       for (int r = 0; r < world; ++r) {
-        if (layout.replica(r) == 0) ranks.push_back(r);
+        if (layout.replica(r) < period) ranks.push_back(r);
       }
     }
     return ranks;
@@ -75,11 +76,16 @@ std::vector<std::int32_t> trace_ranks(const std::string& spec, const st::RankLay
       throw BadInput("--trace-ranks expects all, stages or ranks from 0 to " +
                      std::to_string(world - 1) + " separated by commas, got \"" + item + "\"");
     }
-    if (mirrored && layout.replica(rank) != 0) {
-      throw BadInput("--trace-ranks: rank " + std::to_string(rank) + " mirrors rank " +
-                     std::to_string(layout.rank(layout.tp_index(rank), layout.cp_index(rank),
-                                                layout.stage(rank))) +
-                     " (data-parallel replicas are simulated once); add --exact to trace it");
+    if (mirrored && layout.replica(rank) >= period) {
+      // Replica r runs what replica r mod period runs (strategies/lowering/rank_emitter.cpp).
+      const int source = layout.cp_index(rank) + layout.cp * (layout.replica(rank) % period);
+      throw BadInput(
+          "--trace-ranks: rank " + std::to_string(rank) + " mirrors rank " +
+          std::to_string(layout.rank(layout.tp_index(rank), source, layout.stage(rank))) +
+          (period == 1 ? std::string(" (data-parallel replicas are simulated once)")
+                       : " (data-parallel replicas 0-" + std::to_string(period - 1) +
+                             " are simulated for all)") +
+          "; add --exact to trace it");
     }
     ranks.push_back(rank);
   }
@@ -135,13 +141,14 @@ class StatisticsObserver : public sim::Observer {
 traces::Timeline simulate_program(const st::Program& program, const hw::ClusterSpec& cluster,
                                   const sim::SimOptions& options,
                                   std::vector<traces::LinkLoad>* links,
-                                  const sim::FlowSymmetry* symmetry) {
+                                  const sim::FlowSymmetry* symmetry, const hw::Topology* topology) {
   if (cluster.network_model != hw::NetworkModel::flow || (links == nullptr && !symmetry)) {
     return sim::simulate(program, cluster, options);
   }
-  sim::FlowNetwork network =
-      symmetry ? sim::FlowNetwork(cluster, hw::build_topology(cluster), program, *symmetry)
-               : sim::FlowNetwork(cluster, hw::build_topology(cluster), program);
+  hw::Topology graph = topology ? *topology : hw::build_topology(cluster);
+  sim::FlowNetwork network = symmetry
+                                 ? sim::FlowNetwork(cluster, std::move(graph), program, *symmetry)
+                                 : sim::FlowNetwork(cluster, std::move(graph), program);
   sim::LinkUsage usage(network);
   network.set_observer(&usage);
   LastEnd last;
@@ -166,7 +173,8 @@ sim::ReplicaMap replica_map(const st::RankLayout& layout, int period) {
   return m;
 }
 
-FlowReduction flow_reduction(const st::Experiment& experiment, bool exact) {
+FlowReduction flow_reduction(const st::Experiment& experiment, bool exact,
+                             const hw::Topology* topology) {
   const hw::ClusterSpec& cluster = experiment.cluster;
   FlowReduction out;
   if (cluster.network_model != hw::NetworkModel::flow ||
@@ -181,13 +189,14 @@ FlowReduction flow_reduction(const st::Experiment& experiment, bool exact) {
   const auto mode = routes ? sim::FlowSymmetry::Mode::routes : sim::FlowSymmetry::Mode::reduce;
   const st::RankLayout layout = st::layout_of(experiment);
   const int replicas = layout.dp / layout.cp;
-  const hw::Topology topology = hw::build_topology(cluster);
+  std::optional<hw::Topology> built;
+  const hw::Topology& graph = topology ? *topology : built.emplace(hw::build_topology(cluster));
   // The smallest period P whose move (replica r onto replica r + P) is a symmetry: replicas
   // 0 .. P - 1 then stand for all.
   std::string why, first_why;
   for (int period = 1; 2 * period <= replicas; ++period) {
     if (replicas % period != 0) continue;
-    out.symmetry = sim::flow_symmetry(cluster, topology, replica_map(layout, period), mode, why);
+    out.symmetry = sim::flow_symmetry(cluster, graph, replica_map(layout, period), mode, why);
     if (out.symmetry) {
       out.period = period;
       break;
@@ -226,13 +235,16 @@ struct MirrorPlan {
   int period = 1;
 };
 
-MirrorPlan mirror_plan(const st::Experiment& experiment, const Options& options) {
+// `known`: the experiment's flow reduction when the caller has it (simulate() works it out
+// once: it proves the topology's symmetry link by link).
+MirrorPlan mirror_plan(const st::Experiment& experiment, const Options& options,
+                       const FlowReduction* known = nullptr) {
   if (mirrors(experiment, options.exact)) return {true, 1};
   if (experiment.cluster.network_model != hw::NetworkModel::flow ||
       experiment.cluster.flow_symmetry != hw::FlowSymmetry::automatic || options.exact) {
     return {};
   }
-  const FlowReduction reduction = flow_reduction(experiment, options.exact);
+  const FlowReduction reduction = known ? *known : flow_reduction(experiment, options.exact);
   return reduction.reduces() ? MirrorPlan{true, reduction.period} : MirrorPlan{};
 }
 
@@ -247,11 +259,13 @@ st::LowerOptions lower_options(const st::Experiment& experiment, MirrorPlan plan
 // The shared first half of simulate() and estimate_memory(): the configured experiment, its
 // validated Program (unless `program` brings it) and the ranks to trace.
 Result prepare(st::Experiment experiment, const Options& options,
-               std::optional<st::Program> program = std::nullopt, bool configure = true) {
+               std::optional<st::Program> program = std::nullopt, bool configure = true,
+               const FlowReduction* reduction = nullptr) {
   Result r;
   r.experiment = configure ? configured(std::move(experiment), options) : std::move(experiment);
-  const MirrorPlan plan = mirror_plan(r.experiment, options);
-  r.traced_ranks = trace_ranks(options.trace_ranks, st::layout_of(r.experiment), plan.mirrored);
+  const MirrorPlan plan = mirror_plan(r.experiment, options, reduction);
+  r.traced_ranks =
+      trace_ranks(options.trace_ranks, st::layout_of(r.experiment), plan.mirrored, plan.period);
   r.program = program ? std::move(*program)
                       : study::lower(r.experiment, lower_options(r.experiment, plan, options));
   r.context = traces::report_context(r.experiment);
@@ -260,10 +274,14 @@ Result prepare(st::Experiment experiment, const Options& options,
 
 }  // namespace
 
-HostMemoryEstimate estimate_host_memory(const st::Experiment& experiment, const Options& given,
-                                        std::optional<st::Program>* program) {
+namespace {
+
+// estimate_host_memory(), with the flow reduction and topology when simulate() has them.
+HostMemoryEstimate estimate(const st::Experiment& experiment, const Options& given,
+                            std::optional<st::Program>* program, const FlowReduction* reduction,
+                            const hw::Topology* topology) {
   const Options options = effective_options(experiment, given);
-  MirrorPlan plan = mirror_plan(experiment, options);
+  MirrorPlan plan = mirror_plan(experiment, options, reduction);
   const bool mirrored = plan.mirrored;
   plan.mirrored = true;
   // One replica's ops: the run's own Program when it mirrors, else a mirrored sample scaled up.
@@ -275,19 +293,29 @@ HostMemoryEstimate estimate_host_memory(const st::Experiment& experiment, const 
   } else {
     issuing = sample.world_size();
   }
-  const auto traced = trace_ranks(options.trace_ranks, st::layout_of(experiment), mirrored);
+  const auto traced =
+      trace_ranks(options.trace_ranks, st::layout_of(experiment), mirrored, plan.period);
   RunShape shape =
       run_shape(sample, issuing, options.record_spans, static_cast<std::int64_t>(traced.size()),
                 options.spans_of_traced_ranks_only);
   if (experiment.cluster.network_model == hw::NetworkModel::flow) {
-    const hw::Topology topology = hw::build_topology(experiment.cluster);
+    std::optional<hw::Topology> built;
+    const hw::Topology& graph =
+        topology ? *topology : built.emplace(hw::build_topology(experiment.cluster));
     shape.flow_network = true;
-    shape.devices = topology.device_count();
-    shape.vertices = topology.vertex_count();
-    shape.routing_tables = !topology.routes_in_closed_form();
+    shape.devices = graph.device_count();
+    shape.vertices = graph.vertex_count();
+    shape.routing_tables = !graph.routes_in_closed_form();
   }
   if (program != nullptr && sample_is_the_run) *program = std::move(sample);
   return study::estimate_host_memory(shape);
+}
+
+}  // namespace
+
+HostMemoryEstimate estimate_host_memory(const st::Experiment& experiment, const Options& given,
+                                        std::optional<st::Program>* program) {
+  return estimate(experiment, given, program, nullptr, nullptr);
 }
 
 Options effective_options(const st::Experiment& experiment, const Options& given) {
@@ -306,20 +334,27 @@ Options effective_options(const st::Experiment& experiment, const Options& given
 Result simulate(st::Experiment experiment, const Options& requested) {
   experiment = configured(std::move(experiment), requested);
   const Options options = effective_options(experiment, requested);
+  // The topology and its symmetry, worked out once for the estimate, the lowering and the run.
+  std::optional<hw::Topology> topology;
+  if (experiment.cluster.network_model == hw::NetworkModel::flow) {
+    topology.emplace(hw::build_topology(experiment.cluster));
+  }
+  const hw::Topology* graph = topology ? &*topology : nullptr;
+  FlowReduction reduction = flow_reduction(experiment, options.exact, graph);
   std::optional<st::Program> program;
-  const HostMemoryEstimate estimate = estimate_host_memory(experiment, options, &program);
+  const HostMemoryEstimate footprint = estimate(experiment, options, &program, &reduction, graph);
   const bool given = options.max_memory.has_value();
   const Bytes limit = given ? *options.max_memory : available_host_memory();
-  if (limit.count() > 0 && estimate.total() > limit) {
+  if (limit.count() > 0 && footprint.total() > limit) {
     throw HostMemoryExceeded(
-        "the simulation " + describe(estimate) + ", more than " +
+        "the simulation " + describe(footprint) + ", more than " +
         (given ? "--max-memory (" + to_string(limit) + ")"
                : "this machine has available (" + to_string(limit) +
                      "; --max-memory sets another limit)") +
-        ". To make it fit: " + advice(estimate.shape, options.exact, options.trace_ranks));
+        ". To make it fit: " + advice(footprint.shape, options.exact, options.trace_ranks));
   }
-  Result r = prepare(std::move(experiment), options, std::move(program), false);
-  r.host_memory = estimate;
+  Result r = prepare(std::move(experiment), options, std::move(program), false, &reduction);
+  r.host_memory = footprint;
   sim::SimOptions sim_options;
   sim_options.record_spans = options.record_spans;
   sim_options.record_memory = options.record_memory;
@@ -327,7 +362,6 @@ Result simulate(st::Experiment experiment, const Options& requested) {
   sim_options.stop_on_oom = options.stop_on_oom;
   sim_options.memory_sample_ranks = r.traced_ranks;
   std::vector<traces::LinkLoad> links;
-  FlowReduction reduction = flow_reduction(r.experiment, options.exact);
   if (reduction.symmetry && reduction.reduces() != r.program.mirrored()) {
     reduction.symmetry.reset();  // the Program decides: mirrored or not
     reduction.note = "every replica simulated: the Program is not mirrored";
@@ -345,7 +379,7 @@ Result simulate(st::Experiment experiment, const Options& requested) {
       o.span_ranks = r.traced_ranks;
     }
     links.clear();
-    r.timeline = simulate_program(r.program, r.experiment.cluster, o, &links, symmetry);
+    r.timeline = simulate_program(r.program, r.experiment.cluster, o, &links, symmetry, graph);
   };
   try {
     run(reduction.symmetry ? &*reduction.symmetry : nullptr);

@@ -108,9 +108,11 @@ strategies::Program lower(const strategies::Experiment& experiment,
                           const strategies::LowerOptions& options = {});
 
 /// The ranks `spec` (Options::trace_ranks) names; BadInput naming --trace-ranks when it is
-/// malformed or names a mirrored rank.
+/// malformed or names a mirrored rank. `mirrored`: data-parallel replicas 0 .. period - 1 issue
+/// ops and the others mirror them (PipelineSpec::mirror_period; 1 on the analytical network,
+/// the symmetry's period on the flow network), so "all" means those replicas' ranks.
 std::vector<std::int32_t> trace_ranks(const std::string& spec, const strategies::RankLayout& layout,
-                                      bool mirrored);
+                                      bool mirrored, int period = 1);
 
 /// Up to `per_tier` busiest links between NICs and switches, then up to `per_tier` inside
 /// nodes, from a flow-level run: so that inter-node links show beside the usually busier
@@ -128,7 +130,9 @@ struct FlowReduction {
   std::string note;
   bool reduces() const { return symmetry && symmetry->mode == sim::FlowSymmetry::Mode::reduce; }
 };
-FlowReduction flow_reduction(const strategies::Experiment& experiment, bool exact);
+/// `topology`: the cluster's, when the caller has built it (else it is built here).
+FlowReduction flow_reduction(const strategies::Experiment& experiment, bool exact,
+                             const hw::Topology* topology = nullptr);
 
 /// The replica map of a rank layout for a mirror period P: the symmetry's replica j holds the
 /// data-parallel replicas jP .. jP + P - 1, and its move takes every rank's data-parallel
@@ -137,11 +141,13 @@ sim::ReplicaMap replica_map(const strategies::RankLayout& layout, int period = 1
 
 /// Simulates `program` on the cluster's network model; on the flow-level network `links`
 /// (when given) receives the busiest links of the run, and `symmetry` (when given) is the flow
-/// network's (sim::SymmetryBroken when the program's traffic breaks it).
+/// network's (sim::SymmetryBroken when the program's traffic breaks it). `topology`: the
+/// cluster's, when the caller has built it (the network takes a copy; else it is built here).
 traces::Timeline simulate_program(const strategies::Program& program,
                                   const hw::ClusterSpec& cluster, const sim::SimOptions& options,
                                   std::vector<traces::LinkLoad>* links = nullptr,
-                                  const sim::FlowSymmetry* symmetry = nullptr);
+                                  const sim::FlowSymmetry* symmetry = nullptr,
+                                  const hw::Topology* topology = nullptr);
 
 /// The allocator and framework overheads of the experiment (memory.fragmentation; memory.reserved,
 /// else the CUDA context and NCCL buffers held back: strategies/framework.hpp).

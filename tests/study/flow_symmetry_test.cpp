@@ -7,9 +7,12 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "experiment_helpers.hpp"
+#include "study/errors.hpp"
 #include "study/jobs.hpp"
 #include "study/study.hpp"
 
@@ -162,4 +165,44 @@ TEST_CASE("flow symmetry: traffic that breaks it during the run falls back to ev
   CHECK(symmetry_note(automatic).find("do not map onto each other") != std::string::npos);
   REQUIRE(off.report.iteration_time_s > 0);
   CHECK(automatic.report.iteration_time_s == off.report.iteration_time_s);
+}
+
+TEST_CASE("flow symmetry: --trace-ranks names any rank of the replicas simulated for all") {
+  // Racks of 2 nodes: replicas 0 and 1 are simulated for all 4 (period 2, above). Rank
+  // t + 2 (d + 4 s): rank 2 is tp 0, replica 1, stage 0, which the run simulates; rank 4
+  // (replica 2) mirrors it, as replica r mirrors replica r mod 2.
+  auto e = experiment(2, 2.0);
+  e.cluster.flow_symmetry = hw::FlowSymmetry::automatic;
+  study::Options options;
+  options.trace_ranks = "2";
+  options.spans_of_traced_ranks_only = true;
+  const auto traced = study::simulate(e, options);
+  CHECK(traced.program.mirrored());
+  CHECK(traced.traced_ranks == std::vector<std::int32_t>{2});
+  std::size_t spans = 0;
+  for (const auto& span : traced.timeline.spans) {
+    CHECK(span.rank == 2);
+    ++spans;
+  }
+  // Rank 2 issues its own ops (Program::issues_ops) and every one of them has a span.
+  CHECK(traced.program.issues_ops(2));
+  CHECK(spans == traced.program.ops_of(2).size());
+  // The same report as without tracing it.
+  const auto plain = run(e, hw::FlowSymmetry::automatic);
+  CHECK(traced.report.iteration_time_s == plain.report.iteration_time_s);
+
+  // "all": the ranks of replicas 0 and 1 (d < 2): t in {0, 1}, d in {0, 1}, s in {0, 1}.
+  options.trace_ranks = "all";
+  CHECK(study::simulate(e, options).traced_ranks ==
+        std::vector<std::int32_t>{0, 1, 2, 3, 8, 9, 10, 11});
+
+  options.trace_ranks = "4";
+  try {
+    (void)study::simulate(e, options);
+    FAIL("rank 4 mirrors rank 0: expected BadInput");
+  } catch (const study::BadInput& error) {
+    const std::string what = error.what();
+    CHECK(what.find("--trace-ranks: rank 4 mirrors rank 0") != std::string::npos);
+    CHECK(what.find("replicas 0-1 are simulated for all") != std::string::npos);
+  }
 }
