@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <sstream>
+#include <string>
+#include <string_view>
 
 #include "hw_models/topology.hpp"
 #include "sim/flow_network.hpp"
@@ -343,16 +345,21 @@ Result simulate(st::Experiment experiment, const Options& requested) {
   FlowReduction reduction = flow_reduction(experiment, options.exact, graph);
   std::optional<st::Program> program;
   const HostMemoryEstimate footprint = estimate(experiment, options, &program, &reduction, graph);
-  const bool given = options.max_memory.has_value();
-  const Bytes limit = given ? *options.max_memory : available_host_memory();
-  if (limit.count() > 0 && footprint.total() > limit) {
+  // HostMemoryExceeded when `needed` is more than the run may use; `why` leads the message.
+  auto require_fits = [&](const HostMemoryEstimate& needed, const std::string& why,
+                          const std::string& more_advice) {
+    const bool given = options.max_memory.has_value();
+    const Bytes limit = given ? *options.max_memory : available_host_memory();
+    if (limit.count() <= 0 || needed.total() <= limit) return;
     throw HostMemoryExceeded(
-        "the simulation " + describe(footprint) + ", more than " +
+        why + "the simulation " + describe(needed) + ", more than " +
         (given ? "--max-memory (" + to_string(limit) + ")"
                : "this machine has available (" + to_string(limit) +
                      "; --max-memory sets another limit)") +
-        ". To make it fit: " + advice(footprint.shape, options.exact, options.trace_ranks));
-  }
+        ". To make it fit: " + advice(needed.shape, options.exact, options.trace_ranks) +
+        more_advice);
+  };
+  require_fits(footprint, "", "");
   Result r = prepare(std::move(experiment), options, std::move(program), false, &reduction);
   r.host_memory = footprint;
   sim::SimOptions sim_options;
@@ -387,6 +394,20 @@ Result simulate(st::Experiment experiment, const Options& requested) {
     // The traffic breaks the symmetry: every replica, routed as without it.
     reduction.note = std::string("every replica simulated: ") + e.what();
     if (r.program.mirrored()) {
+      // The run without the reduction needs memory for every replica: estimated again (it was
+      // estimated reduced), and refused as at the start when it does not fit.
+      const FlowReduction none;
+      const HostMemoryEstimate full = estimate(r.experiment, options, nullptr, &none, graph);
+      const bool tree =
+          std::string_view(e.what()).find("do not map onto each other") != std::string_view::npos;
+      require_fits(full,
+                   std::string("the flow network's replica symmetry broke during the run (") +
+                       e.what() + "), so every replica must be simulated: ",
+                   tree ? "; or keep the symmetry with NCCL's ring all-reduce (--set "
+                          "cluster.collectives.algorithm.all_reduce=ring): a tree all-reduce "
+                          "over the replicas breaks it"
+                        : "");
+      r.host_memory = full;
       r.program = study::lower(r.experiment, lower_options(r.experiment, MirrorPlan{}, options));
       r.traced_ranks = trace_ranks(options.trace_ranks, st::layout_of(r.experiment), false);
       sim_options.memory_sample_ranks = r.traced_ranks;

@@ -206,3 +206,35 @@ TEST_CASE("flow symmetry: --trace-ranks names any rank of the replicas simulated
     CHECK(what.find("replicas 0-1 are simulated for all") != std::string::npos);
   }
 }
+
+TEST_CASE("flow symmetry: a fallback that would not fit is refused before it runs") {
+  // The tree all-reduce breaks the symmetry mid-run (above); the run without the reduction
+  // needs every replica's memory, which is estimated again then. With --max-memory between the
+  // reduced run's estimate and the full run's, the reduced run starts and the fallback is
+  // refused (HostMemoryExceeded: exit 2 on the command line), naming the ring all-reduce.
+  auto e = experiment(4, 1.0);
+  e.cluster.collectives
+      .algorithm[static_cast<std::size_t>(strategies::CollectiveKind::all_reduce)] =
+      hw::CollectiveAlgorithm::tree;
+  auto full_experiment = e;
+  full_experiment.cluster.flow_symmetry = hw::FlowSymmetry::off;  // the fallback's shape
+  e.cluster.flow_symmetry = hw::FlowSymmetry::automatic;
+  const Bytes reduced = study::estimate_host_memory(e, {}).total();
+  const Bytes full = study::estimate_host_memory(full_experiment, {}).total();
+  REQUIRE(full.count() > reduced.count());
+  study::Options options;
+  options.max_memory = Bytes((reduced.count() + full.count()) / 2);
+  try {
+    (void)study::simulate(e, options);
+    FAIL("expected HostMemoryExceeded");
+  } catch (const study::HostMemoryExceeded& error) {
+    const std::string what = error.what();
+    CHECK(what.find("replica symmetry broke during the run") != std::string::npos);
+    CHECK(what.find("do not map onto each other") != std::string::npos);
+    CHECK(what.find("--max-memory") != std::string::npos);
+    CHECK(what.find("cluster.collectives.algorithm.all_reduce=ring") != std::string::npos);
+  }
+  // With room for the full run it falls back and completes, as above.
+  options.max_memory = full;
+  CHECK(study::simulate(e, options).report.iteration_time_s > 0);
+}
