@@ -69,6 +69,18 @@ void check_exact(const strategies::Experiment& e, const std::string& note) {
   }
 }
 
+/// The message of the `E` that `f` throws (a failed check and "" when it throws none).
+template <class E, class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& error) {
+    return error.what();
+  }
+  FAIL_CHECK("expected an exception");
+  return "";
+}
+
 }  // namespace
 
 TEST_CASE("flow symmetry: the reduced run equals the unreduced symmetric run") {
@@ -197,14 +209,9 @@ TEST_CASE("flow symmetry: --trace-ranks names any rank of the replicas simulated
         std::vector<std::int32_t>{0, 1, 2, 3, 8, 9, 10, 11});
 
   options.trace_ranks = "4";
-  try {
-    (void)study::simulate(e, options);
-    FAIL("rank 4 mirrors rank 0: expected BadInput");
-  } catch (const study::BadInput& error) {
-    const std::string what = error.what();
-    CHECK(what.find("--trace-ranks: rank 4 mirrors rank 0") != std::string::npos);
-    CHECK(what.find("replicas 0-1 are simulated for all") != std::string::npos);
-  }
+  const std::string what = message_of<study::BadInput>([&] { (void)study::simulate(e, options); });
+  CHECK(what.find("--trace-ranks: rank 4 mirrors rank 0") != std::string::npos);
+  CHECK(what.find("replicas 0-1 are simulated for all") != std::string::npos);
 }
 
 TEST_CASE("flow symmetry: a fallback that would not fit is refused before it runs") {
@@ -224,16 +231,12 @@ TEST_CASE("flow symmetry: a fallback that would not fit is refused before it run
   REQUIRE(full.count() > reduced.count());
   study::Options options;
   options.max_memory = Bytes((reduced.count() + full.count()) / 2);
-  try {
-    (void)study::simulate(e, options);
-    FAIL("expected HostMemoryExceeded");
-  } catch (const study::HostMemoryExceeded& error) {
-    const std::string what = error.what();
-    CHECK(what.find("replica symmetry broke during the run") != std::string::npos);
-    CHECK(what.find("do not map onto each other") != std::string::npos);
-    CHECK(what.find("--max-memory") != std::string::npos);
-    CHECK(what.find("cluster.collectives.algorithm.all_reduce=ring") != std::string::npos);
-  }
+  const std::string what =
+      message_of<study::HostMemoryExceeded>([&] { (void)study::simulate(e, options); });
+  CHECK(what.find("replica symmetry broke during the run") != std::string::npos);
+  CHECK(what.find("do not map onto each other") != std::string::npos);
+  CHECK(what.find("--max-memory") != std::string::npos);
+  CHECK(what.find("cluster.collectives.algorithm.all_reduce=ring") != std::string::npos);
   // With room for the full run it falls back and completes, as above.
   options.max_memory = full;
   CHECK(study::simulate(e, options).report.iteration_time_s > 0);
