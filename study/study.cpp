@@ -246,7 +246,9 @@ MirrorPlan mirror_plan(const st::Experiment& experiment, const Options& options,
       experiment.cluster.flow_symmetry != hw::FlowSymmetry::automatic || options.exact) {
     return {};
   }
-  const FlowReduction reduction = known ? *known : flow_reduction(experiment, options.exact);
+  std::optional<FlowReduction> computed;
+  const FlowReduction& reduction =
+      known ? *known : computed.emplace(flow_reduction(experiment, options.exact));
   return reduction.reduces() ? MirrorPlan{true, reduction.period} : MirrorPlan{};
 }
 
