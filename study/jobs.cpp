@@ -174,12 +174,9 @@ Program merge_programs(std::span<const Program* const> programs,
       for (OpId dep : p.deps_of(o)) dep_buffer.push_back(new_first + (dep - old_first));
       const auto fx = p.effects_of(o);
       effect_buffer.assign(fx.begin(), fx.end());
-      strategies::OpInfo info;
-      info.stream = o.stream;
-      info.phase = o.phase;
-      info.microbatch = o.microbatch;
-      info.layer_begin = o.layer_begin;
-      info.layer_end = o.layer_end;
+      // The op's provenance; its label by text, as the merged Program interns labels anew.
+      strategies::OpInfo info = strategies::info_of(o);
+      info.label_id = strategies::OpInfo::kNoLabel;
       info.label = p.label_of(o);
       merged.add(std::move(work), info, dep_buffer, effect_buffer);
     }
