@@ -5,9 +5,11 @@
 #include <tuple>
 
 #include "hw_models/sane_bounds.hpp"
+#include "strategies/dlrm.hpp"
 #include "strategies/foreign_inputs.hpp"
 #include "strategies/lowering/pipeline_spec.hpp"
 #include "strategies/moe.hpp"
+#include "strategies/rnn.hpp"
 #include "strategies/schedule.hpp"
 
 namespace stratasim::strategies {
@@ -218,6 +220,11 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
            "\"tp_depth\": 2");
   }
   p.sequence_parallel = r.boolean_or("sequence_parallel", false);
+  const std::string sharding =
+      r.choice_or("embedding_sharding", {"table", "row", "column"}, "table");
+  p.embedding_sharding = sharding == "row"      ? EmbeddingSharding::row
+                         : sharding == "column" ? EmbeddingSharding::column
+                                                : EmbeddingSharding::table;
   p.pipeline_scatter_gather = r.boolean_or("pipeline_scatter_gather", true);
   p.pipeline_batched_p2p = r.boolean_or("pipeline_batched_p2p", false);
   const bool overlap_given = r.has("dualpipe_overlap");
@@ -321,12 +328,21 @@ LowPrecisionSpec read_low_precision(config::ObjectReader r, DType gemm) {
 
 // `accumulation`: training.gradient_accumulation_steps (DeepSpeed's), 0 when not given; with
 // it, global_batch may be left out and follows from micro_batch x accumulation x dp.
-TrainingSpec read_training(config::ObjectReader r, std::int64_t& accumulation) {
+// `sequences`: the model trains on sequences of training.seq_len tokens (a transformer or a
+// layer table), which must then be given; a DLRM or RNN model has none (an RNN's timesteps are
+// the model's).
+TrainingSpec read_training(config::ObjectReader r, std::int64_t& accumulation, bool sequences) {
   TrainingSpec t;
   accumulation = r.integer_in_or("gradient_accumulation_steps", 1, 1 << 24, 0);
   t.global_batch = accumulation > 0 ? r.integer_in_or("global_batch", 1, std::int64_t{1} << 40, 0)
                                     : r.integer_in("global_batch", 1, std::int64_t{1} << 40);
-  t.seq_len = static_cast<int>(r.integer_in("seq_len", 1, 1 << 24));
+  t.seq_len = static_cast<int>(sequences ? r.integer_in("seq_len", 1, 1 << 24)
+                                          : r.integer_in_or("seq_len", 1, 1 << 24, 0));
+  t.algorithm = r.choice_or("algorithm", {"bptt", "admm"}, "bptt") == "admm"
+                    ? TrainingAlgorithm::admm
+                    : TrainingAlgorithm::backprop;
+  t.iterations_to_accuracy =
+      r.integer_in_or("iterations_to_accuracy", 1, std::int64_t{1} << 40, 0);
   t.dtype = *dtype_from_name(r.choice_or("dtype", {"bf16", "fp16", "fp32", "fp8", "fp4"}, "bf16"));
   if (t.dtype == DType::fp8 || t.dtype == DType::fp4) {
     // The linear layers' GEMMs in fp8 / fp4, everything else in bf16 (strategies/precision.hpp).
@@ -578,10 +594,21 @@ void inline_and_override(config::Document& doc, const std::vector<Override>& ove
   }
 }
 
-// The model: a layer table (model.type "layers") or a transformer's shape.
+// The model: a layer table (model.type "layers"), a DLRM ("dlrm"), an RNN ("rnn") or a
+// transformer's shape.
 void read_model_section(config::Document& doc, Experiment& e) {
   const nlohmann::json* type = doc.find("model.type");
-  if (type && type->is_string() && *type == "layers") {
+  if (type && type->is_string() && *type == "dlrm") {
+    e.dlrm = read_dlrm_model(doc, "model");
+    e.model.name = e.dlrm->name;
+    e.model.source = e.dlrm->source;
+    e.model.layers = static_cast<int>(e.dlrm->bottom_mlp.size() + e.dlrm->top_mlp.size());
+  } else if (type && type->is_string() && *type == "rnn") {
+    e.rnn = read_rnn_model(doc, "model");
+    e.model.name = e.rnn->name;
+    e.model.source = e.rnn->source;
+    e.model.layers = e.rnn->layers;
+  } else if (type && type->is_string() && *type == "layers") {
     e.layer_table = read_layer_table(doc, "model");
     e.model.name = e.layer_table->name;
     e.model.source = e.layer_table->source;
@@ -605,8 +632,13 @@ Experiment read_sections(config::Document& doc, std::int64_t& accumulation) {
   r.has("cluster");
   e.cluster = hw::read_cluster(doc, "cluster");
   e.parallelism = read_parallelism(r.object("parallelism", "the parallel strategy"));
-  e.training = read_training(r.object("training", "the training settings"), accumulation);
+  e.training = read_training(r.object("training", "the training settings"), accumulation,
+                             !e.dlrm && !e.rnn);
   if (r.has("memory")) e.memory = read_memory(r.object("memory", "memory overheads"));
+  if (r.has("embedding_cache")) {
+    if (!e.dlrm) r.fail("embedding_cache", "caches embedding tables: it applies to model.type \"dlrm\"");
+    e.embedding_cache = read_embedding_cache(r.object("embedding_cache", "the embedding cache"));
+  }
   r.finish();
   return e;
 }
@@ -1174,8 +1206,28 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
   inline_and_override(doc, overrides, notes);
   std::int64_t accumulation = 0;
   Experiment e = read_sections(doc, accumulation);
-  apply_training_dropout(e, notes);
   apply_framework_efficiency(e);
+  if (e.dlrm || e.rnn) {
+    // Not transformers: their own checks (strategies/dlrm.cpp, strategies/rnn.cpp) after the
+    // shared resolution of dp and the batch.
+    if (e.training.algorithm == TrainingAlgorithm::admm && !e.rnn) {
+      doc.fail("training.algorithm", "\"admm\" (ADMMiRNN) trains RNN models (model.type \"rnn\")");
+    }
+    resolve_data_parallel(doc, e);
+    resolve_batch(doc, e, accumulation);
+    if (e.dlrm) {
+      check_dlrm_experiment(doc, e, notes);
+    } else {
+      check_rnn_experiment(doc, e, notes);
+    }
+    for (const auto& note : notes) report_note(note);
+    e.notes = std::move(notes);
+    return e;
+  }
+  if (e.training.algorithm == TrainingAlgorithm::admm) {
+    doc.fail("training.algorithm", "\"admm\" (ADMMiRNN) trains RNN models (model.type \"rnn\")");
+  }
+  apply_training_dropout(e, notes);
   // Cross-checks, each reported at the key a user would change, in this order.
   apply_framework_zero(doc, e);
   check_tensor_parallel(doc, e);

@@ -14,12 +14,15 @@
 #include "hw_models/cluster.hpp"
 #include "hw_models/config_reader.hpp"
 #include "strategies/context_parallel.hpp"
+#include "strategies/dlrm_model.hpp"
+#include "strategies/embedding_cache.hpp"
 #include "strategies/framework.hpp"
 #include "strategies/fsdp.hpp"
 #include "strategies/grad_compression.hpp"
 #include "strategies/layer_table.hpp"
 #include "strategies/model.hpp"
 #include "strategies/optimizer.hpp"
+#include "strategies/rnn_model.hpp"
 #include "strategies/tp_modes.hpp"
 
 namespace stratasim::strategies {
@@ -189,6 +192,9 @@ struct ParallelismSpec {
   int recompute_num_layers = 1;
 
   OffloadSpec offload;
+
+  /// A DLRM model's embedding tables over the GPUs (parallelism.embedding_sharding).
+  EmbeddingSharding embedding_sharding = EmbeddingSharding::table;
 };
 
 /// Allocator and framework overheads on each device (strategies/framework.hpp: the figures and
@@ -263,6 +269,14 @@ struct TrainingSpec {
   /// the pipeline has stages (then the ZeRO lowering of parallelism.zero runs instead). Set, it
   /// decides the ZeRO stage (3 sharded, 0 with NO_SHARD) and the lowering runs FsdpRuntime.
   std::optional<FsdpSpec> fsdp;
+
+  /// training.algorithm: "backprop" (the default; through time for an RNN) or "admm"
+  /// (ADMMiRNN, RNN models only: strategies/rnn.hpp).
+  TrainingAlgorithm algorithm = TrainingAlgorithm::backprop;
+  /// training.iterations_to_accuracy: iterations the run needs to reach its target accuracy
+  /// (the user's figure, e.g. from the paper's convergence curves); > 0 makes the report give
+  /// the time to train, iterations x iteration time. 0: not given.
+  std::int64_t iterations_to_accuracy = 0;
 };
 
 struct Experiment {
@@ -273,6 +287,13 @@ struct Experiment {
   /// and layer count are set, and `layer_table` holds the model.
   TransformerModel model;
   std::optional<LayerTableModel> layer_table;
+  /// model.type "dlrm" (strategies/dlrm.hpp) or "rnn" (strategies/rnn.hpp): the model, with
+  /// `model` holding only its name, source and a layer count; such experiments skip the
+  /// transformer's checks and lowering.
+  std::optional<DlrmModel> dlrm;
+  std::optional<RnnModel> rnn;
+  /// The experiment's `embedding_cache` section (DLRM only).
+  std::optional<EmbeddingCacheSpec> embedding_cache;
   hw::ClusterSpec cluster;
   ParallelismSpec parallelism;
   TrainingSpec training;

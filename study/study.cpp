@@ -7,6 +7,8 @@
 
 #include "hw_models/topology.hpp"
 #include "sim/flow_network.hpp"
+#include "strategies/dlrm.hpp"
+#include "strategies/rnn.hpp"
 #include "study/errors.hpp"
 #include "study/partition.hpp"
 #include "traces/export.hpp"
@@ -28,10 +30,22 @@ st::Experiment configured(st::Experiment experiment, const Options& options) {
 }
 
 bool mirrors(const st::Experiment& experiment, bool exact) {
-  return !exact && sim::replicas_behave_alike(experiment.cluster);
+  // A DLRM's ranks hold different embedding shards: no two behave alike.
+  return !exact && !experiment.dlrm && sim::replicas_behave_alike(experiment.cluster);
 }
 
 st::Program lower(const st::Experiment& experiment, const st::LowerOptions& options) {
+  if (experiment.dlrm || experiment.rnn) {
+    st::Program program = experiment.dlrm
+                              ? st::lower_dlrm(experiment)
+                              : st::lower_rnn(experiment, options.mirror_data_parallel);
+    try {
+      st::validate(program);
+    } catch (const st::ProgramError& e) {
+      throw InvalidProgram(std::string("the lowered program is invalid: ") + e.what());
+    }
+    return program;
+  }
   st::PipelineSpec spec = st::pipeline_spec(experiment, partition_layers(experiment));
   spec.mirror_data_parallel = options.mirror_data_parallel;
   spec.mirror_tensor_parallel = options.mirror_tensor_parallel;
@@ -242,6 +256,7 @@ struct MirrorPlan {
 MirrorPlan mirror_plan(const st::Experiment& experiment, const Options& options,
                        const FlowReduction* known = nullptr) {
   if (mirrors(experiment, options.exact)) return {true, 1};
+  if (experiment.dlrm || experiment.rnn) return {};  // their lowerings mirror with period 1 only
   if (experiment.cluster.network_model != hw::NetworkModel::flow ||
       experiment.cluster.flow_symmetry != hw::FlowSymmetry::automatic || options.exact) {
     return {};

@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <sstream>
 
+#include "strategies/dlrm.hpp"
 #include "strategies/lowering.hpp"
+#include "strategies/rnn.hpp"
 
 namespace stratasim::traces {
 
@@ -168,6 +170,14 @@ ReportContext report_context(const strategies::Experiment& experiment) {
     memory_line += ")";
   }
   context.setup.emplace_back("memory", memory_line);
+  if (experiment.dlrm || experiment.rnn) {
+    // Their own lines (model, parallelism, training, ...), the cluster's second.
+    auto lines = experiment.dlrm ? strategies::dlrm_setup(experiment)
+                                 : strategies::rnn_setup(experiment);
+    auto cluster_line = context.setup[1];
+    lines.insert(lines.begin() + (lines.empty() ? 0 : 1), std::move(cluster_line));
+    context.setup = std::move(lines);
+  }
   return context;
 }
 

@@ -1,0 +1,2 @@
+// Placeholder: replaced by the implementation in this branch's work.
+#include "strategies/dlrm.hpp"
