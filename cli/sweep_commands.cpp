@@ -143,10 +143,12 @@ auto parsed(Parse&& parse) {
   }
 }
 
-search::Grid grid_of(const SweepArgs& a) {
+search::Grid grid_of(const SweepArgs& a, const strategies::Experiment& base) {
   return parsed([&] {
     return search::parse_grid(
-        {a.tp, a.pp, a.dp, a.zero, a.recompute, a.micro_batch, a.schedule, a.sequence_parallel});
+        search::for_experiment({a.tp, a.pp, a.dp, a.zero, a.recompute, a.micro_batch, a.schedule,
+                                a.sequence_parallel, a.axes},
+                               base));
   });
 }
 
@@ -256,6 +258,9 @@ void add_sweep_options(CLI::App* cmd, SweepArgs& args) {
                   "Pipeline schedules, e.g. 1f1b,interleaved,zb-h1 (default: the experiment's)");
   cmd->add_option("--sequence-parallel", args.sequence_parallel,
                   "Sequence parallelism: 0 (off), 1 (on) or 0,1 (default: the experiment's)");
+  cmd->add_option("--axis", args.axes,
+                  "A setting axis over any config value: PATH=V1,V2,... (repeatable; e.g. "
+                  "embedding_cache.capacity=0.001,0.015,1)");
   cmd->add_option("--out", args.out, "The CSV to write (rows stream in as they finish)")
       ->required();
   cmd->add_flag("--resume", args.resume,
@@ -299,9 +304,6 @@ void add_search_options(CLI::App* cmd, SweepArgs& args) {
 // experiment, another cluster or another --global-batch.
 int sweep_command(const SweepArgs& args) {
   const auto started = Clock::now();
-  const search::Grid grid = grid_of(args);
-  const auto combos = search::enumerate(grid);
-  if (combos.empty()) throw BadInput("the grid is empty");
 
   std::optional<search::MpiWorld> world;
   if (search::launcher_world_size() > 0) {
@@ -317,8 +319,11 @@ int sweep_command(const SweepArgs& args) {
   const search::Evaluator evaluator(resolve_experiment(args.experiment.experiment),
                                     overrides_of(args.experiment),
                                     {.exact = args.experiment.exact});
+  const search::Grid grid = grid_of(args, evaluator.base());
+  const auto combos = search::enumerate(grid);
+  if (combos.empty()) throw BadInput("the grid is empty");
   const fs::path out(args.out);
-  const std::string header = search::csv_header();
+  const std::string header = search::csv_header(search::setting_columns(grid));
 
   // Rank 0 decides where to start (a resumed prefix or a fresh file) and tells the others;
   // -1 says it failed and every process stops.

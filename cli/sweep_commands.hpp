@@ -25,6 +25,7 @@ struct SweepArgs {
   std::string micro_batch = "1,2,4";
   std::string schedule;           // empty: the experiment's
   std::string sequence_parallel;  // "0,1"; empty: the experiment's
+  std::vector<std::string> axes;  // --axis PATH=V1,V2 (setting axes)
   int jobs = 0;                   // 0: the hardware's threads
   std::string out;
   bool resume = false;

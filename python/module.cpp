@@ -200,18 +200,18 @@ std::vector<search::Result> evaluate(const search::Evaluator& evaluator,
 std::string sweep(const std::string& experiment, const std::vector<std::string>& sets,
                   const search::GridText& axes, int jobs, bool exact) {
   py::gil_scoped_release release;
+  const search::Evaluator evaluator(study::resolve_experiment(experiment), overrides_of(sets),
+                                    {.exact = exact});
   search::Grid grid;
   try {
-    grid = search::parse_grid(axes);
+    grid = search::parse_grid(search::for_experiment(axes, evaluator.base()));
   } catch (const std::invalid_argument& e) {
     throw study::BadInput(e.what());
   }
-  const search::Evaluator evaluator(study::resolve_experiment(experiment), overrides_of(sets),
-                                    {.exact = exact});
   const auto combos = search::enumerate(grid);
   if (combos.empty()) throw study::BadInput("the grid is empty");
   const auto results = evaluate(evaluator, combos, jobs);
-  std::string text = search::csv_header();
+  std::string text = search::csv_header(search::setting_columns(grid));
   for (std::size_t i = 0; i < combos.size(); ++i) text += search::csv_row(combos[i], results[i]);
   return text;
 }
@@ -325,7 +325,8 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("recompute", &search::GridText::recompute)
       .def_readwrite("micro_batch", &search::GridText::micro_batch)
       .def_readwrite("schedule", &search::GridText::schedule)
-      .def_readwrite("sequence_parallel", &search::GridText::sequence_parallel);
+      .def_readwrite("sequence_parallel", &search::GridText::sequence_parallel)
+      .def_readwrite("settings", &search::GridText::settings);
   m.def("sweep", &sweep, py::arg("experiment"), py::arg("sets"), py::arg("grid"), py::arg("jobs"),
         py::arg("exact"));
   m.def("search", &search_, py::arg("experiment"), py::arg("sets"), py::arg("gpus"),

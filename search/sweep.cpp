@@ -70,6 +70,18 @@ std::vector<Combination> enumerate(const Grid& g) {
       }
     }
   }
+  // The setting axes, each faster than the ones before it.
+  for (const SettingAxis& axis : g.settings) {
+    std::vector<Combination> expanded;
+    expanded.reserve(out.size() * axis.values.size());
+    for (const Combination& c : out) {
+      for (const std::string& value : axis.values) {
+        expanded.push_back(c);
+        expanded.back().settings.emplace_back(axis.path, value);
+      }
+    }
+    out = std::move(expanded);
+  }
   return out;
 }
 
@@ -118,6 +130,10 @@ std::vector<strategies::Override> overrides_of(const Combination& c,
   }
   if (!c.framework.empty()) flag("--try-fsdp", "training.framework", c.framework);
   if (c.cp > 0) flag("--cp", "parallelism.cp", c.cp);
+  for (const auto& [path, text] : c.settings) {
+    o.push_back(
+        {path, config::parse_override_value(text), "sweep (--axis " + path + "=" + text + ")"});
+  }
   return o;
 }
 
@@ -387,6 +403,12 @@ std::string csv_header(const std::vector<std::string>& extra) {
   return out + "\n";
 }
 
+std::vector<std::string> setting_columns(const Grid& grid) {
+  std::vector<std::string> columns;
+  for (const SettingAxis& axis : grid.settings) columns.push_back(axis.path);
+  return columns;
+}
+
 std::string csv_row(const Combination& c, const Result& r, const std::vector<std::string>& extra) {
   std::string out;
   auto add = [&out](std::string_view field) {
@@ -419,6 +441,7 @@ std::string csv_row(const Combination& c, const Result& r, const std::vector<std
   add(r.peak_memory_bytes > 0 ? std::to_string(r.peak_memory_bytes) : "");
   add(std::to_string(r.capacity_bytes));
   add(r.simulated ? (r.fits ? "true" : "false") : (r.status == Status::oom ? "false" : ""));
+  for (const auto& setting : c.settings) add(csv_quoted(setting.second));
   for (const auto& e : extra) add(csv_quoted(e));
   return out + "\n";
 }
@@ -464,6 +487,15 @@ std::size_t resume(const fs::path& csv, const std::string& header,
     check(5, std::to_string(c.micro_batch));
     if (!c.schedule.empty()) check(6, c.schedule);
     if (c.sequence_parallel >= 0) check(7, c.sequence_parallel == 1 ? "true" : "false");
+    for (std::size_t k = 0; k < c.settings.size() && differs.empty(); ++k) {
+      const std::size_t column = std::size(kColumns) + k;
+      if (column >= f.size()) {
+        differs = "its " + c.settings[k].first + " column is missing";
+      } else if (f[column] != c.settings[k].second) {
+        differs =
+            c.settings[k].first + " is " + f[column] + ", this grid has " + c.settings[k].second;
+      }
+    }
     if (!differs.empty()) {
       throw std::runtime_error(where + ": not the row of combination " + std::to_string(rows + 1) +
                                " of this grid (" + differs +
@@ -672,7 +704,72 @@ Grid parse_grid(const GridText& t) {
   if (!t.sequence_parallel.empty()) {
     g.sequence_parallel = parse_sequence_parallel(t.sequence_parallel, "--sequence-parallel");
   }
+  for (const std::string& axis : t.settings) {
+    g.settings.push_back(parse_setting_axis(axis, "--axis", g.settings));
+  }
   return g;
+}
+
+GridText for_experiment(GridText text, const strategies::Experiment& base) {
+  if (!base.dlrm && !base.rnn) return text;
+  const GridText defaults;
+  const auto& p = base.parallelism;
+  if (text.tp == defaults.tp) text.tp = std::to_string(p.tp);
+  if (text.pp == defaults.pp) text.pp = std::to_string(p.pp);
+  if (text.zero == defaults.zero) text.zero = std::to_string(p.zero);
+  if (text.recompute == defaults.recompute) {
+    text.recompute = std::string(strategies::name_of(p.recompute));
+  }
+  if (text.micro_batch == defaults.micro_batch) text.micro_batch = std::to_string(p.micro_batch);
+  return text;
+}
+
+SettingAxis parse_setting_axis(std::string_view text, std::string_view flag,
+                               const std::vector<SettingAxis>& earlier) {
+  const std::string f(flag);
+  const std::size_t eq = text.find('=');
+  if (eq == std::string_view::npos || eq == 0) {
+    throw std::invalid_argument(f + " expects PATH=V1,V2,... (e.g. embedding_cache.capacity=" +
+                                "0.01,0.1,1), got \"" + std::string(text) + "\"");
+  }
+  SettingAxis axis;
+  axis.path = std::string(text.substr(0, eq));
+  // The grid's own axes have their flags (and their columns): one place sets each key.
+  static const std::pair<const char*, const char*> kOwnFlags[] = {
+      {"parallelism.tp", "--tp"},
+      {"parallelism.pp", "--pp"},
+      {"parallelism.dp", "--dp"},
+      {"parallelism.zero", "--zero"},
+      {"parallelism.recompute", "--recompute"},
+      {"parallelism.micro_batch", "--micro-batch"},
+      {"parallelism.schedule", "--schedule"},
+      {"parallelism.sequence_parallel", "--sequence-parallel"}};
+  for (const auto& [path, own] : kOwnFlags) {
+    if (axis.path == path) {
+      throw std::invalid_argument(f + " " + axis.path + ": the sweep's " + own +
+                                  " sets this key; use " + own);
+    }
+  }
+  for (const SettingAxis& other : earlier) {
+    if (other.path == axis.path) {
+      throw std::invalid_argument(f + " " + axis.path +
+                                  ": given twice; list all its values in one " + f);
+    }
+  }
+  std::string_view list = text.substr(eq + 1);
+  for (std::size_t start = 0;;) {
+    const std::size_t comma = list.find(',', start);
+    const std::string_view item = list.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    if (item.empty()) {
+      throw std::invalid_argument(f + " " + axis.path + ": expects values separated by commas, " +
+                                  "got an empty one in \"" + std::string(list) + "\"");
+    }
+    axis.values.emplace_back(item);
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return axis;
 }
 
 std::vector<std::string> parse_schedules(std::string_view text, std::string_view flag) {

@@ -42,6 +42,18 @@ struct Combination {
   std::string framework = {};
   /// Context-parallel degree (parallelism.cp; the search's opt-in cp axis); 0: the experiment's.
   int cp = 0;
+  /// The setting axes' values (Grid::settings), one per axis in its order: (config path, value
+  /// text), applied as `--set path=value` would be.
+  std::vector<std::pair<std::string, std::string>> settings = {};
+};
+
+/// A sweep axis over any config value (`--axis PATH=V1,V2,...`): each value is applied to the
+/// experiment as `--set PATH=VALUE` applies it (JSON when it parses, else the text: "1.5%",
+/// "row", "0.01"); the CSV gets a column named PATH holding the value's text. Values contain no
+/// commas.
+struct SettingAxis {
+  std::string path;
+  std::vector<std::string> values;
 };
 
 /// Lists of values per axis. Empty optional axes (dp, schedule, sequence_parallel) keep the
@@ -50,10 +62,13 @@ struct Grid {
   std::vector<int> tp, pp, dp, zero, micro_batch;
   std::vector<std::string> recompute, schedule;
   std::vector<int> sequence_parallel;  // 0, 1
+  /// Setting axes (fastest, after sequence_parallel, the first given slowest).
+  std::vector<SettingAxis> settings;
 };
 
 /// Every combination of `grid` in a fixed order: tp slowest, then pp, dp, zero, recompute,
-/// micro_batch, schedule and sequence_parallel (fastest), each axis in the order given.
+/// micro_batch, schedule, sequence_parallel and the setting axes (fastest), each axis in the
+/// order given.
 std::vector<Combination> enumerate(const Grid& grid);
 
 /// The overrides that turn the base experiment into combination `c` (dp: null, re-derived
@@ -131,9 +146,12 @@ class Evaluator {
   EvalOptions options_;
 };
 
-/// The CSV header line (with '\n'), and one row. `extra` columns (the search's "pareto") follow
-/// the standard ones.
+/// The CSV header line (with '\n'), and one row. A row's setting values (Combination::settings)
+/// follow the standard columns, then `extra` columns (the search's "pareto"); the header's
+/// `extra` names both (setting_columns(grid) first).
 std::string csv_header(const std::vector<std::string>& extra = {});
+/// The CSV columns of the grid's setting axes: their paths.
+std::vector<std::string> setting_columns(const Grid& grid);
 std::string csv_row(const Combination& c, const Result& r,
                     const std::vector<std::string>& extra = {});
 /// Evaluates items [first, count) of a list in `jobs` threads. `work(i)` computes item i (in
@@ -190,12 +208,19 @@ struct GridText {
   std::string micro_batch = "1,2,4";
   std::string schedule;
   std::string sequence_parallel;
+  /// `--axis PATH=V1,V2,...` (repeatable): setting axes, in the order given.
+  std::vector<std::string> settings = {};
 };
 /// Parses and checks a grid (degrees and micro batches positive, ZeRO stages 0 to 3, known
 /// recomputation modes and schedules, sequence parallelism 0 or 1); std::invalid_argument
 /// naming the flag (--tp, --zero, ...) otherwise. The sweep's and search's flags, and the
 /// Python module's arguments, are read by these.
 Grid parse_grid(const GridText& text);
+/// `text` for the base experiment: a model that is not a transformer (DLRM, RNN: no tensor or
+/// pipeline parallelism, ZeRO or recomputation) takes its own tp, pp, zero, recompute and micro
+/// batch where `text` leaves the CLI's defaults, so that a sweep over its settings
+/// (`--axis`) is not a grid of refused combinations.
+GridText for_experiment(GridText text, const strategies::Experiment& base);
 std::vector<int> parse_positive_list(std::string_view text, std::string_view flag);
 std::vector<int> parse_zero_stages(std::string_view text, std::string_view flag = "--zero");
 std::vector<std::string> parse_recompute_modes(std::string_view text,
@@ -205,6 +230,11 @@ std::vector<std::string> parse_recompute_modes(std::string_view text,
 std::vector<std::string> parse_schedules(std::string_view text, std::string_view flag);
 std::vector<int> parse_sequence_parallel(std::string_view text, std::string_view flag);
 std::vector<int> parse_virtual_stages(std::string_view text, std::string_view flag);
+/// "PATH=V1,V2,..." (`--axis`): a setting axis; std::invalid_argument naming `flag` when the
+/// path or a value is empty, a path repeats an earlier axis's (`earlier`), or it names a grid
+/// axis's own key (parallelism.tp: use --tp).
+SettingAxis parse_setting_axis(std::string_view text, std::string_view flag,
+                               const std::vector<SettingAxis>& earlier = {});
 
 /// Parses "1,2,4", "0..3" or "1,2,8..16" (ranges step by one) for flag `flag`; throws
 /// std::invalid_argument naming the flag and the item.

@@ -185,18 +185,25 @@ def _text(values):
         return None
     if isinstance(values, bool):
         return str(int(values))
-    if isinstance(values, (str, int)):
+    if isinstance(values, (str, int, float)):
         return str(values)
     return ",".join(str(int(v)) if isinstance(v, bool) else str(v) for v in values)
 
 
 def sweep(experiment, tp=None, pp=None, zero=None, recompute=None, micro_batch=None, dp=None,
-          schedule=None, sequence_parallel=None, set=None, jobs=0, exact=False, frame=True):
+          schedule=None, sequence_parallel=None, set=None, jobs=0, exact=False, frame=True,
+          axes=None):
     """Every combination of the grid, simulated (`stratasim sweep`): the CSV's rows. Axes take
     lists or the CLI's text ("1,2,4", "0..3"); axes left out take the CLI's defaults (tp
     1,2,4,8; pp 1,2,4,8,16; zero 0..3; recompute none,selective,full; micro batch 1,2,4; dp,
-    schedule and sequence parallelism the experiment's)."""
+    schedule and sequence parallelism the experiment's; a DLRM or RNN model keeps its own tp,
+    pp, zero, recompute and micro batch).
+
+    axes: setting axes over any config value (`--axis`), a dict {path: values} in order, e.g.
+    {"embedding_cache.capacity": [0.001, 0.015, 1]}; each path becomes a column."""
     grid = _core.GridText()
+    if axes:
+        grid.settings = [f"{path}={_text(values)}" for path, values in axes.items()]
     for name, values in (("tp", tp), ("pp", pp), ("zero", zero), ("recompute", recompute),
                          ("micro_batch", micro_batch), ("dp", dp), ("schedule", schedule),
                          ("sequence_parallel", sequence_parallel)):

@@ -299,3 +299,66 @@ TEST_CASE("the cluster is resized to a GPU count by whole nodes or part of one n
   CHECK(values(resize_overrides(e.cluster, 4)) == std::make_pair(1, 4));   // half a node
   CHECK_THROWS_AS(resize_overrides(e.cluster, 12), std::invalid_argument);
 }
+
+TEST_CASE("setting axes: any config value, fastest, one column each, checked on resume") {
+  Grid g;
+  g.tp = {1};
+  g.pp = {1, 2};
+  g.zero = {0};
+  g.recompute = {"none"};
+  g.micro_batch = {1};
+  g.settings = {parse_setting_axis("training.global_batch=8,16", "--axis"),
+                parse_setting_axis("training.dtype=bf16,fp32", "--axis")};
+  const auto combos = enumerate(g);
+  // 2 pp x 2 batches x 2 dtypes, the last axis fastest.
+  REQUIRE(combos.size() == 8);
+  using Setting = std::pair<std::string, std::string>;
+  CHECK(combos[0].settings ==
+        std::vector<Setting>{{"training.global_batch", "8"}, {"training.dtype", "bf16"}});
+  CHECK(combos[1].settings[1].second == "fp32");
+  CHECK(combos[2].settings[0].second == "16");
+  CHECK(combos[4].pp == 2);
+  // Each value is an override, as --set would apply it (JSON: 16 is a number).
+  const Evaluator evaluator(kConfigs + "gpt-tiny-3d-8.json", {});
+  const auto experiment = evaluator.experiment(combos[3]);
+  CHECK(experiment.training.global_batch == 16);
+  CHECK(experiment.training.dtype == DType::fp32);
+  // The header names the axes after the standard columns, and each row holds its values.
+  const std::string header = csv_header(setting_columns(g));
+  const auto names = csv_fields(header.substr(0, header.size() - 1));
+  REQUIRE(names.size() == csv_fields(csv_header()).size() + 2);
+  CHECK(names[names.size() - 2] == "training.global_batch");
+  const Result r = evaluator.evaluate(combos[3]);
+  CHECK(r.status == Status::ok);
+  const std::string row = csv_row(combos[3], r);
+  const auto fields = csv_fields(row.substr(0, row.size() - 1));
+  REQUIRE(fields.size() == names.size());
+  CHECK(fields[names.size() - 2] == "16");
+  CHECK(fields[names.size() - 1] == "fp32");
+  // Resume checks the axis columns: a file of another axis value is refused.
+  const testing::TempDir dir("axis");
+  const auto csv = dir.path() / "sweep.csv";
+  {
+    std::ofstream out(csv, std::ios::binary);
+    // Row 2 is combos[1]'s place (batch 8, fp32); combos[0]'s row there has bf16.
+    const std::string first = csv_row(combos[0], evaluator.evaluate(combos[0]));
+    out << header << first << first;
+  }
+  CHECK_THROWS_WITH_AS(resume(csv, header, combos),
+                       doctest::Contains("training.dtype is bf16, this grid has fp32"),
+                       std::runtime_error);
+}
+
+TEST_CASE("setting axes: errors name --axis and what was expected") {
+  for (const char* bad : {"training.dtype", "=1,2", "training.dtype=", "training.dtype=bf16,,fp32",
+                          "parallelism.tp=1,2"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(parse_setting_axis(bad, "--axis"), doctest::Contains("--axis"),
+                         std::invalid_argument);
+  }
+  CHECK_THROWS_WITH_AS(parse_setting_axis("parallelism.tp=1,2", "--axis"),
+                       doctest::Contains("use --tp"), std::invalid_argument);
+  const SettingAxis first = parse_setting_axis("training.dtype=bf16", "--axis");
+  CHECK_THROWS_WITH_AS(parse_setting_axis("training.dtype=fp32", "--axis", {first}),
+                       doctest::Contains("given twice"), std::invalid_argument);
+}
