@@ -319,17 +319,18 @@ class Cache {
   std::int64_t size() const { return static_cast<std::int64_t>(heap_.size()); }
   std::int64_t capacity() const { return capacity_; }
   std::int32_t slot_of(std::int64_t id) const { return map_.find(id); }
-  const Key& key(std::int32_t slot) const { return key_[slot]; }
+  const Key& key(std::int32_t slot) const { return heap_[pos_[slot]].key; }
 
   /// Marks `slot` as used by batch `batch` and gives it `key` (of any order to the old one).
   void use(std::int32_t slot, Key key, std::int64_t batch) {
     stamp_[slot] = batch;
-    const bool up = key < key_[slot];
-    key_[slot] = key;
+    const std::size_t i = pos_[slot];
+    const bool up = key < heap_[i].key;
+    heap_[i].key = key;
     if (up) {
-      sift_up(pos_[slot]);
+      sift_up(i);
     } else {
-      sift_down(pos_[slot]);
+      sift_down(i);
     }
   }
 
@@ -341,18 +342,14 @@ class Cache {
     } else {
       slot = static_cast<std::int32_t>(id_.size());
       id_.push_back(0);
-      key_.emplace_back();
       pos_.push_back(0);
       stamp_.push_back(0);
     }
     id_[slot] = id;
-    key_[slot] = key;
     stamp_[slot] = batch;
     bool inserted = false;
     map_.find_or_insert(id, slot, inserted);
-    pos_[slot] = heap_.size();
-    heap_.push_back(slot);
-    sift_up(heap_.size() - 1);
+    push({key, slot});
   }
 
   /// Evicts up to `n` of the least valued rows that batch `batch` does not use; the number
@@ -361,19 +358,15 @@ class Cache {
     std::int64_t evicted = 0;
     kept_.clear();
     while (evicted < n && !heap_.empty()) {
-      const std::int32_t slot = pop();
-      if (stamp_[slot] == batch) {
-        kept_.push_back(slot);
+      const Entry top = pop();
+      if (stamp_[top.slot] == batch) {
+        kept_.push_back(top);
       } else {
-        release(slot);
+        release(top.slot);
         ++evicted;
       }
     }
-    for (std::int32_t slot : kept_) {
-      pos_[slot] = heap_.size();
-      heap_.push_back(slot);
-      sift_up(heap_.size() - 1);
-    }
+    for (const Entry& e : kept_) push(e);
     return evicted;
   }
 
@@ -381,17 +374,26 @@ class Cache {
   std::int64_t trim() {
     std::int64_t evicted = 0;
     while (size() > capacity_) {
-      release(pop());
+      release(pop().slot);
       ++evicted;
     }
     return evicted;
   }
 
  private:
-  std::int32_t pop() {
-    const std::int32_t top = heap_.front();
+  // A heap entry carries its key, so that sifting reads one array.
+  struct Entry {
+    Key key;
+    std::int32_t slot = 0;
+  };
+
+  void push(const Entry& e) {
+    heap_.push_back(e);
+    sift_up(heap_.size() - 1);
+  }
+  Entry pop() {
+    const Entry top = heap_.front();
     heap_.front() = heap_.back();
-    pos_[heap_.front()] = 0;
     heap_.pop_back();
     if (!heap_.empty()) sift_down(0);
     return top;
@@ -400,42 +402,42 @@ class Cache {
     map_.erase(id_[slot]);
     free_.push_back(slot);
   }
-  void place(std::size_t i, std::int32_t slot) {
-    heap_[i] = slot;
-    pos_[slot] = i;
+  void place(std::size_t i, const Entry& e) {
+    heap_[i] = e;
+    pos_[e.slot] = static_cast<std::int32_t>(i);
   }
   void sift_up(std::size_t i) {
-    const std::int32_t slot = heap_[i];
+    const Entry e = heap_[i];
     while (i > 0) {
       const std::size_t parent = (i - 1) / 2;
-      if (!(key_[slot] < key_[heap_[parent]])) break;
+      if (!(e.key < heap_[parent].key)) break;
       place(i, heap_[parent]);
       i = parent;
     }
-    place(i, slot);
+    place(i, e);
   }
   void sift_down(std::size_t i) {
-    const std::int32_t slot = heap_[i];
+    const Entry e = heap_[i];
     const std::size_t n = heap_.size();
     for (;;) {
       std::size_t child = 2 * i + 1;
       if (child >= n) break;
-      if (child + 1 < n && key_[heap_[child + 1]] < key_[heap_[child]]) ++child;
-      if (!(key_[heap_[child]] < key_[slot])) break;
+      if (child + 1 < n && heap_[child + 1].key < heap_[child].key) ++child;
+      if (!(heap_[child].key < e.key)) break;
       place(i, heap_[child]);
       i = child;
     }
-    place(i, slot);
+    place(i, e);
   }
 
   std::int64_t capacity_;
-  IdMap map_;  // id -> slot
-  std::vector<std::int64_t> id_;
-  std::vector<Key> key_;
-  std::vector<std::size_t> pos_;     // slot -> index in heap_
+  IdMap map_;                        // id -> slot
+  std::vector<std::int64_t> id_;     // slot -> id
+  std::vector<std::int32_t> pos_;    // slot -> index in heap_
   std::vector<std::int64_t> stamp_;  // slot -> the last batch that used it
-  std::vector<std::int32_t> heap_;
-  std::vector<std::int32_t> free_, kept_;
+  std::vector<Entry> heap_;
+  std::vector<std::int32_t> free_;
+  std::vector<Entry> kept_;
 };
 
 // ---- The simulation of one table's cache.
@@ -485,6 +487,8 @@ class Simulation {
     evicted += cache_.trim();
     if (measured) count(hits, missed, evicted);
   }
+
+  bool full() const { return cache_.size() == cache_.capacity(); }
 
   CacheStats stats(std::int64_t capacity, std::int64_t batches) const {
     CacheStats s;
@@ -609,8 +613,14 @@ CacheStats simulate_cache(std::int64_t rows, std::int64_t capacity_rows,
     return CacheStats{capacity, 1.0, 0, 0, 0};
   }
   Simulation sim(rows, capacity, lookups_per_batch, dist, spec, table);
-  const std::int64_t total = spec.warmup_batches + spec.measure_batches;
-  for (std::int64_t b = 0; b < total; ++b) sim.run_batch(b, b >= spec.warmup_batches);
+  // The warm-up: warmup_batches, and past them (lfu and lru start empty) until the cache is
+  // full, or until 4 x capacity more ids are drawn (a cache the distribution cannot fill).
+  const std::int64_t drawn = std::min(lookups_per_batch, spec.max_lookups_per_batch);
+  const std::int64_t extension_batches = (4 * capacity + drawn - 1) / drawn;
+  std::int64_t b = 0;
+  for (; b < spec.warmup_batches; ++b) sim.run_batch(b, false);
+  for (std::int64_t e = 0; e < extension_batches && !sim.full(); ++e, ++b) sim.run_batch(b, false);
+  for (std::int64_t m = 0; m < spec.measure_batches; ++m, ++b) sim.run_batch(b, true);
   return sim.stats(capacity, spec.measure_batches);
 }
 

@@ -83,11 +83,12 @@ struct EmbeddingCacheSpec {
   /// index given + 1; that the index names a table of the model is the DLRM reader's check.
   IdDistribution distribution;
   std::vector<std::optional<IdDistribution>> per_table;
-  /// The simulated stream: `warmup_batches` batches not counted, then `measure_batches`
-  /// batches counted; each batch draws the table's lookups of one iteration on one GPU, capped
-  /// at `max_lookups_per_batch`. A capped batch is a uniform subsample of the real one: its
-  /// hit rate stands for the real batch's, and its unique missed rows are scaled to the real
-  /// batch's size by their expected multiplicity (see simulate_cache).
+  /// The simulated stream: `warmup_batches` batches not counted (and, for lfu and lru, which
+  /// start empty, more until the cache is full, at most 4 x capacity more ids drawn), then
+  /// `measure_batches` batches counted; each batch draws the table's lookups of one iteration on
+  /// one GPU, capped at `max_lookups_per_batch`. A capped batch is a uniform subsample of the real
+  /// one: its hit rate stands for the real batch's, and its unique missed rows are scaled to the
+  /// real batch's size by their expected multiplicity (see simulate_cache).
   std::int64_t warmup_batches = 8;
   std::int64_t measure_batches = 32;
   std::int64_t max_lookups_per_batch = 65536;

@@ -215,6 +215,19 @@ TEST_CASE("embedding cache: a uniform stream hits C/N with any policy") {
   }
 }
 
+TEST_CASE("embedding cache: LFU and LRU are measured once their cache is full") {
+  // One warm-up batch of 1024 draws cannot fill 100000 rows; the warm-up goes on until the
+  // cache is full, so that every measured miss evicts a row (a cache still filling would
+  // report misses without evictions, and the hit rate of a cold cache).
+  constexpr std::int64_t n = 1'000'000, c = 100'000;
+  for (CachePolicy p : {CachePolicy::lfu, CachePolicy::lru}) {
+    CAPTURE(name_of(p));
+    const CacheStats st = simulate_cache(n, c, 1024, zipf(0.8), spec_of(p, 1, 16));
+    CHECK(st.misses_per_batch > 0);
+    CHECK(st.evictions_per_batch == doctest::Approx(st.misses_per_batch));
+  }
+}
+
 TEST_CASE("embedding cache: a cache as large as the table hits always and moves nothing") {
   const auto spec = spec_of(CachePolicy::lru, 2, 4);
   for (std::int64_t c : {1000, 5000}) {
