@@ -596,6 +596,15 @@ void check_simulation_inputs(std::int64_t rows, std::int64_t lookups, const IdDi
       spec.max_lookups_per_batch > std::numeric_limits<std::int32_t>::max()) {
     throw std::invalid_argument("simulate_cache: batch counts out of range");
   }
+  if (dist.kind == IdDistributionKind::histogram) {
+    const auto& w = dist.weights;
+    if (w.empty() || !(w.front() > 0) ||
+        std::any_of(w.begin(), w.end(), [](double x) { return !std::isfinite(x) || x < 0; }) ||
+        !std::is_sorted(w.begin(), w.end(), std::greater<>())) {
+      throw std::invalid_argument(
+          "simulate_cache: histogram weights must be finite, >= 0, not all 0 and hottest first");
+    }
+  }
   if (dist.kind == IdDistributionKind::zipf &&
       !(dist.exponent > 0 && std::isfinite(dist.exponent))) {
     throw std::invalid_argument("simulate_cache: a Zipf exponent must be > 0");

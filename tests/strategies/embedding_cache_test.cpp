@@ -250,6 +250,22 @@ TEST_CASE("embedding cache: a cache as large as the table hits always and moves 
   CHECK(empty.batches_over_capacity == 4);
 }
 
+TEST_CASE("embedding cache: programming errors are std::invalid_argument") {
+  const EmbeddingCacheSpec spec;
+  CHECK_THROWS_AS(simulate_cache(0, 10, 64, zipf(1.0), spec), std::invalid_argument);
+  CHECK_THROWS_AS(simulate_cache(100, 10, -1, zipf(1.0), spec), std::invalid_argument);
+  CHECK_THROWS_AS(simulate_cache(100, 10, 64, zipf(0.0), spec), std::invalid_argument);
+  IdDistribution h;
+  h.kind = IdDistributionKind::histogram;
+  h.weights = {1, 2};  // not hottest first
+  CHECK_THROWS_AS(simulate_cache(100, 10, 64, h, spec), std::invalid_argument);
+  h.weights = {};
+  CHECK_THROWS_AS(simulate_cache(100, 10, 64, h, spec), std::invalid_argument);
+  EmbeddingCacheSpec none = spec;
+  none.measure_batches = 0;
+  CHECK_THROWS_AS(simulate_cache(100, 10, 64, zipf(1.0), none), std::invalid_argument);
+}
+
 TEST_CASE("embedding cache: the same spec gives the same figures, another seed another stream") {
   auto spec = spec_of(CachePolicy::lfu, 4, 8);
   const auto a = simulate_cache(1'000'000, 10'000, 4096, zipf(0.9), spec);
