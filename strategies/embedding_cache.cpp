@@ -301,7 +301,7 @@ class IdMap {
   int shift_ = 0;
 };
 
-// ---- The cache: resident rows by id, and a binary min-heap of them by the policy's key (the
+// ---- The cache: resident rows by id, and a min-heap of them by the policy's key (the
 // least valued row, evicted first, at the top).
 
 struct Key {
@@ -381,7 +381,9 @@ class Cache {
   }
 
  private:
-  // A heap entry carries its key, so that sifting reads one array.
+  // A 4-ary heap (half the depth of a binary one: fewer cache misses per sift); an entry
+  // carries its key, so that sifting reads one array.
+  static constexpr std::size_t kArity = 4;
   struct Entry {
     Key key;
     std::int32_t slot = 0;
@@ -409,7 +411,7 @@ class Cache {
   void sift_up(std::size_t i) {
     const Entry e = heap_[i];
     while (i > 0) {
-      const std::size_t parent = (i - 1) / 2;
+      const std::size_t parent = (i - 1) / kArity;
       if (!(e.key < heap_[parent].key)) break;
       place(i, heap_[parent]);
       i = parent;
@@ -420,9 +422,12 @@ class Cache {
     const Entry e = heap_[i];
     const std::size_t n = heap_.size();
     for (;;) {
-      std::size_t child = 2 * i + 1;
-      if (child >= n) break;
-      if (child + 1 < n && heap_[child + 1].key < heap_[child].key) ++child;
+      const std::size_t first = kArity * i + 1;
+      if (first >= n) break;
+      std::size_t child = first;
+      for (std::size_t c = first + 1; c < std::min(first + kArity, n); ++c) {
+        if (heap_[c].key < heap_[child].key) child = c;
+      }
       if (!(heap_[child].key < e.key)) break;
       place(i, heap_[child]);
       i = child;
