@@ -240,65 +240,111 @@ class IdSampler {
 
 class IdMap {
  public:
+  /// Room for `expected` ids at half load; more double the buckets (a map sized to what it
+  /// holds stays in the CPU's caches).
   explicit IdMap(std::size_t expected) {
-    const std::size_t size = std::bit_ceil(std::max<std::size_t>(16, 2 * expected));
-    keys_.assign(size, kEmpty);
-    values_.resize(size);
-    mask_ = size - 1;
-    shift_ = 64 - std::countr_zero(size);
+    resize(std::bit_ceil(std::max<std::size_t>(16, 2 * expected)));
   }
   /// The value of `id`, or -1.
   std::int32_t find(std::int64_t id) const {
     for (std::size_t i = home(id);; i = (i + 1) & mask_) {
-      if (keys_[i] == id) return values_[i];
-      if (keys_[i] == kEmpty) return -1;
+      if (buckets_[i].id == id) return buckets_[i].value;
+      if (buckets_[i].id == kEmpty) return -1;
     }
   }
   /// The bucket of `id`, inserted with `value` when absent; `inserted` says which.
   std::size_t find_or_insert(std::int64_t id, std::int32_t value, bool& inserted) {
+    if (2 * (count_ + 1) > buckets_.size()) resize(2 * buckets_.size());
     std::size_t i = home(id);
-    for (; keys_[i] != kEmpty; i = (i + 1) & mask_) {
-      if (keys_[i] == id) {
+    for (; buckets_[i].id != kEmpty; i = (i + 1) & mask_) {
+      if (buckets_[i].id == id) {
         inserted = false;
         return i;
       }
     }
-    keys_[i] = id;
-    values_[i] = value;
+    buckets_[i] = {id, value};
+    ++count_;
     inserted = true;
     return i;
   }
-  std::int32_t value_at(std::size_t bucket) const { return values_[bucket]; }
+  std::int32_t value_at(std::size_t bucket) const { return buckets_[bucket].value; }
   /// Removes `id` (present), shifting back the entries of its probe run.
   void erase(std::int64_t id) {
     std::size_t i = home(id);
-    while (keys_[i] != id) i = (i + 1) & mask_;
-    for (std::size_t j = (i + 1) & mask_; keys_[j] != kEmpty; j = (j + 1) & mask_) {
-      const std::size_t h = home(keys_[j]);
+    while (buckets_[i].id != id) i = (i + 1) & mask_;
+    for (std::size_t j = (i + 1) & mask_; buckets_[j].id != kEmpty; j = (j + 1) & mask_) {
+      const std::size_t h = home(buckets_[j].id);
       // Move j into the hole at i unless its home lies cyclically in (i, j].
       if (((j - h) & mask_) >= ((j - i) & mask_)) {
-        keys_[i] = keys_[j];
-        values_[i] = values_[j];
+        buckets_[i] = buckets_[j];
         i = j;
       }
     }
-    keys_[i] = kEmpty;
+    buckets_[i].id = kEmpty;
+    --count_;
   }
-  /// Empties the given buckets (those find_or_insert returned since the last reset).
+  /// Empties the given buckets (those find_or_insert returned since the last reset, the map
+  /// not having grown since: it holds `expected` ids without growing).
   void reset(const std::vector<std::size_t>& buckets) {
-    for (std::size_t b : buckets) keys_[b] = kEmpty;
+    for (std::size_t b : buckets) buckets_[b].id = kEmpty;
+    count_ -= buckets.size();
   }
 
  private:
   static constexpr std::int64_t kEmpty = -1;
+  struct Bucket {  // one cache line holds four: a probe reads the id and its value together
+    std::int64_t id = kEmpty;
+    std::int32_t value = 0;
+  };
   std::size_t home(std::int64_t id) const {
     return static_cast<std::size_t>((static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ULL) >>
                                     shift_);
   }
-  std::vector<std::int64_t> keys_;
-  std::vector<std::int32_t> values_;
+  void resize(std::size_t size) {
+    std::vector<Bucket> old(size, Bucket{});
+    old.swap(buckets_);
+    mask_ = size - 1;
+    shift_ = 64 - std::countr_zero(size);
+    count_ = 0;
+    bool inserted = false;
+    for (const Bucket& b : old) {
+      if (b.id != kEmpty) find_or_insert(b.id, b.value, inserted);
+    }
+  }
+  std::vector<Bucket> buckets_;
+  std::size_t count_ = 0;
   std::size_t mask_ = 0;
   int shift_ = 0;
+};
+
+// Slots of cached ids: a flat array for the hottest ids (below `dense`, O(capacity) of them:
+// most lookups, read where they lie together) and a hash map for the others.
+class SlotIndex {
+ public:
+  explicit SlotIndex(std::int64_t dense)
+      : dense_(static_cast<std::size_t>(dense), -1), sparse_(1024) {}
+  std::int32_t find(std::int64_t id) const {
+    return id < static_cast<std::int64_t>(dense_.size()) ? dense_[id] : sparse_.find(id);
+  }
+  void insert(std::int64_t id, std::int32_t slot) {
+    if (id < static_cast<std::int64_t>(dense_.size())) {
+      dense_[id] = slot;
+      return;
+    }
+    bool inserted = false;
+    sparse_.find_or_insert(id, slot, inserted);
+  }
+  void erase(std::int64_t id) {
+    if (id < static_cast<std::int64_t>(dense_.size())) {
+      dense_[id] = -1;
+    } else {
+      sparse_.erase(id);
+    }
+  }
+
+ private:
+  std::vector<std::int32_t> dense_;
+  IdMap sparse_;
 };
 
 // ---- The cache: resident rows by id, and a min-heap of them by the policy's key (the
@@ -313,8 +359,8 @@ struct Key {
 
 class Cache {
  public:
-  Cache(std::int64_t capacity, std::int64_t batch_rows)
-      : capacity_(capacity), map_(static_cast<std::size_t>(capacity + batch_rows)) {}
+  Cache(std::int64_t rows, std::int64_t capacity, std::int64_t batch_rows)
+      : capacity_(capacity), map_(std::min(rows, 2 * (capacity + batch_rows))) {}
 
   std::int64_t size() const { return static_cast<std::int64_t>(heap_.size()); }
   std::int64_t capacity() const { return capacity_; }
@@ -347,8 +393,7 @@ class Cache {
     }
     id_[slot] = id;
     stamp_[slot] = batch;
-    bool inserted = false;
-    map_.find_or_insert(id, slot, inserted);
+    map_.insert(id, slot);
     push({key, slot});
   }
 
@@ -436,7 +481,7 @@ class Cache {
   }
 
   std::int64_t capacity_;
-  IdMap map_;                        // id -> slot
+  SlotIndex map_;                    // id -> slot
   std::vector<std::int64_t> id_;     // slot -> id
   std::vector<std::int32_t> pos_;    // slot -> index in heap_
   std::vector<std::int64_t> stamp_;  // slot -> the last batch that used it
@@ -462,7 +507,7 @@ class Simulation {
         drawn_(std::min(lookups, spec.max_lookups_per_batch)),
         sampler_(rows, dist),
         rng_(spec.seed, static_cast<std::uint64_t>(table)),
-        cache_(capacity, drawn_),
+        cache_(rows, capacity, drawn_),
         batch_map_(static_cast<std::size_t>(drawn_)) {
     ids_.resize(drawn_);
     if (policy_ == CachePolicy::frequency) {
