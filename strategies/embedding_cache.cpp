@@ -683,6 +683,33 @@ CacheStats simulate_cache(std::int64_t rows, std::int64_t capacity_rows,
   return sim.stats(capacity, spec.measure_batches);
 }
 
+std::vector<std::int64_t> cache_rows(const EmbeddingCacheSpec& spec,
+                                     const std::vector<std::int64_t>& rows,
+                                     const std::vector<std::int64_t>& row_bytes) {
+  if (rows.size() != row_bytes.size()) {
+    throw std::invalid_argument("cache_rows: a row size for every table");
+  }
+  double total_bytes = 0;
+  for (std::size_t t = 0; t < rows.size(); ++t) {
+    if (rows[t] < 0 || row_bytes[t] <= 0) {
+      throw std::invalid_argument("cache_rows: negative rows or a row of no bytes");
+    }
+    total_bytes += static_cast<double>(rows[t]) * static_cast<double>(row_bytes[t]);
+  }
+  std::vector<std::int64_t> out(rows.size());
+  for (std::size_t t = 0; t < rows.size(); ++t) {
+    const auto r = static_cast<double>(rows[t]);
+    double c = 0;
+    if (spec.fraction) {
+      c = std::round(*spec.fraction * r);
+    } else if (spec.bytes && total_bytes > 0) {
+      c = std::floor(static_cast<double>(spec.bytes->count()) / total_bytes * r);
+    }
+    out[t] = std::clamp<std::int64_t>(static_cast<std::int64_t>(std::min(c, r)), 0, rows[t]);
+  }
+  return out;
+}
+
 std::vector<std::int64_t> sample_ids(std::int64_t rows, const IdDistribution& dist,
                                      std::int64_t count, std::uint64_t seed, int table) {
   EmbeddingCacheSpec spec;

@@ -107,6 +107,17 @@ struct CacheStats {
   std::int64_t batches_over_capacity = 0;  // measured batches using more rows than the cache
 };
 
+/// The cache rows of each of one GPU's tables (`rows[t]` rows of `row_bytes[t]` bytes each):
+/// with `fraction`, round(fraction x rows[t]); with `bytes`, the same share f of every table's
+/// rows, f = bytes / sum_t rows[t] x row_bytes[t], rounded down (floor(f x rows[t]): the cache
+/// stays within its bytes); clamped to [0, rows[t]]. A byte budget above the tables' bytes
+/// gives every table all its rows (refusing it is the caller's check).
+/// Throws std::invalid_argument when the sizes differ, a row count is negative or a row size is
+/// not positive.
+std::vector<std::int64_t> cache_rows(const EmbeddingCacheSpec& spec,
+                                     const std::vector<std::int64_t>& rows,
+                                     const std::vector<std::int64_t>& row_bytes);
+
 /// Simulates a cache of `capacity_rows` rows (clamped to [0, rows]) over a table of `rows`
 /// rows, `lookups_per_batch` ids a batch drawn from `dist` (spec gives the policy, batches, cap
 /// and seed; `table` salts the seed so that tables draw different streams).
