@@ -7,6 +7,8 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <memory>
+#include <queue>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -347,8 +349,141 @@ class SlotIndex {
   IdMap sparse_;
 };
 
-// ---- The cache: resident rows by id, and a min-heap of them by the policy's key (the
-// least valued row, evicted first, at the top).
+// ---- The caches.
+
+// One unique row of a batch.
+struct BatchRow {
+  std::int64_t id = 0;
+  std::int64_t lookups = 0;
+  std::int64_t last = 0;  // the stream position of its last lookup
+};
+
+// The rows a cache holds, by policy. A batch is handled in two steps: use() finds the batch's
+// cached rows (their lookups hit) and marks them used; load() brings in the missing ones,
+// evicting first rows the batch does not use, the least valued first, and, past the capacity,
+// the least valued of the batch's own.
+class Resident {
+ public:
+  virtual ~Resident() = default;
+  /// The hit lookups of the batch's unique `rows`; those not cached are put in `missing`.
+  virtual std::int64_t use(const std::vector<BatchRow>& rows, std::int64_t batch,
+                           std::vector<BatchRow>& missing) = 0;
+  /// Loads `missing` (rows of batch `batch`); the rows evicted.
+  virtual std::int64_t load(const std::vector<BatchRow>& missing, std::int64_t batch) = 0;
+  virtual std::int64_t size() const = 0;
+};
+
+// The frequency-aware cache: ids rank by themselves (the highest id, the least frequent, is
+// evicted first), so no per-row state is needed: a bitset of the cached ids among the
+// warm-up's 0 .. capacity-1 (scanned downward from the highest cached one), and the cached ids
+// past them in a hash map and a max-heap. Memory: capacity / 8 bytes and the few colder rows.
+class FrequencyCache final : public Resident {
+ public:
+  FrequencyCache(std::int64_t capacity, std::int64_t batch_rows)
+      : capacity_(capacity),
+        bits_(static_cast<std::size_t>((capacity + 63) / 64), ~std::uint64_t{0}),
+        extras_(1024),
+        batch_(static_cast<std::size_t>(batch_rows)) {
+    if (capacity % 64 != 0) bits_.back() = (std::uint64_t{1} << (capacity % 64)) - 1;
+    top_ = capacity - 1;
+    size_ = capacity;
+  }
+
+  std::int64_t use(const std::vector<BatchRow>& rows, std::int64_t /*batch*/,
+                   std::vector<BatchRow>& missing) override {
+    std::int64_t hits = 0;
+    for (const BatchRow& r : rows) {
+      bool inserted = false;
+      buckets_.push_back(batch_.find_or_insert(r.id, 0, inserted));
+      if (cached(r.id)) {
+        hits += r.lookups;
+      } else {
+        missing.push_back(r);
+      }
+    }
+    return hits;
+  }
+
+  std::int64_t load(const std::vector<BatchRow>& missing, std::int64_t /*batch*/) override {
+    std::int64_t evicted = 0;
+    const std::int64_t room = size_ + static_cast<std::int64_t>(missing.size()) - capacity_;
+    if (room > 0) evicted += evict(room, true);
+    for (const BatchRow& r : missing) add(r.id);
+    if (size_ > capacity_) evicted += evict(size_ - capacity_, false);
+    batch_.reset(buckets_);
+    buckets_.clear();
+    return evicted;
+  }
+
+  std::int64_t size() const override { return size_; }
+
+ private:
+  bool bit(std::int64_t id) const { return (bits_[id >> 6] >> (id & 63)) & 1; }
+  bool cached(std::int64_t id) const { return id < capacity_ ? bit(id) : extras_.find(id) >= 0; }
+  bool in_batch(std::int64_t id) const { return batch_.find(id) >= 0; }
+  void add(std::int64_t id) {
+    if (id < capacity_) {
+      bits_[id >> 6] |= std::uint64_t{1} << (id & 63);
+      top_ = std::max(top_, id);
+    } else {
+      bool inserted = false;
+      extras_.find_or_insert(id, 0, inserted);
+      extra_heap_.push(id);
+    }
+    ++size_;
+  }
+  // The highest cached id of the bitset at or below `i`, or -1.
+  std::int64_t highest_at_or_below(std::int64_t i) const {
+    if (i < 0) return -1;
+    std::int64_t w = i >> 6;
+    const int b = static_cast<int>(i & 63);
+    std::uint64_t m = bits_[w] & (b == 63 ? ~std::uint64_t{0} : (std::uint64_t{2} << b) - 1);
+    while (m == 0 && w > 0) m = bits_[--w];
+    if (m == 0) return -1;
+    return w * 64 + 63 - std::countl_zero(m);
+  }
+  // Evicts up to `n` rows, the highest ids first (those past the bitset, then the bitset's),
+  // sparing the batch's rows when `spare`; the number evicted.
+  std::int64_t evict(std::int64_t n, bool spare) {
+    std::int64_t evicted = 0;
+    kept_.clear();
+    while (evicted < n && !extra_heap_.empty()) {
+      const std::int64_t id = extra_heap_.top();
+      extra_heap_.pop();
+      if (spare && in_batch(id)) {
+        kept_.push_back(id);
+      } else {
+        extras_.erase(id);
+        ++evicted;
+      }
+    }
+    for (std::int64_t id : kept_) extra_heap_.push(id);
+    std::int64_t i = top_, highest_kept = -1;
+    while (evicted < n && (i = highest_at_or_below(i)) >= 0) {
+      if (spare && in_batch(i)) {
+        highest_kept = std::max(highest_kept, i);
+      } else {
+        bits_[i >> 6] &= ~(std::uint64_t{1} << (i & 63));
+        ++evicted;
+      }
+      --i;
+    }
+    top_ = std::max(highest_kept, i);  // no cached id of the bitset above it
+    size_ -= evicted;
+    return evicted;
+  }
+
+  std::int64_t capacity_, size_ = 0, top_ = -1;
+  std::vector<std::uint64_t> bits_;  // ids 0 .. capacity-1
+  IdMap extras_;                     // cached ids >= capacity
+  std::priority_queue<std::int64_t> extra_heap_;
+  IdMap batch_;  // the batch's ids
+  std::vector<std::size_t> buckets_;
+  std::vector<std::int64_t> kept_;
+};
+
+// LFU and LRU: cached rows by id, and a min-heap of them by the policy's key (the least
+// valued row, evicted first, at the top).
 
 struct Key {
   std::int64_t major = 0, minor = 0;
@@ -490,55 +625,80 @@ class Cache {
   std::vector<Entry> kept_;
 };
 
-// ---- The simulation of one table's cache.
+// LFU (key: lookups while cached, then the last lookup's position) or LRU (key: the last
+// lookup's position) over a Cache.
+class RankedCache final : public Resident {
+ public:
+  RankedCache(CachePolicy policy, std::int64_t rows, std::int64_t capacity, std::int64_t batch_rows)
+      : lfu_(policy == CachePolicy::lfu), cache_(rows, capacity, batch_rows) {}
 
-struct BatchRow {
-  std::int64_t id = 0;
-  std::int64_t lookups = 0;
-  std::int64_t last = 0;  // the stream position of its last lookup
+  std::int64_t use(const std::vector<BatchRow>& rows, std::int64_t batch,
+                   std::vector<BatchRow>& missing) override {
+    std::int64_t hits = 0;
+    for (const BatchRow& r : rows) {
+      const std::int32_t slot = cache_.slot_of(r.id);
+      if (slot < 0) {
+        missing.push_back(r);
+        continue;
+      }
+      hits += r.lookups;
+      const Key old = cache_.key(slot);
+      cache_.use(slot, lfu_ ? Key{old.major + r.lookups, r.last} : Key{r.last, 0}, batch);
+    }
+    return hits;
+  }
+
+  std::int64_t load(const std::vector<BatchRow>& missing, std::int64_t batch) override {
+    std::int64_t evicted = 0;
+    const std::int64_t room =
+        cache_.size() + static_cast<std::int64_t>(missing.size()) - cache_.capacity();
+    if (room > 0) evicted += cache_.evict_unused(room, batch);
+    for (const BatchRow& r : missing) {
+      cache_.insert(r.id, lfu_ ? Key{r.lookups, r.last} : Key{r.last, 0}, batch);
+    }
+    return evicted + cache_.trim();
+  }
+
+  std::int64_t size() const override { return cache_.size(); }
+
+ private:
+  bool lfu_;
+  Cache cache_;
 };
+
+std::unique_ptr<Resident> make_cache(CachePolicy policy, std::int64_t rows, std::int64_t capacity,
+                                     std::int64_t batch_rows) {
+  if (policy == CachePolicy::frequency) {
+    return std::make_unique<FrequencyCache>(capacity, batch_rows);
+  }
+  return std::make_unique<RankedCache>(policy, rows, capacity, batch_rows);
+}
+
+// ---- The simulation of one table's cache.
 
 class Simulation {
  public:
   Simulation(std::int64_t rows, std::int64_t capacity, std::int64_t lookups,
              const IdDistribution& dist, const EmbeddingCacheSpec& spec, int table)
-      : policy_(spec.policy),
+      : capacity_(capacity),
         real_lookups_(lookups),
         drawn_(std::min(lookups, spec.max_lookups_per_batch)),
         sampler_(rows, dist),
         rng_(spec.seed, static_cast<std::uint64_t>(table)),
-        cache_(rows, capacity, drawn_),
+        cache_(make_cache(spec.policy, rows, capacity, drawn_)),
         batch_map_(static_cast<std::size_t>(drawn_)) {
     ids_.resize(drawn_);
-    if (policy_ == CachePolicy::frequency) {
-      // The hottest ids, the least valued first: appended in heap order, no sifting.
-      for (std::int64_t id = capacity - 1; id >= 0; --id) cache_.insert(id, key_of({id, 0, 0}), -1);
-    }
   }
 
   void run_batch(std::int64_t batch, bool measured) {
     collect(batch);
-    std::int64_t hits = 0;
     missing_.clear();
-    for (const BatchRow& r : rows_) {
-      const std::int32_t slot = cache_.slot_of(r.id);
-      if (slot < 0) {
-        missing_.push_back(r);
-        continue;
-      }
-      hits += r.lookups;
-      cache_.use(slot, updated_key(cache_.key(slot), r), batch);
-    }
-    const auto missed = static_cast<std::int64_t>(missing_.size());
-    std::int64_t evicted = 0;
-    const std::int64_t room = cache_.size() + missed - cache_.capacity();
-    if (room > 0) evicted += cache_.evict_unused(room, batch);
-    for (const BatchRow& r : missing_) cache_.insert(r.id, key_of(r), batch);
-    evicted += cache_.trim();
-    if (measured) count(hits, missed, evicted);
+    const std::int64_t hits = cache_->use(rows_, batch, missing_);
+    const std::int64_t evicted = cache_->load(missing_, batch);
+    if (measured) count(hits, static_cast<std::int64_t>(missing_.size()), evicted);
   }
 
-  bool full() const { return cache_.size() == cache_.capacity(); }
+  bool full() const { return cache_->size() == capacity_; }
 
   CacheStats stats(std::int64_t capacity, std::int64_t batches) const {
     CacheStats s;
@@ -581,24 +741,6 @@ class Simulation {
     batch_map_.reset(buckets_);
   }
 
-  // The policy's value of a row the batch loads; the least valued is evicted first.
-  Key key_of(const BatchRow& r) const {
-    switch (policy_) {
-      case CachePolicy::frequency:
-        return {-r.id, 0};
-      case CachePolicy::lfu:
-        return {r.lookups, r.last};
-      case CachePolicy::lru:
-        return {r.last, 0};
-    }
-    return {};
-  }
-  // ... and of a cached row the batch uses again.
-  Key updated_key(Key old, const BatchRow& r) const {
-    if (policy_ == CachePolicy::lfu) return {old.major + r.lookups, r.last};
-    return key_of(r);
-  }
-
   // Unique rows of a real batch of real_lookups_ that the drawn ones (of `rows`) stand for.
   double real_unique(const std::vector<BatchRow>& rows) const {
     const double b = static_cast<double>(real_lookups_);
@@ -622,14 +764,13 @@ class Simulation {
       estimated_misses_ += real_unique(missing_);
       unique = real_unique(rows_);
     }
-    if (unique > static_cast<double>(cache_.capacity())) ++over_capacity_;
+    if (unique > static_cast<double>(capacity_)) ++over_capacity_;
   }
 
-  CachePolicy policy_;
-  std::int64_t real_lookups_, drawn_;
+  std::int64_t capacity_, real_lookups_, drawn_;
   IdSampler sampler_;
   Rng rng_;
-  Cache cache_;
+  std::unique_ptr<Resident> cache_;
   IdMap batch_map_;  // id -> index in rows_, for the batch being collected
   std::vector<std::int64_t> ids_;
   std::vector<std::size_t> buckets_;
