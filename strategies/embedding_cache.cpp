@@ -810,18 +810,22 @@ CacheStats simulate_cache(std::int64_t rows, std::int64_t capacity_rows,
   check_simulation_inputs(rows, lookups_per_batch, dist, spec);
   const std::int64_t capacity = std::clamp<std::int64_t>(capacity_rows, 0, rows);
   if (capacity == rows || lookups_per_batch == 0) {
-    return CacheStats{capacity, 1.0, 0, 0, 0};
+    return CacheStats{capacity, 1.0, 0, 0, 0, true};
   }
   Simulation sim(rows, capacity, lookups_per_batch, dist, spec, table);
   // The warm-up: warmup_batches, and past them (lfu and lru start empty) until the cache is
-  // full, or until 4 x capacity more ids are drawn (a cache the distribution cannot fill).
+  // full, or until kMaxExtraWarmupDraws more ids are drawn (a cache that the distribution or
+  // the budget cannot fill).
   const std::int64_t drawn = std::min(lookups_per_batch, spec.max_lookups_per_batch);
-  const std::int64_t extension_batches = (4 * capacity + drawn - 1) / drawn;
+  const std::int64_t extension_batches = (kMaxExtraWarmupDraws + drawn - 1) / drawn;
   std::int64_t b = 0;
   for (; b < spec.warmup_batches; ++b) sim.run_batch(b, false);
   for (std::int64_t e = 0; e < extension_batches && !sim.full(); ++e, ++b) sim.run_batch(b, false);
+  const bool filled = sim.full();
   for (std::int64_t m = 0; m < spec.measure_batches; ++m, ++b) sim.run_batch(b, true);
-  return sim.stats(capacity, spec.measure_batches);
+  CacheStats stats = sim.stats(capacity, spec.measure_batches);
+  stats.filled = filled;
+  return stats;
 }
 
 std::vector<std::int64_t> cache_rows(const EmbeddingCacheSpec& spec,

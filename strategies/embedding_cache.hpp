@@ -84,7 +84,7 @@ struct EmbeddingCacheSpec {
   IdDistribution distribution;
   std::vector<std::optional<IdDistribution>> per_table;
   /// The simulated stream: `warmup_batches` batches not counted (and, for lfu and lru, which
-  /// start empty, more until the cache is full, at most 4 x capacity more ids drawn), then
+  /// start empty, more until the cache is full, at most kMaxExtraWarmupDraws more ids), then
   /// `measure_batches` batches counted; each batch draws the table's lookups of one iteration on
   /// one GPU, capped at `max_lookups_per_batch`. A capped batch is a uniform subsample of the real
   /// one: its hit rate stands for the real batch's, and its unique missed rows are scaled to the
@@ -105,7 +105,15 @@ struct CacheStats {
   double misses_per_batch = 0;             // rows moved host -> device per batch (unique per batch)
   double evictions_per_batch = 0;          // rows written back device -> host per batch
   std::int64_t batches_over_capacity = 0;  // measured batches using more rows than the cache
+  /// Whether the cache was full when the measured batches began. Always for frequency (its
+  /// warm-up loads it); lfu and lru start empty, and a cache that kMaxExtraWarmupDraws more
+  /// draws past the warm-up batches could not fill (a large cache, or a distribution of fewer
+  /// ids) is measured while filling: fewer evictions, a lower hit rate than its steady state.
+  bool filled = true;
 };
+
+/// The most ids drawn past `warmup_batches` to fill an lfu or lru cache.
+inline constexpr std::int64_t kMaxExtraWarmupDraws = std::int64_t{1} << 22;
 
 /// The cache rows of each of one GPU's tables (`rows[t]` rows of `row_bytes[t]` bytes each):
 /// with `fraction`, round(fraction x rows[t]); with `bytes`, the same share f of every table's

@@ -223,9 +223,22 @@ TEST_CASE("embedding cache: LFU and LRU are measured once their cache is full") 
   for (CachePolicy p : {CachePolicy::lfu, CachePolicy::lru}) {
     CAPTURE(name_of(p));
     const CacheStats st = simulate_cache(n, c, 1024, zipf(0.8), spec_of(p, 1, 16));
+    CHECK(st.filled);
     CHECK(st.misses_per_batch > 0);
     CHECK(st.evictions_per_batch == doctest::Approx(st.misses_per_batch));
   }
+  // A histogram of 500 ids over 10^6 rows (a zero tail): at most 500 distinct ids, never
+  // 1000: the warm-up gives up after kMaxExtraWarmupDraws draws and says so; nothing is
+  // evicted; every id is cached after the warm-up, so every lookup hits.
+  IdDistribution h;
+  h.kind = IdDistributionKind::histogram;
+  h.weights.assign(500, 1.0);
+  h.weights.push_back(0.0);
+  const CacheStats partial = simulate_cache(n, 1000, 4096, h, spec_of(CachePolicy::lru, 1, 4));
+  CHECK_FALSE(partial.filled);
+  CHECK(partial.evictions_per_batch == 0.0);
+  CHECK(partial.hit_rate == 1.0);
+  CHECK(simulate_cache(n, 1000, 4096, h, spec_of(CachePolicy::frequency, 1, 4)).filled);
 }
 
 TEST_CASE("embedding cache: a cache as large as the table hits always and moves nothing") {
