@@ -38,8 +38,8 @@
 // Cost: the frequency policy keeps a bitset of the hottest `capacity` ids and a hash map of
 // the colder cached ones (capacity / 8 bytes); lfu and lru a hash map and a 4-ary heap of the
 // cached rows (O(capacity), bounded by the ids their warm-up draws). A 40M-row table at 1.5%
-// with the default stream: about 0.2 s (frequency) to 1 s (lru, Zipf 0.8) on one core
-// (bench/embedding_cache_bench.cpp).
+// with the default stream: 0.15-0.35 s of CPU (frequency) and 0.4-0.75 s (lfu, lru), Zipf 1.05
+// to 0.8 (bench/embedding_cache_bench.cpp).
 //
 // Units: capacity in rows (from a fraction of a table's rows or bytes at the row size); rates
 // in [0, 1]; traffic in rows per batch (the lowering multiplies by the row's bytes).
