@@ -180,29 +180,27 @@ struct RankBuilder {
   std::uint32_t dp_group = 0;
   bool data_parallel = false;
 
-  OpId compute(std::uint32_t kernels, Phase phase, int microbatch, int layer,
-               std::string_view label, std::span<const OpId> deps = {},
-               std::span<const MemoryEffect> effects = {}) {
-    OpInfo info{Stream::compute,
-                phase,
-                microbatch,
-                static_cast<std::int16_t>(layer),
-                static_cast<std::int16_t>(layer < 0 ? -1 : layer + 1),
-                label};
-    return program.add(Compute{kernels}, info, deps, effects);
+  static OpInfo info(Stream stream, Phase phase, int microbatch, int layer, std::uint32_t label) {
+    OpInfo i{stream,
+             phase,
+             microbatch,
+             static_cast<std::int16_t>(layer),
+             static_cast<std::int16_t>(layer < 0 ? -1 : layer + 1),
+             {}};
+    i.label_id = label;
+    return i;
   }
-  OpId all_reduce(std::int64_t elements, DType dtype, int layer, std::string_view label,
-                  OpId after) {
-    OpInfo info{Stream::dp_comm,
-                Phase::other,
-                -1,
-                static_cast<std::int16_t>(layer),
-                static_cast<std::int16_t>(layer + 1),
-                label};
+  OpId compute(std::uint32_t kernels, Phase phase, int microbatch, int layer, std::uint32_t label,
+               std::span<const OpId> deps = {}, std::span<const MemoryEffect> effects = {}) {
+    return program.add(Compute{kernels}, info(Stream::compute, phase, microbatch, layer, label),
+                       deps, effects);
+  }
+  // An all-reduce of `elements` over the dp group once `after` has ended.
+  OpId all_reduce(std::int64_t elements, DType dtype, int layer, std::uint32_t label, OpId after) {
     const std::array<OpId, 1> dep = {after};
     return program.add(
         Collective{CollectiveKind::all_reduce, dtype, dp_group, elements_bytes(elements, dtype)},
-        info, dep);
+        info(Stream::dp_comm, Phase::other, -1, layer, label), dep);
   }
 };
 
@@ -253,6 +251,10 @@ class BpttLowering {
                                             gemm("output.dgrad", b_ * T, HD, O, dtype_),
                                             gemm("output.wgrad", O, HD, b_ * T, dtype_)});
     logits_ = elements_bytes(b_ * T * O, dtype_);
+    output_forward_label_ = program.intern_label("output + loss");
+    output_backward_label_ = program.intern_label("output backward");
+    output_all_reduce_label_ = program.intern_label("dp grad all-reduce output");
+    optimizer_label_ = program.intern_label("optimizer step");
     optimizer_ = program.add_kernels(
         {Kernel{OptimizerStep{m_.parameters(), format_.optimizer, format_.dtype, false,
                               size_of(format_.grad_dtype) == 4 || format_.fp32_grad_copy},
@@ -277,7 +279,7 @@ class BpttLowering {
     }
     std::vector<OpId> deps = {last};
     if (last_comm) deps.push_back(*last_comm);
-    rank.compute(optimizer_, Phase::optimizer, -1, -1, "optimizer step", deps);
+    rank.compute(optimizer_, Phase::optimizer, -1, -1, optimizer_label_, deps);
   }
 
  private:
@@ -288,33 +290,21 @@ class BpttLowering {
     Bytes stash;
   };
 
-  OpId add(RankBuilder& rank, std::uint32_t kernels, Phase phase, int mb, int layer,
-           std::uint32_t label, std::span<const MemoryEffect> effects = {}) {
-    OpInfo info{Stream::compute,
-                phase,
-                mb,
-                static_cast<std::int16_t>(layer),
-                static_cast<std::int16_t>(layer + 1),
-                {}};
-    info.label_id = label;
-    return rank.program.add(Compute{kernels}, info, {}, effects);
-  }
-
   void forward(RankBuilder& rank, int mb) {
     for (int l = 0; l < m_.layers; ++l) {
       const Layer& k = layers_[static_cast<std::size_t>(l)];
       const std::array<MemoryEffect, 1> stash = {
           MemoryEffect{k.stash, MemoryCategory::activations, MemoryTier::device, true}};
       for (int d = 0; d < m_.directions(); ++d) {
-        add(rank, k.input_projection, Phase::forward, mb, l, k.forward_label);
+        rank.compute(k.input_projection, Phase::forward, mb, l, k.forward_label);
         for (int t = 0; t < m_.timesteps; ++t) {
-          add(rank, k.step_forward, Phase::forward, mb, l, k.step_label, stash);
+          rank.compute(k.step_forward, Phase::forward, mb, l, k.step_label, {}, stash);
         }
       }
     }
     const std::array<MemoryEffect, 1> logits = {
         MemoryEffect{logits_, MemoryCategory::activations, MemoryTier::device, true}};
-    rank.compute(output_forward_, Phase::forward, mb, m_.layers, "output + loss", {}, logits);
+    rank.compute(output_forward_, Phase::forward, mb, m_.layers, output_forward_label_, {}, logits);
   }
 
   // Returns the microbatch's last backward op; on the last microbatch, each layer's gradients
@@ -322,12 +312,12 @@ class BpttLowering {
   OpId backward(RankBuilder& rank, int mb, bool last_microbatch, std::optional<OpId>& last_comm) {
     const std::array<MemoryEffect, 1> logits = {
         MemoryEffect{-logits_, MemoryCategory::activations, MemoryTier::device, true}};
-    OpId op = rank.compute(output_backward_, Phase::backward, mb, m_.layers, "output backward", {},
-                           logits);
+    OpId op = rank.compute(output_backward_, Phase::backward, mb, m_.layers, output_backward_label_,
+                           {}, logits);
     const bool sync = last_microbatch && rank.data_parallel;
     if (sync) {
       last_comm = rank.all_reduce(m_.output_parameters(), format_.grad_dtype, m_.layers,
-                                  "dp grad all-reduce output", op);
+                                  output_all_reduce_label_, op);
     }
     for (int l = m_.layers - 1; l >= 0; --l) {
       const Layer& k = layers_[static_cast<std::size_t>(l)];
@@ -335,23 +325,13 @@ class BpttLowering {
           MemoryEffect{-k.stash, MemoryCategory::activations, MemoryTier::device, true}};
       for (int d = 0; d < m_.directions(); ++d) {
         for (int t = m_.timesteps - 1; t >= 0; --t) {
-          add(rank, k.step_backward, Phase::backward, mb, l, k.step_backward_label, free);
+          rank.compute(k.step_backward, Phase::backward, mb, l, k.step_backward_label, {}, free);
         }
-        op = add(rank, k.weights_backward, Phase::backward, mb, l, k.weights_label);
+        op = rank.compute(k.weights_backward, Phase::backward, mb, l, k.weights_label);
       }
       if (sync) {
-        OpInfo info{Stream::dp_comm,
-                    Phase::other,
-                    -1,
-                    static_cast<std::int16_t>(l),
-                    static_cast<std::int16_t>(l + 1),
-                    {}};
-        info.label_id = k.all_reduce_label;
-        const std::array<OpId, 1> dep = {op};
-        last_comm = rank.program.add(
-            Collective{CollectiveKind::all_reduce, format_.grad_dtype, rank.dp_group,
-                       elements_bytes(m_.layer_parameters(l), format_.grad_dtype)},
-            info, dep);
+        last_comm =
+            rank.all_reduce(m_.layer_parameters(l), format_.grad_dtype, l, k.all_reduce_label, op);
       }
     }
     return op;
@@ -365,6 +345,8 @@ class BpttLowering {
   std::int64_t b_ = 1;
   std::vector<Layer> layers_;
   std::uint32_t output_forward_ = 0, output_backward_ = 0, optimizer_ = 0;
+  std::uint32_t output_forward_label_ = 0, output_backward_label_ = 0, output_all_reduce_label_ = 0;
+  std::uint32_t optimizer_label_ = 0;
   Bytes logits_;
 };
 
@@ -455,7 +437,8 @@ class AdmmLowering {
     std::vector<OpId> deps;
     if (pending_comm_) deps.push_back(*pending_comm_);
     pending_comm_.reset();
-    last_ = rank.compute(program_.add_kernels(std::move(kernels)), phase, -1, layer, label, deps);
+    last_ = rank.compute(program_.add_kernels(std::move(kernels)), phase, -1, layer,
+                         program_.intern_label(label), deps);
     return last_;
   }
 
@@ -464,7 +447,8 @@ class AdmmLowering {
   void weight_update(RankBuilder& rank, int layer, const std::string& name, std::int64_t elements) {
     if (rank.data_parallel) {
       pending_comm_ =
-          rank.all_reduce(elements, dtype_, layer, "dp all-reduce admm " + name + " sums", last_);
+          rank.all_reduce(elements, dtype_, layer,
+                          program_.intern_label("dp all-reduce admm " + name + " sums"), last_);
     }
     step(rank, layer, "admm " + name + " update", Phase::backward,
          {elementwise(name + ".update", elements, 2, 1, dtype_)});
@@ -531,7 +515,8 @@ std::vector<std::pair<std::string, std::string>> rnn_setup(const Experiment& e) 
     training += ", " + number(e.training.iterations_to_accuracy) + " iterations to accuracy";
   }
   return {
-      {"model", m.name + ": " + cell + " RNN, " + number(m.layers) + " layers" +
+      {"model", m.name + ": " + cell + " RNN, " + number(m.layers) +
+                    (m.layers == 1 ? " layer" : " layers") +
                     (m.bidirectional ? " (bidirectional)" : "") + ", hidden " + number(m.hidden) +
                     ", " + number(m.timesteps) + " timesteps, input " + number(m.input_size) +
                     ", output " + number(m.output_size) + ", " + params.str()},
@@ -539,7 +524,7 @@ std::vector<std::pair<std::string, std::string>> rnn_setup(const Experiment& e) 
        "dp " + number(p.dp) +
            (admm ? ", " + number(e.training.global_batch / p.dp) + " samples per rank at once"
                  : ", micro batch " + number(p.micro_batch) + ", " + number(e.microbatches()) +
-                       " microbatches per replica")},
+                       (e.microbatches() == 1 ? " microbatch" : " microbatches") + " per replica")},
       {"training", training},
   };
 }

@@ -26,7 +26,7 @@ TEST_CASE("RNN bad inputs exit 2 naming the key") {
   check_bad_input("simulate " + experiment("gpt3-1.7b-a100-8") + " --set training.algorithm=admm",
                   {"training.algorithm", "RNN"});
   check_bad_input("simulate " + experiment("lstm-2x1024-a100-8") + " --set training.algorithm=admm",
-                  {"model.cell", "vanilla"});
+                  {"at cell", "vanilla"});
 }
 
 TEST_CASE("an ADMM run reports the time to train, identically twice") {

@@ -176,7 +176,7 @@ TEST_CASE("RNN experiments: what is refused, named at its key") {
   const std::string admm_lstm =
       error_of("lstm-2x1024-a100-8",
                {set("training.algorithm", "admm"), set("training.optimizer", nullptr)});
-  CHECK(admm_lstm.find("model.cell") != std::string::npos);
+  CHECK(admm_lstm.find("lstm-2x1024.json: at cell") != std::string::npos);
   CHECK(admm_lstm.find("vanilla") != std::string::npos);
   CHECK(error_of("rnn-vanilla-1024-admm-a100-8", {set("model.layers", 2)}).find("model.layers") !=
         std::string::npos);
