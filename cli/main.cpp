@@ -163,6 +163,10 @@ std::string gib(Bytes b) {
 int partition_command(const SimulateArgs& args) {
   const auto e =
       strategies::load_experiment(resolve_experiment(args.experiment), overrides_of(args));
+  if (e.dlrm || e.rnn) {
+    throw BadInput("partition: " + e.name + " is a " + (e.rnn ? "recurrent" : "DLRM") +
+                   " model, which trains without pipeline stages: there is no partition to plan");
+  }
   const auto problem = study::partition_problem(e);
   const auto chosen = study::partition_layers(e);
   const auto plan = strategies::evaluate_partition(problem, chosen);

@@ -64,17 +64,55 @@ constexpr std::array<std::string_view, 11> kTrainingKeys = {"global_batch",
                                                             "compute_efficiency",
                                                             "elementwise_traffic"};
 
+// Keys of the transformer's strategies that sweeps and searches set (search/, cli/sweep_*):
+// accepted at the value that means "off" for a data-parallel run, refused otherwise.
+struct NeutralKey {
+  std::string_view path;
+  bool (*neutral)(const Experiment&);
+  std::string_view off;  // what "off" is, for the message
+};
+constexpr std::array<NeutralKey, 7> kNeutralKeys = {{
+    {"parallelism.zero", [](const Experiment& e) { return e.parallelism.zero == 0; }, "0"},
+    {"parallelism.recompute",
+     [](const Experiment& e) { return e.parallelism.recompute == RecomputeKind::none; },
+     "\"none\""},
+    {"parallelism.sequence_parallel",
+     [](const Experiment& e) { return !e.parallelism.sequence_parallel; }, "false"},
+    {"parallelism.virtual_stages",
+     [](const Experiment& e) { return e.parallelism.virtual_stages == 1; }, "1"},
+    {"parallelism.sequence_slices",
+     [](const Experiment& e) { return e.parallelism.sequence_slices == 1; }, "1"},
+    {"parallelism.schedule",
+     [](const Experiment& e) {
+       return e.parallelism.schedule == ScheduleKind::one_f_one_b ||
+              e.parallelism.schedule == ScheduleKind::gpipe;
+     },
+     "\"1f1b\" or \"gpipe\" (one stage: no pipeline)"},
+    {"training.flash_attention", [](const Experiment& e) { return !e.training.flash_attention; },
+     "false"},
+}};
+
 template <std::size_t N>
-void refuse_other_keys(const config::Document& doc, const std::string& section,
+void refuse_other_keys(const config::Document& doc, const Experiment& e, const std::string& section,
                        const std::array<std::string_view, N>& allowed) {
   const nlohmann::json* object = doc.find(section);
   if (object == nullptr || !object->is_object()) return;
   for (const auto& [key, value] : object->items()) {
     if (value.is_null()) continue;
     if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+    const std::string path = section + "." + key;
+    const auto neutral = std::find_if(kNeutralKeys.begin(), kNeutralKeys.end(),
+                                      [&](const NeutralKey& k) { return k.path == path; });
+    if (neutral != kNeutralKeys.end()) {
+      if (neutral->neutral(e)) continue;
+      doc.fail(path,
+               "does not apply to an RNN model (model.type \"rnn\"), which trains data "
+               "parallel by BPTT or ADMM; leave it out or set it to " +
+                   std::string(neutral->off));
+    }
     std::string keys;
     for (std::string_view k : allowed) keys += (keys.empty() ? "" : ", ") + std::string(k);
-    doc.fail(section + "." + key,
+    doc.fail(path,
              "does not apply to an RNN model (model.type \"rnn\"), which trains data parallel "
              "by BPTT or ADMM; " +
                  section + " takes " + keys);
@@ -128,8 +166,8 @@ void check_admm(const config::Document& doc, Experiment& e, std::vector<std::str
 void check_rnn_experiment(const config::Document& doc, Experiment& e,
                           std::vector<std::string>& notes) {
   refuse_model_parallelism(doc, e.parallelism);
-  refuse_other_keys(doc, "parallelism", kParallelismKeys);
-  refuse_other_keys(doc, "training", kTrainingKeys);
+  refuse_other_keys(doc, e, "parallelism", kParallelismKeys);
+  refuse_other_keys(doc, e, "training", kTrainingKeys);
   if (e.training.low_precision) {
     doc.fail("training.dtype",
              "fp8 and fp4 training apply to transformers; an RNN trains in "

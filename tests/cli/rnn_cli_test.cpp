@@ -62,3 +62,14 @@ TEST_CASE("list models shows the RNN models") {
   CHECK(r.output.find("lstm-gnmt-8x1024") != std::string::npos);
   CHECK(r.output.find("lstm RNN") != std::string::npos);
 }
+
+TEST_CASE("search ranks an RNN experiment's data-parallel strategies; partition has none to plan") {
+  // Before: search's model-states pre-filter planned transformer stages (a division by zero);
+  // partition likewise.
+  const auto r = run("search " + experiment("lstm-2x1024-a100-8") + " --gpus 8");
+  CAPTURE(r.output);
+  CHECK(r.status == 0);
+  CHECK(r.output.find("3 simulated, 3 fit") != std::string::npos);
+  check_bad_input("partition " + experiment("lstm-2x1024-a100-8"),
+                  {"partition", "recurrent model", "no partition to plan"});
+}

@@ -188,6 +188,17 @@ TEST_CASE("RNN experiments: what is refused, named at its key") {
         std::string::npos);
   CHECK(error_of("lstm-2x1024-a100-8", {set("parallelism.recompute", "full")})
             .find("parallelism.recompute") != std::string::npos);
+  // What sweeps and searches set is accepted at its "off" value.
+  CHECK(error_of("lstm-2x1024-a100-8",
+                 {set("parallelism.zero", 0), set("parallelism.recompute", "none"),
+                  set("parallelism.schedule", "1f1b"), set("parallelism.sequence_parallel", false),
+                  set("parallelism.virtual_stages", 1)})
+            .empty());
+  CHECK(error_of("lstm-2x1024-a100-8", {set("parallelism.schedule", "zb-h1")})
+            .find("parallelism.schedule") != std::string::npos);
+  CHECK(
+      error_of("lstm-2x1024-a100-8", {set("training.grad_clip", 1.0)}).find("training.grad_clip") !=
+      std::string::npos);
   CHECK(error_of("lstm-2x1024-a100-8", {set("training.seq_len", 20)}).find("training.seq_len") !=
         std::string::npos);
   // A transformer cannot be trained by ADMMiRNN.
