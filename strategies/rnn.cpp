@@ -50,8 +50,8 @@ RnnModel read_rnn_model(config::Document& doc, const std::string& path) {
 namespace {
 
 // parallelism and training keys an RNN experiment takes; any other one given is refused.
-constexpr std::array<std::string_view, 9> kParallelismKeys = {
-    "tp", "pp", "cp", "ep", "etp", "dp", "micro_batch", "dp_bucket_size", "dp_overlap"};
+constexpr std::array<std::string_view, 8> kParallelismKeys = {
+    "tp", "pp", "cp", "ep", "etp", "dp", "micro_batch", "dp_overlap"};
 constexpr std::array<std::string_view, 11> kTrainingKeys = {"global_batch",
                                                             "gradient_accumulation_steps",
                                                             "seq_len",
@@ -309,14 +309,14 @@ class BpttLowering {
     program_.add_initial_memory(r, {MemoryCategory::optimizer_states, MemoryTier::device,
                                     optimizer_state_bytes(format_, P)});
     const auto microbatches = static_cast<int>(e_.microbatches());
-    std::optional<OpId> last_comm;
+    std::vector<ReadyGradients> ready;
     OpId last = 0;
     for (int mb = 0; mb < microbatches; ++mb) {
       forward(rank, mb);
-      last = backward(rank, mb, mb + 1 == microbatches, last_comm);
+      last = backward(rank, mb, ready);
     }
     std::vector<OpId> deps = {last};
-    if (last_comm) deps.push_back(*last_comm);
+    if (rank.data_parallel) deps.push_back(all_reduce(rank, ready, last));
     rank.compute(optimizer_, Phase::optimizer, -1, -1, optimizer_label_, deps);
   }
 
@@ -347,16 +347,23 @@ class BpttLowering {
 
   // Returns the microbatch's last backward op; on the last microbatch, each layer's gradients
   // (and the output layer's) are all-reduced as soon as its wgrads are done.
-  OpId backward(RankBuilder& rank, int mb, bool last_microbatch, std::optional<OpId>& last_comm) {
+  // Gradients of `elements` parameters complete at op `ready` (on the last microbatch).
+  struct ReadyGradients {
+    std::int64_t elements;
+    int layer;
+    std::uint32_t label;
+    OpId ready;
+  };
+
+  // Returns the microbatch's last backward op; `ready` gets each layer's gradients (the output
+  // layer's first) as its wgrads end.
+  OpId backward(RankBuilder& rank, int mb, std::vector<ReadyGradients>& ready) {
+    ready.clear();
     const std::array<MemoryEffect, 1> logits = {
         MemoryEffect{-logits_, MemoryCategory::activations, MemoryTier::device, true}};
     OpId op = rank.compute(output_backward_, Phase::backward, mb, m_.layers, output_backward_label_,
                            {}, logits);
-    const bool sync = last_microbatch && rank.data_parallel;
-    if (sync) {
-      last_comm = rank.all_reduce(m_.output_parameters(), format_.grad_dtype, m_.layers,
-                                  output_all_reduce_label_, op);
-    }
+    ready.push_back({m_.output_parameters(), m_.layers, output_all_reduce_label_, op});
     for (int l = m_.layers - 1; l >= 0; --l) {
       const Layer& k = layers_[static_cast<std::size_t>(l)];
       const std::array<MemoryEffect, 1> free = {
@@ -367,12 +374,21 @@ class BpttLowering {
         }
         op = rank.compute(k.weights_backward, Phase::backward, mb, l, k.weights_label);
       }
-      if (sync) {
-        last_comm =
-            rank.all_reduce(m_.layer_parameters(l), format_.grad_dtype, l, k.all_reduce_label, op);
-      }
+      ready.push_back({m_.layer_parameters(l), l, k.all_reduce_label, op});
     }
     return op;
+  }
+
+  // One all-reduce per layer on the dp-comm stream: launched as soon as the layer's gradients are
+  // complete (parallelism.dp_overlap, DDP's overlap), else after the whole backward. Returns the
+  // last.
+  OpId all_reduce(RankBuilder& rank, const std::vector<ReadyGradients>& ready, OpId last_backward) {
+    OpId last = last_backward;
+    for (const ReadyGradients& g : ready) {
+      last = rank.all_reduce(g.elements, format_.grad_dtype, g.layer, g.label,
+                             e_.parallelism.dp_overlap ? g.ready : last_backward);
+    }
+    return last;
   }
 
   const Experiment& e_;

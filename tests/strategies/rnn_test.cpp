@@ -121,6 +121,27 @@ TEST_CASE("BPTT: parameters, gradient all-reduces per layer, activations freed b
   // The last op of each rank is the optimizer step.
   const auto ops = p.ops_of(0);
   CHECK(ops.back().phase == st::Phase::optimizer);
+
+  // Overlapped (the default), each all-reduce waits for its own layer's wgrads, which end at
+  // different times; without dp_overlap, all wait for the last backward op.
+  auto waits = [](const st::Program& q) {
+    std::vector<st::OpId> after;
+    for (const st::Op& op : q.ops_of(0)) {
+      if (std::holds_alternative<st::Collective>(op.work)) after.push_back(q.deps_of(op)[0]);
+    }
+    return after;
+  };
+  const std::vector<st::OpId> overlapped = waits(p);
+  REQUIRE(overlapped.size() == 3);
+  CHECK(overlapped[0] < overlapped[1]);
+  CHECK(overlapped[1] < overlapped[2]);
+  const st::Program serial =
+      st::lower_rnn(load("lstm-2x1024-a100-8", {set("parallelism.dp_overlap", false)}));
+  const std::vector<st::OpId> after_backward = waits(serial);
+  REQUIRE(after_backward.size() == 3);
+  CHECK(after_backward[0] == after_backward[2]);
+  CHECK(serial.op(after_backward[0]).phase == st::Phase::backward);
+  CHECK(after_backward[0] == overlapped[2]);  // the last layer's wgrads end the backward
 }
 
 TEST_CASE("ADMMiRNN's FLOPs per iteration equal the count from its update rules") {
