@@ -92,6 +92,10 @@ constexpr std::array<NeutralKey, 7> kNeutralKeys = {{
      "false"},
 }};
 
+constexpr std::string_view kNotForRnn =
+    "does not apply to an RNN model (model.type \"rnn\"), which trains data parallel by BPTT or "
+    "ADMM";
+
 template <std::size_t N>
 void refuse_other_keys(const config::Document& doc, const Experiment& e, const std::string& section,
                        const std::array<std::string_view, N>& allowed) {
@@ -105,17 +109,12 @@ void refuse_other_keys(const config::Document& doc, const Experiment& e, const s
                                       [&](const NeutralKey& k) { return k.path == path; });
     if (neutral != kNeutralKeys.end()) {
       if (neutral->neutral(e)) continue;
-      doc.fail(path,
-               "does not apply to an RNN model (model.type \"rnn\"), which trains data "
-               "parallel by BPTT or ADMM; leave it out or set it to " +
-                   std::string(neutral->off));
+      doc.fail(path, std::string(kNotForRnn) + "; leave it out or set it to " +
+                         std::string(neutral->off));
     }
     std::string keys;
     for (std::string_view k : allowed) keys += (keys.empty() ? "" : ", ") + std::string(k);
-    doc.fail(path,
-             "does not apply to an RNN model (model.type \"rnn\"), which trains data parallel "
-             "by BPTT or ADMM; " +
-                 section + " takes " + keys);
+    doc.fail(path, std::string(kNotForRnn) + "; " + section + " takes " + keys);
   }
 }
 
@@ -150,7 +149,8 @@ void check_admm(const config::Document& doc, Experiment& e, std::vector<std::str
     doc.fail("model.bidirectional",
              "training.algorithm \"admm\" (ADMMiRNN) unfolds one direction, as the paper does");
   }
-  if (doc.find("training.optimizer") != nullptr) {
+  if (const nlohmann::json* optimizer = doc.find("training.optimizer");
+      optimizer != nullptr && !optimizer->is_null()) {
     doc.fail("training.optimizer",
              "ADMMiRNN updates the weights by its own rules: no optimizer applies");
   }
