@@ -37,6 +37,7 @@
 #include "strategies/foreign_inputs.hpp"
 #include "strategies/lowering.hpp"
 #include "strategies/program.hpp"
+#include "strategies/rnn.hpp"
 #include "strategies/schedule.hpp"
 #include "study/jobs.hpp"
 #include "study/partition.hpp"
@@ -162,6 +163,10 @@ std::string gib(Bytes b) {
 int partition_command(const SimulateArgs& args) {
   const auto e =
       strategies::load_experiment(resolve_experiment(args.experiment), overrides_of(args));
+  if (e.dlrm || e.rnn) {
+    throw BadInput("partition: " + e.name + " is a " + (e.rnn ? "recurrent" : "DLRM") +
+                   " model, which trains without pipeline stages: there is no partition to plan");
+  }
   const auto problem = study::partition_problem(e);
   const auto chosen = study::partition_layers(e);
   const auto plan = strategies::evaluate_partition(problem, chosen);
@@ -406,6 +411,14 @@ int collective_command(const CollectiveArgs& args) {
   return 0;
 }
 
+// A model file of model.type "rnn" (strategies/rnn.hpp), which read_model does not take.
+bool is_rnn_model_file(const fs::path& f) {
+  if (f.parent_path().filename() == "hf") return false;
+  const auto doc = config::Document::load(f);
+  const nlohmann::json* type = doc.find("type");
+  return type != nullptr && type->is_string() && *type == "rnn";
+}
+
 int list_command(const std::string& what) {
   const std::map<std::string, fs::path> folders = {
       {"devices", config_dir() / "hardware" / "devices"},
@@ -436,6 +449,12 @@ int list_command(const std::string& what) {
       line << c.name << "  " << c.nodes << " x " << c.devices_per_node << " " << c.device.name
            << ", " << to_string(c.intra_node.bandwidth) << " in node, "
            << to_string(c.inter_node.bandwidth) << " between nodes";
+    } else if (what == "models" && is_rnn_model_file(f)) {
+      auto doc = config::Document::load(f);
+      const strategies::RnnModel m = strategies::read_rnn_model(doc, "");
+      line << f.stem().string() << "  " << traces::billions(m.parameters()) << " parameters, "
+           << m.layers << " layers, hidden " << m.hidden << " (" << strategies::name_of(m.cell)
+           << " RNN)";
     } else if (what == "models") {
       std::ifstream in(f, std::ios::binary);
       const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};

@@ -203,9 +203,10 @@ Result Evaluator::evaluate(const Combination& c) const {
   r.capacity_bytes = context.device_capacity.count();
   const std::int64_t capacity = r.capacity_bytes;
   try {
-    if (options_.prune) {
+    if (options_.prune && !e.dlrm && !e.rnn) {
       // Model states alone: every device holds at least one part's parameters, gradients and
-      // optimizer states (as ZeRO and offload leave them) plus the reserved overhead.
+      // optimizer states (as ZeRO and offload leave them) plus the reserved overhead. (A DLRM's
+      // or an RNN's lowering is not the pipeline's: the estimate below prunes them.)
       const auto layers = study::partition_layers(e);
       const auto spec = strategies::pipeline_spec(e, layers);
       std::int64_t parameters = 0;

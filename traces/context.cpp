@@ -49,6 +49,7 @@ ReportContext report_context(const strategies::Experiment& experiment) {
   context.experiment = experiment.name;
   context.samples_per_iteration = experiment.training.global_batch;
   context.tokens_per_iteration = experiment.tokens_per_iteration();
+  context.iterations_to_accuracy = experiment.training.iterations_to_accuracy;
   context.device_capacity = cluster.device.memory_capacity;
   context.framework_compute = cluster.device.efficiency.framework_compute;
   context.framework_memory_traffic = cluster.device.efficiency.framework_memory_traffic;
@@ -84,8 +85,10 @@ ReportContext report_context(const strategies::Experiment& experiment) {
   for (int r = 0; r < layout.world_size(); ++r) context.stage_of_rank.push_back(layout.stage(r));
   const auto& m = experiment.model;
   const auto& p = experiment.parallelism;
+  // A DLRM's or an RNN's model line is its own (below); its `model` has no transformer shape.
   const std::string model_line =
-      experiment.layer_table
+      experiment.dlrm || experiment.rnn ? std::string()
+      : experiment.layer_table
           ? m.name + ": layer table, " + std::to_string(m.layers) + " layers, " +
                 billions(experiment.layer_table->parameters()) + " parameters"
           : m.name + ": " + std::to_string(m.layers) + " layers, hidden " +
@@ -172,8 +175,8 @@ ReportContext report_context(const strategies::Experiment& experiment) {
   context.setup.emplace_back("memory", memory_line);
   if (experiment.dlrm || experiment.rnn) {
     // Their own lines (model, parallelism, training, ...), the cluster's second.
-    auto lines = experiment.dlrm ? strategies::dlrm_setup(experiment)
-                                 : strategies::rnn_setup(experiment);
+    auto lines =
+        experiment.dlrm ? strategies::dlrm_setup(experiment) : strategies::rnn_setup(experiment);
     auto cluster_line = context.setup[1];
     lines.insert(lines.begin() + (lines.empty() ? 0 : 1), std::move(cluster_line));
     context.setup = std::move(lines);

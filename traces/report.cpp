@@ -376,6 +376,7 @@ Report make_report(const strategies::Program& program, const Timeline& timeline,
   }
 
   const double t = report.iteration_time_s;
+  report.time_to_train_s = static_cast<double>(context.iterations_to_accuracy) * t;
   const double world = static_cast<double>(program.world_size());
   const double peak = context.device_peak.flops_per_second();
   if (t > 0) {
@@ -398,6 +399,10 @@ nlohmann::json to_json(const Report& report, const ReportContext& context) {
   j["problem"] = report.problem;
   j["iteration_time_s"] = report.iteration_time_s;
   j["pipeline_time_s"] = report.pipeline_time_s;
+  if (context.iterations_to_accuracy > 0) {
+    j["iterations_to_accuracy"] = context.iterations_to_accuracy;
+    j["time_to_train_s"] = report.time_to_train_s;
+  }
   j["optimizer_time_s"] = report.optimizer_time_s;
   j["tokens_per_s"] = report.tokens_per_s;
   j["samples_per_s"] = report.samples_per_s;
@@ -610,6 +615,11 @@ void print_summary(std::ostream& out, const Report& report, const ReportContext&
   std::vector<std::pair<std::string, std::string>> lines = context.setup;
   const std::size_t setup_count = lines.size();
   lines.emplace_back("iteration time", seconds_text(report.iteration_time_s));
+  if (context.iterations_to_accuracy > 0) {
+    lines.emplace_back("time to train", seconds_text(report.time_to_train_s) + " (" +
+                                            std::to_string(context.iterations_to_accuracy) +
+                                            " iterations to accuracy)");
+  }
   // Imported traces may not know the batch (Kineto, Chakra) or the kernels' shapes (measured
   // durations only): say so rather than print zeros that read like results.
   if (context.samples_per_iteration > 0) {

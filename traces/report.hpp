@@ -33,6 +33,9 @@ struct ReportContext {
   double framework_memory_traffic = 1.0;
   double framework_attention = 1.0;
   std::vector<int> stage_of_rank;  // pipeline stage of each rank
+  /// training.iterations_to_accuracy: the iterations the run needs to reach its target accuracy
+  /// (the user's figure); > 0 makes the report give the time to train. 0: not given.
+  std::int64_t iterations_to_accuracy = 0;
   /// Lines describing the setup for the summary, e.g. {"model", "gpt3-175b, 174.6 B params"}.
   std::vector<std::pair<std::string, std::string>> setup;
 };
@@ -87,6 +90,9 @@ struct Report {
   double optimizer_time_s = 0;  // longest optimizer-phase time of a rank (device or host)
   double tokens_per_s = 0;
   double samples_per_s = 0;
+  /// context.iterations_to_accuracy x iteration_time_s when the context gives iterations
+  /// to accuracy, else 0.
+  double time_to_train_s = 0;
   double model_flops_per_iteration = 0;     // forward/backward matmul FLOPs, no recomputation
   double hardware_flops_per_iteration = 0;  // all matmul FLOPs executed, recomputation included
   double model_tflops_per_device = 0;
@@ -140,7 +146,8 @@ bool pipelined(const ReportContext& context);
 /// interference_s {stream: seconds, for every stream}, peak_memory_bytes,
 /// fits, ranks [{rank, stage, peak_memory_bytes, memory_breakdown {parameters, gradients,
 /// optimizer_states, activations, workspace, comm_buffers}, fits}], plus experiment,
-/// completed, problem and out_of_memory.
+/// completed, problem and out_of_memory; iterations_to_accuracy and time_to_train_s only when
+/// the context gives iterations to accuracy (so reports without it keep their keys).
 nlohmann::json to_json(const Report& report, const ReportContext& context);
 
 /// The memory-only summary printed by `stratasim memory`: setup, the per-stage memory table
