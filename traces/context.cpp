@@ -84,8 +84,10 @@ ReportContext report_context(const strategies::Experiment& experiment) {
   for (int r = 0; r < layout.world_size(); ++r) context.stage_of_rank.push_back(layout.stage(r));
   const auto& m = experiment.model;
   const auto& p = experiment.parallelism;
+  // A DLRM or RNN has its own lines (below): no transformer sizes to compute.
   const std::string model_line =
-      experiment.layer_table
+      experiment.dlrm || experiment.rnn ? m.name
+      : experiment.layer_table
           ? m.name + ": layer table, " + std::to_string(m.layers) + " layers, " +
                 billions(experiment.layer_table->parameters()) + " parameters"
           : m.name + ": " + std::to_string(m.layers) + " layers, hidden " +
@@ -172,8 +174,8 @@ ReportContext report_context(const strategies::Experiment& experiment) {
   context.setup.emplace_back("memory", memory_line);
   if (experiment.dlrm || experiment.rnn) {
     // Their own lines (model, parallelism, training, ...), the cluster's second.
-    auto lines = experiment.dlrm ? strategies::dlrm_setup(experiment)
-                                 : strategies::rnn_setup(experiment);
+    auto lines =
+        experiment.dlrm ? strategies::dlrm_setup(experiment) : strategies::rnn_setup(experiment);
     auto cluster_line = context.setup[1];
     lines.insert(lines.begin() + (lines.empty() ? 0 : 1), std::move(cluster_line));
     context.setup = std::move(lines);
