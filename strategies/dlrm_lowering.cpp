@@ -141,12 +141,6 @@ std::int64_t cache_capacity(const EmbeddingCacheSpec& spec, const Shard& s, std:
   return std::clamp<std::int64_t>(static_cast<std::int64_t>(rows), 1, s.rows);
 }
 
-const IdDistribution& distribution_of(const EmbeddingCacheSpec& spec, int table) {
-  const auto t = static_cast<std::size_t>(table);
-  if (t < spec.per_table.size() && spec.per_table[t]) return *spec.per_table[t];
-  return spec.distribution;
-}
-
 // The text of everything simulate_cache's result depends on: the spec's stream and policy, the
 // distribution (a histogram by its length and weights' bits) and the shard.
 std::string cache_key(const EmbeddingCacheSpec& spec, const IdDistribution& d, const Shard& s) {
@@ -195,7 +189,7 @@ void apply_cache(const EmbeddingCacheSpec& spec, Plan& plan) {
     for (auto& s : shards) {
       s.capacity = cache_capacity(spec, s, rank_rows, plan.emb_bytes);
       s.cached = s.capacity < s.rows;
-      if (s.cached) s.cache = simulated(spec, distribution_of(spec, s.table), s);
+      if (s.cached) s.cache = simulated(spec, spec.distribution_of(s.table), s);
     }
   }
 }
