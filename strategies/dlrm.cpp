@@ -287,7 +287,7 @@ void check_sharding(const config::Document& doc, const Experiment& e,
   if (e.parallelism.embedding_sharding == EmbeddingSharding::table &&
       static_cast<std::int64_t>(m.tables.size()) < gpus) {
     notes.push_back(
-        "note: table-wise sharding places " + number(static_cast<std::int64_t>(m.tables.size())) +
+        "table-wise sharding places " + number(static_cast<std::int64_t>(m.tables.size())) +
         " tables on " + number(gpus) +
         " GPUs: " + number(gpus - static_cast<std::int64_t>(m.tables.size())) + " GPUs hold none");
   }
