@@ -149,13 +149,6 @@ std::int64_t mlp_parameters(std::int64_t in, const std::vector<int>& layers) {
   return params;
 }
 
-std::int64_t cross_parameters(const DlrmModel& m) {
-  if (m.interaction != Interaction::dcn) return 0;
-  const std::int64_t d = cross_input_width(m);
-  const std::int64_t per_layer = m.cross_rank > 0 ? 2 * d * m.cross_rank + d : d * d + d;
-  return per_layer * m.cross_layers;
-}
-
 }  // namespace
 
 std::int64_t cross_input_width(const DlrmModel& m) {
@@ -178,9 +171,23 @@ std::int64_t interaction_width(const DlrmModel& m) {
   return cross_input_width(m);
 }
 
+std::int64_t cross_parameters(const DlrmModel& m) {
+  if (m.interaction != Interaction::dcn) return 0;
+  const std::int64_t d = cross_input_width(m);
+  const std::int64_t per_layer = m.cross_rank > 0 ? 2 * d * m.cross_rank + d : d * d + d;
+  return per_layer * m.cross_layers;
+}
+
+std::int64_t bottom_mlp_parameters(const DlrmModel& m) {
+  return mlp_parameters(m.dense_features, m.bottom_mlp);
+}
+
+std::int64_t top_mlp_parameters(const DlrmModel& m) {
+  return mlp_parameters(interaction_width(m), m.top_mlp);
+}
+
 std::int64_t dense_parameters(const DlrmModel& m) {
-  return mlp_parameters(m.dense_features, m.bottom_mlp) + cross_parameters(m) +
-         mlp_parameters(interaction_width(m), m.top_mlp);
+  return bottom_mlp_parameters(m) + cross_parameters(m) + top_mlp_parameters(m);
 }
 
 std::vector<std::vector<int>> table_wise_placement(const DlrmModel& m, int gpus) {

@@ -22,6 +22,10 @@ namespace stratasim::strategies {
 /// 2 D r + D each, D = interaction input width (1 + tables) x dim).
 std::int64_t embedding_parameters(const DlrmModel& m);
 std::int64_t dense_parameters(const DlrmModel& m);
+/// The parts of dense_parameters: bottom MLP, DCN cross layers (0 unless dcn), top MLP.
+std::int64_t bottom_mlp_parameters(const DlrmModel& m);
+std::int64_t cross_parameters(const DlrmModel& m);
+std::int64_t top_mlp_parameters(const DlrmModel& m);
 /// The top MLP's input width: dot, dim + F (F - 1) / 2 with F = tables + 1 (DLRM's pairwise
 /// dots without the diagonal, concatenated with the bottom MLP's output); cat, the bottom MLP's
 /// width plus every table's dim; dcn, that same concatenation (the cross layers keep it).

@@ -473,23 +473,29 @@ class DlrmEmitter {
     std::vector<Kernel> top =
         mlp(plan_.micro, interaction_width(m_), m_.top_mlp, dt_, "top", true, true);
     gradients_ready(compute(std::move(top), Phase::backward, mb, "top mlp bwd"),
-                    dense_parameters_of_top(), last);
+                    top_mlp_parameters(m_), last);
     const OpId inter =
         compute(interaction(m_, plan_.micro, dt_, true), Phase::backward, mb, "interaction bwd");
-    gradients_ready(inter, cross_parameters_of(), last);
+    gradients_ready(inter, cross_parameters(m_), last);
     std::optional<OpId> a2a;
     if (plan_.gpus > 1)
       a2a = exchange(plan_.backward_kind, Phase::backward, mb, "embedding exchange bwd", inter);
+    // A GPU without tables ends the microbatch with the bottom MLP: its activations go there.
+    const MemoryEffect free_act[] = {{Bytes(-activation_bytes(m_, plan_, *shards_, size_of(dt_))),
+                                      MemoryCategory::activations, MemoryTier::device, true}};
     const OpId bottom =
         compute(mlp(plan_.micro, m_.dense_features, m_.bottom_mlp, dt_, "bottom", true, false),
-                Phase::backward, mb, "bottom mlp bwd");
-    gradients_ready(bottom, bottom_parameters_of(), last);
+                Phase::backward, mb, "bottom mlp bwd", {},
+                shards_->empty() ? std::span<const MemoryEffect>(free_act)
+                                 : std::span<const MemoryEffect>());
+    gradients_ready(bottom, bottom_mlp_parameters(m_), last);
     if (last) flush_bucket(bottom);
     sparse_update(mb, a2a);
   }
 
   // The embedding backward (each lookup's pooled gradient added into its row's fp32 gradient)
-  // and the sparse optimizer update of the rows touched; frees the microbatch's activations.
+  // and the sparse optimizer update of the rows touched; frees the microbatch's activations. A
+  // GPU without tables has none.
   void sparse_update(int mb, std::optional<OpId> a2a) {
     std::int64_t lookups = 0, touched = 0;
     for (const auto& s : *shards_) {
@@ -500,13 +506,7 @@ class DlrmEmitter {
     const Bytes grads(touched * 4);
     std::vector<OpId> deps;
     if (a2a) deps.push_back(*a2a);
-    if (touched == 0) {
-      const MemoryEffect free_act[] = {
-          {Bytes(-act), MemoryCategory::activations, MemoryTier::device, true}};
-      compute({{elementwise(0, 0, 0), "embedding.idle"}}, Phase::backward, mb, "embedding bwd",
-              deps, free_act);
-      return;
-    }
+    if (shards_->empty()) return;
     const MemoryEffect take[] = {{grads, MemoryCategory::workspace, MemoryTier::device, false}};
     compute({{elementwise(lookups, lookups * plan_.emb_bytes, touched * 4), "embedding.backward"}},
             Phase::backward, mb, "embedding bwd", deps, take);
@@ -515,26 +515,6 @@ class DlrmEmitter {
         {Bytes(-act), MemoryCategory::activations, MemoryTier::device, true}};
     OptimizerStep step{touched, e_.training.optimizer, m_.embedding_dtype, false, true};
     compute({{step, "embedding.update"}}, Phase::backward, mb, "embedding update", {}, release);
-  }
-
-  std::int64_t dense_parameters_of_top() const {
-    return dense_parameters(m_) - bottom_parameters_of() - cross_parameters_of();
-  }
-  std::int64_t bottom_parameters_of() const {
-    std::int64_t in = m_.dense_features, n = 0;
-    for (int w : m_.bottom_mlp) {
-      n += in * w + w;
-      in = w;
-    }
-    return n;
-  }
-  std::int64_t cross_parameters_of() const {
-    std::int64_t in = interaction_width(m_), top = 0;
-    for (int w : m_.top_mlp) {
-      top += in * w + w;
-      in = w;
-    }
-    return dense_parameters(m_) - bottom_parameters_of() - top;
   }
 
   // DDP's buckets: gradients of the last microbatch's backward all-reduced once a bucket fills.
