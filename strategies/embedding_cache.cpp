@@ -7,6 +7,8 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <memory>
+#include <queue>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -240,69 +242,248 @@ class IdSampler {
 
 class IdMap {
  public:
+  /// Room for `expected` ids at half load; more double the buckets (a map sized to what it
+  /// holds stays in the CPU's caches).
   explicit IdMap(std::size_t expected) {
-    const std::size_t size = std::bit_ceil(std::max<std::size_t>(16, 2 * expected));
-    keys_.assign(size, kEmpty);
-    values_.resize(size);
-    mask_ = size - 1;
-    shift_ = 64 - std::countr_zero(size);
+    resize(std::bit_ceil(std::max<std::size_t>(16, 2 * expected)));
   }
   /// The value of `id`, or -1.
   std::int32_t find(std::int64_t id) const {
     for (std::size_t i = home(id);; i = (i + 1) & mask_) {
-      if (keys_[i] == id) return values_[i];
-      if (keys_[i] == kEmpty) return -1;
+      if (buckets_[i].id == id) return buckets_[i].value;
+      if (buckets_[i].id == kEmpty) return -1;
     }
   }
   /// The bucket of `id`, inserted with `value` when absent; `inserted` says which.
   std::size_t find_or_insert(std::int64_t id, std::int32_t value, bool& inserted) {
+    if (2 * (count_ + 1) > buckets_.size()) resize(2 * buckets_.size());
     std::size_t i = home(id);
-    for (; keys_[i] != kEmpty; i = (i + 1) & mask_) {
-      if (keys_[i] == id) {
+    for (; buckets_[i].id != kEmpty; i = (i + 1) & mask_) {
+      if (buckets_[i].id == id) {
         inserted = false;
         return i;
       }
     }
-    keys_[i] = id;
-    values_[i] = value;
+    buckets_[i] = {id, value};
+    ++count_;
     inserted = true;
     return i;
   }
-  std::int32_t value_at(std::size_t bucket) const { return values_[bucket]; }
+  std::int32_t value_at(std::size_t bucket) const { return buckets_[bucket].value; }
   /// Removes `id` (present), shifting back the entries of its probe run.
   void erase(std::int64_t id) {
     std::size_t i = home(id);
-    while (keys_[i] != id) i = (i + 1) & mask_;
-    for (std::size_t j = (i + 1) & mask_; keys_[j] != kEmpty; j = (j + 1) & mask_) {
-      const std::size_t h = home(keys_[j]);
+    while (buckets_[i].id != id) i = (i + 1) & mask_;
+    for (std::size_t j = (i + 1) & mask_; buckets_[j].id != kEmpty; j = (j + 1) & mask_) {
+      const std::size_t h = home(buckets_[j].id);
       // Move j into the hole at i unless its home lies cyclically in (i, j].
       if (((j - h) & mask_) >= ((j - i) & mask_)) {
-        keys_[i] = keys_[j];
-        values_[i] = values_[j];
+        buckets_[i] = buckets_[j];
         i = j;
       }
     }
-    keys_[i] = kEmpty;
+    buckets_[i].id = kEmpty;
+    --count_;
   }
-  /// Empties the given buckets (those find_or_insert returned since the last reset).
+  /// Empties the given buckets (those find_or_insert returned since the last reset, the map
+  /// not having grown since: it holds `expected` ids without growing).
   void reset(const std::vector<std::size_t>& buckets) {
-    for (std::size_t b : buckets) keys_[b] = kEmpty;
+    for (std::size_t b : buckets) buckets_[b].id = kEmpty;
+    count_ -= buckets.size();
   }
 
  private:
   static constexpr std::int64_t kEmpty = -1;
+  struct Bucket {  // one cache line holds four: a probe reads the id and its value together
+    std::int64_t id = kEmpty;
+    std::int32_t value = 0;
+  };
   std::size_t home(std::int64_t id) const {
     return static_cast<std::size_t>((static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ULL) >>
                                     shift_);
   }
-  std::vector<std::int64_t> keys_;
-  std::vector<std::int32_t> values_;
+  void resize(std::size_t size) {
+    std::vector<Bucket> old(size, Bucket{});
+    old.swap(buckets_);
+    mask_ = size - 1;
+    shift_ = 64 - std::countr_zero(size);
+    count_ = 0;
+    bool inserted = false;
+    for (const Bucket& b : old) {
+      if (b.id != kEmpty) find_or_insert(b.id, b.value, inserted);
+    }
+  }
+  std::vector<Bucket> buckets_;
+  std::size_t count_ = 0;
   std::size_t mask_ = 0;
   int shift_ = 0;
 };
 
-// ---- The cache: resident rows by id, and a binary min-heap of them by the policy's key (the
-// least valued row, evicted first, at the top).
+// Slots of cached ids: a flat array for the hottest ids (below `dense`, O(capacity) of them:
+// most lookups, read where they lie together) and a hash map for the others.
+class SlotIndex {
+ public:
+  explicit SlotIndex(std::int64_t dense)
+      : dense_(static_cast<std::size_t>(dense), -1), sparse_(1024) {}
+  std::int32_t find(std::int64_t id) const {
+    return id < static_cast<std::int64_t>(dense_.size()) ? dense_[id] : sparse_.find(id);
+  }
+  void insert(std::int64_t id, std::int32_t slot) {
+    if (id < static_cast<std::int64_t>(dense_.size())) {
+      dense_[id] = slot;
+      return;
+    }
+    bool inserted = false;
+    sparse_.find_or_insert(id, slot, inserted);
+  }
+  void erase(std::int64_t id) {
+    if (id < static_cast<std::int64_t>(dense_.size())) {
+      dense_[id] = -1;
+    } else {
+      sparse_.erase(id);
+    }
+  }
+
+ private:
+  std::vector<std::int32_t> dense_;
+  IdMap sparse_;
+};
+
+// ---- The caches.
+
+// One unique row of a batch.
+struct BatchRow {
+  std::int64_t id = 0;
+  std::int64_t lookups = 0;
+  std::int64_t last = 0;  // the stream position of its last lookup
+};
+
+// The rows a cache holds, by policy. A batch is handled in two steps: use() finds the batch's
+// cached rows (their lookups hit) and marks them used; load() brings in the missing ones,
+// evicting first rows the batch does not use, the least valued first, and, past the capacity,
+// the least valued of the batch's own.
+class Resident {
+ public:
+  virtual ~Resident() = default;
+  /// The hit lookups of the batch's unique `rows`; those not cached are put in `missing`.
+  virtual std::int64_t use(const std::vector<BatchRow>& rows, std::int64_t batch,
+                           std::vector<BatchRow>& missing) = 0;
+  /// Loads `missing` (rows of batch `batch`); the rows evicted.
+  virtual std::int64_t load(const std::vector<BatchRow>& missing, std::int64_t batch) = 0;
+  virtual std::int64_t size() const = 0;
+};
+
+// The frequency-aware cache: ids rank by themselves (the highest id, the least frequent, is
+// evicted first), so no per-row state is needed: a bitset of the cached ids among the
+// warm-up's 0 .. capacity-1 (scanned downward from the highest cached one), and the cached ids
+// past them in a hash map and a max-heap. Memory: capacity / 8 bytes and the few colder rows.
+class FrequencyCache final : public Resident {
+ public:
+  FrequencyCache(std::int64_t capacity, std::int64_t batch_rows)
+      : capacity_(capacity),
+        bits_(static_cast<std::size_t>((capacity + 63) / 64), ~std::uint64_t{0}),
+        extras_(1024),
+        batch_(static_cast<std::size_t>(batch_rows)) {
+    if (capacity % 64 != 0) bits_.back() = (std::uint64_t{1} << (capacity % 64)) - 1;
+    top_ = capacity - 1;
+    size_ = capacity;
+  }
+
+  std::int64_t use(const std::vector<BatchRow>& rows, std::int64_t /*batch*/,
+                   std::vector<BatchRow>& missing) override {
+    std::int64_t hits = 0;
+    for (const BatchRow& r : rows) {
+      bool inserted = false;
+      buckets_.push_back(batch_.find_or_insert(r.id, 0, inserted));
+      if (cached(r.id)) {
+        hits += r.lookups;
+      } else {
+        missing.push_back(r);
+      }
+    }
+    return hits;
+  }
+
+  std::int64_t load(const std::vector<BatchRow>& missing, std::int64_t /*batch*/) override {
+    std::int64_t evicted = 0;
+    const std::int64_t room = size_ + static_cast<std::int64_t>(missing.size()) - capacity_;
+    if (room > 0) evicted += evict(room, true);
+    for (const BatchRow& r : missing) add(r.id);
+    if (size_ > capacity_) evicted += evict(size_ - capacity_, false);
+    batch_.reset(buckets_);
+    buckets_.clear();
+    return evicted;
+  }
+
+  std::int64_t size() const override { return size_; }
+
+ private:
+  bool bit(std::int64_t id) const { return (bits_[id >> 6] >> (id & 63)) & 1; }
+  bool cached(std::int64_t id) const { return id < capacity_ ? bit(id) : extras_.find(id) >= 0; }
+  bool in_batch(std::int64_t id) const { return batch_.find(id) >= 0; }
+  void add(std::int64_t id) {
+    if (id < capacity_) {
+      bits_[id >> 6] |= std::uint64_t{1} << (id & 63);
+      top_ = std::max(top_, id);
+    } else {
+      bool inserted = false;
+      extras_.find_or_insert(id, 0, inserted);
+      extra_heap_.push(id);
+    }
+    ++size_;
+  }
+  // The highest cached id of the bitset at or below `i`, or -1.
+  std::int64_t highest_at_or_below(std::int64_t i) const {
+    if (i < 0) return -1;
+    std::int64_t w = i >> 6;
+    const int b = static_cast<int>(i & 63);
+    std::uint64_t m = bits_[w] & (b == 63 ? ~std::uint64_t{0} : (std::uint64_t{2} << b) - 1);
+    while (m == 0 && w > 0) m = bits_[--w];
+    if (m == 0) return -1;
+    return w * 64 + 63 - std::countl_zero(m);
+  }
+  // Evicts up to `n` rows, the highest ids first (those past the bitset, then the bitset's),
+  // sparing the batch's rows when `spare`; the number evicted.
+  std::int64_t evict(std::int64_t n, bool spare) {
+    std::int64_t evicted = 0;
+    kept_.clear();
+    while (evicted < n && !extra_heap_.empty()) {
+      const std::int64_t id = extra_heap_.top();
+      extra_heap_.pop();
+      if (spare && in_batch(id)) {
+        kept_.push_back(id);
+      } else {
+        extras_.erase(id);
+        ++evicted;
+      }
+    }
+    for (std::int64_t id : kept_) extra_heap_.push(id);
+    std::int64_t i = top_, highest_kept = -1;
+    while (evicted < n && (i = highest_at_or_below(i)) >= 0) {
+      if (spare && in_batch(i)) {
+        highest_kept = std::max(highest_kept, i);
+      } else {
+        bits_[i >> 6] &= ~(std::uint64_t{1} << (i & 63));
+        ++evicted;
+      }
+      --i;
+    }
+    top_ = std::max(highest_kept, i);  // no cached id of the bitset above it
+    size_ -= evicted;
+    return evicted;
+  }
+
+  std::int64_t capacity_, size_ = 0, top_ = -1;
+  std::vector<std::uint64_t> bits_;  // ids 0 .. capacity-1
+  IdMap extras_;                     // cached ids >= capacity
+  std::priority_queue<std::int64_t> extra_heap_;
+  IdMap batch_;  // the batch's ids
+  std::vector<std::size_t> buckets_;
+  std::vector<std::int64_t> kept_;
+};
+
+// LFU and LRU: cached rows by id, and a min-heap of them by the policy's key (the least
+// valued row, evicted first, at the top).
 
 struct Key {
   std::int64_t major = 0, minor = 0;
@@ -313,8 +494,8 @@ struct Key {
 
 class Cache {
  public:
-  Cache(std::int64_t capacity, std::int64_t batch_rows)
-      : capacity_(capacity), map_(static_cast<std::size_t>(capacity + batch_rows)) {}
+  Cache(std::int64_t rows, std::int64_t capacity, std::int64_t batch_rows)
+      : capacity_(capacity), map_(std::min(rows, 2 * (capacity + batch_rows))) {}
 
   std::int64_t size() const { return static_cast<std::int64_t>(heap_.size()); }
   std::int64_t capacity() const { return capacity_; }
@@ -347,8 +528,7 @@ class Cache {
     }
     id_[slot] = id;
     stamp_[slot] = batch;
-    bool inserted = false;
-    map_.find_or_insert(id, slot, inserted);
+    map_.insert(id, slot);
     push({key, slot});
   }
 
@@ -381,7 +561,9 @@ class Cache {
   }
 
  private:
-  // A heap entry carries its key, so that sifting reads one array.
+  // A 4-ary heap (half the depth of a binary one: fewer cache misses per sift); an entry
+  // carries its key, so that sifting reads one array.
+  static constexpr std::size_t kArity = 4;
   struct Entry {
     Key key;
     std::int32_t slot = 0;
@@ -409,7 +591,7 @@ class Cache {
   void sift_up(std::size_t i) {
     const Entry e = heap_[i];
     while (i > 0) {
-      const std::size_t parent = (i - 1) / 2;
+      const std::size_t parent = (i - 1) / kArity;
       if (!(e.key < heap_[parent].key)) break;
       place(i, heap_[parent]);
       i = parent;
@@ -420,9 +602,12 @@ class Cache {
     const Entry e = heap_[i];
     const std::size_t n = heap_.size();
     for (;;) {
-      std::size_t child = 2 * i + 1;
-      if (child >= n) break;
-      if (child + 1 < n && heap_[child + 1].key < heap_[child].key) ++child;
+      const std::size_t first = kArity * i + 1;
+      if (first >= n) break;
+      std::size_t child = first;
+      for (std::size_t c = first + 1; c < std::min(first + kArity, n); ++c) {
+        if (heap_[c].key < heap_[child].key) child = c;
+      }
       if (!(heap_[child].key < e.key)) break;
       place(i, heap_[child]);
       i = child;
@@ -431,7 +616,7 @@ class Cache {
   }
 
   std::int64_t capacity_;
-  IdMap map_;                        // id -> slot
+  SlotIndex map_;                    // id -> slot
   std::vector<std::int64_t> id_;     // slot -> id
   std::vector<std::int32_t> pos_;    // slot -> index in heap_
   std::vector<std::int64_t> stamp_;  // slot -> the last batch that used it
@@ -440,55 +625,80 @@ class Cache {
   std::vector<Entry> kept_;
 };
 
-// ---- The simulation of one table's cache.
+// LFU (key: lookups while cached, then the last lookup's position) or LRU (key: the last
+// lookup's position) over a Cache.
+class RankedCache final : public Resident {
+ public:
+  RankedCache(CachePolicy policy, std::int64_t rows, std::int64_t capacity, std::int64_t batch_rows)
+      : lfu_(policy == CachePolicy::lfu), cache_(rows, capacity, batch_rows) {}
 
-struct BatchRow {
-  std::int64_t id = 0;
-  std::int64_t lookups = 0;
-  std::int64_t last = 0;  // the stream position of its last lookup
+  std::int64_t use(const std::vector<BatchRow>& rows, std::int64_t batch,
+                   std::vector<BatchRow>& missing) override {
+    std::int64_t hits = 0;
+    for (const BatchRow& r : rows) {
+      const std::int32_t slot = cache_.slot_of(r.id);
+      if (slot < 0) {
+        missing.push_back(r);
+        continue;
+      }
+      hits += r.lookups;
+      const Key old = cache_.key(slot);
+      cache_.use(slot, lfu_ ? Key{old.major + r.lookups, r.last} : Key{r.last, 0}, batch);
+    }
+    return hits;
+  }
+
+  std::int64_t load(const std::vector<BatchRow>& missing, std::int64_t batch) override {
+    std::int64_t evicted = 0;
+    const std::int64_t room =
+        cache_.size() + static_cast<std::int64_t>(missing.size()) - cache_.capacity();
+    if (room > 0) evicted += cache_.evict_unused(room, batch);
+    for (const BatchRow& r : missing) {
+      cache_.insert(r.id, lfu_ ? Key{r.lookups, r.last} : Key{r.last, 0}, batch);
+    }
+    return evicted + cache_.trim();
+  }
+
+  std::int64_t size() const override { return cache_.size(); }
+
+ private:
+  bool lfu_;
+  Cache cache_;
 };
+
+std::unique_ptr<Resident> make_cache(CachePolicy policy, std::int64_t rows, std::int64_t capacity,
+                                     std::int64_t batch_rows) {
+  if (policy == CachePolicy::frequency) {
+    return std::make_unique<FrequencyCache>(capacity, batch_rows);
+  }
+  return std::make_unique<RankedCache>(policy, rows, capacity, batch_rows);
+}
+
+// ---- The simulation of one table's cache.
 
 class Simulation {
  public:
   Simulation(std::int64_t rows, std::int64_t capacity, std::int64_t lookups,
              const IdDistribution& dist, const EmbeddingCacheSpec& spec, int table)
-      : policy_(spec.policy),
+      : capacity_(capacity),
         real_lookups_(lookups),
         drawn_(std::min(lookups, spec.max_lookups_per_batch)),
         sampler_(rows, dist),
         rng_(spec.seed, static_cast<std::uint64_t>(table)),
-        cache_(capacity, drawn_),
+        cache_(make_cache(spec.policy, rows, capacity, drawn_)),
         batch_map_(static_cast<std::size_t>(drawn_)) {
     ids_.resize(drawn_);
-    if (policy_ == CachePolicy::frequency) {
-      // The hottest ids, the least valued first: appended in heap order, no sifting.
-      for (std::int64_t id = capacity - 1; id >= 0; --id) cache_.insert(id, key_of({id, 0, 0}), -1);
-    }
   }
 
   void run_batch(std::int64_t batch, bool measured) {
     collect(batch);
-    std::int64_t hits = 0;
     missing_.clear();
-    for (const BatchRow& r : rows_) {
-      const std::int32_t slot = cache_.slot_of(r.id);
-      if (slot < 0) {
-        missing_.push_back(r);
-        continue;
-      }
-      hits += r.lookups;
-      cache_.use(slot, updated_key(cache_.key(slot), r), batch);
-    }
-    const auto missed = static_cast<std::int64_t>(missing_.size());
-    std::int64_t evicted = 0;
-    const std::int64_t room = cache_.size() + missed - cache_.capacity();
-    if (room > 0) evicted += cache_.evict_unused(room, batch);
-    for (const BatchRow& r : missing_) cache_.insert(r.id, key_of(r), batch);
-    evicted += cache_.trim();
-    if (measured) count(hits, missed, evicted);
+    const std::int64_t hits = cache_->use(rows_, batch, missing_);
+    const std::int64_t evicted = cache_->load(missing_, batch);
+    if (measured) count(hits, static_cast<std::int64_t>(missing_.size()), evicted);
   }
 
-  bool full() const { return cache_.size() == cache_.capacity(); }
+  bool full() const { return cache_->size() == capacity_; }
 
   CacheStats stats(std::int64_t capacity, std::int64_t batches) const {
     CacheStats s;
@@ -531,24 +741,6 @@ class Simulation {
     batch_map_.reset(buckets_);
   }
 
-  // The policy's value of a row the batch loads; the least valued is evicted first.
-  Key key_of(const BatchRow& r) const {
-    switch (policy_) {
-      case CachePolicy::frequency:
-        return {-r.id, 0};
-      case CachePolicy::lfu:
-        return {r.lookups, r.last};
-      case CachePolicy::lru:
-        return {r.last, 0};
-    }
-    return {};
-  }
-  // ... and of a cached row the batch uses again.
-  Key updated_key(Key old, const BatchRow& r) const {
-    if (policy_ == CachePolicy::lfu) return {old.major + r.lookups, r.last};
-    return key_of(r);
-  }
-
   // Unique rows of a real batch of real_lookups_ that the drawn ones (of `rows`) stand for.
   double real_unique(const std::vector<BatchRow>& rows) const {
     const double b = static_cast<double>(real_lookups_);
@@ -572,14 +764,13 @@ class Simulation {
       estimated_misses_ += real_unique(missing_);
       unique = real_unique(rows_);
     }
-    if (unique > static_cast<double>(cache_.capacity())) ++over_capacity_;
+    if (unique > static_cast<double>(capacity_)) ++over_capacity_;
   }
 
-  CachePolicy policy_;
-  std::int64_t real_lookups_, drawn_;
+  std::int64_t capacity_, real_lookups_, drawn_;
   IdSampler sampler_;
   Rng rng_;
-  Cache cache_;
+  std::unique_ptr<Resident> cache_;
   IdMap batch_map_;  // id -> index in rows_, for the batch being collected
   std::vector<std::int64_t> ids_;
   std::vector<std::size_t> buckets_;
@@ -619,18 +810,49 @@ CacheStats simulate_cache(std::int64_t rows, std::int64_t capacity_rows,
   check_simulation_inputs(rows, lookups_per_batch, dist, spec);
   const std::int64_t capacity = std::clamp<std::int64_t>(capacity_rows, 0, rows);
   if (capacity == rows || lookups_per_batch == 0) {
-    return CacheStats{capacity, 1.0, 0, 0, 0};
+    return CacheStats{capacity, 1.0, 0, 0, 0, true};
   }
   Simulation sim(rows, capacity, lookups_per_batch, dist, spec, table);
   // The warm-up: warmup_batches, and past them (lfu and lru start empty) until the cache is
-  // full, or until 4 x capacity more ids are drawn (a cache the distribution cannot fill).
+  // full, or until kMaxExtraWarmupDraws more ids are drawn (a cache that the distribution or
+  // the budget cannot fill).
   const std::int64_t drawn = std::min(lookups_per_batch, spec.max_lookups_per_batch);
-  const std::int64_t extension_batches = (4 * capacity + drawn - 1) / drawn;
+  const std::int64_t extension_batches = (kMaxExtraWarmupDraws + drawn - 1) / drawn;
   std::int64_t b = 0;
   for (; b < spec.warmup_batches; ++b) sim.run_batch(b, false);
   for (std::int64_t e = 0; e < extension_batches && !sim.full(); ++e, ++b) sim.run_batch(b, false);
+  const bool filled = sim.full();
   for (std::int64_t m = 0; m < spec.measure_batches; ++m, ++b) sim.run_batch(b, true);
-  return sim.stats(capacity, spec.measure_batches);
+  CacheStats stats = sim.stats(capacity, spec.measure_batches);
+  stats.filled = filled;
+  return stats;
+}
+
+std::vector<std::int64_t> cache_rows(const EmbeddingCacheSpec& spec,
+                                     const std::vector<std::int64_t>& rows,
+                                     const std::vector<std::int64_t>& row_bytes) {
+  if (rows.size() != row_bytes.size()) {
+    throw std::invalid_argument("cache_rows: a row size for every table");
+  }
+  double total_bytes = 0;
+  for (std::size_t t = 0; t < rows.size(); ++t) {
+    if (rows[t] < 0 || row_bytes[t] <= 0) {
+      throw std::invalid_argument("cache_rows: negative rows or a row of no bytes");
+    }
+    total_bytes += static_cast<double>(rows[t]) * static_cast<double>(row_bytes[t]);
+  }
+  std::vector<std::int64_t> out(rows.size());
+  for (std::size_t t = 0; t < rows.size(); ++t) {
+    const auto r = static_cast<double>(rows[t]);
+    double c = 0;
+    if (spec.fraction) {
+      c = std::round(*spec.fraction * r);
+    } else if (spec.bytes && total_bytes > 0) {
+      c = std::floor(static_cast<double>(spec.bytes->count()) / total_bytes * r);
+    }
+    out[t] = std::clamp<std::int64_t>(static_cast<std::int64_t>(std::min(c, r)), 0, rows[t]);
+  }
+  return out;
 }
 
 std::vector<std::int64_t> sample_ids(std::int64_t rows, const IdDistribution& dist,

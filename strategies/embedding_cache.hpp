@@ -32,8 +32,14 @@
 // rejection; histogram ids by a binary search in the cumulative weights of the histogram's ids
 // and a uniform id of the flat tail. The generator is xoshiro256** (Blackman & Vigna) seeded
 // by splitmix64 from `seed` and the table's index; no std:: distribution is used (their
-// output differs between standard libraries), so figures depend only on the spec (and the
-// C library's exp/log, correctly rounded in glibc).
+// output differs between standard libraries), so figures depend only on the spec (and on the
+// C library's exp, log and pow: identical wherever the same libm runs).
+//
+// Cost: the frequency policy keeps a bitset of the hottest `capacity` ids and a hash map of
+// the colder cached ones (capacity / 8 bytes); lfu and lru a hash map and a 4-ary heap of the
+// cached rows (O(capacity), bounded by the ids their warm-up draws). A 40M-row table at 1.5%
+// with the default stream: about 0.2 s (frequency) to 1 s (lru, Zipf 0.8) on one core
+// (bench/embedding_cache_bench.cpp).
 //
 // Units: capacity in rows (from a fraction of a table's rows or bytes at the row size); rates
 // in [0, 1]; traffic in rows per batch (the lowering multiplies by the row's bytes).
@@ -84,7 +90,7 @@ struct EmbeddingCacheSpec {
   IdDistribution distribution;
   std::vector<std::optional<IdDistribution>> per_table;
   /// The simulated stream: `warmup_batches` batches not counted (and, for lfu and lru, which
-  /// start empty, more until the cache is full, at most 4 x capacity more ids drawn), then
+  /// start empty, more until the cache is full, at most kMaxExtraWarmupDraws more ids), then
   /// `measure_batches` batches counted; each batch draws the table's lookups of one iteration on
   /// one GPU, capped at `max_lookups_per_batch`. A capped batch is a uniform subsample of the real
   /// one: its hit rate stands for the real batch's, and its unique missed rows are scaled to the
@@ -105,7 +111,26 @@ struct CacheStats {
   double misses_per_batch = 0;             // rows moved host -> device per batch (unique per batch)
   double evictions_per_batch = 0;          // rows written back device -> host per batch
   std::int64_t batches_over_capacity = 0;  // measured batches using more rows than the cache
+  /// Whether the cache was full when the measured batches began. Always for frequency (its
+  /// warm-up loads it); lfu and lru start empty, and a cache that kMaxExtraWarmupDraws more
+  /// draws past the warm-up batches could not fill (a large cache, or a distribution of fewer
+  /// ids) is measured while filling: fewer evictions, a lower hit rate than its steady state.
+  bool filled = true;
 };
+
+/// The most ids drawn past `warmup_batches` to fill an lfu or lru cache.
+inline constexpr std::int64_t kMaxExtraWarmupDraws = std::int64_t{1} << 22;
+
+/// The cache rows of each of one GPU's tables (`rows[t]` rows of `row_bytes[t]` bytes each):
+/// with `fraction`, round(fraction x rows[t]); with `bytes`, the same share f of every table's
+/// rows, f = bytes / sum_t rows[t] x row_bytes[t], rounded down (floor(f x rows[t]): the cache
+/// stays within its bytes); clamped to [0, rows[t]]. A byte budget above the tables' bytes
+/// gives every table all its rows (refusing it is the caller's check).
+/// Throws std::invalid_argument when the sizes differ, a row count is negative or a row size is
+/// not positive.
+std::vector<std::int64_t> cache_rows(const EmbeddingCacheSpec& spec,
+                                     const std::vector<std::int64_t>& rows,
+                                     const std::vector<std::int64_t>& row_bytes);
 
 /// Simulates a cache of `capacity_rows` rows (clamped to [0, rows]) over a table of `rows`
 /// rows, `lookups_per_batch` ids a batch drawn from `dist` (spec gives the policy, batches, cap

@@ -223,9 +223,22 @@ TEST_CASE("embedding cache: LFU and LRU are measured once their cache is full") 
   for (CachePolicy p : {CachePolicy::lfu, CachePolicy::lru}) {
     CAPTURE(name_of(p));
     const CacheStats st = simulate_cache(n, c, 1024, zipf(0.8), spec_of(p, 1, 16));
+    CHECK(st.filled);
     CHECK(st.misses_per_batch > 0);
     CHECK(st.evictions_per_batch == doctest::Approx(st.misses_per_batch));
   }
+  // A histogram of 500 ids over 10^6 rows (a zero tail): at most 500 distinct ids, never
+  // 1000: the warm-up gives up after kMaxExtraWarmupDraws draws and says so; nothing is
+  // evicted; every id is cached after the warm-up, so every lookup hits.
+  IdDistribution h;
+  h.kind = IdDistributionKind::histogram;
+  h.weights.assign(500, 1.0);
+  h.weights.push_back(0.0);
+  const CacheStats partial = simulate_cache(n, 1000, 4096, h, spec_of(CachePolicy::lru, 1, 4));
+  CHECK_FALSE(partial.filled);
+  CHECK(partial.evictions_per_batch == 0.0);
+  CHECK(partial.hit_rate == 1.0);
+  CHECK(simulate_cache(n, 1000, 4096, h, spec_of(CachePolicy::frequency, 1, 4)).filled);
 }
 
 TEST_CASE("embedding cache: a cache as large as the table hits always and moves nothing") {
@@ -301,6 +314,29 @@ TEST_CASE("embedding cache: a capped batch scales its unique misses by their mul
     zexpected += -std::expm1(b * std::log1p(-p));
   }
   CHECK(z.misses_per_batch == doctest::Approx(zexpected).epsilon(0.1));
+}
+
+TEST_CASE("embedding cache: cache rows per table from a fraction or bytes") {
+  EmbeddingCacheSpec f;
+  f.fraction = 0.015;
+  // round(0.015 x 40e6) = 600000; round(0.015 x 10) = round(0.15) = 0; 100 rows: 1.5 -> 2.
+  CHECK(cache_rows(f, {40'000'000, 10, 100}, {512, 512, 512}) ==
+        std::vector<std::int64_t>{600'000, 0, 2});
+  f.fraction = 1.0;
+  CHECK(cache_rows(f, {7, 9}, {4, 4}) == std::vector<std::int64_t>{7, 9});
+  // 1000 and 3000 rows of 128 and 64 bytes: 128000 + 192000 = 320000 bytes; a budget of 32000
+  // bytes is f = 0.1 of each table's rows: 100 and 300 rows (12800 + 19200 = 32000 bytes).
+  EmbeddingCacheSpec b;
+  b.bytes = Bytes(32'000);
+  CHECK(cache_rows(b, {1000, 3000}, {128, 64}) == std::vector<std::int64_t>{100, 300});
+  // 31999 bytes: f just below 0.1, rounded down: 99 and 299 rows (within the budget).
+  b.bytes = Bytes(31'999);
+  CHECK(cache_rows(b, {1000, 3000}, {128, 64}) == std::vector<std::int64_t>{99, 299});
+  // More bytes than the tables: all rows.
+  b.bytes = Bytes(1'000'000);
+  CHECK(cache_rows(b, {1000, 3000}, {128, 64}) == std::vector<std::int64_t>{1000, 3000});
+  CHECK_THROWS_AS(cache_rows(b, {1}, {}), std::invalid_argument);
+  CHECK_THROWS_AS(cache_rows(b, {1}, {0}), std::invalid_argument);
 }
 
 TEST_CASE("embedding cache: reading the section") {
