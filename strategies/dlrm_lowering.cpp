@@ -126,21 +126,6 @@ Bytes exchange_bytes(const DlrmModel& m, const Plan& plan, EmbeddingSharding sha
   return Bytes(n * mb * widest * e);
 }
 
-// Cache capacity of a shard: a fraction of its rows (rounded up), or the byte budget split over
-// the rank's shards in proportion to their rows; at least 1 row, at most the shard.
-std::int64_t cache_capacity(const EmbeddingCacheSpec& spec, const Shard& s, std::int64_t rank_rows,
-                            std::int64_t emb_bytes) {
-  double rows = 0;
-  if (spec.fraction) {
-    rows = std::ceil(*spec.fraction * static_cast<double>(s.rows));
-  } else if (spec.bytes) {
-    const double budget = static_cast<double>(spec.bytes->count()) * static_cast<double>(s.rows) /
-                          static_cast<double>(rank_rows);
-    rows = std::floor(budget / static_cast<double>(s.dim * emb_bytes));
-  }
-  return std::clamp<std::int64_t>(static_cast<std::int64_t>(rows), 1, s.rows);
-}
-
 // The text of everything simulate_cache's result depends on: the spec's stream and policy, the
 // distribution (a histogram by its length and weights' bits) and the shard.
 std::string cache_key(const EmbeddingCacheSpec& spec, const IdDistribution& d, const Shard& s) {
@@ -181,13 +166,19 @@ CacheStats simulated(const EmbeddingCacheSpec& spec, const IdDistribution& d, co
   return stats;
 }
 
-// Simulates every cached shard's cache.
+// Simulates every cached shard's cache, its rows on the GPU by cache_rows (a fraction of each
+// shard's rows, or the GPU's byte budget as one share of all its shards).
 void apply_cache(const EmbeddingCacheSpec& spec, Plan& plan) {
   for (auto& shards : plan.ranks) {
-    std::int64_t rank_rows = 0;
-    for (const auto& s : shards) rank_rows += s.rows;
-    for (auto& s : shards) {
-      s.capacity = cache_capacity(spec, s, rank_rows, plan.emb_bytes);
+    std::vector<std::int64_t> rows, row_bytes;
+    for (const auto& s : shards) {
+      rows.push_back(s.rows);
+      row_bytes.push_back(s.dim * plan.emb_bytes);
+    }
+    const std::vector<std::int64_t> capacity = cache_rows(spec, rows, row_bytes);
+    for (std::size_t i = 0; i < shards.size(); ++i) {
+      Shard& s = shards[i];
+      s.capacity = capacity[i];
       s.cached = s.capacity < s.rows;
       if (s.cached) s.cache = simulated(spec, spec.distribution_of(s.table), s);
     }
