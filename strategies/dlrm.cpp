@@ -362,6 +362,14 @@ void check_cache(const config::Document& doc, const Experiment& e) {
 void check_dlrm_experiment(const config::Document& doc, Experiment& e,
                            std::vector<std::string>& notes) {
   refuse_transformer_settings(doc, e);
+  // Without parallelism.micro_batch (nor gradient_accumulation_steps), one microbatch: the GPU's
+  // whole share of the batch, as DLRM trains (resolve_batch checked that dp divides it).
+  const nlohmann::json* micro = doc.find("parallelism.micro_batch");
+  const nlohmann::json* steps = doc.find("training.gradient_accumulation_steps");
+  if ((micro == nullptr || micro->is_null()) && (steps == nullptr || steps->is_null())) {
+    e.parallelism.micro_batch = static_cast<int>(
+        std::min<std::int64_t>(e.training.global_batch / e.parallelism.dp, 1 << 30));
+  }
   check_sharding(doc, e, notes);
   check_cache(doc, e);
 }

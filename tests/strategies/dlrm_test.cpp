@@ -312,3 +312,17 @@ TEST_CASE("dlrm: settings that do not apply and impossible shardings are refused
   auto cache = error({cli("embedding_cache", nlohmann::json{{"capacity", "64 GiB"}})});
   CHECK(cache.path() == "embedding_cache.capacity");
 }
+
+TEST_CASE("dlrm: without micro_batch a GPU trains its whole share of the batch at once") {
+  TempDir dir("dlrm-micro");
+  nlohmann::json e = {{"name", "dlrm-test"},
+                      {"model", small_model(8)},
+                      {"cluster", (configs_dir() / "hardware/clusters/dgx-a100-1.json").string()},
+                      {"parallelism", nlohmann::json::object()},
+                      {"training", {{"global_batch", 4096}, {"optimizer", "sgd"}}}};
+  const auto path = dir.path() / "experiment.json";
+  std::ofstream(path) << e.dump(2);
+  const Experiment x = load(path, 8);
+  CHECK(x.parallelism.micro_batch == 4096 / 8);
+  CHECK(x.microbatches() == 1);
+}
