@@ -654,7 +654,7 @@ std::string cache_line(const Experiment& e, const Plan& plan) {
   std::string line =
       "capacity " + (c.fraction ? percent(*c.fraction) : to_string(*c.bytes) + " per GPU") + " (" +
       count_text(static_cast<double>(cached_rows)) + " of " +
-      count_text(static_cast<double>(rows)) + " rows on the GPUs), policy " +
+      count_text(static_cast<double>(rows)) + " shard rows cached over the GPUs), policy " +
       std::string(name_of(c.policy)) + ", " + distribution_text(c.distribution) + "; hit rate " +
       percent(lookups > 0 ? hits / lookups : 1.0) + "; PCIe per iteration " + to_string(total_in) +
       " host->device, " + to_string(total_out) + " device->host (all GPUs), " + to_string(most_in) +
