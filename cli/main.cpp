@@ -33,6 +33,7 @@
 #include "sim/flow_network.hpp"
 #include "sim/memory.hpp"
 #include "sim/simulator.hpp"
+#include "strategies/dlrm.hpp"
 #include "strategies/experiment.hpp"
 #include "strategies/foreign_inputs.hpp"
 #include "strategies/lowering.hpp"
@@ -406,6 +407,18 @@ int collective_command(const CollectiveArgs& args) {
   return 0;
 }
 
+// `stratasim list models`' line of a DLRM model file (model.type "dlrm"), if it is one.
+std::optional<std::string> dlrm_model_line(const fs::path& f) {
+  if (f.parent_path().filename() == "hf") return std::nullopt;
+  auto doc = config::Document::load(f);
+  const nlohmann::json* type = doc.find("type");
+  if (type == nullptr || !type->is_string() || *type != "dlrm") return std::nullopt;
+  const auto m = strategies::read_dlrm_model(doc, "");
+  return f.stem().string() + "  " +
+         traces::billions(strategies::embedding_parameters(m) + strategies::dense_parameters(m)) +
+         " parameters, DLRM: " + std::to_string(m.tables.size()) + " embedding tables";
+}
+
 int list_command(const std::string& what) {
   const std::map<std::string, fs::path> folders = {
       {"devices", config_dir() / "hardware" / "devices"},
@@ -437,6 +450,11 @@ int list_command(const std::string& what) {
            << ", " << to_string(c.intra_node.bandwidth) << " in node, "
            << to_string(c.inter_node.bandwidth) << " between nodes";
     } else if (what == "models") {
+      if (auto dlrm = dlrm_model_line(f)) {
+        line << *dlrm;
+        std::cout << line.str() << "\n    " << f.string() << "\n";
+        continue;
+      }
       std::ifstream in(f, std::ios::binary);
       const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
       std::vector<std::string> notes;

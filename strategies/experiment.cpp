@@ -337,12 +337,11 @@ TrainingSpec read_training(config::ObjectReader r, std::int64_t& accumulation, b
   t.global_batch = accumulation > 0 ? r.integer_in_or("global_batch", 1, std::int64_t{1} << 40, 0)
                                     : r.integer_in("global_batch", 1, std::int64_t{1} << 40);
   t.seq_len = static_cast<int>(sequences ? r.integer_in("seq_len", 1, 1 << 24)
-                                          : r.integer_in_or("seq_len", 1, 1 << 24, 0));
+                                         : r.integer_in_or("seq_len", 1, 1 << 24, 0));
   t.algorithm = r.choice_or("algorithm", {"bptt", "admm"}, "bptt") == "admm"
                     ? TrainingAlgorithm::admm
                     : TrainingAlgorithm::backprop;
-  t.iterations_to_accuracy =
-      r.integer_in_or("iterations_to_accuracy", 1, std::int64_t{1} << 40, 0);
+  t.iterations_to_accuracy = r.integer_in_or("iterations_to_accuracy", 1, std::int64_t{1} << 40, 0);
   t.dtype = *dtype_from_name(r.choice_or("dtype", {"bf16", "fp16", "fp32", "fp8", "fp4"}, "bf16"));
   if (t.dtype == DType::fp8 || t.dtype == DType::fp4) {
     // The linear layers' GEMMs in fp8 / fp4, everything else in bf16 (strategies/precision.hpp).
@@ -632,11 +631,12 @@ Experiment read_sections(config::Document& doc, std::int64_t& accumulation) {
   r.has("cluster");
   e.cluster = hw::read_cluster(doc, "cluster");
   e.parallelism = read_parallelism(r.object("parallelism", "the parallel strategy"));
-  e.training = read_training(r.object("training", "the training settings"), accumulation,
-                             !e.dlrm && !e.rnn);
+  e.training =
+      read_training(r.object("training", "the training settings"), accumulation, !e.dlrm && !e.rnn);
   if (r.has("memory")) e.memory = read_memory(r.object("memory", "memory overheads"));
   if (r.has("embedding_cache")) {
-    if (!e.dlrm) r.fail("embedding_cache", "caches embedding tables: it applies to model.type \"dlrm\"");
+    if (!e.dlrm)
+      r.fail("embedding_cache", "caches embedding tables: it applies to model.type \"dlrm\"");
     e.embedding_cache = read_embedding_cache(r.object("embedding_cache", "the embedding cache"));
   }
   r.finish();

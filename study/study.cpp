@@ -36,9 +36,8 @@ bool mirrors(const st::Experiment& experiment, bool exact) {
 
 st::Program lower(const st::Experiment& experiment, const st::LowerOptions& options) {
   if (experiment.dlrm || experiment.rnn) {
-    st::Program program = experiment.dlrm
-                              ? st::lower_dlrm(experiment)
-                              : st::lower_rnn(experiment, options.mirror_data_parallel);
+    st::Program program = experiment.dlrm ? st::lower_dlrm(experiment)
+                                          : st::lower_rnn(experiment, options.mirror_data_parallel);
     try {
       st::validate(program);
     } catch (const st::ProgramError& e) {
