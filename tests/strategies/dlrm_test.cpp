@@ -4,6 +4,7 @@
 // their keys.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <numeric>
@@ -325,4 +326,42 @@ TEST_CASE("dlrm: without micro_batch a GPU trains its whole share of the batch a
   const Experiment x = load(path, 8);
   CHECK(x.parallelism.micro_batch == 4096 / 8);
   CHECK(x.microbatches() == 1);
+}
+
+TEST_CASE(
+    "dlrm cache: a microbatch's lookup waits for its fetch, which follows the previous lookup") {
+  // Two microbatches on 4 GPUs with a 5% cache: on the copy stream, microbatch 0's eviction and
+  // fetch start the iteration; microbatch 1's wait for microbatch 0's lookup (so they overlap
+  // its exchange, MLPs and backward); each lookup depends on its own microbatch's fetch.
+  TempDir dir("dlrm-overlap");
+  const nlohmann::json cache = {{"embedding_cache", {{"capacity", "5%"}}}};
+  auto file = write_experiment(dir, small_model(8), 4, "table", "sgd", cache);
+  const Experiment x = load_experiment(
+      file, {cli("cluster.devices_per_node", 4), cli("training.global_batch", 256)});
+  REQUIRE(x.microbatches() == 2);
+  const Program p = lower_dlrm(x);
+  for (int r = 0; r < 4; ++r) {
+    OpId fetch[2] = {0, 0}, lookup[2] = {0, 0};
+    int fetches = 0, lookups = 0;
+    const OpId first = p.first_op(r);
+    const auto ops = p.ops_of(r);
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const std::string& label = p.label_of(ops[i]);
+      if (label == "cache fetch") fetch[fetches++] = first + static_cast<OpId>(i);
+      if (label == "embedding lookup") lookup[lookups++] = first + static_cast<OpId>(i);
+    }
+    REQUIRE(fetches == 2);
+    REQUIRE(lookups == 2);
+    for (int mb = 0; mb < 2; ++mb) {
+      const auto deps = p.deps_of(p.op(lookup[mb]));
+      CHECK(std::find(deps.begin(), deps.end(), fetch[mb]) != deps.end());
+      CHECK(p.op(fetch[mb]).stream == Stream::copy);
+      CHECK(p.op(fetch[mb]).microbatch == mb);
+    }
+    // Microbatch 1's copies (its eviction first, then its fetch) wait for lookup 0.
+    const auto evict_deps = p.deps_of(p.op(fetch[1] - 1));
+    CHECK(p.label_of(p.op(fetch[1] - 1)) == "cache evict");
+    CHECK(std::find(evict_deps.begin(), evict_deps.end(), lookup[0]) != evict_deps.end());
+    CHECK(p.deps_of(p.op(fetch[0] - 1)).empty());
+  }
 }
