@@ -38,8 +38,8 @@
 // Cost: the frequency policy keeps a bitset of the hottest `capacity` ids and a hash map of
 // the colder cached ones (capacity / 8 bytes); lfu and lru a hash map and a 4-ary heap of the
 // cached rows (O(capacity), bounded by the ids their warm-up draws). A 40M-row table at 1.5%
-// with the default stream: about 0.2 s (frequency) to 1 s (lru, Zipf 0.8) on one core
-// (bench/embedding_cache_bench.cpp).
+// with the default stream: 0.15-0.35 s of CPU (frequency) and 0.4-0.75 s (lfu, lru), Zipf 1.05
+// to 0.8 (bench/embedding_cache_bench.cpp).
 //
 // Units: capacity in rows (from a fraction of a table's rows or bytes at the row size); rates
 // in [0, 1]; traffic in rows per batch (the lowering multiplies by the row's bytes).
@@ -134,15 +134,17 @@ std::vector<std::int64_t> cache_rows(const EmbeddingCacheSpec& spec,
 
 /// Simulates a cache of `capacity_rows` rows (clamped to [0, rows]) over a table of `rows`
 /// rows, `lookups_per_batch` ids a batch drawn from `dist` (spec gives the policy, batches, cap
-/// and seed; `table` salts the seed so that tables draw different streams).
+/// and seed; `table` salts the seed so that tables draw different streams). A pure function:
+/// calls may run in parallel.
 /// capacity_rows >= rows: the table is on the device, every lookup hits, no traffic.
 /// lookups_per_batch 0: nothing is looked up: hit rate 1, no traffic.
 /// When lookups_per_batch B exceeds spec.max_lookups_per_batch L, each simulated batch draws L
 /// ids; a missed lookup of id k then stands for (B / L) (1 - (1 - p_k)^B) / (B p_k) unique
 /// rows of the real batch (p_k: the probability of id k; an unbiased estimate of the real
 /// batch's unique misses given the cache), and evictions are scaled by the same ratio.
-/// Throws std::invalid_argument for rows <= 0, negative lookups or a spec whose counts are out
-/// of range (read_embedding_cache never gives one).
+/// Throws std::invalid_argument for rows <= 0, negative lookups, a Zipf exponent <= 0, histogram
+/// weights not hottest first (or negative, or all 0) or a spec whose counts are out of range
+/// (read_embedding_cache never gives one).
 CacheStats simulate_cache(std::int64_t rows, std::int64_t capacity_rows,
                           std::int64_t lookups_per_batch, const IdDistribution& dist,
                           const EmbeddingCacheSpec& spec, int table = 0);
