@@ -33,6 +33,7 @@
 #include "sim/flow_network.hpp"
 #include "sim/memory.hpp"
 #include "sim/simulator.hpp"
+#include "strategies/dlrm.hpp"
 #include "strategies/experiment.hpp"
 #include "strategies/foreign_inputs.hpp"
 #include "strategies/lowering.hpp"
@@ -411,12 +412,13 @@ int collective_command(const CollectiveArgs& args) {
   return 0;
 }
 
-// A model file of model.type "rnn" (strategies/rnn.hpp), which read_model does not take.
-bool is_rnn_model_file(const fs::path& f) {
-  if (f.parent_path().filename() == "hf") return false;
+// A model file's model.type ("rnn", "dlrm", ...; empty when not given and for Hugging Face
+// config files, which strategies/foreign_inputs.hpp reads).
+std::string model_type_of(const fs::path& f) {
+  if (f.parent_path().filename() == "hf") return "";
   const auto doc = config::Document::load(f);
   const nlohmann::json* type = doc.find("type");
-  return type != nullptr && type->is_string() && *type == "rnn";
+  return type != nullptr && type->is_string() ? type->get<std::string>() : "";
 }
 
 int list_command(const std::string& what) {
@@ -449,12 +451,19 @@ int list_command(const std::string& what) {
       line << c.name << "  " << c.nodes << " x " << c.devices_per_node << " " << c.device.name
            << ", " << to_string(c.intra_node.bandwidth) << " in node, "
            << to_string(c.inter_node.bandwidth) << " between nodes";
-    } else if (what == "models" && is_rnn_model_file(f)) {
+    } else if (what == "models" && model_type_of(f) == "rnn") {
       auto doc = config::Document::load(f);
       const strategies::RnnModel m = strategies::read_rnn_model(doc, "");
       line << f.stem().string() << "  " << traces::billions(m.parameters()) << " parameters, "
            << m.layers << " layers, hidden " << m.hidden << " (" << strategies::name_of(m.cell)
            << " RNN)";
+    } else if (what == "models" && model_type_of(f) == "dlrm") {
+      auto doc = config::Document::load(f);
+      const strategies::DlrmModel m = strategies::read_dlrm_model(doc, "");
+      line << f.stem().string() << "  "
+           << traces::billions(strategies::embedding_parameters(m) +
+                               strategies::dense_parameters(m))
+           << " parameters, DLRM: " << m.tables.size() << " embedding tables";
     } else if (what == "models") {
       std::ifstream in(f, std::ios::binary);
       const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};

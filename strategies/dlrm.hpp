@@ -16,6 +16,28 @@
 
 namespace stratasim::strategies {
 
+/// Parameters of the model: the embedding tables, sum of rows x dim; the dense part, each MLP
+/// layer's in x out weights and out biases (the bottom MLP from dense_features, the top MLP from
+/// interaction_width()) and DCNv2's cross layers (full rank: D x D + D each; low rank r:
+/// 2 D r + D each, D = interaction input width (1 + tables) x dim).
+std::int64_t embedding_parameters(const DlrmModel& m);
+std::int64_t dense_parameters(const DlrmModel& m);
+/// The parts of dense_parameters: bottom MLP, DCN cross layers (0 unless dcn), top MLP.
+std::int64_t bottom_mlp_parameters(const DlrmModel& m);
+std::int64_t cross_parameters(const DlrmModel& m);
+std::int64_t top_mlp_parameters(const DlrmModel& m);
+/// The top MLP's input width: dot, dim + F (F - 1) / 2 with F = tables + 1 (DLRM's pairwise
+/// dots without the diagonal, concatenated with the bottom MLP's output); cat, the bottom MLP's
+/// width plus every table's dim; dcn, that same concatenation (the cross layers keep it).
+std::int64_t interaction_width(const DlrmModel& m);
+/// The bottom MLP's width plus every table's dim: the concatenated features (D above).
+std::int64_t cross_input_width(const DlrmModel& m);
+
+/// Table-wise placement of the model's tables on `gpus` GPUs: tables taken largest first (rows x
+/// dim, then index), each to the GPU with the fewest bytes so far among those holding fewer than
+/// ceil(tables / gpus) tables (then the lowest index). result[g]: GPU g's tables, ascending.
+std::vector<std::vector<int>> table_wise_placement(const DlrmModel& m, int gpus);
+
 /// Reads `model.type: "dlrm"` at `path`. Throws config::ConfigError.
 DlrmModel read_dlrm_model(config::Document& doc, const std::string& path);
 

@@ -33,7 +33,10 @@ struct DlrmModel {
   std::vector<int> bottom_mlp;  // output widths; the last is the embedding dim
   std::vector<EmbeddingTable> tables;
   Interaction interaction = Interaction::dot;
-  int cross_layers = 0;      // dcn only
+  int cross_layers = 0;  // dcn only
+  /// dcn only: DCNv2's low-rank cross layers, W_l = U_l V_l^T of rank `cross_rank` (TorchRec's
+  /// LowRankCrossNet; MLPerf DLRM-DCNv2 runs 512); 0: full-rank W_l.
+  int cross_rank = 0;
   std::vector<int> top_mlp;  // output widths; the last is 1 (the click logit)
   DType embedding_dtype = DType::fp32;
 };
