@@ -159,6 +159,7 @@ std::string describe(const search::Combination& c, const std::string& dp) {
   out << " zero " << c.zero << " recompute " << c.recompute << " micro batch " << c.micro_batch;
   if (!c.schedule.empty()) out << " " << c.schedule;
   if (c.sequence_parallel >= 0) out << (c.sequence_parallel ? " sp" : " no-sp");
+  for (const auto& [path, value] : c.settings) out << " " << path << "=" << value;
   return out.str();
 }
 
@@ -179,6 +180,7 @@ void print_sweep_summary(const fs::path& csv, const std::vector<search::Combinat
   const auto summary = search::summarize_sweep(csv);
   const auto& rows = summary.rows;
   const std::size_t reason = search::column("reason"), tokens = search::column("tokens_per_s"),
+                    samples = search::column("samples_per_s"),
                     iteration = search::column("iteration_time_s"), mfu = search::column("mfu"),
                     peak = search::column("peak_memory_bytes"), dp = search::column("dp");
   const auto& best = summary.best;
@@ -189,9 +191,12 @@ void print_sweep_summary(const fs::path& csv, const std::vector<search::Combinat
       << " invalid, " << summary.failed << " failed\n";
   if (best) {
     const auto& f = rows[*best];
-    out << "best that fits (tokens/s): " << describe(combos[*best], f[dp]) << ": "
-        << std::setprecision(4) << std::stod(f[iteration]) << " s per iteration, "
-        << with_commas(std::stod(f[tokens])) << " tokens/s, MFU " << std::fixed
+    const bool tokens_known = std::stod(f[tokens]) > 0;
+    out << "best that fits (" << (tokens_known ? "tokens/s" : "samples/s")
+        << "): " << describe(combos[*best], f[dp]) << ": " << std::setprecision(4)
+        << std::stod(f[iteration]) << " s per iteration, "
+        << with_commas(std::stod(f[tokens_known ? tokens : samples]))
+        << (tokens_known ? " tokens/s" : " samples/s") << ", MFU " << std::fixed
         << std::setprecision(1) << 100 * std::stod(f[mfu]) << "%, peak " << gib(std::stod(f[peak]))
         << " GiB\n";
   } else {
@@ -323,7 +328,7 @@ int sweep_command(const SweepArgs& args) {
   const auto combos = search::enumerate(grid);
   if (combos.empty()) throw BadInput("the grid is empty");
   const fs::path out(args.out);
-  const std::string header = search::csv_header(search::setting_columns(grid));
+  const std::string header = search::csv_header(search::sweep_columns(grid, evaluator));
 
   // Rank 0 decides where to start (a resumed prefix or a fresh file) and tells the others;
   // -1 says it failed and every process stops.

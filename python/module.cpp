@@ -211,7 +211,7 @@ std::string sweep(const std::string& experiment, const std::vector<std::string>&
   const auto combos = search::enumerate(grid);
   if (combos.empty()) throw study::BadInput("the grid is empty");
   const auto results = evaluate(evaluator, combos, jobs);
-  std::string text = search::csv_header(search::setting_columns(grid));
+  std::string text = search::csv_header(search::sweep_columns(grid, evaluator));
   for (std::size_t i = 0; i < combos.size(); ++i) text += search::csv_row(combos[i], results[i]);
   return text;
 }

@@ -281,7 +281,15 @@ Ranking rank_results(Objective objective, const std::vector<Result>& results) {
 
 std::string search_csv(const std::vector<Combination>& combos, const std::vector<Result>& results,
                        const Ranking& ranking) {
-  std::string text = csv_header({"gpus", "rank", "pareto", "virtual_stages", "framework"});
+  // The base experiment's figures (the same names on every row) come before the search's own.
+  std::vector<std::string> columns;
+  if (!results.empty()) {
+    for (const auto& figure : results.front().figures) columns.push_back(figure.first);
+  }
+  for (const char* c : {"gpus", "rank", "pareto", "virtual_stages", "framework"}) {
+    columns.emplace_back(c);
+  }
+  std::string text = csv_header(columns);
   for (std::size_t i = 0; i < combos.size(); ++i) {
     const auto& c = combos[i];
     text += csv_row(

@@ -171,6 +171,9 @@ Evaluator::Evaluator(const fs::path& experiment, std::vector<strategies::Overrid
   config::Document doc = document_;
   base_ = strategies::read_experiment(doc, base_overrides_);
   document_ = std::move(doc);
+  for (const auto& figure : traces::report_context(base_).figures) {
+    figure_columns_.push_back(figure.first);
+  }
 }
 
 strategies::Experiment Evaluator::experiment(const Combination& c) const {
@@ -180,6 +183,7 @@ strategies::Experiment Evaluator::experiment(const Combination& c) const {
 
 Result Evaluator::evaluate(const Combination& c) const {
   Result r;
+  for (const std::string& name : figure_columns_) r.figures.emplace_back(name, std::nullopt);
   r.capacity_bytes = base_.cluster.device.memory_capacity.count();
   std::optional<strategies::Experiment> loaded;
   try {
@@ -264,6 +268,11 @@ Result Evaluator::evaluate(const Combination& c) const {
       return r;
     }
     r.simulated = true;
+    for (auto& [name, value] : r.figures) {
+      for (const auto& figure : context.figures) {
+        if (figure.first == name) value = figure.second;
+      }
+    }
     r.iteration_time_s = report.iteration_time_s;
     r.tokens_per_s = report.tokens_per_s;
     r.samples_per_s = report.samples_per_s;
@@ -410,6 +419,12 @@ std::vector<std::string> setting_columns(const Grid& grid) {
   return columns;
 }
 
+std::vector<std::string> sweep_columns(const Grid& grid, const Evaluator& evaluator) {
+  std::vector<std::string> columns = setting_columns(grid);
+  for (const std::string& name : evaluator.figure_columns()) columns.push_back(name);
+  return columns;
+}
+
 std::string csv_row(const Combination& c, const Result& r, const std::vector<std::string>& extra) {
   std::string out;
   auto add = [&out](std::string_view field) {
@@ -443,6 +458,7 @@ std::string csv_row(const Combination& c, const Result& r, const std::vector<std
   add(std::to_string(r.capacity_bytes));
   add(r.simulated ? (r.fits ? "true" : "false") : (r.status == Status::oom ? "false" : ""));
   for (const auto& setting : c.settings) add(csv_quoted(setting.second));
+  for (const auto& figure : r.figures) add(figure.second ? number(*figure.second) : "");
   for (const auto& e : extra) add(csv_quoted(e));
   return out + "\n";
 }
@@ -629,14 +645,19 @@ SweepSummary summarize_sweep(const fs::path& csv) {
   SweepSummary s;
   s.rows = read_csv_rows(csv);
   const std::size_t status = column("status"), tokens = column("tokens_per_s"),
-                    peak = column("peak_memory_bytes");
+                    samples = column("samples_per_s"), peak = column("peak_memory_bytes");
+  // Most tokens/s; samples/s between equals (a model without sequences, DLRM, has 0 tokens).
+  auto better = [&](const std::vector<std::string>& a, const std::vector<std::string>& b) {
+    const double ta = std::stod(a[tokens]), tb = std::stod(b[tokens]);
+    return ta != tb ? ta > tb : std::stod(a[samples]) > std::stod(b[samples]);
+  };
   for (std::size_t i = 0; i < s.rows.size(); ++i) {
     const auto& f = s.rows[i];
     if (f.size() <= peak) continue;
     const std::string& st = f[status];
     if (st == "ok") {
       ++s.ok;
-      if (!s.best || std::stod(f[tokens]) > std::stod(s.rows[*s.best][tokens])) s.best = i;
+      if (!s.best || better(f, s.rows[*s.best])) s.best = i;
     } else if (st == "oom") {
       ++s.oom;
     } else if (st == "invalid") {

@@ -107,6 +107,10 @@ struct Result {
   int gpus = 0;  // tp * pp * dp
   /// Peak device memory per pipeline stage (max over the stage's ranks), when simulated.
   std::vector<std::int64_t> stage_peak_bytes;
+  /// The base experiment's model-specific figures (traces::ReportContext::figures: a DLRM's
+  /// embedding cache), by name in the base's order, whatever the row's status; a value where
+  /// the combination was simulated and has the figure.
+  std::vector<std::pair<std::string, std::optional<double>>> figures;
 };
 
 /// How combinations are evaluated.
@@ -135,6 +139,8 @@ class Evaluator {
             EvalOptions options = {});
   /// The base experiment (with the user's overrides) as loaded.
   const strategies::Experiment& base() const { return base_; }
+  /// The names of the base experiment's model-specific figures (Result::figures), in order.
+  const std::vector<std::string>& figure_columns() const { return figure_columns_; }
   /// The experiment of combination `c`; throws config::ConfigError when invalid.
   strategies::Experiment experiment(const Combination& c) const;
   Result evaluate(const Combination& c) const;
@@ -143,15 +149,21 @@ class Evaluator {
   config::Document document_;
   std::vector<strategies::Override> base_overrides_;
   strategies::Experiment base_;
+  std::vector<std::string> figure_columns_;
   EvalOptions options_;
 };
 
 /// The CSV header line (with '\n'), and one row. A row's setting values (Combination::settings)
-/// follow the standard columns, then `extra` columns (the search's "pareto"); the header's
-/// `extra` names both (setting_columns(grid) first).
+/// follow the standard columns, then its figures (Result::figures), then `extra` columns (the
+/// search's "pareto"); the header's `extra` names all three (setting_columns(grid), then
+/// Evaluator::figure_columns()).
 std::string csv_header(const std::vector<std::string>& extra = {});
 /// The CSV columns of the grid's setting axes: their paths.
 std::vector<std::string> setting_columns(const Grid& grid);
+class Evaluator;
+/// A sweep's columns after the standard ones: setting_columns(grid), then the evaluator's
+/// figure_columns() (csv_header(sweep_columns(...)) is the header of its rows).
+std::vector<std::string> sweep_columns(const Grid& grid, const Evaluator& evaluator);
 std::string csv_row(const Combination& c, const Result& r,
                     const std::vector<std::string>& extra = {});
 /// Evaluates items [first, count) of a list in `jobs` threads. `work(i)` computes item i (in
@@ -182,7 +194,8 @@ std::vector<std::vector<std::string>> read_csv_rows(const std::filesystem::path&
 std::size_t column(std::string_view name);
 
 /// What a sweep's CSV holds (rows resumed or gathered from other processes included): rows
-/// per status, the best row that fits (most tokens/s; the first of equals), the invalid rows.
+/// per status, the best row that fits (most tokens/s, then most samples/s — all a DLRM has;
+/// the first of equals), the invalid rows.
 struct SweepSummary {
   std::vector<std::vector<std::string>> rows;  // read_csv_rows
   std::size_t ok = 0, oom = 0, invalid = 0, failed = 0;

@@ -5,6 +5,8 @@
 // become copies on the copy stream. docs/recommendation.md has the formulas.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,5 +55,20 @@ Program lower_dlrm(const Experiment& e);
 /// The report's setup lines for a DLRM experiment ({"model", ...}, {"parallelism", ...},
 /// {"embedding cache", hit rate, PCIe traffic, ...}).
 std::vector<std::pair<std::string, std::string>> dlrm_setup(const Experiment& e);
+
+/// The embedding cache over one iteration, all GPUs: the hit rate (lookups that found their row
+/// cached, over all lookups of the iteration), the rows cached and the shard rows, and the PCIe
+/// traffic of the misses (host -> device) and evictions (device -> host), in total and on the
+/// GPU that fetches the most.
+struct EmbeddingCacheFigures {
+  double hit_rate = 1.0;
+  std::int64_t cached_rows = 0;
+  std::int64_t rows = 0;
+  Bytes to_device;
+  Bytes to_host;
+  Bytes busiest_to_device;
+};
+/// The figures of a DLRM experiment with an embedding_cache; nullopt otherwise.
+std::optional<EmbeddingCacheFigures> embedding_cache_figures(const Experiment& e);
 
 }  // namespace stratasim::strategies

@@ -633,31 +633,37 @@ std::string distribution_text(const IdDistribution& d) {
   return buf;
 }
 
-std::string cache_line(const Experiment& e, const Plan& plan) {
-  const EmbeddingCacheSpec& c = *e.embedding_cache;
+EmbeddingCacheFigures cache_figures(const Plan& plan) {
+  EmbeddingCacheFigures f;
   double lookups = 0, hits = 0;
-  std::int64_t rows = 0, cached_rows = 0;
-  Bytes most_in, total_in, total_out;
   for (const auto& shards : plan.ranks) {
     for (const auto& s : shards) {
       lookups += static_cast<double>(s.lookups);
       hits += static_cast<double>(s.lookups) * (s.cached ? s.cache.hit_rate : 1.0);
-      rows += s.rows;
-      cached_rows += s.capacity;
+      f.rows += s.rows;
+      f.cached_rows += s.capacity;
     }
     const CopyBytes b = copy_bytes(plan, shards);
-    most_in = std::max(most_in, b.to_device * plan.microbatches);
-    total_in += b.to_device * plan.microbatches;
-    total_out += b.to_host * plan.microbatches;
+    f.busiest_to_device = std::max(f.busiest_to_device, b.to_device * plan.microbatches);
+    f.to_device += b.to_device * plan.microbatches;
+    f.to_host += b.to_host * plan.microbatches;
   }
+  f.hit_rate = lookups > 0 ? hits / lookups : 1.0;
+  return f;
+}
+
+std::string cache_line(const Experiment& e, const Plan& plan) {
+  const EmbeddingCacheSpec& c = *e.embedding_cache;
+  const EmbeddingCacheFigures f = cache_figures(plan);
   const hw::HostSpec* host = e.cluster.host ? &*e.cluster.host : nullptr;
+  const Bytes most_in = f.busiest_to_device;
   std::string line =
       "capacity " + (c.fraction ? percent(*c.fraction) : to_string(*c.bytes) + " per GPU") + " (" +
-      count_text(static_cast<double>(cached_rows)) + " of " +
-      count_text(static_cast<double>(rows)) + " shard rows cached over the GPUs), policy " +
+      count_text(static_cast<double>(f.cached_rows)) + " of " +
+      count_text(static_cast<double>(f.rows)) + " shard rows cached over the GPUs), policy " +
       std::string(name_of(c.policy)) + ", " + distribution_text(c.distribution) + "; hit rate " +
-      percent(lookups > 0 ? hits / lookups : 1.0) + "; PCIe per iteration " + to_string(total_in) +
-      " host->device, " + to_string(total_out) + " device->host (all GPUs), " + to_string(most_in) +
+      percent(f.hit_rate) + "; PCIe per iteration " + to_string(f.to_device) + " host->device, " +
+      to_string(f.to_host) + " device->host (all GPUs), " + to_string(most_in) +
       " host->device on the busiest GPU";
   if (host != nullptr && host->pcie.bandwidth.bytes_per_second() > 0) {
     line += " (" + to_string(transfer_time(most_in, host->pcie.bandwidth)) + " at " +
@@ -676,6 +682,11 @@ std::vector<std::pair<std::string, std::string>> dlrm_setup(const Experiment& e)
   lines.emplace_back("training", training_line(e, plan));
   if (e.embedding_cache) lines.emplace_back("embedding cache", cache_line(e, plan));
   return lines;
+}
+
+std::optional<EmbeddingCacheFigures> embedding_cache_figures(const Experiment& e) {
+  if (!e.dlrm || !e.embedding_cache) return std::nullopt;
+  return cache_figures(make_plan(e));
 }
 
 }  // namespace stratasim::strategies

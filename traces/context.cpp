@@ -181,6 +181,11 @@ ReportContext report_context(const strategies::Experiment& experiment) {
     lines.insert(lines.begin() + (lines.empty() ? 0 : 1), std::move(cluster_line));
     context.setup = std::move(lines);
   }
+  if (const auto cache = strategies::embedding_cache_figures(experiment)) {
+    context.figures = {{"embedding_cache_hit_rate", cache->hit_rate},
+                       {"pcie_host_to_device_bytes", static_cast<double>(cache->to_device.count())},
+                       {"pcie_device_to_host_bytes", static_cast<double>(cache->to_host.count())}};
+  }
   return context;
 }
 

@@ -33,6 +33,8 @@
 //   span is; the report's exposed_comm_s is the mean over ranks. Computed from the union of the
 //   rank's communication spans and the union of its compute spans (traces/span_statistics.hpp,
 //   gathered span by span in any order): the measure of the first minus the second.
+//   exposed_copy_s is the same for the copy stream (offload copies, an embedding cache's
+//   host <-> device rows): the union of its spans minus the union of compute spans.
 // - per rank peak_memory and breakdown: timeline.ranks[r].tiers[device]; fits: no OutOfMemory
 //   entry for the rank (any tier). Report peak_memory: max over ranks; fits: no OutOfMemory
 //   entry at all. stage: context.stage_of_rank[r] (0 when the vector is short).
@@ -129,6 +131,7 @@ void fill_times(const strategies::Program& program, const SpanStatistics& stats,
   report.ranks.resize(world);
   double busy_ratio_sum = 0;
   double exposed_sum = 0;
+  double exposed_copy_sum = 0;
   for (std::size_t r = 0; r < world; ++r) {
     RankReport& rank = report.ranks[r];
     rank.rank = static_cast<int>(r);
@@ -137,6 +140,7 @@ void fill_times(const strategies::Program& program, const SpanStatistics& stats,
     if (source != r) {  // a mirrored rank ran exactly what its representative (a lower rank) ran
       rank.compute_busy_s = report.ranks[source].compute_busy_s;
       rank.exposed_comm_s = report.ranks[source].exposed_comm_s;
+      rank.exposed_copy_s = report.ranks[source].exposed_copy_s;
     } else {
       const auto& figures = ranks[r];
       if (have_pipeline) {
@@ -147,15 +151,19 @@ void fill_times(const strategies::Program& program, const SpanStatistics& stats,
       }
       rank.exposed_comm_s =
           static_cast<double>(measure_minus(figures.comm, figures.compute)) * kPsToS;
+      rank.exposed_copy_s =
+          static_cast<double>(measure_minus(figures.copy, figures.compute)) * kPsToS;
     }
     if (report.pipeline_time_s > 0) busy_ratio_sum += rank.compute_busy_s / report.pipeline_time_s;
     exposed_sum += rank.exposed_comm_s;
+    exposed_copy_sum += rank.exposed_copy_s;
   }
   if (report.pipeline_time_s > 0) {
     report.compute_idle_fraction = 1.0 - busy_ratio_sum / static_cast<double>(world);
     if (pipelined(context)) report.bubble_fraction = report.compute_idle_fraction;
   }
   report.exposed_comm_s = exposed_sum / static_cast<double>(world);
+  report.exposed_copy_s = exposed_copy_sum / static_cast<double>(world);
 }
 
 // Interference losses per (issuing rank, stream); a mirrored rank counts its representative's.
@@ -414,6 +422,10 @@ nlohmann::json to_json(const Report& report, const ReportContext& context) {
   j["bubble_fraction"] = report.bubble_fraction;
   j["compute_idle_fraction"] = report.compute_idle_fraction;
   j["exposed_comm_s"] = report.exposed_comm_s;
+  j["exposed_copy_s"] = report.exposed_copy_s;
+  json figures = json::object();
+  for (const auto& [name, value] : context.figures) figures[name] = value;
+  j["figures"] = std::move(figures);
   json interference = json::object();
   for (std::size_t s = 0; s < strategies::kStreamCount; ++s) {
     interference[std::string(strategies::name_of(static_cast<strategies::Stream>(s)))] =
@@ -623,7 +635,10 @@ void print_summary(std::ostream& out, const Report& report, const ReportContext&
   // Imported traces may not know the batch (Kineto, Chakra) or the kernels' shapes (measured
   // durations only): say so rather than print zeros that read like results.
   if (context.samples_per_iteration > 0) {
-    lines.emplace_back("throughput", rate_text(report.tokens_per_s) + " tokens/s, " +
+    // A model without sequences (DLRM) has no tokens: samples only.
+    lines.emplace_back("throughput", (context.tokens_per_iteration > 0
+                                          ? rate_text(report.tokens_per_s) + " tokens/s, "
+                                          : std::string()) +
                                          rate_text(report.samples_per_s) + " samples/s");
   } else {
     lines.emplace_back("throughput", "unknown (the trace does not say the batch size)");
@@ -645,6 +660,11 @@ void print_summary(std::ostream& out, const Report& report, const ReportContext&
                                            " (first forward to last backward; no pipeline)");
   }
   lines.emplace_back("exposed comm", seconds_text(report.exposed_comm_s) + " (mean per rank)");
+  if (report.exposed_copy_s > 0) {
+    lines.emplace_back("exposed copies",
+                       seconds_text(report.exposed_copy_s) +
+                           " (mean per rank: host <-> device copies with no compute running)");
+  }
   std::string lost;
   for (std::size_t s = 0; s < strategies::kStreamCount; ++s) {
     if (report.interference_s[s] <= 0) continue;

@@ -38,6 +38,11 @@ struct ReportContext {
   std::int64_t iterations_to_accuracy = 0;
   /// Lines describing the setup for the summary, e.g. {"model", "gpt3-175b, 174.6 B params"}.
   std::vector<std::pair<std::string, std::string>> setup;
+  /// Model-specific figures of the run, known before it (name, value), for report.json's
+  /// "figures" object and the sweep's columns: a DLRM's embedding cache
+  /// (strategies::embedding_cache_figures: embedding_cache_hit_rate, pcie_host_to_device_bytes,
+  /// pcie_device_to_host_bytes per iteration over all GPUs). Empty for other models.
+  std::vector<std::pair<std::string, double>> figures;
 };
 
 struct RankReport {
@@ -53,6 +58,7 @@ struct RankReport {
   Bytes nvme_peak;            // NVMe-tier peak, 0 when none
   double compute_busy_s = 0;  // compute-stream time in forward/backward within the pipeline
   double exposed_comm_s = 0;  // communication with no compute running
+  double exposed_copy_s = 0;  // copy-stream transfers with no compute running
 };
 
 /// Communication of one kind on one stream ("dp all_reduce", "pp send"), for the rank that
@@ -104,6 +110,9 @@ struct Report {
   /// compute_idle_fraction when the ranks form a pipeline (pipelined(context)), else 0.
   double bubble_fraction = 0;
   double exposed_comm_s = 0;  // mean over ranks
+  /// Copy-stream time (offload, an embedding cache's misses) with no compute running, mean over
+  /// ranks: what the copies add to the iteration where they do not overlap compute.
+  double exposed_copy_s = 0;
   /// Time lost to compute-communication interference (hw_models/interference.hpp) per stream
   /// (strategies::Stream order): the ops' extra time over what they take alone, summed per
   /// rank, mean over ranks. All zero when the timeline records none.
@@ -143,6 +152,7 @@ bool pipelined(const ReportContext& context);
 /// report.json: iteration_time_s, pipeline_time_s, optimizer_time_s, tokens_per_s,
 /// samples_per_s, model_flops_per_iteration, hardware_flops_per_iteration,
 /// model_tflops_per_device, mfu, hfu, bubble_fraction, compute_idle_fraction, exposed_comm_s,
+/// exposed_copy_s, figures {name: value} (ReportContext::figures; {} for most models),
 /// interference_s {stream: seconds, for every stream}, peak_memory_bytes,
 /// fits, ranks [{rank, stage, peak_memory_bytes, memory_breakdown {parameters, gradients,
 /// optimizer_states, activations, workspace, comm_buffers}, fits}], plus experiment,

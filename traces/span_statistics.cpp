@@ -176,6 +176,8 @@ void SpanStatistics::add(const Span& span) {
     r.compute.add(s, e);
   } else if (communication_stream(stream)) {
     r.comm.add(s, e);
+  } else if (stream == Stream::copy) {
+    r.copy.add(s, e);
   }
   // The step runs on the device, or on the host when the optimizer is offloaded.
   if ((stream == Stream::compute || stream == Stream::host) && phase == Phase::optimizer) {

@@ -76,6 +76,7 @@ class SpanStatistics {
     std::int64_t first = kNoTime, last = kNoEnd, fb_first = kNoTime, fb_last = kNoEnd;
     IntervalUnion compute;  // compute stream
     IntervalUnion comm;     // tp_comm, dp_comm, pp_send, pp_recv
+    IntervalUnion copy;     // copy stream (offload, an embedding cache's misses)
     IntervalUnion fb;       // compute stream, phase forward, backward or recompute
     std::vector<IntervalUnion::Interval> fb_extra;  // fb spans' overlaps with earlier fb spans
   };

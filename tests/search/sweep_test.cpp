@@ -362,3 +362,50 @@ TEST_CASE("setting axes: errors name --axis and what was expected") {
   CHECK_THROWS_WITH_AS(parse_setting_axis("training.dtype=fp32", "--axis", {first}),
                        doctest::Contains("given twice"), std::invalid_argument);
 }
+
+TEST_CASE("a DLRM sweep over the cache's size: figure columns, and the best row by samples/s") {
+  // dlrm-criteo-terabyte-cache-a100-8: a frequency-aware cache on Zipf ids. A larger cache holds
+  // a superset of the hottest rows, so its hit rate cannot fall and the rows it moves cannot
+  // grow; the whole tables cached hit every lookup and move nothing.
+  Grid g;
+  g.tp = {1};
+  g.pp = {1};
+  g.zero = {0};
+  g.recompute = {"none"};
+  g.micro_batch = {8192};
+  g.settings = {parse_setting_axis("embedding_cache.capacity=0.001,0.015,1", "--axis")};
+  const Evaluator evaluator(kConfigs + "dlrm-criteo-terabyte-cache-a100-8.json", {});
+  CHECK(evaluator.figure_columns() == std::vector<std::string>{"embedding_cache_hit_rate",
+                                                               "pcie_host_to_device_bytes",
+                                                               "pcie_device_to_host_bytes"});
+  const auto combos = enumerate(g);
+  REQUIRE(combos.size() == 3);
+  const testing::TempDir dir("dlrm-sweep");
+  const auto csv = dir.path() / "sweep.csv";
+  {
+    std::ofstream out(csv, std::ios::binary);
+    out << csv_header(sweep_columns(g, evaluator));
+    for (const auto& c : combos) out << csv_row(c, evaluator.evaluate(c));
+  }
+  const auto rows = read_csv_rows(csv);
+  REQUIRE(rows.size() == 3);
+  const std::size_t hit = csv_fields(csv_header()).size() + 1;  // after the capacity column
+  double last_hit = 0, last_bytes = 1e300, last_time = 1e300;
+  for (const auto& f : rows) {
+    REQUIRE(f.size() == hit + 3);
+    CHECK(f[column("status")] == "ok");
+    CHECK(std::stod(f[hit]) >= last_hit);
+    CHECK(std::stod(f[hit + 1]) <= last_bytes);
+    CHECK(std::stod(f[column("iteration_time_s")]) <= last_time);
+    last_hit = std::stod(f[hit]);
+    last_bytes = std::stod(f[hit + 1]);
+    last_time = std::stod(f[column("iteration_time_s")]);
+  }
+  CHECK(last_hit == 1.0);
+  CHECK(last_bytes == 0.0);
+  // No tokens: the best row is the one with the most samples/s, the whole tables cached.
+  CHECK(std::stod(rows[0][column("tokens_per_s")]) == 0.0);
+  const SweepSummary summary = summarize_sweep(csv);
+  REQUIRE(summary.best);
+  CHECK(*summary.best == 2);
+}

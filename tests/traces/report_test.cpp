@@ -191,6 +191,16 @@ TEST_CASE("report: exposed communication") {
     CHECK(r.ranks[0].exposed_comm_s == approx(24e-6));
     CHECK(r.ranks[1].exposed_comm_s == 0.0);
     CHECK(r.exposed_comm_s == approx(12e-6));
+    // The copy stream's [60,70] on rank 0 runs beside no compute: 10 us exposed; rank 1 has no
+    // copies. Mean 5 us.
+    CHECK(r.ranks[0].exposed_copy_s == approx(10e-6));
+    CHECK(r.ranks[1].exposed_copy_s == 0.0);
+    CHECK(r.exposed_copy_s == approx(5e-6));
+  }
+  SUBCASE("a copy beside compute is hidden up to the compute's end") {
+    t.spans.push_back(span_us(0, Stream::compute, 2, 58, 65));  // covers [60,65] of the copy
+    auto r = traces::make_report(p, t, ctx);
+    CHECK(r.ranks[0].exposed_copy_s == approx(5e-6));
   }
   SUBCASE("spans in any order (an incomplete or imported timeline)") {
     std::reverse(t.spans.begin(), t.spans.end());
@@ -302,6 +312,8 @@ TEST_CASE("report: to_json has exactly the documented keys") {
                                       "bubble_fraction",
                                       "compute_idle_fraction",
                                       "exposed_comm_s",
+                                      "exposed_copy_s",
+                                      "figures",
                                       "interference_s",
                                       "peak_memory_bytes",
                                       "fits",
