@@ -272,6 +272,24 @@ class Sweep(unittest.TestCase):
         self.assertEqual(list(frame["iteration_time_s"]), [r["iteration_time_s"] for r in rows])
 
 
+    def test_setting_axes_equal_the_cli_axis(self):
+        # --axis PATH=V1,V2 and axes={PATH: [V1, V2]}: the same rows, one column per path.
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "x.csv")
+            run_cli("sweep", SMALL, "--tp", "1", "--pp", "1,2", "--zero", "0", "--recompute",
+                    "none", "--micro-batch", "1", "--axis", "training.global_batch=8,16",
+                    "--quiet", "--out", path)
+            expected = read_csv(path)
+        rows = stratasim.sweep(SMALL, tp=1, pp=(1, 2), zero=0, recompute="none", micro_batch=1,
+                               axes={"training.global_batch": [8, 16]}, frame=False)
+        self.assertEqual(len(rows), 4)
+        self.assertEqual([r["training.global_batch"] for r in rows], [8, 16, 8, 16])
+        for i, (row, want) in enumerate(zip(rows, expected)):
+            self.assertEqual(list(row), list(want), f"row {i}: columns")
+            for key, text in want.items():
+                self.assertTrue(same_cell(text, row[key]), f"row {i} {key}: {text!r} != {row[key]!r}")
+
+
 class Search(unittest.TestCase):
     def test_rows_rank_and_pareto_equal_the_search_csv(self):
         with tempfile.TemporaryDirectory() as tmp:
