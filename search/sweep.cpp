@@ -85,23 +85,6 @@ std::vector<Combination> enumerate(const Grid& g) {
   return out;
 }
 
-std::vector<strategies::Override> resize_overrides(const hw::ClusterSpec& cluster, int gpus) {
-  const int per_node = cluster.devices_per_node;
-  int nodes = 0, devices = 0;
-  if (gpus > 0 && gpus % per_node == 0) {
-    nodes = gpus / per_node;
-    devices = per_node;
-  } else if (gpus > 0 && gpus < per_node) {
-    nodes = 1;
-    devices = gpus;
-  } else {
-    throw std::invalid_argument(std::to_string(gpus) + " GPUs are neither whole nodes of " +
-                                std::to_string(per_node) + " devices nor part of one node");
-  }
-  const std::string origin = "search (" + std::to_string(gpus) + " GPUs)";
-  return {{"cluster.nodes", nodes, origin}, {"cluster.devices_per_node", devices, origin}};
-}
-
 std::vector<strategies::Override> overrides_of(const Combination& c,
                                                const hw::ClusterSpec& base_cluster) {
   std::vector<strategies::Override> o;

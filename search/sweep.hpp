@@ -18,6 +18,7 @@
 #include "hw_models/config_reader.hpp"
 #include "strategies/experiment.hpp"
 #include "strategies/program.hpp"
+#include "study/catalog.hpp"
 
 namespace stratasim::search {
 
@@ -76,11 +77,9 @@ std::vector<Combination> enumerate(const Grid& grid);
 std::vector<strategies::Override> overrides_of(const Combination& c,
                                                const hw::ClusterSpec& base_cluster);
 
-/// `cluster.nodes` and `cluster.devices_per_node` that give `gpus` devices from a cluster of
-/// nodes x devices_per_node: whole nodes when gpus is a multiple of devices_per_node, else
-/// one node of `gpus` devices (a part of a node). Throws std::invalid_argument when neither
-/// is possible (gpus above a node's devices and no multiple of them).
-std::vector<strategies::Override> resize_overrides(const hw::ClusterSpec& cluster, int gpus);
+/// The cluster resized to a GPU count: study::resize_overrides (study/catalog.hpp), which the
+/// cluster simulator (cluster/throughput.hpp) uses too.
+using study::resize_overrides;
 
 enum class Status { ok, oom, invalid, failed };
 std::string_view name_of(Status s);

@@ -1,6 +1,7 @@
 #include "study/catalog.hpp"
 
 #include <cstdlib>
+#include <stdexcept>
 
 #include "hw_models/config_reader.hpp"
 #include "study/errors.hpp"
@@ -113,6 +114,23 @@ strategies::Experiment from_json(nlohmann::json document,
   }
   auto doc = config::Document::from_json(std::move(document), source);
   return strategies::read_experiment(doc, overrides);
+}
+
+std::vector<strategies::Override> resize_overrides(const hw::ClusterSpec& cluster, int gpus) {
+  const int per_node = cluster.devices_per_node;
+  int nodes = 0, devices = 0;
+  if (gpus > 0 && gpus % per_node == 0) {
+    nodes = gpus / per_node;
+    devices = per_node;
+  } else if (gpus > 0 && gpus < per_node) {
+    nodes = 1;
+    devices = gpus;
+  } else {
+    throw std::invalid_argument(std::to_string(gpus) + " GPUs are neither whole nodes of " +
+                                std::to_string(per_node) + " devices nor part of one node");
+  }
+  const std::string origin = "search (" + std::to_string(gpus) + " GPUs)";
+  return {{"cluster.nodes", nodes, origin}, {"cluster.devices_per_node", devices, origin}};
 }
 
 }  // namespace stratasim::study

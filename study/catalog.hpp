@@ -55,4 +55,10 @@ strategies::Experiment from_json(nlohmann::json document,
                                  const std::vector<strategies::Override>& overrides = {},
                                  const std::string& source = "<dict>");
 
+/// `cluster.nodes` and `cluster.devices_per_node` that give `gpus` devices from a cluster of
+/// nodes x devices_per_node: whole nodes when gpus is a multiple of devices_per_node, else
+/// one node of `gpus` devices (a part of a node). Throws std::invalid_argument when neither
+/// is possible (gpus above a node's devices and no multiple of them).
+std::vector<strategies::Override> resize_overrides(const hw::ClusterSpec& cluster, int gpus);
+
 }  // namespace stratasim::study

@@ -1,0 +1,165 @@
+#include "cluster/trace.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "hw_models/config_reader.hpp"
+#include "strategies/experiment.hpp"
+#include "study/catalog.hpp"
+#include "study/errors.hpp"
+
+namespace stratasim::cluster {
+
+namespace {
+
+using nlohmann::json;
+
+struct LineError {
+  const std::string& source;
+  int line;
+  [[noreturn]] void operator()(const std::string& field, const std::string& what) const {
+    std::string where = source + ":" + std::to_string(line) + ": ";
+    if (!field.empty()) where += field + ": ";
+    throw study::BadInput(where + what);
+  }
+};
+
+const std::set<std::string>& known_fields() {
+  static const std::set<std::string> fields = {
+      "id",   "arrival_s", "experiment", "samples", "epochs", "dataset_samples",
+      "gpus", "min_gpus",  "max_gpus",   "priority"};
+  return fields;
+}
+
+double number(const json& o, const char* field, const LineError& fail, bool required) {
+  if (!o.contains(field)) {
+    if (required) fail(field, "missing (a number is expected)");
+    return -1;
+  }
+  const json& v = o.at(field);
+  if (!v.is_number()) fail(field, "expected a number, got " + v.dump());
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || d < 0) fail(field, "expected a number >= 0, got " + v.dump());
+  return d;
+}
+
+int integer(const json& o, const char* field, const LineError& fail, int fallback) {
+  if (!o.contains(field)) return fallback;
+  const json& v = o.at(field);
+  if (!v.is_number_integer()) fail(field, "expected an integer, got " + v.dump());
+  return v.get<int>();
+}
+
+std::string text(const json& o, const char* field, const LineError& fail) {
+  if (!o.contains(field)) fail(field, "missing (a string is expected)");
+  if (!o.at(field).is_string() || o.at(field).get<std::string>().empty()) {
+    fail(field, "expected a non-empty string, got " + o.at(field).dump());
+  }
+  return o.at(field).get<std::string>();
+}
+
+double samples_of(const json& o, const LineError& fail) {
+  if (o.contains("samples")) {
+    if (o.contains("epochs")) fail("epochs", "give either samples or epochs, not both");
+    const double s = number(o, "samples", fail, true);
+    if (s <= 0) fail("samples", "expected a number > 0");
+    return s;
+  }
+  if (!o.contains("epochs"))
+    fail("samples", "missing (give samples, or epochs and dataset_samples)");
+  const double epochs = number(o, "epochs", fail, true);
+  const double dataset = number(o, "dataset_samples", fail, true);
+  if (epochs <= 0 || dataset <= 0) fail("epochs", "epochs and dataset_samples must be > 0");
+  return epochs * dataset;
+}
+
+void check_gpus(const Job& job, int cluster_gpus, const LineError& fail) {
+  if (job.gpus < 1) fail("gpus", "expected an integer >= 1, got " + std::to_string(job.gpus));
+  if (job.min_gpus < 1 || job.min_gpus > job.gpus) {
+    fail("min_gpus", "expected 1 <= min_gpus <= gpus (" + std::to_string(job.gpus) + "), got " +
+                         std::to_string(job.min_gpus));
+  }
+  if (job.max_gpus < job.gpus) {
+    fail("max_gpus", "expected max_gpus >= gpus (" + std::to_string(job.gpus) + "), got " +
+                         std::to_string(job.max_gpus));
+  }
+  if (job.max_gpus > cluster_gpus) {
+    fail(job.max_gpus == job.gpus ? "gpus" : "max_gpus",
+         "the job asks for " + std::to_string(job.max_gpus) + " GPUs, more than the cluster's " +
+             std::to_string(cluster_gpus));
+  }
+}
+
+Job parse_job(const std::string& line_text, const LineError& fail, int cluster_gpus) {
+  json o;
+  try {
+    o = json::parse(line_text);
+  } catch (const json::parse_error& e) {
+    fail("", std::string("not JSON (one job object per line is expected): ") + e.what());
+  }
+  if (!o.is_object()) fail("", "expected a JSON object (one job per line)");
+  for (const auto& [key, value] : o.items()) {
+    if (!known_fields().count(key)) fail(key, "unknown field");
+  }
+  Job job;
+  job.line = fail.line;
+  job.id = text(o, "id", fail);
+  job.arrival_s = number(o, "arrival_s", fail, true);
+  job.experiment = text(o, "experiment", fail);
+  job.experiment_file = study::resolve_experiment(job.experiment);
+  job.samples = samples_of(o, fail);
+  if (!o.contains("gpus")) fail("gpus", "missing (an integer is expected)");
+  job.gpus = integer(o, "gpus", fail, 0);
+  job.min_gpus = integer(o, "min_gpus", fail, job.gpus);
+  job.max_gpus = integer(o, "max_gpus", fail, job.gpus);
+  job.priority = integer(o, "priority", fail, 0);
+  check_gpus(job, cluster_gpus, fail);
+  return job;
+}
+
+void check_experiment(const Job& job, const LineError& fail) {
+  try {
+    (void)strategies::load_experiment(job.experiment_file);
+  } catch (const config::ConfigError& e) {
+    fail("experiment", "\"" + job.experiment + "\" does not load: " + e.what());
+  } catch (const study::BadInput& e) {
+    fail("experiment", "\"" + job.experiment + "\" does not load: " + e.what());
+  }
+}
+
+bool skipped(const std::string& line) {
+  const auto first = line.find_first_not_of(" \t\r");
+  return first == std::string::npos || line[first] == '#';
+}
+
+}  // namespace
+
+JobTrace parse_trace(std::istream& in, const std::string& source, int cluster_gpus,
+                     bool check_experiments) {
+  JobTrace trace;
+  trace.source = source;
+  std::set<std::string> ids, checked;
+  std::string line;
+  for (int number_of_line = 1; std::getline(in, line); ++number_of_line) {
+    if (skipped(line)) continue;
+    const LineError fail{source, number_of_line};
+    Job job = parse_job(line, fail, cluster_gpus);
+    if (!ids.insert(job.id).second) fail("id", "\"" + job.id + "\" appears twice");
+    if (check_experiments && checked.insert(job.experiment).second) check_experiment(job, fail);
+    trace.jobs.push_back(std::move(job));
+  }
+  if (trace.jobs.empty()) throw study::BadInput(source + ": no jobs (one JSON object per line)");
+  return trace;
+}
+
+JobTrace read_trace(const std::filesystem::path& file, int cluster_gpus, bool check_experiments) {
+  std::ifstream in(file);
+  if (!in) throw study::BadInput(file.string() + ": cannot open the trace");
+  return parse_trace(in, file.string(), cluster_gpus, check_experiments);
+}
+
+}  // namespace stratasim::cluster

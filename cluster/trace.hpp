@@ -1,0 +1,64 @@
+// A job trace for the cluster simulator (cluster/simulator.hpp): which training jobs arrive on a
+// shared GPU cluster, when, how much work each brings and how many GPUs it asks for.
+//
+// File format: JSON lines (docs/cluster.md). One JSON object per line, one job per object; blank
+// lines and lines whose first non-blank character is '#' (provenance, comments) are skipped.
+// Fields:
+//   id               string, unique in the trace (required)
+//   arrival_s        number, seconds after the trace's start, >= 0 (required)
+//   experiment       string: a file, or a name from configs/experiments, resolved as `stratasim
+//                    simulate` resolves it (study::resolve_experiment) and loaded to check it
+//                    (required)
+//   samples          number > 0: training samples the job must process (this, or
+//   epochs +         epochs > 0 and dataset_samples > 0: samples = epochs x dataset_samples)
+//   dataset_samples
+//   gpus             integer >= 1: the GPUs the job requests (required)
+//   min_gpus         integer, 1 <= min_gpus <= gpus (default gpus)
+//   max_gpus         integer, gpus <= max_gpus (default gpus); the job is elastic when
+//                    min_gpus < max_gpus (the schedulers built now give every job `gpus`)
+//   priority         integer (default 0), kept for priority-aware schedulers
+// Unknown fields are errors (a misspelt "arival_s" must not pass silently).
+// Errors: study::BadInput "FILE:LINE: FIELD: what was expected" (the CLI's exit code 2) for a
+// line that is not a JSON object, a missing or mistyped field, a negative time, a job larger
+// than the cluster (max_gpus above its GPUs), a duplicate id, and an experiment that does not
+// load (unknown experiment or model: the loader's message follows).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <istream>
+#include <string>
+#include <vector>
+
+namespace stratasim::cluster {
+
+struct Job {
+  std::string id;
+  double arrival_s = 0;                   // seconds after the trace's start
+  std::string experiment;                 // as written in the trace
+  std::filesystem::path experiment_file;  // study::resolve_experiment(experiment)
+  double samples = 0;                     // training samples to process (> 0)
+  int gpus = 1;                           // requested
+  int min_gpus = 1;
+  int max_gpus = 1;
+  int priority = 0;
+  int line = 0;  // the trace line it came from (1-based), for messages
+  bool elastic() const { return min_gpus < max_gpus; }
+};
+
+struct JobTrace {
+  std::string source;     // the file, as messages name it
+  std::vector<Job> jobs;  // in file order
+};
+
+/// Reads a JSON-lines trace (see the top of this file). `cluster_gpus`: the cluster's GPUs, so
+/// that a job larger than the cluster is refused here, naming its line. `check_experiments`:
+/// load every experiment (once per distinct name) to refuse unknown experiments and models;
+/// tests with hand-made speeds pass false and may name anything.
+JobTrace read_trace(const std::filesystem::path& file, int cluster_gpus,
+                    bool check_experiments = true);
+/// The same from a stream; `source` names it in errors.
+JobTrace parse_trace(std::istream& in, const std::string& source, int cluster_gpus,
+                     bool check_experiments = true);
+
+}  // namespace stratasim::cluster
