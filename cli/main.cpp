@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/accuracy_command.hpp"
+#include "cli/cluster_command.hpp"
 #include "cli/common.hpp"
 #include "cli/exec_commands.hpp"
 #include "cli/export_command.hpp"
@@ -501,11 +502,12 @@ struct Commands {
   cli::ExportArgs export_args;
   cli::FitArgs fit_args;
   cli::AccuracyArgs accuracy_args;
+  cli::ClusterArgs cluster_args;
   std::string list_what;
   CLI::App *simulate = nullptr, *memory = nullptr, *partition = nullptr, *schedules = nullptr,
            *collective = nullptr, *run = nullptr, *validate = nullptr, *calibrate = nullptr,
            *sweep = nullptr, *search = nullptr, *replay = nullptr, *export_cmd = nullptr,
-           *accuracy = nullptr, *list = nullptr, *fit = nullptr;
+           *accuracy = nullptr, *list = nullptr, *fit = nullptr, *cluster = nullptr;
 };
 
 // simulate, memory, partition and schedules: one experiment, simulated.
@@ -672,6 +674,12 @@ void add_other_commands(CLI::App& app, Commands& c) {
       "(end to end; GEMM and FlashAttention with --kernels), with the errors (docs/accuracy.md)");
   cli::add_accuracy_options(c.accuracy, c.accuracy_args);
 
+  c.cluster = app.add_subcommand(
+      "cluster",
+      "Many jobs arriving on a shared cluster under a scheduler (fifo, srtf, tiresias): JCTs, "
+      "queueing, makespan, utilisation, a timeline (docs/cluster.md)");
+  cli::add_cluster_options(c.cluster, c.cluster_args);
+
   c.list = app.add_subcommand("list", "List the shipped devices, clusters, models or experiments");
   c.list->add_option("what", c.list_what, "devices, clusters, models or experiments")
       ->required()
@@ -702,6 +710,7 @@ int dispatch(Commands& c) {
   if (c.sweep->parsed()) return cli::sweep_command(c.sweep_args);
   if (c.search->parsed()) return cli::search_command(c.sweep_args);
   if (c.accuracy->parsed()) return cli::accuracy_command(c.accuracy_args);
+  if (c.cluster->parsed()) return cli::cluster_command(c.cluster_args);
   return 0;
 }
 
@@ -736,6 +745,8 @@ int main(int argc, char** argv) {
       "  stratasim sweep gpt3-175b-a100-1024 --tp 1,2,4,8 --pp 1,2,4,8,16 --zero 0..3 --out s.csv\n"
       "  stratasim search gpt3-175b-a100-1024 --gpus 1024 --objective cost\n"
       "  stratasim accuracy --kernels\n"
+      "  stratasim cluster configs/cluster/sample-trace.jsonl --cluster dgx-a100-32 --scheduler "
+      "tiresias\n"
       "  stratasim list models");
 
   Commands c;

@@ -67,7 +67,12 @@ class Run {
     result_.restart_cost_s = options.restart_cost.seconds();
     for (std::size_t i = 0; i < trace.jobs.size(); ++i) state_[i].remaining = trace.jobs[i].samples;
     for (const Job& j : trace.jobs) {
-      result_.jobs.push_back({j.id, j.gpus, j.arrival_s, 0, 0, 0, 0, 0, 0, 0});
+      JobResult r;
+      r.id = j.id;
+      r.gpus = j.gpus;
+      r.samples = j.samples;
+      r.arrival_s = j.arrival_s;
+      result_.jobs.push_back(r);
     }
   }
 
@@ -99,9 +104,11 @@ class Run {
   }
 
  private:
-  void check_runnable() const {
-    for (const Job& j : trace_.jobs) {
+  void check_runnable() {
+    for (std::size_t i = 0; i < trace_.jobs.size(); ++i) {
+      const Job& j = trace_.jobs[i];
       const Speed s = speeds_.speed(j, j.gpus);
+      result_.jobs[i].samples_per_s = s.samples_per_s;
       if (!s.runnable) {
         throw study::BadInput(trace_.source + ":" + std::to_string(j.line) + ": job " + j.id +
                               " (" + j.experiment + ") at its " + std::to_string(j.gpus) +
@@ -328,12 +335,14 @@ double percentile(std::vector<double> values, double p) {
 }
 
 void write_jobs_csv(std::ostream& out, const ClusterResult& result) {
-  out << "id,gpus,arrival_s,start_s,completion_s,jct_s,queueing_s,preemptions,restarts,"
+  out << "id,gpus,samples,samples_per_s,arrival_s,start_s,completion_s,jct_s,queueing_s,"
+         "preemptions,restarts,"
          "gpu_seconds\n";
   for (const JobResult& r : result.jobs) {
-    out << r.id << ',' << r.gpus << ',' << fmt(r.arrival_s) << ',' << fmt(r.start_s) << ','
-        << fmt(r.completion_s) << ',' << fmt(r.jct_s) << ',' << fmt(r.queueing_s) << ','
-        << r.preemptions << ',' << r.restarts << ',' << fmt(r.gpu_seconds) << '\n';
+    out << r.id << ',' << r.gpus << ',' << fmt(r.samples) << ',' << fmt(r.samples_per_s) << ','
+        << fmt(r.arrival_s) << ',' << fmt(r.start_s) << ',' << fmt(r.completion_s) << ','
+        << fmt(r.jct_s) << ',' << fmt(r.queueing_s) << ',' << r.preemptions << ',' << r.restarts
+        << ',' << fmt(r.gpu_seconds) << '\n';
   }
 }
 

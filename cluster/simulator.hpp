@@ -48,6 +48,8 @@ struct SimulationOptions {
 struct JobResult {
   std::string id;
   int gpus = 0;  // requested
+  double samples = 0;
+  double samples_per_s = 0;  // the speed at the requested GPUs
   double arrival_s = 0;
   double start_s = 0;  // first start
   double completion_s = 0;
@@ -99,7 +101,8 @@ ClusterResult simulate_cluster(const JobTrace& trace, Scheduler& scheduler,
 /// Nearest-rank percentile of `values` (p in (0, 100]); 0 for none.
 double percentile(std::vector<double> values, double p);
 
-/// jobs.csv: id,gpus,arrival_s,start_s,completion_s,jct_s,queueing_s,preemptions,restarts,
+/// jobs.csv:
+/// id,gpus,samples,samples_per_s,arrival_s,start_s,completion_s,jct_s,queueing_s,preemptions,restarts,
 /// gpu_seconds — one row per job in trace order.
 void write_jobs_csv(std::ostream& out, const ClusterResult& result);
 /// summary.json: scheduler, gpus, restart_cost_s, the summary's fields, utilisation

@@ -1,0 +1,89 @@
+#include "cli/cluster_command.hpp"
+
+#include <cstdio>
+#include <iostream>
+
+#include "cli/common.hpp"
+#include "cluster/simulator.hpp"
+#include "hw_models/units.hpp"
+#include "study/errors.hpp"
+
+namespace stratasim::cli {
+
+namespace {
+
+Time time_flag(const std::string& flag, const std::string& text, bool positive) {
+  Time t;
+  try {
+    t = parse_time(text);
+  } catch (const std::exception& e) {
+    throw study::BadInput(flag + ": expected a time such as \"30 s\", got \"" + text + "\" (" +
+                          e.what() + ")");
+  }
+  if (t < Time() || (positive && t == Time())) {
+    throw study::BadInput(flag + ": expected a time " + (positive ? "> 0" : ">= 0") + ", got \"" +
+                          text + "\"");
+  }
+  return t;
+}
+
+std::string seconds(double s) {
+  char buffer[40];
+  std::snprintf(buffer, sizeof buffer, "%.1f", s);
+  return buffer;
+}
+
+void print(const cluster::ClusterResult& r) {
+  const cluster::ClusterSummary& m = r.summary;
+  std::cout << "scheduler " << r.scheduler << " on " << r.total_gpus << " GPUs, restart cost "
+            << seconds(r.restart_cost_s) << " s, " << m.jobs << " jobs\n"
+            << "  JCT mean " << seconds(m.mean_jct_s) << " s, p50 " << seconds(m.p50_jct_s)
+            << " s, p90 " << seconds(m.p90_jct_s) << " s, p99 " << seconds(m.p99_jct_s) << " s\n"
+            << "  queueing mean " << seconds(m.mean_queueing_s) << " s, makespan "
+            << seconds(m.makespan_s) << " s, utilisation " << seconds(m.mean_utilisation * 100)
+            << "%, preemptions " << m.preemptions << "\n";
+  std::cout << "  id  gpus  samples/s  arrival_s  start_s  completion_s  jct_s  preemptions\n";
+  for (const cluster::JobResult& j : r.jobs) {
+    std::cout << "  " << j.id << "  " << j.gpus << "  " << seconds(j.samples_per_s) << "  "
+              << seconds(j.arrival_s) << "  " << seconds(j.start_s) << "  "
+              << seconds(j.completion_s) << "  " << seconds(j.jct_s) << "  " << j.preemptions
+              << "\n";
+  }
+}
+
+}  // namespace
+
+void add_cluster_options(CLI::App* cmd, ClusterArgs& args) {
+  cmd->add_option("trace", args.trace, "job trace (JSON lines; docs/cluster.md)")->required();
+  cmd->add_option("--cluster", args.cluster,
+                  "cluster config or name from configs/hardware/clusters: its devices are the "
+                  "GPUs")
+      ->required();
+  cmd->add_option("--scheduler", args.scheduler, "fifo, srtf or tiresias (default fifo)");
+  cmd->add_option("--restart-cost", args.restart_cost,
+                  "checkpoint and restart time of a preempted or resized job (default \"30 s\")");
+  cmd->add_option("--tick", args.tick,
+                  "seconds between periodic decisions (tiresias; default \"60 s\")");
+  cmd->add_option("--out", args.out, "folder for jobs.csv, summary.json and timeline.json");
+}
+
+int cluster_command(const ClusterArgs& args) {
+  cluster::RunOptions options;
+  options.trace = args.trace;
+  options.cluster = args.cluster;
+  options.scheduler = args.scheduler;
+  options.restart_cost = time_flag("--restart-cost", args.restart_cost, false);
+  if (!args.tick.empty()) {
+    options.scheduler_options.tick_s = time_flag("--tick", args.tick, true).seconds();
+  }
+  if (!args.out.empty()) check_out_dir(args.out);
+  const cluster::ClusterResult result = cluster::run(options);
+  print(result);
+  if (!args.out.empty()) {
+    cluster::write_outputs(args.out, result);
+    std::cout << "wrote " << args.out << "/{jobs.csv,summary.json,timeline.json}\n";
+  }
+  return 0;
+}
+
+}  // namespace stratasim::cli
