@@ -203,10 +203,22 @@ class Run {
     check_allocation(input, wanted);
     for (std::size_t k = 0; k < jobs.size(); ++k) apply(jobs[k], wanted[k], now);
     record_utilisation(now);
+    check_progress(jobs);
     if (const auto tick = scheduler_.tick_s(); tick && !jobs.empty() && !tick_pending_) {
       tick_pending_ = true;
       push(now + Time::from_seconds(*tick), EventKind::tick);
     }
+  }
+
+  /// A policy that leaves every active job queued on an idle cluster with no arrival to come
+  /// would tick forever: a policy bug.
+  void check_progress(const std::vector<int>& jobs) const {
+    if (jobs.empty()) return;
+    for (const JobState& s : state_) {
+      if (s.gpus > 0 || !s.arrived) return;
+    }
+    throw std::logic_error("cluster: scheduler " + scheduler_.name() + " left " +
+                           std::to_string(jobs.size()) + " jobs queued on an idle cluster");
   }
 
   void check_allocation(const SchedulerInput& input, const std::vector<int>& wanted) const {
@@ -266,6 +278,13 @@ class Run {
       if (s.segment_restarting) push(s.progress_since, EventKind::restart_end, i, s.version);
     }
     const double ps = std::ceil(s.remaining / s.speed * 1e12);
+    if (s.progress_since.seconds() + ps * 1e-12 > kMaxTraceSeconds) {
+      const Job& j = trace_.jobs[static_cast<std::size_t>(i)];
+      throw study::BadInput(trace_.source + ":" + std::to_string(j.line) + ": job " + j.id +
+                            " would finish after " +
+                            std::to_string(static_cast<long>(kMaxTraceSeconds)) +
+                            " s, past the simulator's clock (fewer samples, or more GPUs)");
+    }
     push(s.progress_since + Time::ps(static_cast<std::int64_t>(ps)), EventKind::completion, i,
          s.version);
   }

@@ -50,8 +50,11 @@ double number(const json& o, const char* field, const LineError& fail, bool requ
 int integer(const json& o, const char* field, const LineError& fail, int fallback) {
   if (!o.contains(field)) return fallback;
   const json& v = o.at(field);
-  if (!v.is_number_integer()) fail(field, "expected an integer, got " + v.dump());
-  return v.get<int>();
+  if (!v.is_number_integer() || v.get<std::int64_t>() < -1'000'000'000 ||
+      v.get<std::int64_t>() > 1'000'000'000) {
+    fail(field, "expected an integer, got " + v.dump());
+  }
+  return static_cast<int>(v.get<std::int64_t>());
 }
 
 std::string text(const json& o, const char* field, const LineError& fail) {
@@ -109,6 +112,10 @@ Job parse_job(const std::string& line_text, const LineError& fail, int cluster_g
   job.line = fail.line;
   job.id = text(o, "id", fail);
   job.arrival_s = number(o, "arrival_s", fail, true);
+  if (job.arrival_s > kMaxTraceSeconds) {
+    fail("arrival_s", "expected at most " + std::to_string(static_cast<long>(kMaxTraceSeconds)) +
+                          " s (the simulator's clock, int64 picoseconds, spans about 106 days)");
+  }
   job.experiment = text(o, "experiment", fail);
   job.experiment_file = study::resolve_experiment(job.experiment);
   job.samples = samples_of(o, fail);

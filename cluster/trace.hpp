@@ -5,7 +5,8 @@
 // lines and lines whose first non-blank character is '#' (provenance, comments) are skipped.
 // Fields:
 //   id               string, unique in the trace (required)
-//   arrival_s        number, seconds after the trace's start, >= 0 (required)
+//   arrival_s        number, seconds after the trace's start, 0 <= arrival_s <= 90 days
+//                    (kMaxTraceSeconds) (required)
 //   experiment       string: a file, or a name from configs/experiments, resolved as `stratasim
 //                    simulate` resolves it (study::resolve_experiment) and loaded to check it
 //                    (required)
@@ -31,6 +32,10 @@
 #include <vector>
 
 namespace stratasim::cluster {
+
+/// The latest arrival (and completion) the simulator's clock holds: int64 picoseconds span
+/// about 106 days; traces are kept within 90 days.
+constexpr double kMaxTraceSeconds = 90.0 * 24 * 3600;
 
 struct Job {
   std::string id;

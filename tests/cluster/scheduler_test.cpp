@@ -217,3 +217,33 @@ TEST_CASE("the same trace and policy give byte-identical outputs") {
     CHECK(first == second);
   }
 }
+
+namespace {
+
+// A broken policy: gives every job `gpus` (0: leaves them all queued).
+class Fixed : public Scheduler {
+ public:
+  explicit Fixed(int gpus) : gpus_(gpus) {}
+  std::string name() const override { return "fixed"; }
+  std::vector<int> allocate(const SchedulerInput& input) override {
+    return std::vector<int>(input.jobs.size(), gpus_);
+  }
+  std::optional<double> tick_s() const override { return 10.0; }
+
+ private:
+  int gpus_;
+};
+
+}  // namespace
+
+TEST_CASE("the simulator refuses a policy that over-allocates or never runs anything") {
+  JobTrace trace{"hand-made", three_jobs()};
+  SimulationOptions options;
+  options.total_gpus = 4;
+  Fixed idle(0);
+  CHECK_THROWS_WITH_AS(simulate_cluster(trace, idle, table(), options),
+                       doctest::Contains("queued on an idle cluster"), std::logic_error);
+  // j1 asks for 4 GPUs: 4 + 4 at 10 s exceeds the cluster (and j2 cannot take 4).
+  Fixed greedy(4);
+  CHECK_THROWS_AS(simulate_cluster(trace, greedy, table(), options), std::logic_error);
+}

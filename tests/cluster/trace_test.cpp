@@ -63,6 +63,10 @@ TEST_CASE("bad traces name the file, the line and the field") {
               "t.jsonl:1: samples: missing");
   check_error(ok + "\n" + ok, "t.jsonl:2: id: \"a\" appears twice");
   check_error("not json", "t.jsonl:1: not JSON");
+  check_error(R"({"id": "b", "arrival_s": 1e12, "experiment": "x", "samples": 1, "gpus": 1})",
+              "t.jsonl:1: arrival_s: expected at most 7776000 s");
+  check_error(R"({"id": "b", "arrival_s": 0, "experiment": "x", "samples": 1, "gpus": 1.5})",
+              "t.jsonl:1: gpus: expected an integer, got 1.5");
   check_error("", "t.jsonl: no jobs");
   check_error(
       R"({"id": "b", "arrival_s": 0, "experiment": "no-such-experiment", "samples": 1, "gpus": 1})",
