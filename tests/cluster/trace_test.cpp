@@ -3,6 +3,8 @@
 
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "cluster/throughput.hpp"
 #include "cluster/trace.hpp"
@@ -94,4 +96,20 @@ TEST_CASE("simulated speeds grow with GPUs and are memoised") {
   const Speed two = speeds.speed(j, 2);
   CHECK(!two.runnable);
   CHECK(two.why_not.find("not runnable at 2 GPUs") != std::string::npos);
+}
+
+TEST_CASE("simulated speeds asked from several threads are simulated once each") {
+  Job j;
+  j.id = "tiny";
+  j.experiment = "gpt-tiny-3d-8";
+  j.experiment_file = stratasim::study::resolve_experiment(j.experiment);
+  const SimulatedThroughput speeds;
+  std::vector<double> seen(8, 0);
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < seen.size(); ++t) {
+    threads.emplace_back([&, t] { seen[t] = speeds.speed(j, t % 2 ? 4 : 8).samples_per_s; });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(speeds.simulations() == 2);
+  for (std::size_t t = 2; t < seen.size(); ++t) CHECK(seen[t] == seen[t % 2]);
 }
