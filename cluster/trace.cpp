@@ -111,6 +111,9 @@ Job parse_job(const std::string& line_text, const LineError& fail, int cluster_g
   Job job;
   job.line = fail.line;
   job.id = text(o, "id", fail);
+  if (job.id.find_first_of(",\"\n\r") != std::string::npos) {
+    fail("id", "expected no comma, quote or line break (ids are CSV cells), got " + o["id"].dump());
+  }
   job.arrival_s = number(o, "arrival_s", fail, true);
   if (job.arrival_s > kMaxTraceSeconds) {
     fail("arrival_s", "expected at most " + std::to_string(static_cast<long>(kMaxTraceSeconds)) +

@@ -4,7 +4,7 @@
 // File format: JSON lines (docs/cluster.md). One JSON object per line, one job per object; blank
 // lines and lines whose first non-blank character is '#' (provenance, comments) are skipped.
 // Fields:
-//   id               string, unique in the trace (required)
+//   id               string, unique in the trace, without commas or quotes (required)
 //   arrival_s        number, seconds after the trace's start, 0 <= arrival_s <= 90 days
 //                    (kMaxTraceSeconds) (required)
 //   experiment       string: a file, or a name from configs/experiments, resolved as `stratasim

@@ -65,6 +65,8 @@ TEST_CASE("bad traces name the file, the line and the field") {
               "t.jsonl:1: samples: missing");
   check_error(ok + "\n" + ok, "t.jsonl:2: id: \"a\" appears twice");
   check_error("not json", "t.jsonl:1: not JSON");
+  check_error(R"({"id": "a,b", "arrival_s": 0, "experiment": "x", "samples": 1, "gpus": 1})",
+              "t.jsonl:1: id: expected no comma");
   check_error(R"({"id": "b", "arrival_s": 1e12, "experiment": "x", "samples": 1, "gpus": 1})",
               "t.jsonl:1: arrival_s: expected at most 7776000 s");
   check_error(R"({"id": "b", "arrival_s": 0, "experiment": "x", "samples": 1, "gpus": 1.5})",
