@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "strategies/kernel_builders.hpp"
+
 namespace stratasim::strategies {
 
 std::vector<double> expert_fractions(const MoeSpec& moe) {
@@ -133,11 +135,6 @@ struct MoeDims {
   }
   std::int64_t per_expert() const { return (received + local - 1) / local; }
 };
-
-Kernel gemm(std::string name, std::int64_t m, std::int64_t n, std::int64_t k, DType dtype,
-            std::int64_t batch = 1) {
-  return Kernel{Gemm{m, n, k, batch, dtype}, std::move(name)};
-}
 
 Kernel elementwise(std::string name, std::int64_t elements, std::int64_t read,
                    std::int64_t written) {

@@ -7,6 +7,8 @@
 #include <optional>
 #include <sstream>
 
+#include "strategies/kernel_builders.hpp"
+
 namespace stratasim::strategies {
 
 namespace {
@@ -191,17 +193,6 @@ namespace {
 
 Bytes elements_bytes(std::int64_t elements, DType dtype) {
   return Bytes(elements * static_cast<std::int64_t>(size_of(dtype)));
-}
-
-Kernel gemm(std::string name, std::int64_t m, std::int64_t n, std::int64_t k, DType dtype,
-            std::int64_t batch = 1) {
-  Gemm g;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.batch = batch;
-  g.dtype = dtype;
-  return Kernel{g, std::move(name)};
 }
 
 // Elementwise work over `elements` values reading `reads` and writing `writes` tensors of that

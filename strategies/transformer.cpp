@@ -6,6 +6,8 @@
 #include <array>
 #include <utility>
 
+#include "strategies/kernel_builders.hpp"
+
 namespace stratasim::strategies {
 
 namespace {
@@ -170,11 +172,6 @@ struct Dims {
   std::int64_t qkv_width() const { return (a + 2 * kv) * d / t; }  // local QKV output width
   Bytes hidden_bytes() const { return Bytes(tokens * h * e); }     // one full [b, s, h] tensor
 };
-
-Kernel gemm(std::string name, std::int64_t m, std::int64_t n, std::int64_t k, DType dtype,
-            std::int64_t batch = 1) {
-  return Kernel{Gemm{m, n, k, batch, dtype}, std::move(name)};
-}
 
 Kernel elementwise(std::string name, std::int64_t elements, std::int64_t read,
                    std::int64_t written) {
