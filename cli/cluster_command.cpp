@@ -59,7 +59,8 @@ void add_cluster_options(CLI::App* cmd, ClusterArgs& args) {
                   "cluster config or name from configs/hardware/clusters: its devices are the "
                   "GPUs")
       ->required();
-  cmd->add_option("--scheduler", args.scheduler, "fifo, srtf or tiresias (default fifo)");
+  cmd->add_option("--scheduler", args.scheduler,
+                  "fifo, srtf, tiresias, pollux or ones (default fifo)");
   cmd->add_option("--restart-cost", args.restart_cost,
                   "checkpoint and restart time of a preempted or resized job (default \"30 s\")");
   cmd->add_option("--tick", args.tick,

@@ -4,6 +4,8 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "cluster/ones.hpp"
+#include "cluster/pollux.hpp"
 #include "study/errors.hpp"
 
 namespace stratasim::cluster {
@@ -12,6 +14,18 @@ int SchedulerInput::free_gpus() const {
   int held = 0;
   for (const JobView& j : jobs) held += j.gpus;
   return total_gpus - held;
+}
+
+std::vector<int> Scheduler::allocate(const SchedulerInput& input) {
+  std::vector<int> out;
+  for (const Allocation& a : decide(input)) out.push_back(a.gpus);
+  return out;
+}
+
+std::vector<Allocation> Scheduler::decide(const SchedulerInput& input) {
+  std::vector<Allocation> out;
+  for (int gpus : allocate(input)) out.push_back({gpus, 0});
+  return out;
 }
 
 namespace {
@@ -100,11 +114,14 @@ class Tiresias : public Scheduler {
 }  // namespace
 
 std::vector<std::string> scheduler_names() {
-  return {"fifo", "srtf", "tiresias"};
+  return {"fifo", "srtf", "tiresias", "pollux", "ones"};
 }
 
 std::unique_ptr<Scheduler> make_scheduler(const std::string& name,
                                           const SchedulerOptions& options) {
+  if (options.tick_s && !(*options.tick_s > 0)) {
+    throw study::BadInput("--tick: expected a time > 0");
+  }
   if (name == "fifo") return std::make_unique<Fifo>();
   if (name == "srtf") return std::make_unique<Srtf>();
   if (name == "tiresias") {
@@ -113,12 +130,19 @@ std::unique_ptr<Scheduler> make_scheduler(const std::string& name,
         std::any_of(t.begin(), t.end(), [](double v) { return !(v > 0); })) {
       throw study::BadInput("tiresias thresholds: expected ascending GPU-seconds > 0");
     }
-    if (options.tick_s && !(*options.tick_s > 0)) {
-      throw study::BadInput("--tick: expected a time > 0");
-    }
     return std::make_unique<Tiresias>(options);
   }
-  throw study::BadInput("--scheduler: expected fifo, srtf or tiresias, got \"" + name + "\"");
+  if (name == "pollux") return make_pollux(options);
+  if (name == "ones") {
+    if (options.ones_population < 2 || options.ones_generations < 0 ||
+        !(options.ones_min_resize_interval_s >= 0)) {
+      throw study::BadInput(
+          "ones: expected a population >= 2, generations >= 0 and a resize interval >= 0");
+    }
+    return make_ones(options);
+  }
+  throw study::BadInput("--scheduler: expected fifo, srtf, tiresias, pollux or ones, got \"" +
+                        name + "\"");
 }
 
 }  // namespace stratasim::cluster

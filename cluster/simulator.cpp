@@ -35,7 +35,9 @@ struct Event {
 struct JobState {
   bool arrived = false, done = false, started = false, needs_restart = false;
   int gpus = 0;
-  double speed = 0;      // samples/s at gpus
+  int batch = 0;     // global batch while it holds GPUs
+  double speed = 0;  // base-batch samples/s at (gpus, batch): throughput x efficiency
+  double last_change_s = -1;
   double remaining = 0;  // samples, as of progress_since
   Time progress_since;   // progress counts from here (after a restart)
   Time held_since;       // attained service counts from here
@@ -163,7 +165,7 @@ class Run {
     const JobState& s = at(i);
     if (now > s.segment_start) {
       result_.segments.push_back(
-          {i, s.gpus, s.segment_start.seconds(), now.seconds(), s.segment_restarting});
+          {i, s.gpus, s.segment_start.seconds(), now.seconds(), s.segment_restarting, s.batch});
     }
     at(i).segment_start = now;
   }
@@ -192,14 +194,19 @@ class Run {
 
   void decision(Time now) {
     const std::vector<int> jobs = active();
-    SchedulerInput input{now.seconds(), options_.total_gpus, {}, &speeds_};
+    SchedulerInput input{
+        now.seconds(), options_.total_gpus, {}, &speeds_, options_.restart_cost.seconds()};
     for (int i : jobs) {
       settle(i, now);
       const JobState& s = at(i);
-      input.jobs.push_back({&trace_.jobs[static_cast<std::size_t>(i)], s.gpus, s.attained_gpu_s,
-                            s.attained_s, s.remaining});
+      const Job& j = trace_.jobs[static_cast<std::size_t>(i)];
+      input.jobs.push_back({&j, s.gpus, s.attained_gpu_s, s.attained_s, s.remaining,
+                            s.gpus > 0 ? s.batch : j.batch, s.last_change_s});
     }
-    const std::vector<int> wanted = scheduler_.allocate(input);
+    std::vector<Allocation> wanted = scheduler_.decide(input);
+    for (std::size_t k = 0; k < wanted.size() && k < input.jobs.size(); ++k) {
+      if (wanted[k].batch == 0) wanted[k].batch = input.jobs[k].job->batch;
+    }
     check_allocation(input, wanted);
     for (std::size_t k = 0; k < jobs.size(); ++k) apply(jobs[k], wanted[k], now);
     record_utilisation(now);
@@ -221,7 +228,7 @@ class Run {
                            std::to_string(jobs.size()) + " jobs queued on an idle cluster");
   }
 
-  void check_allocation(const SchedulerInput& input, const std::vector<int>& wanted) const {
+  void check_allocation(const SchedulerInput& input, const std::vector<Allocation>& wanted) const {
     const std::string who = "cluster: scheduler " + scheduler_.name() + " ";
     if (wanted.size() != input.jobs.size()) {
       throw std::logic_error(who + "returned " + std::to_string(wanted.size()) +
@@ -230,10 +237,15 @@ class Run {
     long total = 0;
     for (std::size_t k = 0; k < wanted.size(); ++k) {
       const Job& j = *input.jobs[k].job;
-      const int n = wanted[k];
-      if (n != 0 && (n < j.min_gpus || n > j.max_gpus || !speeds_.speed(j, n).runnable)) {
+      const int n = wanted[k].gpus, batch = wanted[k].batch;
+      if (n != 0 && (n < j.min_gpus || n > j.max_gpus || !speeds_.speed(j, n, batch).runnable)) {
         throw std::logic_error(who + "gave job " + j.id + " " + std::to_string(n) +
                                " GPUs (outside its range or not runnable)");
+      }
+      if (batch != j.batch && (batch < j.min_batch || batch > j.max_batch)) {
+        throw std::logic_error(who + "gave job " + j.id + " batch " + std::to_string(batch) +
+                               " (outside [" + std::to_string(j.min_batch) + ", " +
+                               std::to_string(j.max_batch) + "])");
       }
       total += n;
     }
@@ -243,20 +255,22 @@ class Run {
     }
   }
 
-  void apply(int i, int n, Time now) {
+  void apply(int i, const Allocation& a, Time now) {
     JobState& s = at(i);
-    if (n == s.gpus) return;
+    const int n = a.gpus;
+    if (n == s.gpus && (n == 0 || a.batch == s.batch)) return;
     if (s.gpus > 0) {  // preempted or resized: progress is kept, a restart is owed
       close_segment(i, now);
       if (n == 0) ++result_.jobs[static_cast<std::size_t>(i)].preemptions;
       s.needs_restart = true;
       s.gpus = 0;
+      s.last_change_s = now.seconds();
       ++s.version;
     }
-    if (n > 0) start(i, n, now);
+    if (n > 0) start(i, n, a.batch, now);
   }
 
-  void start(int i, int n, Time now) {
+  void start(int i, int n, int batch, Time now) {
     JobState& s = at(i);
     JobResult& r = result_.jobs[static_cast<std::size_t>(i)];
     if (!s.started) {
@@ -265,7 +279,9 @@ class Run {
       r.queueing_s = r.start_s - r.arrival_s;
     }
     s.gpus = n;
-    s.speed = speeds_.speed(trace_.jobs[static_cast<std::size_t>(i)], n).samples_per_s;
+    s.batch = batch;
+    const Job& job = trace_.jobs[static_cast<std::size_t>(i)];
+    s.speed = speeds_.speed(job, n, batch).samples_per_s * job.efficiency(batch);
     s.held_since = now;
     s.segment_start = now;
     s.progress_since = now;
@@ -409,7 +425,7 @@ void write_timeline_json(std::ostream& out, const ClusterResult& result) {
                       {"tid", s.job},
                       {"ts", s.start_s * 1e6},
                       {"dur", (s.end_s - s.start_s) * 1e6},
-                      {"args", {{"gpus", s.gpus}}}});
+                      {"args", {{"gpus", s.gpus}, {"batch", s.batch}}}});
   }
   for (const UtilisationStep& u : result.utilisation) {
     events.push_back({{"ph", "C"},

@@ -8,10 +8,14 @@
 // scheduling decision is taken (on any arrival, completion or tick at that time).
 //
 // Model:
-// - A job on g GPUs processes samples at speed(job, g) samples/s; it completes when its samples
-//   are done: at t + ceil(remaining / speed x 1e12) ps.
+// - A job on g GPUs at global batch M processes speed(job, g, M) samples/s, each making E(M) of
+//   a base-batch sample's progress (cluster/efficiency.hpp): its remaining base-batch samples
+//   fall at speed x E(M) per second; it completes when they are done: at t + ceil(remaining /
+//   (speed x E(M)) x 1e12) ps. A policy that does not choose batches keeps every job at its base
+//   batch (E = 1).
 // - A job whose allocation changes from g > 0 to 0 is preempted (its progress is kept: a
-//   checkpoint); one whose allocation changes from g > 0 to g' > 0 is resized. When a preempted
+//   checkpoint); one whose allocation changes from (g > 0, M) to (g' > 0, M') with g' != g or
+//   M' != M is resized. When a preempted
 //   job runs again, or a resized job goes on, it holds its GPUs for `restart_cost` first without
 //   progress (checkpoint and restart, paid once, on the restart). The first start pays nothing.
 //   Default 30 s: an assumption (saving and loading a checkpoint and restarting the framework;
@@ -71,6 +75,7 @@ struct Segment {
   double start_s = 0;
   double end_s = 0;
   bool restarting = false;
+  int batch = 0;  // the global batch (0: the base batch, unknown)
 };
 
 struct ClusterSummary {

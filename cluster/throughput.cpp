@@ -10,14 +10,25 @@
 
 namespace stratasim::cluster {
 
-Speed TableThroughput::speed(const Job& job, int gpus) const {
-  const auto e = table_.find(job.experiment);
-  if (e == table_.end()) return {false, 0, "no speeds for " + job.experiment};
-  const auto g = e->second.find(gpus);
-  if (g == e->second.end() || g->second <= 0) {
-    return {false, 0, "no speed for " + job.experiment + " at " + std::to_string(gpus) + " GPUs"};
+Speed TableThroughput::speed(const Job& job, int gpus, int batch) const {
+  const bool base = batch == 0 || batch == job.batch;
+  if (base) {
+    if (const auto e = table_.find(job.experiment); e != table_.end()) {
+      if (const auto g = e->second.find(gpus); g != e->second.end() && g->second > 0) {
+        return {true, g->second, ""};
+      }
+    }
   }
-  return {true, g->second, ""};
+  if (const auto e = batched_.find(job.experiment); e != batched_.end()) {
+    const auto g = e->second.find({gpus, base ? job.batch : batch});
+    if (g != e->second.end() && g->second > 0) return {true, g->second, ""};
+  }
+  if (!table_.count(job.experiment) && !batched_.count(job.experiment)) {
+    return {false, 0, "no speeds for " + job.experiment};
+  }
+  return {false, 0,
+          "no speed for " + job.experiment + " at " + std::to_string(gpus) + " GPUs" +
+              (base ? std::string() : ", batch " + std::to_string(batch))};
 }
 
 namespace {
@@ -28,12 +39,15 @@ Speed not_runnable(int gpus, const std::string& why) {
 
 }  // namespace
 
-Speed simulate_speed(const std::filesystem::path& experiment_file, int gpus) {
+Speed simulate_speed(const std::filesystem::path& experiment_file, int gpus, int batch) {
   strategies::Experiment experiment;
   try {
     const strategies::Experiment base = strategies::load_experiment(experiment_file);
     std::vector<strategies::Override> overrides = study::resize_overrides(base.cluster, gpus);
     overrides.push_back({"parallelism.dp", nullptr, "cluster (dp from the GPUs)"});
+    if (batch > 0) {
+      overrides.push_back({"training.global_batch", batch, "cluster (the job's batch)"});
+    }
     experiment = strategies::load_experiment(experiment_file, overrides);
   } catch (const config::ConfigError& e) {
     return not_runnable(gpus, e.what());
@@ -58,12 +72,12 @@ Speed simulate_speed(const std::filesystem::path& experiment_file, int gpus) {
   return {true, result.report.samples_per_s, ""};
 }
 
-Speed SimulatedThroughput::speed(const Job& job, int gpus) const {
+Speed SimulatedThroughput::speed(const Job& job, int gpus, int batch) const {
   const std::lock_guard<std::mutex> lock(mutex_);
-  const auto key = std::make_pair(job.experiment_file.string(), gpus);
+  const auto key = std::make_tuple(job.experiment_file.string(), gpus, batch);
   if (const auto hit = cache_.find(key); hit != cache_.end()) return hit->second;
   ++simulations_;
-  return cache_.emplace(key, simulate_speed(job.experiment_file, gpus)).first->second;
+  return cache_.emplace(key, simulate_speed(job.experiment_file, gpus, batch)).first->second;
 }
 
 int SimulatedThroughput::simulations() const {

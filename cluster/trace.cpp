@@ -1,12 +1,15 @@
 #include "cluster/trace.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "cluster/efficiency.hpp"
 #include "hw_models/config_reader.hpp"
 #include "strategies/experiment.hpp"
 #include "study/catalog.hpp"
@@ -30,8 +33,9 @@ struct LineError {
 
 const std::set<std::string>& known_fields() {
   static const std::set<std::string> fields = {
-      "id",   "arrival_s", "experiment", "samples", "epochs", "dataset_samples",
-      "gpus", "min_gpus",  "max_gpus",   "priority"};
+      "id",        "arrival_s",  "experiment", "samples",  "epochs", "dataset_samples",
+      "gpus",      "min_gpus",   "max_gpus",   "priority", "batch",  "min_batch",
+      "max_batch", "noise_scale"};
   return fields;
 }
 
@@ -97,6 +101,41 @@ void check_gpus(const Job& job, int cluster_gpus, const LineError& fail) {
   }
 }
 
+void read_batches(const json& o, Job& job, const LineError& fail) {
+  if (o.contains("batch")) {
+    job.batch = integer(o, "batch", fail, 0);
+    if (job.batch < 1) fail("batch", "expected an integer >= 1, got " + o["batch"].dump());
+  }
+  job.min_batch = integer(o, "min_batch", fail, job.batch);
+  job.max_batch = integer(o, "max_batch", fail, job.batch);
+  if (o.contains("noise_scale")) job.noise_scale = number(o, "noise_scale", fail, true);
+  if (job.elastic_batch() && !o.contains("noise_scale")) {
+    fail("noise_scale",
+         "missing: an elastic batch (min_batch < max_batch) needs the gradient "
+         "noise scale in samples (docs/cluster.md)");
+  }
+}
+
+/// Checks the batch bounds once the base batch is known (given, or the experiment's).
+void check_batches(const Job& job, const LineError& fail) {
+  if (job.batch == 0) {
+    if (job.min_batch != 0 || job.max_batch != 0) {
+      fail("batch",
+           "missing: give the base batch with min_batch and max_batch when the "
+           "experiment is not loaded");
+    }
+    return;
+  }
+  if (job.min_batch < 1 || job.min_batch > job.batch) {
+    fail("min_batch", "expected 1 <= min_batch <= batch (" + std::to_string(job.batch) + "), got " +
+                          std::to_string(job.min_batch));
+  }
+  if (job.max_batch < job.batch) {
+    fail("max_batch", "expected max_batch >= batch (" + std::to_string(job.batch) + "), got " +
+                          std::to_string(job.max_batch));
+  }
+}
+
 Job parse_job(const std::string& line_text, const LineError& fail, int cluster_gpus) {
   json o;
   try {
@@ -128,17 +167,28 @@ Job parse_job(const std::string& line_text, const LineError& fail, int cluster_g
   job.max_gpus = integer(o, "max_gpus", fail, job.gpus);
   job.priority = integer(o, "priority", fail, 0);
   check_gpus(job, cluster_gpus, fail);
+  read_batches(o, job, fail);
   return job;
 }
 
-void check_experiment(const Job& job, const LineError& fail) {
+/// Loads the job's experiment; returns its global batch.
+int check_experiment(const Job& job, const LineError& fail) {
   try {
-    (void)strategies::load_experiment(job.experiment_file);
+    const auto batch = strategies::load_experiment(job.experiment_file).training.global_batch;
+    return static_cast<int>(std::min<std::int64_t>(batch, 1'000'000'000));
   } catch (const config::ConfigError& e) {
     fail("experiment", "\"" + job.experiment + "\" does not load: " + e.what());
   } catch (const study::BadInput& e) {
     fail("experiment", "\"" + job.experiment + "\" does not load: " + e.what());
   }
+}
+
+/// A job without a given base batch takes its experiment's (its bounds, when not given, too).
+void default_batch(Job& job, int experiment_batch) {
+  if (job.batch != 0) return;
+  job.batch = experiment_batch;
+  if (job.min_batch == 0) job.min_batch = job.batch;
+  if (job.max_batch == 0) job.max_batch = job.batch;
 }
 
 bool skipped(const std::string& line) {
@@ -148,18 +198,31 @@ bool skipped(const std::string& line) {
 
 }  // namespace
 
+double Job::efficiency(int at_batch) const {
+  if (batch <= 0 || at_batch == batch) return 1.0;
+  return statistical_efficiency(noise_scale, batch, at_batch);
+}
+
 JobTrace parse_trace(std::istream& in, const std::string& source, int cluster_gpus,
                      bool check_experiments) {
   JobTrace trace;
   trace.source = source;
-  std::set<std::string> ids, checked;
+  std::set<std::string> ids;
+  std::map<std::string, int> batches;  // experiment -> its global batch
   std::string line;
   for (int number_of_line = 1; std::getline(in, line); ++number_of_line) {
     if (skipped(line)) continue;
     const LineError fail{source, number_of_line};
     Job job = parse_job(line, fail, cluster_gpus);
     if (!ids.insert(job.id).second) fail("id", "\"" + job.id + "\" appears twice");
-    if (check_experiments && checked.insert(job.experiment).second) check_experiment(job, fail);
+    if (check_experiments) {
+      auto known = batches.find(job.experiment);
+      if (known == batches.end()) {
+        known = batches.emplace(job.experiment, check_experiment(job, fail)).first;
+      }
+      default_batch(job, known->second);
+    }
+    check_batches(job, fail);
     trace.jobs.push_back(std::move(job));
   }
   if (trace.jobs.empty()) throw study::BadInput(source + ": no jobs (one JSON object per line)");

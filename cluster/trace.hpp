@@ -18,6 +18,14 @@
 //   max_gpus         integer, gpus <= max_gpus (default gpus); the job is elastic when
 //                    min_gpus < max_gpus (the schedulers built now give every job `gpus`)
 //   priority         integer (default 0), kept for priority-aware schedulers
+//   batch            integer >= 1: the job's base global batch (samples per step), the batch its
+//                    `samples` are counted at (default: the experiment's training.global_batch;
+//                    when experiments are not loaded, 0: unknown, and the job's batch is fixed)
+//   min_batch        integer, 1 <= min_batch <= batch (default batch)
+//   max_batch        integer, batch <= max_batch (default batch); the job's batch is elastic when
+//                    min_batch < max_batch (pollux and ones choose it; cluster/efficiency.hpp)
+//   noise_scale      number >= 0: the gradient noise scale phi in samples (cluster/efficiency.hpp);
+//                    required when the batch is elastic, unused otherwise
 // Unknown fields are errors (a misspelt "arival_s" must not pass silently).
 // Errors: study::BadInput "FILE:LINE: FIELD: what was expected" (the CLI's exit code 2) for a
 // line that is not a JSON object, a missing or mistyped field, a negative time, a job larger
@@ -47,8 +55,15 @@ struct Job {
   int min_gpus = 1;
   int max_gpus = 1;
   int priority = 0;
-  int line = 0;  // the trace line it came from (1-based), for messages
+  int batch = 0;  // base global batch (samples per step); 0: unknown (the experiment's own)
+  int min_batch = 0;
+  int max_batch = 0;
+  double noise_scale = 0;  // phi, samples (cluster/efficiency.hpp)
+  int line = 0;            // the trace line it came from (1-based), for messages
   bool elastic() const { return min_gpus < max_gpus; }
+  bool elastic_batch() const { return min_batch < max_batch; }
+  /// E(batch) relative to the base batch (1 at the base batch or when the batch is fixed).
+  double efficiency(int at_batch) const;
 };
 
 struct JobTrace {

@@ -110,8 +110,8 @@ TEST_CASE("bad cluster traces and flags are exit 2 naming the line and field") {
   check_bad_input("cluster " + odd.string() + " --cluster dgx-a100-1",
                   {"odd.jsonl:1: job a (gpt-tiny-3d-8) at its 3 GPUs: not runnable at 3 GPUs"});
   const auto ok = tmp.write("ok.jsonl", kTrace);
-  check_bad_input("cluster " + ok.string() + " --cluster dgx-a100-1 --scheduler ones",
-                  {"--scheduler: expected fifo, srtf or tiresias"});
+  check_bad_input("cluster " + ok.string() + " --cluster dgx-a100-1 --scheduler gandiva",
+                  {"--scheduler: expected fifo, srtf, tiresias, pollux or ones"});
   check_bad_input("cluster " + ok.string() + " --cluster dgx-a100-1 --restart-cost soon",
                   {"--restart-cost"});
   check_bad_input("cluster " + ok.string() + " --cluster no-such-cluster", {"no-such-cluster"});

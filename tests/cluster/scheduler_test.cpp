@@ -148,8 +148,9 @@ TEST_CASE("Tiresias demotes a long job below a short one") {
 }
 
 TEST_CASE("an unknown scheduler is bad input naming --scheduler") {
-  CHECK_THROWS_WITH(make_scheduler("ones"),
-                    doctest::Contains("--scheduler: expected fifo, srtf or tiresias"));
+  CHECK_THROWS_WITH(
+      make_scheduler("gandiva"),
+      doctest::Contains("--scheduler: expected fifo, srtf, tiresias, pollux or ones"));
 }
 
 namespace {
