@@ -2,9 +2,12 @@
 
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 
 #include "cli/common.hpp"
 #include "cluster/simulator.hpp"
+#include "cluster/workload.hpp"
+#include "hw_models/files.hpp"
 #include "hw_models/units.hpp"
 #include "study/errors.hpp"
 
@@ -66,6 +69,47 @@ void add_cluster_options(CLI::App* cmd, ClusterArgs& args) {
   cmd->add_option("--tick", args.tick,
                   "seconds between periodic decisions (tiresias; default \"60 s\")");
   cmd->add_option("--out", args.out, "folder for jobs.csv, summary.json and timeline.json");
+  cmd->add_option("--trace-format", args.trace_format,
+                  "jsonl (default), philly (cluster_job_log) or helios (cluster_log.csv); "
+                  "docs/cluster.md");
+  cmd->add_option("--seed", args.seed, "seed of stochastic schedulers (ones; default 0)");
+}
+
+CLI::App* add_cluster_trace_options(CLI::App* cmd, ClusterTraceArgs& args) {
+  CLI::App* generate = cmd->add_subcommand(
+      "generate",
+      "A Philly- or Helios-like job trace: Poisson arrivals, the published GPU mix, "
+      "lognormal run times (cluster/workload.hpp)");
+  generate->add_option("--format", args.format, "philly (default), helios or jsonl");
+  generate->add_option("--mix", args.mix,
+                       "distributions: philly or helios (default: the format's; jsonl: philly)");
+  generate->add_option("--jobs", args.jobs, "jobs (default 100)");
+  generate->add_option("--gpus", args.gpus, "the cluster's GPUs (default 64)");
+  generate->add_option("--load", args.load,
+                       "offered GPU demand / the cluster's GPUs (default 1.0)");
+  generate->add_option("--seed", args.seed, "seed (default 1)");
+  generate->add_option("--out", args.out, "the trace file to write")->required();
+  cmd->require_subcommand(1);
+  return generate;
+}
+
+int cluster_trace_command(const ClusterTraceArgs& args) {
+  cluster::GenerateOptions options;
+  options.format = cluster::parse_trace_format(args.format, "--format");
+  options.mix = !args.mix.empty()                                ? args.mix
+                : options.format == cluster::TraceFormat::helios ? "helios"
+                                                                 : "philly";
+  options.jobs = args.jobs;
+  options.gpus = args.gpus;
+  options.load = args.load;
+  options.seed = args.seed;
+  const cluster::SimulatedThroughput speeds;
+  std::ostringstream text;
+  cluster::write_generated(text, options, speeds);
+  files::write_atomically(args.out, text.str());
+  std::cout << "wrote " << args.out << " (" << args.jobs << " jobs, " << args.format << ", mix "
+            << options.mix << ", seed " << args.seed << ")\n";
+  return 0;
 }
 
 int cluster_command(const ClusterArgs& args) {
@@ -73,6 +117,8 @@ int cluster_command(const ClusterArgs& args) {
   options.trace = args.trace;
   options.cluster = args.cluster;
   options.scheduler = args.scheduler;
+  options.trace_format = cluster::parse_trace_format(args.trace_format, "--trace-format");
+  options.scheduler_options.seed = args.seed;
   options.restart_cost = time_flag("--restart-cost", args.restart_cost, false);
   if (!args.tick.empty()) {
     options.scheduler_options.tick_s = time_flag("--tick", args.tick, true).seconds();

@@ -503,11 +503,13 @@ struct Commands {
   cli::FitArgs fit_args;
   cli::AccuracyArgs accuracy_args;
   cli::ClusterArgs cluster_args;
+  cli::ClusterTraceArgs cluster_trace_args;
   std::string list_what;
   CLI::App *simulate = nullptr, *memory = nullptr, *partition = nullptr, *schedules = nullptr,
            *collective = nullptr, *run = nullptr, *validate = nullptr, *calibrate = nullptr,
            *sweep = nullptr, *search = nullptr, *replay = nullptr, *export_cmd = nullptr,
-           *accuracy = nullptr, *list = nullptr, *fit = nullptr, *cluster = nullptr;
+           *accuracy = nullptr, *list = nullptr, *fit = nullptr, *cluster = nullptr,
+           *cluster_trace_generate = nullptr;
 };
 
 // simulate, memory, partition and schedules: one experiment, simulated.
@@ -676,9 +678,12 @@ void add_other_commands(CLI::App& app, Commands& c) {
 
   c.cluster = app.add_subcommand(
       "cluster",
-      "Many jobs arriving on a shared cluster under a scheduler (fifo, srtf, tiresias): JCTs, "
-      "queueing, makespan, utilisation, a timeline (docs/cluster.md)");
+      "Many jobs arriving on a shared cluster under a scheduler (fifo, srtf, tiresias, pollux, "
+      "ones): JCTs, queueing, makespan, utilisation, a timeline (docs/cluster.md)");
   cli::add_cluster_options(c.cluster, c.cluster_args);
+  c.cluster_trace_generate = cli::add_cluster_trace_options(
+      app.add_subcommand("cluster-trace", "Job traces for `stratasim cluster` (docs/cluster.md)"),
+      c.cluster_trace_args);
 
   c.list = app.add_subcommand("list", "List the shipped devices, clusters, models or experiments");
   c.list->add_option("what", c.list_what, "devices, clusters, models or experiments")
@@ -711,6 +716,9 @@ int dispatch(Commands& c) {
   if (c.search->parsed()) return cli::search_command(c.sweep_args);
   if (c.accuracy->parsed()) return cli::accuracy_command(c.accuracy_args);
   if (c.cluster->parsed()) return cli::cluster_command(c.cluster_args);
+  if (c.cluster_trace_generate->parsed()) {
+    return cli::cluster_trace_command(c.cluster_trace_args);
+  }
   return 0;
 }
 

@@ -452,10 +452,10 @@ void write_outputs(const std::filesystem::path& dir, const ClusterResult& result
 ClusterResult run(const RunOptions& options) {
   const hw::ClusterSpec spec = hw::load_cluster(study::resolve_cluster(options.cluster));
   const int gpus = spec.world_size();
-  const JobTrace trace = read_trace(options.trace, gpus);
   const std::unique_ptr<Scheduler> scheduler =
       make_scheduler(options.scheduler, options.scheduler_options);
   const SimulatedThroughput speeds;
+  const JobTrace trace = read_workload(options.trace, options.trace_format, gpus, speeds);
   SimulationOptions sim;
   sim.total_gpus = gpus;
   sim.restart_cost = options.restart_cost;

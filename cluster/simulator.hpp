@@ -40,6 +40,7 @@
 #include "cluster/scheduler.hpp"
 #include "cluster/throughput.hpp"
 #include "cluster/trace.hpp"
+#include "cluster/workload.hpp"
 #include "hw_models/units.hpp"
 
 namespace stratasim::cluster {
@@ -122,12 +123,14 @@ void write_timeline_json(std::ostream& out, const ClusterResult& result);
 void write_outputs(const std::filesystem::path& dir, const ClusterResult& result);
 
 /// The composition `stratasim cluster` runs: the cluster config's device count (a file or a
-/// name from configs/hardware/clusters) as the GPUs, the trace read against it, the policy,
-/// and speeds from SimulatedThroughput.
+/// name from configs/hardware/clusters) as the GPUs, the trace read against it in its format
+/// (cluster/workload.hpp; philly and helios map jobs to the catalog), the policy, and speeds from
+/// one SimulatedThroughput (memoised across the mapping and the run).
 struct RunOptions {
   std::string trace;
   std::string cluster;
   std::string scheduler = "fifo";
+  TraceFormat trace_format = TraceFormat::jsonl;  // cluster/workload.hpp
   Time restart_cost = Time::from_seconds(30.0);
   SchedulerOptions scheduler_options;
 };
