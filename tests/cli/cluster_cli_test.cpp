@@ -118,3 +118,57 @@ TEST_CASE("bad cluster traces and flags are exit 2 naming the line and field") {
   check_bad_input("cluster " + (tmp / "missing.jsonl").string() + " --cluster dgx-a100-1",
                   {"missing.jsonl: cannot open the trace"});
 }
+
+TEST_CASE("cluster-trace generate writes a trace that cluster reads, elastic policies included") {
+  const TempDir tmp("cluster");
+  const auto trace = tmp / "helios.csv";
+  const auto made =
+      run("cluster-trace generate --format helios --jobs 20 --gpus 16 --seed 5 --out " +
+          trace.string());
+  CAPTURE(made.output);
+  REQUIRE(made.status == 0);
+  const std::string text = read(trace);
+  CHECK(text.rfind("job_id,user,vc,gpu_num", 0) == 0);
+  for (const std::string policy : {"pollux", "ones"}) {
+    CAPTURE(policy);
+    const std::string args = "cluster " + trace.string() +
+                             " --trace-format helios --cluster dgx-a100-2 --seed 3 --scheduler " +
+                             policy + " --out ";
+    const auto first = run(args + (tmp / (policy + "1")).string());
+    CAPTURE(first.output);
+    REQUIRE(first.status == 0);
+    CHECK(first.output.find("20 jobs") != std::string::npos);
+    REQUIRE(run(args + (tmp / (policy + "2")).string()).status == 0);
+    for (const char* file : {"jobs.csv", "summary.json", "timeline.json"}) {
+      CAPTURE(file);
+      CHECK(read(tmp / (policy + "1") / file) == read(tmp / (policy + "2") / file));
+    }
+  }
+  const auto sample = stratasim::testing::configs_dir() / "cluster" / "sample-trace.jsonl";
+  for (const std::string policy : {"pollux", "ones"}) {
+    const auto r =
+        run("cluster " + sample.string() + " --cluster dgx-a100-2 --scheduler " + policy);
+    CAPTURE(r.output);
+    CHECK(r.status == 0);
+  }
+}
+
+TEST_CASE("bad trace formats and published-format lines are exit 2, naming what was expected") {
+  const TempDir tmp("cluster");
+  const auto bad = tmp.write("bad.csv",
+                             "job_id,gpu_num,submit_time,duration\n"
+                             "1,1,2020-06-09 18:41:01,60\n"
+                             "2,1,2020-06-09 18:41:01,sixty\n");
+  check_bad_input("cluster " + bad.string() + " --trace-format helios --cluster dgx-a100-1",
+                  {"bad.csv:3: duration: expected a number >= 0, got \"sixty\""});
+  check_bad_input("cluster " + bad.string() + " --trace-format alibaba --cluster dgx-a100-1",
+                  {"--trace-format: expected jsonl, philly or helios"});
+  const auto big = tmp.write("big.csv",
+                             "job_id,gpu_num,submit_time,duration\n"
+                             "1,16,2020-06-09 18:41:01,60\n");
+  check_bad_input("cluster " + big.string() + " --trace-format helios --cluster dgx-a100-1",
+                  {"big.csv:2: gpus: the job asks for 16 GPUs"});
+  check_bad_input(
+      "cluster-trace generate --format philly --jobs 0 --out " + (tmp / "x.json").string(),
+      {"--jobs: expected an integer >= 1"});
+}
