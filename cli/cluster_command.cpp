@@ -87,6 +87,9 @@ CLI::App* add_cluster_trace_options(CLI::App* cmd, ClusterTraceArgs& args) {
   generate->add_option("--gpus", args.gpus, "the cluster's GPUs (default 64)");
   generate->add_option("--load", args.load,
                        "offered GPU demand / the cluster's GPUs (default 1.0)");
+  generate->add_option("--days", args.days,
+                       "arrivals spread over this many days (jobs / days per day) instead of "
+                       "--load");
   generate->add_option("--seed", args.seed, "seed (default 1)");
   generate->add_option("--out", args.out, "the trace file to write")->required();
   cmd->require_subcommand(1);
@@ -102,6 +105,7 @@ int cluster_trace_command(const ClusterTraceArgs& args) {
   options.jobs = args.jobs;
   options.gpus = args.gpus;
   options.load = args.load;
+  options.days = args.days;
   options.seed = args.seed;
   const cluster::SimulatedThroughput speeds;
   std::ostringstream text;

@@ -30,6 +30,7 @@ struct ClusterTraceArgs {
   int jobs = 100;
   int gpus = 64;
   double load = 1.0;
+  double days = 0;
   std::uint64_t seed = 1;
   std::string out;
 };

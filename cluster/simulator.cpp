@@ -238,14 +238,14 @@ class Run {
     for (std::size_t k = 0; k < wanted.size(); ++k) {
       const Job& j = *input.jobs[k].job;
       const int n = wanted[k].gpus, batch = wanted[k].batch;
-      if (n != 0 && (n < j.min_gpus || n > j.max_gpus || !speeds_.speed(j, n, batch).runnable)) {
-        throw std::logic_error(who + "gave job " + j.id + " " + std::to_string(n) +
-                               " GPUs (outside its range or not runnable)");
-      }
       if (batch != j.batch && (batch < j.min_batch || batch > j.max_batch)) {
         throw std::logic_error(who + "gave job " + j.id + " batch " + std::to_string(batch) +
                                " (outside [" + std::to_string(j.min_batch) + ", " +
                                std::to_string(j.max_batch) + "])");
+      }
+      if (n != 0 && (n < j.min_gpus || n > j.max_gpus || !speeds_.speed(j, n, batch).runnable)) {
+        throw std::logic_error(who + "gave job " + j.id + " " + std::to_string(n) +
+                               " GPUs (outside its range or not runnable)");
       }
       total += n;
     }

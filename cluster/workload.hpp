@@ -39,9 +39,10 @@
 // time, and a job larger than the cluster (after rounding).
 //
 // Generator (generate_trace): N jobs with Poisson arrivals (exponential gaps) at the rate that
-// offers `load` x the cluster's GPUs on average, GPU counts drawn from a format's mix, run times
-// lognormal (clamped to [60 s, 7 days]). The mixes (fractions of jobs by GPUs) and lognormal
-// parameters are this project's approximations of the published figures, not their values:
+// offers `load` x the cluster's GPUs on average (or N / `days` per day when days is given), GPU
+// counts drawn from a format's mix, run times lognormal (clamped to [60 s, 7 days]). The mixes
+// (fractions of jobs by GPUs) and lognormal parameters are this project's approximations of the
+// published figures, not their values:
 //   philly: the ATC'19 paper's and the trace notebook's buckets (1, 2-4, 5-8, > 8 GPUs; Figure 2,
 //     run time per bucket): 1 GPU 0.70, 2 0.10, 4 0.10, 8 0.07, 16 0.02, 32 0.01; run time median
 //     1 h, sigma 1.6 (minutes to days);
@@ -112,6 +113,7 @@ struct GenerateOptions {
   int jobs = 100;
   int gpus = 64;
   double load = 1.0;  // offered GPU demand / the cluster's GPUs
+  double days = 0;    // > 0: arrivals at jobs / days instead (the load then follows)
   std::uint64_t seed = 1;
 };
 
