@@ -16,8 +16,11 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
+#include "cluster/simulator.hpp"
+#include "cluster/workload.hpp"
 #include "hw_models/config_reader.hpp"
 #include "hw_models/profile.hpp"
 #include "search/search.hpp"
@@ -264,6 +267,51 @@ std::string search_(const std::string& experiment, const std::vector<std::string
   return search::search_csv(combos, results, search::rank_results(*objective, results));
 }
 
+// `stratasim cluster`: (jobs.csv, summary.json, timeline.json) texts.
+std::tuple<std::string, std::string, std::string> cluster_run(
+    const std::string& trace, const std::string& cluster_name, const std::string& scheduler,
+    const std::string& trace_format, std::uint64_t seed, const std::string& restart_cost,
+    double tick_s) {
+  py::gil_scoped_release release;
+  cluster::RunOptions options;
+  options.trace = trace;
+  options.cluster = cluster_name;
+  options.scheduler = scheduler;
+  options.trace_format = cluster::parse_trace_format(trace_format, "trace_format");
+  options.scheduler_options.seed = seed;
+  if (tick_s > 0) options.scheduler_options.tick_s = tick_s;
+  try {
+    options.restart_cost = parse_time(restart_cost);
+  } catch (const std::exception& e) {
+    throw study::BadInput("restart_cost: expected a time such as \"30 s\", got \"" + restart_cost +
+                          "\"");
+  }
+  const cluster::ClusterResult result = cluster::run(options);
+  std::ostringstream jobs, summary, timeline;
+  cluster::write_jobs_csv(jobs, result);
+  cluster::write_summary_json(summary, result);
+  cluster::write_timeline_json(timeline, result);
+  return {jobs.str(), summary.str(), timeline.str()};
+}
+
+// `stratasim cluster-trace generate`: the trace's text.
+std::string cluster_trace(const std::string& format, const std::string& mix, int jobs, int gpus,
+                          double load, double days, std::uint64_t seed) {
+  py::gil_scoped_release release;
+  cluster::GenerateOptions options;
+  options.format = cluster::parse_trace_format(format, "format");
+  options.mix = mix;
+  options.jobs = jobs;
+  options.gpus = gpus;
+  options.load = load;
+  options.days = days;
+  options.seed = seed;
+  const cluster::SimulatedThroughput speeds;
+  std::ostringstream out;
+  cluster::write_generated(out, options, speeds);
+  return out.str();
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -333,5 +381,9 @@ PYBIND11_MODULE(_core, m) {
         py::arg("objective"), py::arg("zero"), py::arg("recompute"), py::arg("micro_batch"),
         py::arg("min_gpus"), py::arg("schedules"), py::arg("interleave"),
         py::arg("sequence_parallel"), py::arg("try_fsdp"), py::arg("jobs"), py::arg("exact"));
+  m.def("cluster", &cluster_run, py::arg("trace"), py::arg("cluster"), py::arg("scheduler"),
+        py::arg("trace_format"), py::arg("seed"), py::arg("restart_cost"), py::arg("tick_s"));
+  m.def("cluster_trace", &cluster_trace, py::arg("format"), py::arg("mix"), py::arg("jobs"),
+        py::arg("gpus"), py::arg("load"), py::arg("days"), py::arg("seed"));
   m.attr("__version__") = STRATASIM_VERSION;
 }

@@ -23,7 +23,7 @@ from . import _core
 from ._core import BadInput, Experiment, SimulationFailed
 
 __version__ = _core.__version__
-__all__ = ["load", "simulate", "memory", "sweep", "search", "Result", "Experiment", "BadInput",
+__all__ = ["load", "simulate", "memory", "sweep", "search", "cluster", "cluster_trace", "Result", "Experiment", "BadInput",
            "SimulationFailed"]
 
 try:  # pandas is optional (Debian's python3-pandas): DataFrames where it is installed
@@ -240,3 +240,29 @@ def search(experiment, gpus, objective="throughput", zero="0..3",
                         _text(schedules) or "", "2" if interleave is None else _text(interleave),
                         _text(sequence_parallel) or "", try_fsdp, jobs, exact)
     return _rows(text, frame)
+
+
+def cluster(trace, cluster, scheduler="fifo", trace_format="jsonl", seed=0, restart_cost="30 s",
+            tick=None, frame=True):
+    """Many jobs on a shared cluster under a scheduler (`stratasim cluster`; docs/cluster.md).
+
+    trace: a job trace file (jsonl, or philly / helios with trace_format); cluster: a cluster
+    config or catalog name, its devices the GPUs; scheduler: fifo, srtf, tiresias, pollux or ones;
+    seed: the stochastic policies' (ones); tick: seconds between periodic decisions (None: the
+    policy's default). Returns a dict: "summary" (summary.json's fields, "utilisation" as
+    [[time_s, busy_gpus], ...]), "jobs" (jobs.csv's rows: a DataFrame with pandas, else a list of
+    dicts) and "timeline" (timeline.json, the Chrome trace, as a dict)."""
+    jobs, summary, timeline = _core.cluster(str(trace), str(cluster), scheduler, trace_format,
+                                            int(seed), restart_cost,
+                                            float(tick) if tick is not None else 0.0)
+    return {"summary": json.loads(summary), "jobs": _rows(jobs, frame),
+            "timeline": json.loads(timeline)}
+
+
+def cluster_trace(format="philly", jobs=100, gpus=64, seed=1, load=1.0, days=0.0, mix=None):
+    """A generated Philly- or Helios-like job trace's text (`stratasim cluster-trace generate`;
+    cluster/workload.hpp): write it to a file and pass it to cluster() with its trace_format."""
+    if mix is None:
+        mix = "helios" if format == "helios" else "philly"
+    return _core.cluster_trace(format, mix, int(jobs), int(gpus), float(load), float(days),
+                               int(seed))
