@@ -17,6 +17,7 @@
 #include "cluster/simulator.hpp"
 #include "cluster/throughput.hpp"
 #include "cluster/trace.hpp"
+#include "helpers.hpp"
 #include "study/errors.hpp"
 
 using namespace stratasim;
@@ -50,14 +51,6 @@ ClusterResult run(const std::vector<Job>& jobs, Scheduler& policy, const Through
   options.total_gpus = gpus;
   options.restart_cost = Time::from_seconds(restart_s);
   return simulate_cluster(trace, policy, speeds, options);
-}
-
-std::string outputs(const ClusterResult& r) {
-  std::ostringstream out;
-  write_jobs_csv(out, r);
-  write_summary_json(out, r);
-  write_timeline_json(out, r);
-  return out.str();
 }
 
 // Batch 100 until 10 s, then batch 200 (a tick at 10 s), on 4 GPUs.
@@ -207,24 +200,16 @@ TEST_CASE("property: elastic policies keep within the cluster and the bounds, an
         CHECK(r.jobs[i].completion_s >=
               jobs[i].arrival_s + jobs[i].samples / best_goodput(jobs[i]) - 1e-6);
       }
-      std::vector<std::pair<double, int>> edges;
       for (const Segment& s : r.segments) {
         const Job& j = jobs[static_cast<std::size_t>(s.job)];
         CHECK(s.gpus >= j.min_gpus);
         CHECK(s.gpus <= j.max_gpus);
         CHECK(s.batch >= j.min_batch);
         CHECK(s.batch <= j.max_batch);
-        edges.push_back({s.start_s, s.gpus});
-        edges.push_back({s.end_s, -s.gpus});
       }
-      std::sort(edges.begin(), edges.end());
-      int held = 0, most = 0;
-      for (const auto& [time, delta] : edges) {
-        held += delta;
-        most = std::max(most, held);
-      }
-      CHECK(most <= 16);
-      CHECK(held == 0);
+      const testing::Held held = testing::gpus_held(r);
+      CHECK(held.most <= 16);
+      CHECK(held.final == 0);
     }
   }
 }
@@ -237,8 +222,8 @@ TEST_CASE("the same seed gives the same elastic schedule, byte for byte") {
     options.seed = 7;
     const auto first = make_scheduler(policy, options);
     const auto second = make_scheduler(policy, options);
-    CHECK(outputs(run(jobs, *first, elastic_table(), 16, 30)) ==
-          outputs(run(jobs, *second, elastic_table(), 16, 30)));
+    CHECK(testing::outputs(run(jobs, *first, elastic_table(), 16, 30)) ==
+          testing::outputs(run(jobs, *second, elastic_table(), 16, 30)));
   }
 }
 

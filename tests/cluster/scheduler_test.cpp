@@ -10,6 +10,7 @@
 #include "cluster/simulator.hpp"
 #include "cluster/throughput.hpp"
 #include "cluster/trace.hpp"
+#include "helpers.hpp"
 
 using namespace stratasim;
 using namespace stratasim::cluster;
@@ -47,14 +48,6 @@ const TableThroughput& table() {
 // 10 samples).
 std::vector<Job> three_jobs() {
   return {job("j1", 0, "a", 100, 4), job("j2", 10, "b", 20, 2), job("j3", 20, "b", 10, 2)};
-}
-
-std::string outputs(const ClusterResult& r) {
-  std::ostringstream out;
-  write_jobs_csv(out, r);
-  write_summary_json(out, r);
-  write_timeline_json(out, r);
-  return out.str();
 }
 
 }  // namespace
@@ -191,19 +184,9 @@ TEST_CASE("property: no policy exceeds the cluster's GPUs and every job finishes
         CHECK(r.jobs[i].start_s >= jobs[i].arrival_s);
       }
       // GPUs held at every instant, from the segments (independently of the utilisation steps).
-      std::vector<std::pair<double, int>> edges;
-      for (const Segment& s : r.segments) {
-        edges.push_back({s.start_s, s.gpus});
-        edges.push_back({s.end_s, -s.gpus});
-      }
-      std::sort(edges.begin(), edges.end());  // releases (negative) before grabs at one time
-      int held = 0, most = 0;
-      for (const auto& [time, delta] : edges) {
-        held += delta;
-        most = std::max(most, held);
-      }
-      CHECK(most <= 16);
-      CHECK(held == 0);
+      const testing::Held held = testing::gpus_held(r);
+      CHECK(held.most <= 16);
+      CHECK(held.final == 0);
       for (const UtilisationStep& u : r.utilisation) CHECK(u.busy_gpus <= 16);
     }
   }
@@ -213,8 +196,8 @@ TEST_CASE("the same trace and policy give byte-identical outputs") {
   const std::vector<Job> jobs = random_jobs(7, 60);
   for (const std::string& policy : scheduler_names()) {
     CAPTURE(policy);
-    const std::string first = outputs(simulate(jobs, policy, scaling(), 16, 30));
-    const std::string second = outputs(simulate(jobs, policy, scaling(), 16, 30));
+    const std::string first = testing::outputs(simulate(jobs, policy, scaling(), 16, 30));
+    const std::string second = testing::outputs(simulate(jobs, policy, scaling(), 16, 30));
     CHECK(first == second);
   }
 }

@@ -10,6 +10,7 @@
 #include "cluster/simulator.hpp"
 #include "cluster/throughput.hpp"
 #include "cluster/workload.hpp"
+#include "helpers.hpp"
 #include "study/errors.hpp"
 #include "temp_dir.hpp"
 #include "test_paths.hpp"
@@ -54,14 +55,6 @@ ClusterResult run_on_philly_64(const std::string& policy, const SimulatedThrough
   SimulationOptions sim;
   sim.total_gpus = 64;
   return simulate_cluster(trace, *scheduler, speeds, sim);
-}
-
-std::string outputs(const ClusterResult& r) {
-  std::ostringstream out;
-  write_jobs_csv(out, r);
-  write_summary_json(out, r);
-  write_timeline_json(out, r);
-  return out.str();
 }
 
 }  // namespace
@@ -198,7 +191,7 @@ TEST_CASE("headline: ONES beats FIFO and Tiresias on average JCT on the Philly-l
   CHECK(ones.summary.mean_jct_s < fifo.summary.mean_jct_s);
   CHECK(ones.summary.mean_jct_s < tiresias.summary.mean_jct_s);
   // The same seed: the same schedule, byte for byte.
-  CHECK(outputs(run_on_philly_64("ones", speeds)) == outputs(ones));
+  CHECK(testing::outputs(run_on_philly_64("ones", speeds)) == testing::outputs(ones));
 }
 
 TEST_CASE("the trace format flag names what it expects") {
