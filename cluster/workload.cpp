@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <numbers>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -375,7 +376,7 @@ Mix mix_of(const std::string& name) {
 /// A standard normal deviate (Box-Muller on two uniforms in (0, 1]).
 double normal(Xoshiro256& rng) {
   const double u1 = 1.0 - rng.unit(), u2 = rng.unit();
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
 }
 
 int draw_gpus(const Mix& mix, Xoshiro256& rng, int cluster) {
