@@ -251,3 +251,36 @@ TEST_CASE("elastic trace fields: batch bounds and the noise scale") {
   bad(R"({"id": "a", "arrival_s": 0, "experiment": "x", "samples": 10, "gpus": 2, "batch": 0})",
       "t.jsonl:1: batch: expected an integer >= 1");
 }
+
+TEST_CASE("pollux shares GPUs by marginal gain, then grows the job left alone") {
+  // 4 GPUs; a and b arrive at 0, elastic in GPUs (1, 2 or 4), fixed batch. Speeds: a 1, 1.9, 3.4
+  // and b 1, 1.2, 1.3 samples/s at 1, 2, 4 GPUs. The fair share is 4 / 2 = 2 GPUs: speedups are
+  // over a's 1.9 and b's 1.2. With p = -1, u(s) = -1 / s. Admission: a and b at 1 GPU (2 free).
+  // Growth to 2 GPUs: a gains -1 - (-1.9) = 0.9 per GPU, b -1 - (-1.2) = 0.2: a first, then a's
+  // next step (2 more GPUs) does not fit the 1 free, so b takes it. a on 2 GPUs: 190 samples in
+  // 100 s; b on 2 GPUs makes 120 of its 240 samples by then. At 100 s b is alone: its fair share
+  // is 4 GPUs (speedups over 1.3), 4 GPUs add u, so it resizes: 30 s restart, then 120 samples at
+  // 1.3/s = 92.3077 s. b completes at 100 + 30 + 120 / 1.3 = 222.3077 s.
+  const TableThroughput speeds(
+      {{"a", {{1, 1.0}, {2, 1.9}, {4, 3.4}}}, {"b", {{1, 1.0}, {2, 1.2}, {4, 1.3}}}});
+  std::vector<Job> jobs(2);
+  for (int k = 0; k < 2; ++k) {
+    jobs[k].id = k == 0 ? "a" : "b";
+    jobs[k].experiment = jobs[k].id;
+    jobs[k].gpus = 2;
+    jobs[k].min_gpus = 1;
+    jobs[k].max_gpus = 4;
+  }
+  jobs[0].samples = 190;
+  jobs[1].samples = 240;
+  const auto pollux = make_scheduler("pollux");
+  const ClusterResult r = run(jobs, *pollux, speeds, 4, 30);
+  CHECK(r.jobs[0].completion_s == doctest::Approx(100.0));
+  CHECK(r.jobs[1].completion_s == doctest::Approx(100.0 + 30.0 + 120.0 / 1.3));
+  CHECK(r.jobs[1].restarts == 1);
+  REQUIRE(r.segments.size() >= 3);
+  for (const Segment& s : r.segments) {
+    if (s.end_s <= 100.0 + 1e-9) CHECK(s.gpus == 2);    // a and b on 2 GPUs each until 100 s
+    if (s.start_s >= 100.0 - 1e-9) CHECK(s.gpus == 4);  // then b on 4
+  }
+}
