@@ -67,7 +67,7 @@ void add_cluster_options(CLI::App* cmd, ClusterArgs& args) {
   cmd->add_option("--restart-cost", args.restart_cost,
                   "checkpoint and restart time of a preempted or resized job (default \"30 s\")");
   cmd->add_option("--tick", args.tick,
-                  "seconds between periodic decisions (tiresias; default \"60 s\")");
+                  "seconds between periodic decisions (tiresias, pollux, ones; default \"60 s\")");
   cmd->add_option("--out", args.out, "folder for jobs.csv, summary.json and timeline.json");
   cmd->add_option("--trace-format", args.trace_format,
                   "jsonl (default), philly (cluster_job_log) or helios (cluster_log.csv); "

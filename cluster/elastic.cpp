@@ -50,7 +50,8 @@ double goodput(const Job& job, int gpus, int batch, const Throughput& speeds) {
 
 GoodputCache::Entry& GoodputCache::entry(const Job& job) {
   Entry& e = entries_[&job];
-  if (e.id != job.id) e = Entry{job.id, false, false, {}, {}};
+  const std::string key = job.id + '\n' + job.experiment;
+  if (e.id != key) e = Entry{key, false, false, {}, {}};
   return e;
 }
 

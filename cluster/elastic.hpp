@@ -16,7 +16,8 @@
 // following from the batch at the job's base per-GPU batch: g(M) = the largest candidate count <=
 // gpus x M / M0, at least min_gpus, as ONES scales a job's GPUs with its batch). Speeds are
 // deterministic, so entries never go stale within a run; the cache is keyed by the Job's address
-// and id and is not thread-safe (one per policy instance).
+// and checked against its id and experiment (a policy reused on another trace recomputes); it is
+// not thread-safe (one per policy instance).
 #pragma once
 
 #include <map>
@@ -51,7 +52,7 @@ class GoodputCache {
 
  private:
   struct Entry {
-    std::string id;
+    std::string id;  // the job's id and experiment
     bool has_best = false, has_ladder = false;
     std::vector<Config> best, ladder;
   };
