@@ -73,6 +73,14 @@ void add_cluster_options(CLI::App* cmd, ClusterArgs& args) {
                   "jsonl (default), philly (cluster_job_log) or helios (cluster_log.csv); "
                   "docs/cluster.md");
   cmd->add_option("--seed", args.seed, "seed of stochastic schedulers (ones; default 0)");
+  cmd->add_option("--pollux-p", args.pollux_p,
+                  "pollux: the power of the generalised mean of speedups (default -1)");
+  cmd->add_option("--ones-population", args.ones_population,
+                  "ones: candidate schedules in the population (default 16)");
+  cmd->add_option("--ones-generations", args.ones_generations,
+                  "ones: generations evolved per decision (default 5)");
+  cmd->add_option("--ones-resize-interval", args.ones_resize_interval,
+                  "ones: the least time between two changes of a running job (default \"300 s\")");
 }
 
 CLI::App* add_cluster_trace_options(CLI::App* cmd, ClusterTraceArgs& args) {
@@ -123,6 +131,11 @@ int cluster_command(const ClusterArgs& args) {
   options.scheduler = args.scheduler;
   options.trace_format = cluster::parse_trace_format(args.trace_format, "--trace-format");
   options.scheduler_options.seed = args.seed;
+  options.scheduler_options.pollux_p = args.pollux_p;
+  options.scheduler_options.ones_population = args.ones_population;
+  options.scheduler_options.ones_generations = args.ones_generations;
+  options.scheduler_options.ones_min_resize_interval_s =
+      time_flag("--ones-resize-interval", args.ones_resize_interval, false).seconds();
   options.restart_cost = time_flag("--restart-cost", args.restart_cost, false);
   if (!args.tick.empty()) {
     options.scheduler_options.tick_s = time_flag("--tick", args.tick, true).seconds();

@@ -22,6 +22,10 @@ struct ClusterArgs {
   std::string out;   // empty: print only
   std::string trace_format = "jsonl";
   std::uint64_t seed = 0;
+  double pollux_p = -1.0;
+  int ones_population = 16;
+  int ones_generations = 5;
+  std::string ones_resize_interval = "300 s";
 };
 
 struct ClusterTraceArgs {

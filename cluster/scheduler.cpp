@@ -1,6 +1,7 @@
 #include "cluster/scheduler.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <stdexcept>
 
@@ -132,12 +133,16 @@ std::unique_ptr<Scheduler> make_scheduler(const std::string& name,
     }
     return std::make_unique<Tiresias>(options);
   }
-  if (name == "pollux") return make_pollux(options);
+  if (name == "pollux") {
+    if (!std::isfinite(options.pollux_p)) throw study::BadInput("--pollux-p: expected a number");
+    return make_pollux(options);
+  }
   if (name == "ones") {
     if (options.ones_population < 2 || options.ones_generations < 0 ||
         !(options.ones_min_resize_interval_s >= 0)) {
       throw study::BadInput(
-          "ones: expected a population >= 2, generations >= 0 and a resize interval >= 0");
+          "--ones-population, --ones-generations, --ones-resize-interval: expected a population "
+          ">= 2, generations >= 0 and an interval >= 0");
     }
     return make_ones(options);
   }
