@@ -168,6 +168,13 @@ TEST_CASE("bad trace formats and published-format lines are exit 2, naming what 
                              "1,16,2020-06-09 18:41:01,60\n");
   check_bad_input("cluster " + big.string() + " --trace-format helios --cluster dgx-a100-1",
                   {"big.csv:2: gpus: the job asks for 16 GPUs"});
+  const auto ok = tmp.write("ok.csv",
+                            "job_id,gpu_num,submit_time,duration\n"
+                            "1,1,2020-06-09 18:41:01,60\n");
+  check_bad_input("cluster " + ok.string() +
+                      " --trace-format helios --cluster dgx-a100-1 --scheduler ones "
+                      "--ones-population 1",
+                  {"--ones-population, --ones-generations, --ones-resize-interval: expected"});
   check_bad_input(
       "cluster-trace generate --format philly --jobs 0 --out " + (tmp / "x.json").string(),
       {"--jobs: expected an integer >= 1"});
