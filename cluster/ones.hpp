@@ -29,7 +29,8 @@
 //   parents by binary tournament; survivors by (mu + lambda) truncation to the population size
 //   (ties: the older individual).
 // - Online: the population persists between decisions (genes carried to the same jobs; new jobs
-//   queued), seeded at each decision with the current schedule; SchedulerOptions::
+//   queued), joined at each decision by the current schedule and the greedy one (every job
+//   queued, then repaired), and by random individuals up to the size; SchedulerOptions::
 //   ones_population (default 16) individuals, ones_generations (default 5) generations per
 //   decision, decisions on arrivals, completions and every 60 s (--tick).
 // - Resize limit (choice): a running job whose allocation changed less than

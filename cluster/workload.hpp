@@ -38,7 +38,7 @@
 // ..." (philly: a JSON path) for malformed input, a time that does not parse, a negative run
 // time, and a job larger than the cluster (after rounding).
 //
-// Generator (generate_trace): N jobs with Poisson arrivals (exponential gaps) at the rate that
+// Generator (generate_recorded, write_generated): N jobs with Poisson arrivals (exponential gaps) at the rate that
 // offers `load` x the cluster's GPUs on average (or N / `days` per day when days is given), GPU
 // counts drawn from a format's mix, run times lognormal (clamped to [60 s, 7 days]). The mixes
 // (fractions of jobs by GPUs) and lognormal parameters are this project's approximations of the
