@@ -8,6 +8,7 @@
 #include "hw_models/topology.hpp"
 #include "sim/flow_network.hpp"
 #include "strategies/dlrm.hpp"
+#include "strategies/iterations.hpp"
 #include "strategies/rnn.hpp"
 #include "study/errors.hpp"
 #include "study/partition.hpp"
@@ -31,25 +32,44 @@ st::Experiment configured(st::Experiment experiment, const Options& options) {
 
 bool mirrors(const st::Experiment& experiment, bool exact) {
   // A DLRM's ranks hold different embedding shards: no two behave alike.
-  return !exact && !experiment.dlrm && sim::replicas_behave_alike(experiment.cluster);
+  // Parameter servers exchange messages with every worker: nothing is mirrored.
+  return !exact && !experiment.dlrm && !experiment.parallelism.parameter_server &&
+         sim::replicas_behave_alike(experiment.cluster);
 }
 
-st::Program lower(const st::Experiment& experiment, const st::LowerOptions& options) {
-  if (experiment.dlrm || experiment.rnn) {
-    st::Program program = experiment.dlrm ? st::lower_dlrm(experiment)
-                                          : st::lower_rnn(experiment, options.mirror_data_parallel);
-    try {
-      st::validate(program);
-    } catch (const st::ProgramError& e) {
-      throw InvalidProgram(std::string("the lowered program is invalid: ") + e.what());
-    }
-    return program;
-  }
+namespace {
+
+// One iteration of the experiment, as its model's lowering emits it.
+st::Program lower_one_iteration(const st::Experiment& experiment, const st::LowerOptions& options) {
+  if (experiment.dlrm) return st::lower_dlrm(experiment);
+  if (experiment.rnn) return st::lower_rnn(experiment, options.mirror_data_parallel);
   st::PipelineSpec spec = st::pipeline_spec(experiment, partition_layers(experiment));
   spec.mirror_data_parallel = options.mirror_data_parallel;
   spec.mirror_tensor_parallel = options.mirror_tensor_parallel;
   spec.mirror_period = options.mirror_period;
-  st::Program program = st::assemble_pipeline(spec);
+  return st::assemble_pipeline(spec);
+}
+
+// `options.iterations` of `one` back to back (BadInput naming --iterations when the schedule
+// cannot be repeated).
+st::Program repeated(st::Program one, int iterations) {
+  if (iterations == 1) return one;
+  if (one.overlapping_iterations()) {
+    throw BadInput("--iterations " + std::to_string(iterations) +
+                   ": the schedule overlaps iterations by itself (PipeDream-2BW, ZB-H2) and is "
+                   "reported as one steady-state iteration; use --iterations 1");
+  }
+  if (iterations < 1 || iterations > st::kMaxIterations) {
+    throw BadInput("--iterations expects 1 to " + std::to_string(st::kMaxIterations) + ", got " +
+                   std::to_string(iterations));
+  }
+  return st::repeat_iterations(one, iterations);
+}
+
+}  // namespace
+
+st::Program lower(const st::Experiment& experiment, const st::LowerOptions& options) {
+  st::Program program = repeated(lower_one_iteration(experiment, options), options.iterations);
   try {
     st::validate(program);
   } catch (const st::ProgramError& e) {
@@ -197,6 +217,10 @@ FlowReduction flow_reduction(const st::Experiment& experiment, bool exact,
     return out;
   }
   const bool routes = cluster.flow_symmetry == hw::FlowSymmetry::symmetric_routes;
+  if (experiment.parallelism.parameter_server) {
+    out.note = "every rank simulated: parameter servers message every worker";
+    return out;
+  }
   if (exact && !routes) {
     out.note = "every replica simulated (--exact)";
     return out;
@@ -255,7 +279,8 @@ struct MirrorPlan {
 MirrorPlan mirror_plan(const st::Experiment& experiment, const Options& options,
                        const FlowReduction* known = nullptr) {
   if (mirrors(experiment, options.exact)) return {true, 1};
-  if (experiment.dlrm || experiment.rnn) return {};  // their lowerings mirror with period 1 only
+  // DLRM's and RNN's lowerings mirror with period 1 only; parameter servers not at all.
+  if (experiment.dlrm || experiment.rnn || experiment.parallelism.parameter_server) return {};
   if (experiment.cluster.network_model != hw::NetworkModel::flow ||
       experiment.cluster.flow_symmetry != hw::FlowSymmetry::automatic || options.exact) {
     return {};
@@ -271,7 +296,8 @@ st::LowerOptions lower_options(const st::Experiment& experiment, MirrorPlan plan
   const bool analytical = mirrors(experiment, options.exact);
   return {.mirror_data_parallel = plan.mirrored,
           .mirror_tensor_parallel = plan.mirrored && analytical && options.mirror_tensor_parallel,
-          .mirror_period = plan.period};
+          .mirror_period = plan.period,
+          .iterations = options.iterations};
 }
 
 // The shared first half of simulate() and estimate_memory(): the configured experiment, its

@@ -73,6 +73,11 @@ struct Options {
   /// (study/footprint.hpp) exceeds this; unset: the machine's available memory
   /// (available_host_memory()); Bytes(0): no check.
   std::optional<Bytes> max_memory;
+  /// Training iterations simulated back to back (`--iterations`; strategies/iterations.hpp):
+  /// each forward waits for its layers' updated parameters of the previous iteration. The
+  /// report then gives the mean iteration (traces::Report::iterations). 1: one iteration, the
+  /// Program and report as without the option.
+  int iterations = 1;
 };
 
 constexpr int kTraceAllUpTo = 256;
