@@ -121,9 +121,10 @@ Program repeat_iterations(const Program& one, int n) {
   Program out(one.world_size());
   copy_shared(one, out);
   const auto times = static_cast<std::size_t>(n);
+  // Each forward op may gain one dependency per stream.
   std::size_t deps = 0, effects = 0;
   for (const Op& op : one.ops()) {
-    deps += op.deps_count + kStreams;
+    deps += op.deps_count + (op.phase == Phase::forward ? kStreams : 0);
     effects += op.effects_count;
   }
   out.reserve(one.op_count() * times, deps * times, effects * times);
