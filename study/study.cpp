@@ -79,9 +79,9 @@ st::Program lower(const st::Experiment& experiment, const st::LowerOptions& opti
 }
 
 std::vector<std::int32_t> trace_ranks(const std::string& spec, const st::RankLayout& layout,
-                                      bool mirrored, int period) {
+                                      bool mirrored, int period, int servers) {
   period = std::max(period, 1);
-  const int world = layout.world_size();
+  const int world = layout.world_size() + servers;
   const std::string mode = spec == "auto" ? (world <= kTraceAllUpTo ? "all" : "stages") : spec;
   std::vector<std::int32_t> ranks;
   if (mode == "all") {
@@ -111,7 +111,7 @@ std::vector<std::int32_t> trace_ranks(const std::string& spec, const st::RankLay
       throw BadInput("--trace-ranks expects all, stages or ranks from 0 to " +
                      std::to_string(world - 1) + " separated by commas, got \"" + item + "\"");
     }
-    if (mirrored && layout.replica(rank) >= period) {
+    if (mirrored && rank < layout.world_size() && layout.replica(rank) >= period) {
       // Replica r runs what replica r mod period runs (strategies/lowering/rank_emitter.cpp).
       const int source = layout.cp_index(rank) + layout.cp * (layout.replica(rank) % period);
       throw BadInput(
@@ -308,8 +308,8 @@ Result prepare(st::Experiment experiment, const Options& options,
   Result r;
   r.experiment = configure ? configured(std::move(experiment), options) : std::move(experiment);
   const MirrorPlan plan = mirror_plan(r.experiment, options, reduction);
-  r.traced_ranks =
-      trace_ranks(options.trace_ranks, st::layout_of(r.experiment), plan.mirrored, plan.period);
+  r.traced_ranks = trace_ranks(options.trace_ranks, st::layout_of(r.experiment), plan.mirrored,
+                               plan.period, r.experiment.parallelism.servers);
   r.program = program ? std::move(*program)
                       : study::lower(r.experiment, lower_options(r.experiment, plan, options));
   r.context = traces::report_context(r.experiment);
@@ -337,8 +337,8 @@ HostMemoryEstimate estimate(const st::Experiment& experiment, const Options& giv
   } else {
     issuing = sample.world_size();
   }
-  const auto traced =
-      trace_ranks(options.trace_ranks, st::layout_of(experiment), mirrored, plan.period);
+  const auto traced = trace_ranks(options.trace_ranks, st::layout_of(experiment), mirrored,
+                                  plan.period, experiment.parallelism.servers);
   RunShape shape =
       run_shape(sample, issuing, options.record_spans, static_cast<std::int64_t>(traced.size()),
                 options.spans_of_traced_ranks_only);
@@ -451,7 +451,8 @@ Result simulate(st::Experiment experiment, const Options& requested) {
                         : "");
       r.host_memory = full;
       r.program = study::lower(r.experiment, lower_options(r.experiment, MirrorPlan{}, options));
-      r.traced_ranks = trace_ranks(options.trace_ranks, st::layout_of(r.experiment), false);
+      r.traced_ranks = trace_ranks(options.trace_ranks, st::layout_of(r.experiment), false, 1,
+                                   r.experiment.parallelism.servers);
       sim_options.memory_sample_ranks = r.traced_ranks;
     }
     run(nullptr);

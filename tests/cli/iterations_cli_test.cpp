@@ -58,6 +58,16 @@ TEST_CASE("--iterations 3: the mean iteration, the total and each iteration's en
   CHECK(b["peak_memory_bytes"] == a["peak_memory_bytes"]);
 }
 
+TEST_CASE("parameter servers are ranks a trace may name") {
+  const TempDir tmp("cli-ps-trace");
+  const auto out = tmp.subdir("out");
+  // 8 workers (ranks 0-7) and 2 servers (ranks 8, 9).
+  REQUIRE(run("simulate vgg16-ps-v100-10 --quiet --trace-ranks 0,9 --out " + out.string())
+              .status == 0);
+  CHECK(read(out / "timeline.json").find("ps update") != std::string::npos);
+  check_bad_input("simulate vgg16-ps-v100-10 --trace-ranks 10", {"--trace-ranks", "0 to 9"});
+}
+
 TEST_CASE("--iterations and the parameter server: bad input exits 2 naming the key") {
   check_bad_input("simulate vgg16-ps-v100-10 --iterations 0", {"--iterations"});
   check_bad_input("simulate vgg16-bapipe-v100-16 --schedule pipedream-2bw --iterations 2",
