@@ -62,8 +62,8 @@ TEST_CASE("parameter servers are ranks a trace may name") {
   const TempDir tmp("cli-ps-trace");
   const auto out = tmp.subdir("out");
   // 8 workers (ranks 0-7) and 2 servers (ranks 8, 9).
-  REQUIRE(run("simulate vgg16-ps-v100-10 --quiet --trace-ranks 0,9 --out " + out.string())
-              .status == 0);
+  REQUIRE(run("simulate vgg16-ps-v100-10 --quiet --trace-ranks 0,9 --out " + out.string()).status ==
+          0);
   CHECK(read(out / "timeline.json").find("ps update") != std::string::npos);
   check_bad_input("simulate vgg16-ps-v100-10 --trace-ranks 10", {"--trace-ranks", "0 to 9"});
 }
