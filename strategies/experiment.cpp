@@ -1217,8 +1217,6 @@ void check_moe(const config::Document& doc, const Experiment& e) {
   }
 }
 
-}  // namespace
-
 // The parameter-server strategy (docs/parameter-server.md) is modelled for plain data
 // parallelism: one pipeline stage, no tensor or context parallelism, no ZeRO, FSDP, gradient
 // compression, offload or experts. Each refusal names the key to change.
@@ -1244,6 +1242,8 @@ void check_parameter_server(const config::Document& doc, const Experiment& e) {
           "without PyTorch FSDP");
   require(!e.model.moe, "model.moe", "absent (no mixture of experts)");
 }
+
+}  // namespace
 
 Experiment read_experiment(config::Document& doc, const std::vector<Override>& overrides) {
   std::vector<std::string> notes;
