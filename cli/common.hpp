@@ -52,6 +52,7 @@ struct SimulateArgs {
   std::string trace_ranks = "auto";
   bool quiet = false;
   bool exact = false;                     // no data-parallel mirroring
+  int iterations = 1;                     // simulate: iterations back to back (--iterations)
   std::optional<std::string> max_memory;  // --max-memory "4 GiB" (study::Options::max_memory)
   // Inputs users already have (strategies/foreign_inputs.hpp, docs/inputs.md): a model file (ours
   // or a Hugging Face config.json), a DeepSpeed config and Megatron-LM arguments.

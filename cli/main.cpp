@@ -37,6 +37,7 @@
 #include "strategies/dlrm.hpp"
 #include "strategies/experiment.hpp"
 #include "strategies/foreign_inputs.hpp"
+#include "strategies/iterations.hpp"
 #include "strategies/lowering.hpp"
 #include "strategies/program.hpp"
 #include "strategies/rnn.hpp"
@@ -102,7 +103,12 @@ int simulate_jobs_command(const SimulateArgs& args) {
 }
 
 int simulate_command(const SimulateArgs& args) {
-  if (!args.more_experiments.empty()) return simulate_jobs_command(args);
+  if (!args.more_experiments.empty()) {
+    if (args.iterations != 1) {
+      throw BadInput("--iterations applies to one experiment; several share the cluster");
+    }
+    return simulate_jobs_command(args);
+  }
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
   check_out_dir(args.out);
@@ -112,6 +118,7 @@ int simulate_command(const SimulateArgs& args) {
   options.spans_of_traced_ranks_only = true;  // the report is computed while the run goes
   options.stop_on_oom = args.stop_on_oom;
   options.max_memory = max_memory_of(args);
+  options.iterations = args.iterations;
   const study::Result r = study::simulate(
       strategies::load_experiment(resolve_experiment(args.experiment), overrides_of(args)),
       options);
@@ -534,6 +541,12 @@ void add_simulation_commands(CLI::App& app, Commands& c) {
                          "With several experiments: packed (one after the other), interleaved "
                          "(nodes dealt round-robin) or device ranges per job like \"0-15;16-31\"");
   cli::add_max_memory_option(c.simulate, c.sim_args);
+  c.simulate
+      ->add_option("--iterations", c.sim_args.iterations,
+                   "Training iterations back to back (default 1): each forward waits for its "
+                   "layers' updated parameters of the previous iteration; the report gives the "
+                   "mean iteration, the total and each iteration's end (docs/lowering.md)")
+      ->check(CLI::Range(1, strategies::kMaxIterations));
   c.simulate->add_flag(
       "--stop-on-oom", c.sim_args.stop_on_oom,
       "End the simulation at the first out-of-memory (default: finish and report)");

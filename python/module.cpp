@@ -169,10 +169,11 @@ study::Options options_of(bool exact, const std::string& trace_ranks, const std:
 }
 
 PyResult simulate(const PyExperiment& e, bool exact, const std::string& trace_ranks,
-                  const std::string& profile, const std::string& network) {
+                  const std::string& profile, const std::string& network, int iterations) {
   py::gil_scoped_release release;
-  return {std::make_shared<study::Result>(
-      study::simulate(e.experiment, options_of(exact, trace_ranks, profile, network)))};
+  study::Options options = options_of(exact, trace_ranks, profile, network);
+  options.iterations = iterations;
+  return {std::make_shared<study::Result>(study::simulate(e.experiment, options))};
 }
 
 PyResult memory(const PyExperiment& e, bool exact) {
@@ -361,7 +362,7 @@ PYBIND11_MODULE(_core, m) {
       .def("write", &PyResult::write, py::arg("dir"))
       .def("op_count", &PyResult::op_count);
   m.def("simulate", &simulate, py::arg("experiment"), py::arg("exact"), py::arg("trace_ranks"),
-        py::arg("profile"), py::arg("network"));
+        py::arg("profile"), py::arg("network"), py::arg("iterations") = 1);
   m.def("memory", &memory, py::arg("experiment"), py::arg("exact"));
 
   py::class_<search::GridText>(m, "GridText")

@@ -254,6 +254,15 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
   p.dp_bucket_size = r.bytes_or("dp_bucket_size", p.dp_bucket_size);
   if (p.dp_bucket_size.count() <= 0) r.fail("dp_bucket_size", "expected a positive size");
   p.dp_overlap = r.boolean_or("dp_overlap", true);
+  p.parameter_server = r.choice_or("data_parallel", {"allreduce", "parameter_server"},
+                                   "allreduce") == "parameter_server";
+  if (r.has("servers") && !p.parameter_server) {
+    r.fail("servers",
+           "counts parameter servers: it applies with data_parallel "
+           "\"parameter_server\" only");
+  }
+  p.servers =
+      p.parameter_server ? static_cast<int>(r.integer_in_or("servers", 1, kMaxDegree, 1)) : 0;
   p.overlap_param_gather = r.boolean_or("overlap_param_gather", false);
   p.grad_compression = read_grad_compression(r);
 
@@ -851,7 +860,15 @@ void resolve_data_parallel(const config::Document& doc, Experiment& e) {
     doc.fail("parallelism.pp",
              "must not exceed the model's layers (" + number(m.layers) + "), got " + number(p.pp));
   }
-  const std::int64_t world = e.cluster.world_size();
+  // Parameter servers take devices of their own, after the workers'.
+  const std::int64_t world = e.cluster.world_size() - p.servers;
+  if (world < 1) {
+    doc.fail("parallelism.servers", number(p.servers) +
+                                        " parameter servers leave no device of "
+                                        "cluster " +
+                                        e.cluster.name + " (" + number(e.cluster.world_size()) +
+                                        " devices) to the workers");
+  }
   const std::int64_t model_parallel = std::int64_t{p.tp} * p.cp * p.pp;
   // Without context parallelism the messages name tp and pp only, as they always have.
   const std::string mp = p.cp > 1 ? "tp * cp * pp" : "tp * pp";
@@ -873,7 +890,8 @@ void resolve_data_parallel(const config::Document& doc, Experiment& e) {
     doc.fail_among(
         {"parallelism.tp", "parallelism.cp", "parallelism.pp", "parallelism.dp"}, "parallelism.dp",
         mp + " * dp = " + mp_values + " * " + number(p.dp) + " = " + number(model_parallel * p.dp) +
-            ", but cluster " + e.cluster.name + " has " + number(world) + " devices");
+            ", but cluster " + e.cluster.name + " has " + number(world) + " devices" +
+            (p.servers > 0 ? " besides its " + number(p.servers) + " parameter servers" : ""));
   }
 }
 
@@ -1199,6 +1217,32 @@ void check_moe(const config::Document& doc, const Experiment& e) {
   }
 }
 
+// The parameter-server strategy (docs/parameter-server.md) is modelled for plain data
+// parallelism: one pipeline stage, no tensor or context parallelism, no ZeRO, FSDP, gradient
+// compression, offload or experts. Each refusal names the key to change.
+void check_parameter_server(const config::Document& doc, const Experiment& e) {
+  const auto& p = e.parallelism;
+  if (!p.parameter_server) return;
+  const std::string why =
+      " with parallelism.data_parallel \"parameter_server\" (the parameter-"
+      "server strategy is modelled for plain data parallelism)";
+  auto require = [&](bool ok, const std::string& key, const std::string& expected) {
+    if (!ok) doc.fail(key, "must be " + expected + why);
+  };
+  require(!e.dlrm && !e.rnn, "parallelism.data_parallel",
+          "\"allreduce\" for DLRM and RNN models (the parameter server takes layer-table and "
+          "transformer models)");
+  require(p.tp == 1, "parallelism.tp", "1");
+  require(p.pp == 1, "parallelism.pp", "1");
+  require(p.cp == 1, "parallelism.cp", "1");
+  require(p.zero == 0, "parallelism.zero", "0");
+  require(!p.grad_compression.enabled(), "parallelism.grad_compression", "off");
+  require(!p.offload.any(), "parallelism.offload", "none");
+  require(!e.training.fsdp, doc.find("training.fsdp") ? "training.fsdp" : "training.framework",
+          "without PyTorch FSDP");
+  require(!e.model.moe, "model.moe", "absent (no mixture of experts)");
+}
+
 }  // namespace
 
 Experiment read_experiment(config::Document& doc, const std::vector<Override>& overrides) {
@@ -1213,6 +1257,7 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
     if (e.training.algorithm == TrainingAlgorithm::admm && !e.rnn) {
       doc.fail("training.algorithm", "\"admm\" (ADMMiRNN) trains RNN models (model.type \"rnn\")");
     }
+    check_parameter_server(doc, e);
     resolve_data_parallel(doc, e);
     resolve_batch(doc, e, accumulation);
     if (e.dlrm) {
@@ -1231,6 +1276,7 @@ Experiment read_experiment(config::Document& doc, const std::vector<Override>& o
   // Cross-checks, each reported at the key a user would change, in this order.
   apply_framework_zero(doc, e);
   check_tensor_parallel(doc, e);
+  check_parameter_server(doc, e);
   resolve_data_parallel(doc, e);
   check_context_parallel(doc, e);
   check_fsdp(doc, e);

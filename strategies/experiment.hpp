@@ -155,6 +155,13 @@ struct ParallelismSpec {
   /// the last microbatch's backward has produced them (as DDP and Megatron do).
   Bytes dp_bucket_size = Bytes(25 * 1024 * 1024);
   bool dp_overlap = true;  // overlap the bucket all-reduces with backward (else after it)
+  /// parallelism.data_parallel: how data-parallel replicas synchronise. false ("allreduce"):
+  /// the gradient all-reduce (or ZeRO's collectives). true ("parameter_server"): `servers`
+  /// parameter servers, extra ranks after the tp * pp * dp workers on their own devices, each
+  /// holding whole layers (docs/parameter-server.md; strategies/lowering/techniques.hpp
+  /// ParameterServer). The cluster's devices are tp * pp * dp + servers.
+  bool parameter_server = false;
+  int servers = 0;  // parallelism.servers: 1 by default with a parameter server, else 0
   /// Megatron's --overlap-param-gather (distributed optimizer / ZeRO stage 1 only): the
   /// updated parameters' all-gathers are issued at the iteration's start, bucket by bucket in
   /// layer order, and each bucket's first forward op waits for its gather, instead of after

@@ -31,6 +31,9 @@ struct LowerOptions {
   bool mirror_tensor_parallel = false;
   /// See PipelineSpec::mirror_period.
   int mirror_period = 1;
+  /// Training iterations back to back (strategies/iterations.hpp repeat_iterations; study::lower
+  /// applies it to every model's lowering). 1: the one-iteration Program, unchanged.
+  int iterations = 1;
 };
 
 /// Lowers one training iteration of `experiment`: assemble_pipeline(pipeline_spec(experiment)),

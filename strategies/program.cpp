@@ -237,6 +237,13 @@ void Program::reserve(std::size_t ops, std::size_t deps, std::size_t effects) {
   effects_.reserve(effects);
 }
 
+int Program::iteration_of(OpId id) const {
+  if (iterations_ <= 1) return 0;
+  const int rank = ops_[id].rank;
+  const auto per_iteration = ops_of(rank).size() / static_cast<std::size_t>(iterations_);
+  return per_iteration == 0 ? 0 : static_cast<int>((id - first_op(rank)) / per_iteration);
+}
+
 void Program::begin_rank(int rank) {
   if (rank <= building_rank_ || rank >= world_size_) {
     throw std::logic_error("Program::begin_rank: ranks must be built in increasing order below " +

@@ -408,6 +408,14 @@ class Program {
   /// the longest busy window of a rank, as the iteration time.
   bool overlapping_iterations() const { return overlapping_iterations_; }
   void set_overlapping_iterations(bool overlap) { overlapping_iterations_ = overlap; }
+  /// Training iterations the Program holds back to back (strategies/iterations.hpp): each
+  /// rank's ops are one iteration's ops `iterations()` times over, so the op at index k of a
+  /// rank's list belongs to iteration k / (ops_of(rank).size() / iterations()). 1 for a
+  /// lowering's one-iteration Program.
+  int iterations() const { return iterations_; }
+  void set_iterations(int n) { iterations_ = n; }
+  /// The iteration (0-based) op `id` belongs to.
+  int iteration_of(OpId id) const;
   /// Makes `rank` a mirror of `representative`, a lower rank that issues its own ops.
   void set_replica(int rank, int representative);
 
@@ -451,6 +459,7 @@ class Program {
   std::vector<std::int32_t> multiplicity_;  // per rank: ranks it stands for
   bool mirrored_ = false;
   bool overlapping_iterations_ = false;
+  int iterations_ = 1;
 };
 
 /// Raised by validate() with a message naming the offending op(s).

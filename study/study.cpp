@@ -8,6 +8,7 @@
 #include "hw_models/topology.hpp"
 #include "sim/flow_network.hpp"
 #include "strategies/dlrm.hpp"
+#include "strategies/iterations.hpp"
 #include "strategies/rnn.hpp"
 #include "study/errors.hpp"
 #include "study/partition.hpp"
@@ -31,25 +32,44 @@ st::Experiment configured(st::Experiment experiment, const Options& options) {
 
 bool mirrors(const st::Experiment& experiment, bool exact) {
   // A DLRM's ranks hold different embedding shards: no two behave alike.
-  return !exact && !experiment.dlrm && sim::replicas_behave_alike(experiment.cluster);
+  // Parameter servers exchange messages with every worker: nothing is mirrored.
+  return !exact && !experiment.dlrm && !experiment.parallelism.parameter_server &&
+         sim::replicas_behave_alike(experiment.cluster);
 }
 
-st::Program lower(const st::Experiment& experiment, const st::LowerOptions& options) {
-  if (experiment.dlrm || experiment.rnn) {
-    st::Program program = experiment.dlrm ? st::lower_dlrm(experiment)
-                                          : st::lower_rnn(experiment, options.mirror_data_parallel);
-    try {
-      st::validate(program);
-    } catch (const st::ProgramError& e) {
-      throw InvalidProgram(std::string("the lowered program is invalid: ") + e.what());
-    }
-    return program;
-  }
+namespace {
+
+// One iteration of the experiment, as its model's lowering emits it.
+st::Program lower_one_iteration(const st::Experiment& experiment, const st::LowerOptions& options) {
+  if (experiment.dlrm) return st::lower_dlrm(experiment);
+  if (experiment.rnn) return st::lower_rnn(experiment, options.mirror_data_parallel);
   st::PipelineSpec spec = st::pipeline_spec(experiment, partition_layers(experiment));
   spec.mirror_data_parallel = options.mirror_data_parallel;
   spec.mirror_tensor_parallel = options.mirror_tensor_parallel;
   spec.mirror_period = options.mirror_period;
-  st::Program program = st::assemble_pipeline(spec);
+  return st::assemble_pipeline(spec);
+}
+
+// `options.iterations` of `one` back to back (BadInput naming --iterations when the schedule
+// cannot be repeated).
+st::Program repeated(st::Program one, int iterations) {
+  if (iterations == 1) return one;
+  if (one.overlapping_iterations()) {
+    throw BadInput("--iterations " + std::to_string(iterations) +
+                   ": the schedule overlaps iterations by itself (PipeDream-2BW, ZB-H2) and is "
+                   "reported as one steady-state iteration; use --iterations 1");
+  }
+  if (iterations < 1 || iterations > st::kMaxIterations) {
+    throw BadInput("--iterations expects 1 to " + std::to_string(st::kMaxIterations) + ", got " +
+                   std::to_string(iterations));
+  }
+  return st::repeat_iterations(one, iterations);
+}
+
+}  // namespace
+
+st::Program lower(const st::Experiment& experiment, const st::LowerOptions& options) {
+  st::Program program = repeated(lower_one_iteration(experiment, options), options.iterations);
   try {
     st::validate(program);
   } catch (const st::ProgramError& e) {
@@ -59,9 +79,9 @@ st::Program lower(const st::Experiment& experiment, const st::LowerOptions& opti
 }
 
 std::vector<std::int32_t> trace_ranks(const std::string& spec, const st::RankLayout& layout,
-                                      bool mirrored, int period) {
+                                      bool mirrored, int period, int servers) {
   period = std::max(period, 1);
-  const int world = layout.world_size();
+  const int world = layout.world_size() + servers;
   const std::string mode = spec == "auto" ? (world <= kTraceAllUpTo ? "all" : "stages") : spec;
   std::vector<std::int32_t> ranks;
   if (mode == "all") {
@@ -91,7 +111,7 @@ std::vector<std::int32_t> trace_ranks(const std::string& spec, const st::RankLay
       throw BadInput("--trace-ranks expects all, stages or ranks from 0 to " +
                      std::to_string(world - 1) + " separated by commas, got \"" + item + "\"");
     }
-    if (mirrored && layout.replica(rank) >= period) {
+    if (mirrored && rank < layout.world_size() && layout.replica(rank) >= period) {
       // Replica r runs what replica r mod period runs (strategies/lowering/rank_emitter.cpp).
       const int source = layout.cp_index(rank) + layout.cp * (layout.replica(rank) % period);
       throw BadInput(
@@ -197,6 +217,10 @@ FlowReduction flow_reduction(const st::Experiment& experiment, bool exact,
     return out;
   }
   const bool routes = cluster.flow_symmetry == hw::FlowSymmetry::symmetric_routes;
+  if (experiment.parallelism.parameter_server) {
+    out.note = "every rank simulated: parameter servers message every worker";
+    return out;
+  }
   if (exact && !routes) {
     out.note = "every replica simulated (--exact)";
     return out;
@@ -255,7 +279,8 @@ struct MirrorPlan {
 MirrorPlan mirror_plan(const st::Experiment& experiment, const Options& options,
                        const FlowReduction* known = nullptr) {
   if (mirrors(experiment, options.exact)) return {true, 1};
-  if (experiment.dlrm || experiment.rnn) return {};  // their lowerings mirror with period 1 only
+  // DLRM's and RNN's lowerings mirror with period 1 only; parameter servers not at all.
+  if (experiment.dlrm || experiment.rnn || experiment.parallelism.parameter_server) return {};
   if (experiment.cluster.network_model != hw::NetworkModel::flow ||
       experiment.cluster.flow_symmetry != hw::FlowSymmetry::automatic || options.exact) {
     return {};
@@ -271,7 +296,8 @@ st::LowerOptions lower_options(const st::Experiment& experiment, MirrorPlan plan
   const bool analytical = mirrors(experiment, options.exact);
   return {.mirror_data_parallel = plan.mirrored,
           .mirror_tensor_parallel = plan.mirrored && analytical && options.mirror_tensor_parallel,
-          .mirror_period = plan.period};
+          .mirror_period = plan.period,
+          .iterations = options.iterations};
 }
 
 // The shared first half of simulate() and estimate_memory(): the configured experiment, its
@@ -282,8 +308,8 @@ Result prepare(st::Experiment experiment, const Options& options,
   Result r;
   r.experiment = configure ? configured(std::move(experiment), options) : std::move(experiment);
   const MirrorPlan plan = mirror_plan(r.experiment, options, reduction);
-  r.traced_ranks =
-      trace_ranks(options.trace_ranks, st::layout_of(r.experiment), plan.mirrored, plan.period);
+  r.traced_ranks = trace_ranks(options.trace_ranks, st::layout_of(r.experiment), plan.mirrored,
+                               plan.period, r.experiment.parallelism.servers);
   r.program = program ? std::move(*program)
                       : study::lower(r.experiment, lower_options(r.experiment, plan, options));
   r.context = traces::report_context(r.experiment);
@@ -311,8 +337,8 @@ HostMemoryEstimate estimate(const st::Experiment& experiment, const Options& giv
   } else {
     issuing = sample.world_size();
   }
-  const auto traced =
-      trace_ranks(options.trace_ranks, st::layout_of(experiment), mirrored, plan.period);
+  const auto traced = trace_ranks(options.trace_ranks, st::layout_of(experiment), mirrored,
+                                  plan.period, experiment.parallelism.servers);
   RunShape shape =
       run_shape(sample, issuing, options.record_spans, static_cast<std::int64_t>(traced.size()),
                 options.spans_of_traced_ranks_only);
@@ -425,7 +451,8 @@ Result simulate(st::Experiment experiment, const Options& requested) {
                         : "");
       r.host_memory = full;
       r.program = study::lower(r.experiment, lower_options(r.experiment, MirrorPlan{}, options));
-      r.traced_ranks = trace_ranks(options.trace_ranks, st::layout_of(r.experiment), false);
+      r.traced_ranks = trace_ranks(options.trace_ranks, st::layout_of(r.experiment), false, 1,
+                                   r.experiment.parallelism.servers);
       sim_options.memory_sample_ranks = r.traced_ranks;
     }
     run(nullptr);

@@ -73,6 +73,11 @@ struct Options {
   /// (study/footprint.hpp) exceeds this; unset: the machine's available memory
   /// (available_host_memory()); Bytes(0): no check.
   std::optional<Bytes> max_memory;
+  /// Training iterations simulated back to back (`--iterations`; strategies/iterations.hpp):
+  /// each forward waits for its layers' updated parameters of the previous iteration. The
+  /// report then gives the mean iteration (traces::Report::iterations). 1: one iteration, the
+  /// Program and report as without the option.
+  int iterations = 1;
 };
 
 constexpr int kTraceAllUpTo = 256;
@@ -111,8 +116,10 @@ strategies::Program lower(const strategies::Experiment& experiment,
 /// malformed or names a mirrored rank. `mirrored`: data-parallel replicas 0 .. period - 1 issue
 /// ops and the others mirror them (PipelineSpec::mirror_period; 1 on the analytical network,
 /// the symmetry's period on the flow network), so "all" means those replicas' ranks.
+/// `servers`: parameter servers, ranks after the layout's (strategies::ParallelismSpec::servers),
+/// which a list may name too.
 std::vector<std::int32_t> trace_ranks(const std::string& spec, const strategies::RankLayout& layout,
-                                      bool mirrored, int period = 1);
+                                      bool mirrored, int period = 1, int servers = 0);
 
 /// Up to `per_tier` busiest links between NICs and switches, then up to `per_tier` inside
 /// nodes, from a flow-level run: so that inter-node links show beside the usually busier

@@ -166,6 +166,40 @@ void fill_times(const strategies::Program& program, const SpanStatistics& stats,
   report.exposed_copy_s = exposed_copy_sum / static_cast<double>(world);
 }
 
+// Several iterations (Program::iterations() > 1): the run's figures as per-iteration means
+// (report.hpp, Report), with the run's total and each iteration's end.
+void divide_into_iterations(const strategies::Program& program, const SpanStatistics& stats,
+                            Report& report) {
+  const int n = program.iterations();
+  if (n <= 1) return;
+  const double per = 1.0 / static_cast<double>(n);
+  report.iterations = n;
+  report.total_time_s = report.iteration_time_s;
+  for (std::int64_t end : stats.iteration_end_ps()) {
+    if (end == SpanStatistics::kNoEnd) continue;
+    report.iteration_end_s.push_back(static_cast<double>(end - stats.first_start_ps()) * kPsToS);
+  }
+  report.iteration_time_s *= per;
+  report.pipeline_time_s *= per;
+  report.optimizer_time_s *= per;
+  report.exposed_comm_s *= per;
+  report.exposed_copy_s *= per;
+  report.model_flops_per_iteration *= per;
+  report.hardware_flops_per_iteration *= per;
+  for (double& s : report.interference_s) s *= per;
+  for (RankReport& rank : report.ranks) {
+    rank.compute_busy_s *= per;
+    rank.exposed_comm_s *= per;
+    rank.exposed_copy_s *= per;
+  }
+  for (CommTraffic& c : report.communication) {
+    c.calls /= n;
+    c.bytes = Bytes(c.bytes.count() / n);
+    c.wire_bytes = Bytes(c.wire_bytes.count() / n);
+    c.time_s *= per;
+  }
+}
+
 // Interference losses per (issuing rank, stream); a mirrored rank counts its representative's.
 void fill_interference(const strategies::Program& program, const Timeline& timeline,
                        Report& report) {
@@ -363,6 +397,7 @@ Report make_report(const strategies::Program& program, const Timeline& timeline,
   fill_memory(timeline, report);
   fill_communication(program, stats, report);
   fill_interference(program, timeline, report);
+  divide_into_iterations(program, stats, report);
   for (RankReport& rank : report.ranks) {
     const auto r = static_cast<std::size_t>(rank.rank);
     if (r >= timeline.ranks.size()) continue;
@@ -406,6 +441,11 @@ nlohmann::json to_json(const Report& report, const ReportContext& context) {
   j["completed"] = report.completed;
   j["problem"] = report.problem;
   j["iteration_time_s"] = report.iteration_time_s;
+  if (report.iterations > 1) {
+    j["iterations"] = report.iterations;
+    j["total_time_s"] = report.total_time_s;
+    j["iteration_end_s"] = report.iteration_end_s;
+  }
   j["pipeline_time_s"] = report.pipeline_time_s;
   if (context.iterations_to_accuracy > 0) {
     j["iterations_to_accuracy"] = context.iterations_to_accuracy;
@@ -626,7 +666,16 @@ void print_summary(std::ostream& out, const Report& report, const ReportContext&
 
   std::vector<std::pair<std::string, std::string>> lines = context.setup;
   const std::size_t setup_count = lines.size();
-  lines.emplace_back("iteration time", seconds_text(report.iteration_time_s));
+  lines.emplace_back("iteration time",
+                     seconds_text(report.iteration_time_s) +
+                         (report.iterations > 1
+                              ? " (mean of " + std::to_string(report.iterations) + " back to back)"
+                              : std::string()));
+  if (report.iterations > 1) {
+    std::string ends;
+    for (double e : report.iteration_end_s) ends += (ends.empty() ? "" : ", ") + seconds_text(e);
+    lines.emplace_back("all iterations", seconds_text(report.total_time_s) + "; ends " + ends);
+  }
   if (context.iterations_to_accuracy > 0) {
     lines.emplace_back("time to train", seconds_text(report.time_to_train_s) + " (" +
                                             std::to_string(context.iterations_to_accuracy) +

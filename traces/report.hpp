@@ -88,10 +88,22 @@ struct LinkLoad {
   double utilisation = 0;
 };
 
+/// Several iterations back to back (strategies::Program::iterations() = N > 1; `--iterations`):
+/// iteration_time_s is the mean, total_time_s / N; the FLOPs per iteration, the times per
+/// iteration (pipeline, optimizer, exposed communication and copies, interference) and the
+/// communication tallies (calls, bytes, time) are the run's divided by N, so that rates (tokens
+/// and samples per second, MFU, HFU, bandwidths) are per mean iteration; memory peaks are over
+/// the whole run. With N = 1 none of this applies and report.json has no new keys.
 struct Report {
   bool completed = true;
   std::string problem;
   double iteration_time_s = 0;
+  int iterations = 1;
+  /// N > 1: first span start to last span end of the run; iteration_end_s[i]: the latest end of
+  /// iteration i's spans, from the run's first span start (a partial run: iterations without
+  /// spans are left out).
+  double total_time_s = 0;
+  std::vector<double> iteration_end_s;
   double pipeline_time_s = 0;   // first forward start to last backward end
   double optimizer_time_s = 0;  // longest optimizer-phase time of a rank (device or host)
   double tokens_per_s = 0;
@@ -157,7 +169,8 @@ bool pipelined(const ReportContext& context);
 /// fits, ranks [{rank, stage, peak_memory_bytes, memory_breakdown {parameters, gradients,
 /// optimizer_states, activations, workspace, comm_buffers}, fits}], plus experiment,
 /// completed, problem and out_of_memory; iterations_to_accuracy and time_to_train_s only when
-/// the context gives iterations to accuracy (so reports without it keep their keys).
+/// the context gives iterations to accuracy (so reports without it keep their keys); iterations,
+/// total_time_s and iteration_end_s only when the report covers several iterations.
 nlohmann::json to_json(const Report& report, const ReportContext& context);
 
 /// The memory-only summary printed by `stratasim memory`: setup, the per-stage memory table

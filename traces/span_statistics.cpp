@@ -122,6 +122,7 @@ std::int64_t measure_minus(const IntervalUnion& a, const IntervalUnion& b) {
 // labels them "... cp ring ...").
 SpanStatistics::SpanStatistics(const strategies::Program& program)
     : program_(program),
+      iteration_end_(static_cast<std::size_t>(program.iterations()), kNoEnd),
       ranks_(static_cast<std::size_t>(program.world_size())),
       comm_index_(static_cast<std::size_t>(program.world_size()), kNoBlock) {
   for (const auto& group : program.groups()) cp_group_.push_back(group.name.rfind("cp ", 0) == 0);
@@ -158,6 +159,10 @@ void SpanStatistics::add(const Span& span) {
   first_start_ = std::min(first_start_, s);
   last_end_ = std::max(last_end_, e);
   const strategies::Op& op = program_.op(span.op);
+  if (iteration_end_.size() > 1) {
+    std::int64_t& end = iteration_end_[static_cast<std::size_t>(program_.iteration_of(span.op))];
+    end = std::max(end, e);
+  }
   const Phase phase = op.phase;
   if (phase == Phase::forward) forward_start_ = std::min(forward_start_, s);
   if (phase == Phase::backward) backward_end_ = std::max(backward_end_, e);

@@ -86,6 +86,9 @@ class SpanStatistics {
   std::int64_t first_start_ps() const { return first_start_; }
   std::int64_t last_end_ps() const { return last_end_; }
   std::int64_t forward_start_ps() const { return forward_start_; }
+  /// Per iteration of the Program (strategies::Program::iterations), the latest end of its
+  /// spans (kNoEnd for an iteration without spans).
+  const std::vector<std::int64_t>& iteration_end_ps() const { return iteration_end_; }
   std::int64_t backward_end_ps() const { return backward_end_; }
   const std::vector<RankFigures>& ranks() const { return ranks_; }
   /// Compute-stream forward/backward/recompute time of `rank` within [from, to): the sum over
@@ -108,6 +111,7 @@ class SpanStatistics {
   std::size_t spans_ = 0;
   std::int64_t first_start_ = kNoTime, last_end_ = kNoEnd;
   std::int64_t forward_start_ = kNoTime, backward_end_ = kNoEnd;
+  std::vector<std::int64_t> iteration_end_;
   std::vector<RankFigures> ranks_;
   // Per rank with communication spans: kCommSlots times, indexed by comm_index_.
   std::vector<std::uint32_t> comm_index_;

@@ -137,13 +137,14 @@ class Result:
 
 
 def simulate(experiment, set=None, exact=False, trace_ranks="auto", profile=None,
-             network=None, check=True, **flags):
-    """Simulates one training iteration (`stratasim simulate`); `flags` are load()'s. With
+             network=None, check=True, iterations=1, **flags):
+    """Simulates one training iteration (`stratasim simulate`), or `iterations` back to back
+    (`--iterations`: the report's iteration time is their mean); `flags` are load()'s. With
     check, a simulation that does not complete raises SimulationFailed; otherwise the Result
     says so (completed)."""
     native = _core.simulate(load(experiment, set, **flags), exact, str(trace_ranks),
                             "" if profile is None else str(profile),
-                            "" if network is None else str(network))
+                            "" if network is None else str(network), int(iterations))
     if check and not native.completed():
         raise SimulationFailed("the simulation did not complete: " + native.problem())
     return Result(native)

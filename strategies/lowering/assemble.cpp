@@ -16,7 +16,8 @@ namespace {
 std::vector<std::unique_ptr<TechniqueHook>> techniques(Assembly& a) {
   const PipelineSpec& spec = a.spec;
   const ZeroSettings& zero = spec.zero;
-  const bool data_parallel = zero.stage == 0 && a.groups.dp_size() > 1;
+  const bool servers = spec.parameter_servers > 0;
+  const bool data_parallel = zero.stage == 0 && a.groups.dp_size() > 1 && !servers;
   std::vector<std::unique_ptr<TechniqueHook>> hooks;
   if (spec.pipeline_scatter_gather) hooks.push_back(std::make_unique<PipelineScatterGather>(a));
   if (zero.offload_activations) hooks.push_back(std::make_unique<ActivationOffload>(a));
@@ -28,6 +29,8 @@ std::vector<std::unique_ptr<TechniqueHook>> techniques(Assembly& a) {
       hooks.push_back(std::make_unique<CompressedGradients>(a));
     } else if (data_parallel) {
       hooks.push_back(std::make_unique<DataParallelAllReduce>(a));
+    } else if (servers) {
+      hooks.push_back(std::make_unique<ParameterServer>(a));  // also the optimizer step
     }
     if (zero.stage >= 1) hooks.push_back(std::make_unique<ZeroGradientSync>(a));
     if (spec.moe && zero.stage <= 1) hooks.push_back(std::make_unique<ExpertGradientSync>(a));
@@ -38,12 +41,21 @@ std::vector<std::unique_ptr<TechniqueHook>> techniques(Assembly& a) {
   if (spec.step_overhead > Time::zero() || spec.microbatch_overhead > Time::zero()) {
     hooks.push_back(std::make_unique<HostOverhead>(a));
   }
-  if (zero.offload_optimizer) {
+  if (servers) {
+    // The servers apply the updates (ParameterServer).
+  } else if (zero.offload_optimizer) {
     hooks.push_back(std::make_unique<OptimizerOffload>(a));
   } else {
     hooks.push_back(std::make_unique<DeviceOptimizerStep>(a));
   }
   return hooks;
+}
+
+// The parameter servers' ranks, after every worker's (PipelineSpec::parameter_servers).
+void emit_servers(const std::vector<std::unique_ptr<TechniqueHook>>& hooks) {
+  for (const auto& hook : hooks) {
+    if (auto* ps = dynamic_cast<ParameterServer*>(hook.get())) ps->emit_servers();
+  }
 }
 
 }  // namespace
@@ -66,6 +78,7 @@ Program assemble_pipeline(const PipelineSpec& spec) {
   RankEmitter emitter(assembly, hooks);
   emitter.reserve();
   for (int r = 0; r < spec.layout.world_size(); ++r) emitter.emit(r);
+  emit_servers(hooks);
   assembly.program.finish();
   return std::move(assembly.program);
 }

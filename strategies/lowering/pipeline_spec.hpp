@@ -201,6 +201,12 @@ struct PipelineSpec {
   std::vector<StagePlan> stages;
   Bytes dp_bucket_size = Bytes(25 * 1024 * 1024);
   bool dp_overlap = true;
+  /// Parameter servers (parallelism.data_parallel "parameter_server", docs/parameter-server.md):
+  /// 0, none (the gradient all-reduce); S > 0, ranks layout.world_size() .. + S - 1 are servers
+  /// that hold the optimizer states and apply the updates (the ParameterServer hook), and the
+  /// workers hold no optimizer states. Needs tp = pp = cp = 1, ZeRO 0, no FSDP, compression or
+  /// offload, and no mirroring (every worker messages its servers).
+  int parameter_servers = 0;
   /// Tied embeddings split over the first and last stage: their gradients are all-reduced
   /// between the two (Megatron's embedding group), `embedding_sync_bytes` per rank: the rank's
   /// ceil(vocab / tp) rows of the word embeddings in the gradient buffers' dtype (Megatron's

@@ -56,6 +56,8 @@ void RankEmitter::reserve() {
 }
 
 bool RankEmitter::mirrored(int r) const {
+  // Parameter servers message every worker: a mirrored worker would never meet its server.
+  if (assembly.spec.parameter_servers > 0) return false;
   const RankLayout& layout = assembly.spec.layout;
   const int t = layout.tp_index(r), d = layout.dp_index(r);
   // Replica d runs what replica 0 runs; with 1D tensor parallelism, tp rank t what rank 0 runs.

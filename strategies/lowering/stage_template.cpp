@@ -114,7 +114,7 @@ Schedule checked_schedule(const PipelineSpec& spec) {
 Assembly::Assembly(const PipelineSpec& pipeline)
     : spec(pipeline),
       schedule(checked_schedule(pipeline)),
-      program(pipeline.layout.world_size()),
+      program(pipeline.layout.world_size() + pipeline.parameter_servers),
       groups(program, pipeline, schedule),
       templates(pipeline.stages.size()),
       slices(schedule.slices),
@@ -195,6 +195,7 @@ DeviceModelStates Assembly::model_states(const StageTemplate& st) const {
     states.gradients += e.gradients;
     states.optimizer += e.optimizer;
   }
+  if (spec.parameter_servers > 0) states.optimizer = Bytes(0);  // the servers hold them
   return states;
 }
 

@@ -465,6 +465,60 @@ class HostOverhead : public TechniqueHook {
   std::optional<OpId> pending_;  // the host op the next segment waits for
 };
 
+/// Data parallelism with parameter servers (PipelineSpec::parameter_servers = S > 0;
+/// docs/parameter-server.md). Workers are the layout's ranks (tp = pp = 1), servers the S ranks
+/// after them. Each gradient unit with parameters (a layer of a layer table or a transformer,
+/// the embedding, the head) belongs to one server: units in backward order, the largest first,
+/// each to the server holding the fewest parameters so far (ties: the lowest server).
+/// Per unit u of P parameters, in backward order (units of zero parameters have none):
+/// - worker, gradients_complete: "ps push <unit>", a Send of P g bytes (g: the gradient
+///   buffers' element size) to u's server on the dp-comm stream, Phase::other, u's layer range
+///   (-1 for a unit that is no layer), after the op completing u in the last gradient pass
+///   (with dp_overlap; else after the last backward op); then "ps pull <unit>", a Recv of P e
+///   bytes (e: the parameters' element size) from the server on the pp-recv stream (so that pulls
+///   do not hold up the pushes behind them), Phase::optimizer (it updates the worker's
+///   parameters: the next iteration's forward of u's layers waits for it, strategies/
+///   iterations.hpp), u's layer range.
+/// - optimizer_step: returns the chunk's last pull (the workers run no optimizer).
+/// - server (emit_servers, after every worker): initial memory, its units' parameters (P e),
+///   gradient sum (P g) and optimizer states (optimizer_state_bytes); per unit, a Recv of the
+///   push from every worker in worker order on its pp-recv stream ("ps receive <unit>", each
+///   holding P g bytes of comm_buffers from its start), then "ps update <unit>" on the compute
+///   stream, Phase::optimizer: an elementwise sum of the W pushes (P W elements, P W g bytes
+///   read, P g written) and the optimizer step of P parameters (as DeviceOptimizerStep costs
+///   it), releasing the W buffers at its end; then a Send of P e bytes to every worker in worker
+///   order on the dp-comm stream ("ps send <unit>", Phase::optimizer). The server's receives run
+///   one after another: its link is shared by all workers' pushes.
+/// Every Send of the strategy is on the dp-comm stream and carries the unit's layer range.
+class ParameterServer : public TechniqueHook {
+ public:
+  explicit ParameterServer(Assembly& assembly);
+  OpCount count_chunk(int chunk) const override;
+  void gradients_complete(RankEmitter&, std::size_t slot) override;
+  std::optional<OpId> optimizer_step(RankEmitter&, std::size_t slot) override;
+  /// Emits the server ranks; call once, after every worker rank.
+  void emit_servers();
+
+  /// The server (0 .. servers - 1) of each gradient unit of `units` (-1 for a unit without
+  /// parameters), the rule above.
+  static std::vector<int> assign_units(const std::vector<GradUnit>& units, int servers);
+
+ private:
+  struct Unit {
+    std::int64_t parameters = 0;
+    int server = -1;
+    std::int16_t layer_begin = -1, layer_end = -1;
+    std::uint32_t push_label = 0, pull_label = 0, receive_label = 0, update_label = 0,
+                  send_label = 0, update_kernels = 0;
+  };
+  OpInfo info(const Unit& u, Stream stream, Phase phase, std::uint32_t label) const;
+  void emit_server(int server);
+
+  Assembly& assembly_;
+  std::vector<Unit> units_;  // the template's gradient units, in backward order
+  std::optional<OpId> last_pull_;
+};
+
 /// The optimizer step on the device: spec.optimizer over the chunk's shard (a kernel named as
 /// the optimizer, "adam", "rmsprop", ...; fp32_grads with fp32 gradient buffers or the fp32
 /// gradient copy; compute stream, Phase::optimizer, "optimizer step") after the last op on the

@@ -73,6 +73,17 @@ class Simulate(unittest.TestCase):
         self.assertTrue(r.completed)
         self.assertIn(SMALL, repr(r))
 
+    def test_iterations_equal_the_cli_iterations(self):
+        # docs/parameter-server.md: --iterations 3 of a parameter-server run.
+        with tempfile.TemporaryDirectory() as out:
+            run_cli("simulate", "vgg16-ps-v100-10", "--quiet", "--iterations", "3", "--out", out)
+            with open(os.path.join(out, "report.json")) as f:
+                expected = json.load(f)
+        r = stratasim.simulate("vgg16-ps-v100-10", iterations=3)
+        self.assertEqual(r.report, expected)
+        self.assertEqual(r["iterations"], 3)
+        self.assertEqual(len(r["iteration_end_s"]), 3)
+
     def test_set_overrides_equal_the_cli_set(self):
         sets = ["parallelism.tp=2", "parallelism.pp=2", "parallelism.dp=2",
                 "training.global_batch=16"]

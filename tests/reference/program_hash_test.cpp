@@ -187,7 +187,8 @@ struct Case {
   std::string name;
   std::string experiment;
   std::vector<std::pair<std::string, nlohmann::json>> set;
-  int mirror = -1;  // -1: as simulate does; 0: none; 1: data parallel; 2: data and tensor
+  int mirror = -1;     // -1: as simulate does; 0: none; 1: data parallel; 2: data and tensor
+  int iterations = 1;  // back to back (LowerOptions::iterations)
 };
 
 using Settings = std::vector<std::pair<std::string, nlohmann::json>>;
@@ -412,6 +413,20 @@ void add_training_cases(Matrix& m) {
   m.add("mirror dp zero 3", {{"parallelism.zero", 3}}, 1);
 }
 
+// Parameter servers (docs/parameter-server.md): the 1.7B GPT at tp = pp = 1 with 6 workers and
+// 2 servers, fp16's loss-scale check and clipping on the workers; and the same over 3 iterations
+// back to back (strategies/iterations.hpp).
+void add_parameter_server_cases(Matrix& m) {
+  const std::string gpt = (configs_dir() / "experiments/gpt3-1.7b-a100-8.json").string();
+  const Settings ps = {
+      {"parallelism.dp", 6},      {"parallelism.data_parallel", "parameter_server"},
+      {"parallelism.servers", 2}, {"training.global_batch", 48},
+      {"training.dtype", "fp16"}, {"training.grad_clip", 1.0}};
+  m.all.push_back({"matrix/parameter server gpt", gpt, ps, -1});
+  m.all.push_back({"matrix/parameter server gpt 3 iterations", gpt, ps, -1, 3});
+  m.all.push_back({"matrix/allreduce gpt 3 iterations", gpt, {}, -1, 3});
+}
+
 // Mixture of experts (docs/moe.md): Mixtral 8x7B on 64 H100s (pp 4, dp 16, ep 8), two
 // microbatches per pipeline, every rank emitted; and DeepSeek-V2-Lite (shared experts, MLA).
 void add_moe_cases(Matrix& m) {
@@ -450,6 +465,7 @@ std::vector<Case> cases() {
   add_fsdp_cases(m);
   add_training_cases(m);
   add_moe_cases(m);
+  add_parameter_server_cases(m);
   return all;
 }
 
@@ -466,6 +482,7 @@ Program lower_case(const Case& c) {
     options.mirror_data_parallel = c.mirror >= 1;
     options.mirror_tensor_parallel = c.mirror >= 2;
   }
+  options.iterations = c.iterations;
   return study::lower(e, options);
 }
 
