@@ -40,15 +40,6 @@ Enum read_name(config::ObjectReader& r, std::string_view key, std::string_view w
                   "\"");
 }
 
-/// The JSON array at `key`, failing unless it is one.
-const nlohmann::json& array_at(config::ObjectReader& r, std::string_view key,
-                               const std::string& expected) {
-  r.has(key);
-  const auto* value = r.document().find(r.path_of(key));
-  if (value == nullptr || !value->is_array()) r.fail(key, "expected " + expected);
-  return *value;
-}
-
 PriorityRule read_rule(const config::Document& doc, const std::string& path) {
   config::ObjectReader r(doc, path, "a priority rule {stream, phase, layers, class}");
   PriorityRule rule;
@@ -56,7 +47,7 @@ PriorityRule read_rule(const config::Document& doc, const std::string& path) {
   if (r.has("phase")) rule.phase = read_name<Phase, kPhaseCount>(r, "phase", "a phase");
   if (r.has("layers")) {
     const std::string expected = "[first, last]: two layer indices, first <= last, such as [0, 3]";
-    const auto& v = array_at(r, "layers", expected);
+    const auto& v = config::array_of(r, "layers", expected);
     if (v.size() != 2 || !v[0].is_number_integer() || !v[1].is_number_integer() ||
         v[0].get<std::int64_t>() < 0 || v[1].get<std::int64_t>() < v[0].get<std::int64_t>() ||
         v[1].get<std::int64_t>() > 32767) {
@@ -168,14 +159,16 @@ TransportPolicy read_transport(config::ObjectReader r) {
                      : LinkScheduling::strict;
   t.classes = static_cast<int>(r.integer_in_or("classes", 1, TransportPolicy::kMaxClasses, 8));
   if (r.has("weights")) {
-    const auto& v = array_at(r, "weights", "an array of weights, one per class, such as [3, 1]");
+    const auto& v =
+        config::array_of(r, "weights", "an array of weights, one per class, such as [3, 1]");
     for (const auto& w : v) {
       if (!w.is_number()) r.fail("weights", "expected numbers, such as [3, 1]");
       t.weights.push_back(w.get<double>());
     }
   }
   if (r.has("rules")) {
-    const auto& v = array_at(r, "rules", "an array of rules {stream, phase, layers, class}");
+    const auto& v =
+        config::array_of(r, "rules", "an array of rules {stream, phase, layers, class}");
     for (std::size_t i = 0; i < v.size(); ++i) {
       t.rules.push_back(
           read_rule(r.document(), config::join_path(r.path_of("rules"), std::to_string(i))));
