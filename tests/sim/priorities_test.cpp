@@ -295,3 +295,27 @@ TEST_CASE("transport: which ops are gradient messages, and classes by layer") {
     CHECK(p.class_of(op, 24) == klass);
   }
 }
+
+TEST_CASE("spraying: the replica symmetry is refused, saying why") {
+  // Two data-parallel replicas on a two-rack fat-tree: with ECMP the symmetry holds; spraying
+  // splits flows over paths the symmetry does not follow, so it is refused.
+  auto cluster = testing::test_cluster(4, 2);
+  hw::TopologySpec t;
+  t.kind = hw::TopologyKind::fat_tree;
+  t.nodes_per_rack = 2;
+  t.spines = 2;
+  cluster.topology = t;
+  cluster.network_model = hw::NetworkModel::flow;
+  sim::ReplicaMap m;
+  m.replicas = 2;
+  for (int r = 0; r < 8; ++r) {
+    m.replica.push_back(r / 4);
+    m.next.push_back((r + 4) % 8);
+  }
+  const auto topology = hw::build_topology(cluster);
+  std::string why;
+  CHECK(sim::flow_symmetry(cluster, topology, m, sim::FlowSymmetry::Mode::reduce, why));
+  cluster.load_balancing = hw::LoadBalancing::spray;
+  CHECK_FALSE(sim::flow_symmetry(cluster, topology, m, sim::FlowSymmetry::Mode::reduce, why));
+  CHECK(why.find("load_balancing spray") != std::string::npos);
+}
