@@ -183,6 +183,11 @@ std::string_view name_of(FlowSymmetry m) {
   return kNames[static_cast<int>(m)];
 }
 
+std::string_view name_of(LoadBalancing m) {
+  constexpr std::string_view kNames[] = {"ecmp", "spray"};
+  return kNames[static_cast<int>(m)];
+}
+
 std::string_view name_of(CollectiveAlgorithm a) {
   return kAlgorithmNames[static_cast<int>(a)];
 }
@@ -380,6 +385,9 @@ ClusterSpec read_cluster(config::Document& doc, const std::string& path) {
                       : symmetry == "symmetric_routes" ? FlowSymmetry::symmetric_routes
                                                        : FlowSymmetry::off;
   }
+  c.load_balancing = r.choice_or("load_balancing", {"ecmp", "spray"}, "ecmp") == "spray"
+                         ? LoadBalancing::spray
+                         : LoadBalancing::ecmp;
   if (r.has("collectives")) {
     auto coll = r.object("collectives", "collective settings");
     c.collectives.protocol_efficiency =

@@ -55,6 +55,13 @@ std::string_view name_of(NetworkModel m);
 enum class FlowSymmetry : std::uint8_t { off, automatic, symmetric_routes };
 std::string_view name_of(FlowSymmetry m);
 
+/// How the flow-level network spreads a flow over equal-cost paths (`load_balancing`,
+/// docs/priorities.md): `ecmp` (default) hashes each flow onto one path; `spray` splits its
+/// bytes evenly over every equal-cost path (per-packet spraying, as DLCP balances load), each
+/// path a sub-flow of max-min sharing. The analytical network has no paths and ignores it.
+enum class LoadBalancing : std::uint8_t { ecmp, spray };
+std::string_view name_of(LoadBalancing m);
+
 /// Collective algorithms (sim/collectives.hpp says what each one sends). `automatic` lets a
 /// rule like NCCL's choose per collective from its size and group.
 enum class CollectiveAlgorithm : std::uint8_t {
@@ -204,6 +211,7 @@ struct ClusterSpec {
   std::optional<TopologySpec> topology;  // absent: the two-level form
   NetworkModel network_model = NetworkModel::analytical;
   FlowSymmetry flow_symmetry = FlowSymmetry::off;
+  LoadBalancing load_balancing = LoadBalancing::ecmp;
   CollectiveSettings collectives;
   /// What communication and compute cost each other when they overlap on a GPU
   /// (hw_models/interference.hpp); FPGAs' network ports are apart from their compute.

@@ -503,6 +503,16 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
+const nlohmann::json& array_of(ObjectReader& r, std::string_view key, const std::string& expected) {
+  r.has(key);
+  const auto* value = r.document().find(r.path_of(key));
+  if (value == nullptr || value->is_null()) {
+    r.fail(key, "missing required key '" + std::string(key) + "'");
+  }
+  if (!value->is_array()) r.fail(key, "expected " + expected);
+  return *value;
+}
+
 std::string closest_match(std::string_view key, const std::vector<std::string>& known) {
   std::string best;
   std::size_t best_distance = std::max<std::size_t>(2, key.size() / 3) + 1;

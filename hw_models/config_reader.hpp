@@ -160,6 +160,9 @@ class ObjectReader {
   std::set<std::string, std::less<>> known_;
 };
 
+/// The array at `key` of `r` (a required member), or a failure naming what was `expected`.
+const nlohmann::json& array_of(ObjectReader& r, std::string_view key, const std::string& expected);
+
 /// The known key closest to `key` by edit distance, or "" when none is close.
 std::string closest_match(std::string_view key, const std::vector<std::string>& known);
 /// Levenshtein distance (insertions, deletions, substitutions) between `a` and `b`.

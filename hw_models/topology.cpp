@@ -1015,16 +1015,6 @@ class ElementReader {
   std::vector<std::string> known_;
 };
 
-/// The array at `key` of `r`, or a failure naming what was expected.
-const nlohmann::json& array_of(config::ObjectReader& r, std::string_view key,
-                               const std::string& expected) {
-  r.has(key);
-  const auto* value = r.document().find(r.path_of(key));
-  if (value == nullptr || value->is_null()) r.fail(key, "missing required key " + in_quotes(key));
-  if (!value->is_array()) r.fail(key, "expected " + expected);
-  return *value;
-}
-
 /// A link's figures from an object {bandwidth, latency}, each optional.
 void read_link_figures(config::ObjectReader r, std::optional<Bandwidth>& bandwidth,
                        std::optional<Time>& latency) {
@@ -1084,9 +1074,10 @@ TopologySpec read_topology(config::ObjectReader r) {
       s.spines = static_cast<int>(r.integer_in_or("spines", 0, 1 << 20, s.spines));
       break;
     case TopologyKind::torus: {
-      const auto& dims = array_of(r, "dims",
-                                  "an array of 2 or 3 extents whose product is the device count, "
-                                  "such as [4, 8]");
+      const auto& dims =
+          config::array_of(r, "dims",
+                           "an array of 2 or 3 extents whose product is the device count, "
+                           "such as [4, 8]");
       for (const auto& d : dims) {
         if (!d.is_number_integer() || d.get<std::int64_t>() < 1 ||
             d.get<std::int64_t>() > (1 << 24)) {
@@ -1104,7 +1095,8 @@ TopologySpec read_topology(config::ObjectReader r) {
       break;
     case TopologyKind::graph: {
       const auto& doc = r.document();
-      const auto& vertices = array_of(r, "vertices", "an array of vertices {name, kind, reduces}");
+      const auto& vertices =
+          config::array_of(r, "vertices", "an array of vertices {name, kind, reduces}");
       for (std::size_t i = 0; i < vertices.size(); ++i) {
         ElementReader e(doc, config::join_path(r.path_of("vertices"), std::to_string(i)),
                         vertices[i], "a vertex {name, kind, reduces}");
@@ -1119,7 +1111,7 @@ TopologySpec read_topology(config::ObjectReader r) {
         s.vertices.push_back(std::move(v));
       }
       const auto& links =
-          array_of(r, "links", "an array of links {from, to, bandwidth, latency, duplex}");
+          config::array_of(r, "links", "an array of links {from, to, bandwidth, latency, duplex}");
       for (std::size_t i = 0; i < links.size(); ++i) {
         ElementReader e(doc, config::join_path(r.path_of("links"), std::to_string(i)), links[i],
                         "a link {from, to, bandwidth, latency, duplex}");
@@ -1133,7 +1125,7 @@ TopologySpec read_topology(config::ObjectReader r) {
         s.links.push_back(std::move(l));
       }
       const auto& devices =
-          array_of(r, "devices", "an array with the vertex name of every device, by rank");
+          config::array_of(r, "devices", "an array with the vertex name of every device, by rank");
       for (std::size_t i = 0; i < devices.size(); ++i) {
         if (!devices[i].is_string()) {
           doc.fail(config::join_path(r.path_of("devices"), std::to_string(i)),

@@ -243,6 +243,7 @@ Result Evaluator::evaluate(const Combination& c) const {
     sim::SimOptions options;
     options.overheads = overheads;
     options.record_memory = false;  // peaks and verdicts are kept without the samples
+    options.transport = e.transport;
     const auto timeline = sim::simulate(program, e.cluster, options);
     const auto report = traces::make_report(program, timeline, context);
     if (!report.completed) {  // no figures: the columns stay empty, as for invalid rows

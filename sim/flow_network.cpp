@@ -75,6 +75,10 @@ std::optional<FlowSymmetry> flow_symmetry(const hw::ClusterSpec& cluster,
         "links), so replicas differ";
     return std::nullopt;
   }
+  if (cluster.load_balancing == hw::LoadBalancing::spray) {
+    why = "the cluster sprays flows over equal-cost paths (load_balancing spray)";
+    return std::nullopt;
+  }
   if (replicas.replicas < 2) {
     why = "there is one data-parallel replica";
     return std::nullopt;
@@ -123,6 +127,9 @@ FlowNetwork::FlowNetwork(const hw::ClusterSpec& cluster, hw::Topology topology,
   const int world = topology_.device_count();
   const std::string problem = replica_map_problem(symmetry.replicas, world);
   if (!problem.empty()) throw std::invalid_argument("flow network symmetry: " + problem);
+  if (spraying()) {
+    throw std::invalid_argument("flow network symmetry: not with load_balancing spray");
+  }
   symmetry_ = std::move(symmetry);
   const ReplicaMap& m = symmetry_->replicas;
   canonical_rank_.assign(static_cast<std::size_t>(world), -1);
@@ -277,7 +284,10 @@ void FlowNetwork::schedule(int transfer, Time at) {
   std::push_heap(timers_.begin(), timers_.end(), Later{});
 }
 
-void FlowNetwork::start(TransferId id, const TransferRequest& request, Time now) {
+void FlowNetwork::start(TransferId id, const TransferRequest& given, Time now) {
+  // Bounded loss: the network carries what must be delivered; the dropped tail is never sent.
+  TransferRequest request = given;
+  request.bytes = given.delivered();
   if (now < now_) {
     throw std::logic_error("flow network: transfer " + std::to_string(id) + " started at " +
                            to_string(now) + ", before the network's time " + to_string(now_));
@@ -308,6 +318,8 @@ void FlowNetwork::start(TransferId id, const TransferRequest& request, Time now)
   t.key = 0;
   t.replica = -1;
   t.copies = 1;
+  t.cls = flow_class(request.priority);
+  t.spray = -1;
   if (symmetry_) symmetric_start(t, request);
   if (request.collective && cluster_.collectives.nccl) {
     (void)algorithm(request.kind, request.group, request.bytes);  // throws for an unknown group
@@ -362,6 +374,9 @@ void FlowNetwork::start(TransferId id, const TransferRequest& request, Time now)
   if (fixed >= 0) {
     const auto links = fixed_route_links(fixed);
     t.route.assign(links.begin(), links.end());
+  } else if (spraying()) {
+    t.spray = spray_paths(src, dst);
+    t.route = spray_sets_[static_cast<std::size_t>(t.spray)].front();  // for its latency
   } else if (symmetry_) {
     // Replica 0's message at this place, shifted to this replica.
     const int back = symmetry_->replicas.replicas - t.replica;
@@ -384,8 +399,13 @@ void FlowNetwork::on_timer(int slot, std::vector<TransferId>& finished) {
         const double scale = cluster_.collectives.nccl && t.nccl
                                  ? 1.0 / nccl_p2p_efficiency(t.src, t.dst, t.bytes, cluster_)
                                  : 1.0;
-        start_flow(slot, t.route, static_cast<double>(t.bytes.count()) * scale);
-        t.outstanding = 1;
+        const double bytes = static_cast<double>(t.bytes.count()) * scale;
+        if (t.spray >= 0) {
+          t.outstanding = start_sprayed(slot, t.spray, bytes);
+        } else {
+          start_flow(slot, t.route, bytes);
+          t.outstanding = 1;
+        }
         return;
       }
     }
@@ -418,6 +438,11 @@ void FlowNetwork::on_timer(int slot, std::vector<TransferId>& finished) {
     const Bytes bytes = f.share.of(t.bytes);
     if (bytes.count() <= 0) continue;
     const int fixed = t.plan->routes[first + i];
+    if (fixed < 0 && spraying()) {
+      t.outstanding += start_sprayed(slot, spray_paths(f.src_vertex, f.dst_vertex),
+                                     static_cast<double>(bytes.count()) * t.scale);
+      continue;
+    }
     std::span<const int> route;
     if (fixed >= 0) {
       route = fixed_route_links(fixed);
@@ -492,12 +517,82 @@ void FlowNetwork::start_weighted(int slot, std::span<const int> route, std::span
   const std::uint64_t tag =
       static_cast<std::uint64_t>(slot) |
       (copies > 1 ? static_cast<std::uint64_t>(copies) << 32 : std::uint64_t{0});
-  const int flow = solver_.start_flow(route, bytes, now_, tag, weights);
+  const int flow = solver_.start_flow(route, bytes, now_, tag, weights,
+                                      transfers_[static_cast<std::size_t>(slot)].cls);
   ++flows_started_;
   if (!rates_) return;
   Transfer& t = transfers_[static_cast<std::size_t>(slot)];
   t.flows.emplace_back(flow, solver_.sequence(flow));
   if (t.rate < 1) solver_.set_rate_factor(flow, t.rate);
+}
+
+void FlowNetwork::set_transport(const strategies::TransportPolicy& policy) {
+  class_weights_.clear();
+  if (policy.classed() && policy.scheduling == strategies::LinkScheduling::weighted) {
+    class_weights_ = policy.weights;
+  }
+}
+
+FlowClass FlowNetwork::flow_class(int priority) const {
+  if (priority <= 0) return class_weights_.empty() ? FlowClass{} : FlowClass{0, class_weights_[0]};
+  if (class_weights_.empty()) return FlowClass{priority, 1.0};
+  const auto c = std::min(static_cast<std::size_t>(priority), class_weights_.size() - 1);
+  return FlowClass{0, class_weights_[c]};
+}
+
+int FlowNetwork::spray_paths(int src, int dst) {
+  const std::uint64_t pair = pair_key(src, dst);
+  if (const auto it = spray_of_pair_.find(pair); it != spray_of_pair_.end()) return it->second;
+  // Hop distances to dst (a shortest route's length), asked once per vertex.
+  std::unordered_map<int, std::size_t> distance;
+  auto hops = [&](int v) -> std::size_t {
+    if (const auto it = distance.find(v); it != distance.end()) return it->second;
+    probe_.clear();
+    std::size_t d = static_cast<std::size_t>(-1);
+    try {
+      topology_.route(v, dst, 0, probe_);
+      d = probe_.size();
+    } catch (const std::invalid_argument&) {
+      // dst is not reachable from v
+    }
+    distance.emplace(v, d);
+    return d;
+  };
+  std::vector<std::vector<int>> paths;
+  std::vector<int> path;
+  // Depth first over the out-links one hop closer, in insertion order.
+  auto walk = [&](auto&& self, int at) -> void {
+    if (at == dst) {
+      if (paths.size() >= kMaxSprayPaths) {
+        throw std::invalid_argument("load_balancing spray: more than " +
+                                    std::to_string(kMaxSprayPaths) + " equal-cost paths from " +
+                                    topology_.name(src) + " to " + topology_.name(dst) +
+                                    "; use \"ecmp\" on this topology");
+      }
+      paths.push_back(path);
+      return;
+    }
+    const std::size_t left = hops(at);
+    for (int l : topology_.links_from(at)) {
+      const int next = topology_.link(l).to;
+      if (hops(next) + 1 != left) continue;
+      path.push_back(l);
+      self(self, next);
+      path.pop_back();
+    }
+  };
+  walk(walk, src);
+  const auto id = static_cast<int>(spray_sets_.size());
+  spray_sets_.push_back(std::move(paths));
+  spray_of_pair_.emplace(pair, id);
+  return id;
+}
+
+int FlowNetwork::start_sprayed(int slot, int paths, double bytes) {
+  const auto& set = spray_sets_[static_cast<std::size_t>(paths)];
+  const double each = bytes / static_cast<double>(set.size());
+  for (const auto& path : set) start_flow(slot, path, each);
+  return static_cast<int>(set.size());
 }
 
 bool FlowNetwork::enable_rates() {

@@ -47,6 +47,21 @@
 // A plan whose flows do not map onto each other, a group that spans replicas but is not mapped
 // onto itself, or (reduce) a transfer outside replica 0 throws SymmetryBroken.
 //
+// Classes and loss (strategies/transport.hpp, docs/priorities.md). A transfer's priority class
+// becomes its flows' FlowClass in the solver (sim/max_min.hpp): with strict scheduling the
+// class is the flow's level (a class gets a link's bandwidth only after every more urgent
+// class's flows there have their max-min rates); with weighted scheduling every flow is at
+// level 0 with its class's weight. A transfer carries request.delivered() bytes: a gradient
+// message's droppable tail is never sent, so its flows end when the rest has arrived.
+//
+// Load balancing (cluster.load_balancing). `ecmp` routes a flow as above. `spray` splits every
+// flow that has several shortest paths evenly over all of them (per-packet spraying: each path
+// a sub-flow of bytes / paths, all starting together; the flow ends with its last sub-flow);
+// flows with one shortest path are unchanged. The paths of a vertex pair are enumerated once
+// (at most kMaxSprayPaths, else std::invalid_argument); a message's latency is its first
+// path's. Packet reordering is not modelled (DLCP's order-independent packets make it
+// harmless). Spraying and the replica symmetry do not combine (flow_symmetry refuses).
+//
 // Cost: the plan of each (group, kind, algorithm) is made once, with the route of every flow
 // whose path is the only shortest one (inside a node, under one leaf switch); per transfer the
 // network routes only the flows that ECMP can spread (a table lookup per hop) and hands the
@@ -103,9 +118,9 @@ struct FlowSymmetry {
 
 /// The symmetry of `replicas` on `cluster`'s flow network where it provably holds: one job's
 /// replicas (the caller's), identical devices and links (no per-device overrides, so no
-/// stragglers or degraded links), at least two replicas, and a replica shift that is an
-/// automorphism of the topology (replicas on whole, identically placed nodes, racks or
-/// pods). Otherwise nothing, with `why` saying which condition failed.
+/// stragglers or degraded links), ECMP load balancing (not spray), at least two replicas, and a
+/// replica shift that is an automorphism of the topology (replicas on whole, identically placed
+/// nodes, racks or pods). Otherwise nothing, with `why` saying which condition failed.
 std::optional<FlowSymmetry> flow_symmetry(const hw::ClusterSpec& cluster,
                                           const hw::Topology& topology, ReplicaMap replicas,
                                           FlowSymmetry::Mode mode, std::string& why);
@@ -132,6 +147,10 @@ class FlowNetwork final : public Network {
   /// Interference on flows: with the cluster's interference.flow_transfers only (off, a
   /// transfer's flows are paced by the links alone, as before it existed).
   bool enable_rates() override;
+  /// Strict or weighted classes at every link (see the header comment).
+  void set_transport(const strategies::TransportPolicy& policy) override;
+  /// Spraying splits a flow over at most this many equal-cost paths.
+  static constexpr std::size_t kMaxSprayPaths = 1024;
   /// A transfer at `rate` of its own speed: each of its flows in flight, and each it starts
   /// later, is capped at rate x the smallest link capacity on its route (what it would get
   /// alone; MaxMinSolver::set_rate_factor) and the max-min rates are solved again, so a flow
@@ -211,6 +230,8 @@ class FlowNetwork final : public Network {
     std::uint64_t key = 0;
     int replica = -1;
     int copies = 1;
+    FlowClass cls;   // its flows' class in the solver
+    int spray = -1;  // point to point, sprayed: its path set (spray_paths), else -1
   };
   struct Timer {
     Time at;
@@ -262,6 +283,13 @@ class FlowNetwork final : public Network {
   std::size_t first_of_phase(const Transfer& t) const;
   void start_weighted(int slot, std::span<const int> route, std::span<const int> weights,
                       int copies, double bytes);
+  /// The solver class of a transfer of priority class `priority`.
+  FlowClass flow_class(int priority) const;
+  /// Spray: the id of the set of every shortest path between two vertices (enumerated once).
+  int spray_paths(int src, int dst);
+  /// Spray: starts one sub-flow of bytes / paths on each path of set `paths`; returns how many.
+  int start_sprayed(int slot, int paths, double bytes);
+  bool spraying() const { return cluster_.load_balancing == hw::LoadBalancing::spray; }
 
   hw::ClusterSpec cluster_;
   hw::Topology topology_;
@@ -284,6 +312,11 @@ class FlowNetwork final : public Network {
   Time now_;
   std::uint64_t sequence_ = 0;
   std::uint64_t flows_started_ = 0;
+  // Classes (set_transport): weighted scheduling's weight per class; empty: strict levels.
+  std::vector<double> class_weights_;
+  // Spray: path sets by (src, dst) vertex pair; set i's paths are spray_sets_[i].
+  std::unordered_map<std::uint64_t, int> spray_of_pair_;
+  std::vector<std::vector<std::vector<int>>> spray_sets_;
   // Symmetry (absent: none).
   std::optional<FlowSymmetry> symmetry_;
   std::vector<GroupSymmetry> group_symmetry_;

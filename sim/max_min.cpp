@@ -24,7 +24,13 @@ void MaxMinSolver::reserve(std::size_t flows) {
 }
 
 int MaxMinSolver::start_flow(std::span<const int> route, double bytes, Time now, std::uint64_t tag,
-                             std::span<const int> weights) {
+                             std::span<const int> weights, FlowClass cls) {
+  if (cls.level < 0 || !(cls.weight > 0) || !std::isfinite(cls.weight)) {
+    throw std::invalid_argument(
+        "max-min solver: a flow's level must be >= 0 and its weight "
+        "positive and finite, got level " +
+        std::to_string(cls.level) + ", weight " + std::to_string(cls.weight));
+  }
   for (int l : route) {
     if (l < 0 || l >= link_count()) {
       throw std::out_of_range("max-min solver: route names link " + std::to_string(l) + " of " +
@@ -58,6 +64,9 @@ int MaxMinSolver::start_flow(std::span<const int> route, double bytes, Time now,
   f.remaining = f.bytes;
   f.rate = 0;
   f.cap = 0;
+  f.level = cls.level;
+  f.share = cls.weight;
+  if (cls.level != 0 || cls.weight != 1) classed_ = true;
   f.updated = now;
   f.start = now;
   f.completion = Time::infinity();
@@ -198,36 +207,86 @@ void MaxMinSolver::settle(Time now) {
   }
   if (component_flows_.empty()) return;
 
-  // 2. Progressive filling over those links.
-  shares_.clear();
+  // 2. Progressive filling over those links: level by level when flows have classes.
   for (int link : component_links_) {
     Link& l = links_[static_cast<std::size_t>(link)];
     l.left = l.capacity;
     l.unfrozen = l.weight;
-    if (l.unfrozen > 0) shares_.push_back(Share{l.left / l.unfrozen, link});
   }
-  // A capped flow's cap is a private link of its own: an entry with link -1 - flow.
+  rate_next_.resize(flows_.size());
+  if (!classed_) {
+    fill(0, true);
+  } else {
+    levels_.clear();
+    for (int id : component_flows_) levels_.push_back(flows_[static_cast<std::size_t>(id)].level);
+    std::sort(levels_.begin(), levels_.end());
+    levels_.erase(std::unique(levels_.begin(), levels_.end()), levels_.end());
+    for (int level : levels_) {
+      weigh_level(level);
+      fill(level, false);
+    }
+  }
+
+  // 3. New completion times for the flows whose rate changed.
+  for (int id : component_flows_) {
+    Flow& f = flows_[static_cast<std::size_t>(id)];
+    ++refilled_;
+    const double next = rate_next_[static_cast<std::size_t>(id)];
+    if (!f.dirty && next == f.rate) continue;
+    if (!f.dirty) {
+      const auto dt = static_cast<double>((now - f.updated).picoseconds());
+      f.remaining = std::max(0.0, f.remaining - f.rate * dt * 1e-12);
+    }
+    f.updated = now;
+    f.rate = next;
+    f.dirty = false;
+    schedule(id, now);
+  }
+}
+
+void MaxMinSolver::weigh_level(int level) {
+  for (int link : component_links_) {
+    Link& l = links_[static_cast<std::size_t>(link)];
+    l.unfrozen = 0;
+    for (const LinkEntry& e : l.flows) {
+      const Flow& f = flows_[static_cast<std::size_t>(e.flow)];
+      if (f.level == level) l.unfrozen += e.weight * f.share;
+    }
+  }
+}
+
+void MaxMinSolver::fill(int level, bool all) {
+  // Links whose unfrozen weight is below this hold no unfrozen flow (weights are >= 1 copies
+  // times share weights well above it; the margin absorbs the rounding of summed weights).
+  constexpr double kEmpty = 1e-9;
+  shares_.clear();
+  for (int link : component_links_) {
+    const Link& l = links_[static_cast<std::size_t>(link)];
+    if (l.unfrozen > kEmpty) shares_.push_back(Share{std::max(l.left, 0.0) / l.unfrozen, link});
+  }
+  // A capped flow's cap is a private link of its own: an entry with link -1 - flow, its fill
+  // level the cap over the flow's share weight.
   for (int id : component_flows_) {
     const Flow& f = flows_[static_cast<std::size_t>(id)];
-    if (f.cap > 0) shares_.push_back(Share{f.cap, -1 - id});
+    if (f.cap > 0 && (all || f.level == level)) shares_.push_back(Share{f.cap / f.share, -1 - id});
   }
   std::make_heap(shares_.begin(), shares_.end(), ShareLater{});
-  rate_next_.resize(flows_.size());
   double floor = 0;
   auto freeze = [&](int id, double share) {
     Flow& f = flows_[static_cast<std::size_t>(id)];
     f.frozen = true;
-    rate_next_[static_cast<std::size_t>(id)] = share;
+    const double rate = share * f.share;
+    rate_next_[static_cast<std::size_t>(id)] = rate;
     for (std::size_t i = 0; i < f.route.size(); ++i) {
       const int other = f.route[i];
       Link& m = links_[static_cast<std::size_t>(other)];
       if (f.weight.empty()) {
-        m.left -= share;
-        --m.unfrozen;
+        m.left -= rate;
+        m.unfrozen -= f.share;
       } else {
         const int w = f.weight[i];
-        m.left -= share * w;
-        m.unfrozen -= w;
+        m.left -= rate * w;
+        m.unfrozen -= w * f.share;
       }
       if (m.touch != touch_epoch_) {
         m.touch = touch_epoch_;
@@ -249,37 +308,22 @@ void MaxMinSolver::settle(Time now) {
       freeze(id, share);
     } else {
       Link& l = links_[static_cast<std::size_t>(top.link)];
-      if (l.unfrozen <= 0) continue;
+      if (l.unfrozen <= kEmpty) continue;
       const double current = std::max(l.left, 0.0) / l.unfrozen;
       if (current != top.share) continue;  // stale: a newer entry holds the current share
       const double share = std::max(current, floor);
       floor = share;
       for (const LinkEntry& e : l.flows) {
-        if (!flows_[static_cast<std::size_t>(e.flow)].frozen) freeze(e.flow, share);
+        const Flow& f = flows_[static_cast<std::size_t>(e.flow)];
+        if (!f.frozen && (all || f.level == level)) freeze(e.flow, share);
       }
     }
     for (int other : touched_) {
       Link& m = links_[static_cast<std::size_t>(other)];
-      if (m.unfrozen <= 0) continue;
+      if (m.unfrozen <= kEmpty) continue;
       shares_.push_back(Share{std::max(m.left, 0.0) / m.unfrozen, other});
       std::push_heap(shares_.begin(), shares_.end(), ShareLater{});
     }
-  }
-
-  // 3. New completion times for the flows whose rate changed.
-  for (int id : component_flows_) {
-    Flow& f = flows_[static_cast<std::size_t>(id)];
-    ++refilled_;
-    const double next = rate_next_[static_cast<std::size_t>(id)];
-    if (!f.dirty && next == f.rate) continue;
-    if (!f.dirty) {
-      const auto dt = static_cast<double>((now - f.updated).picoseconds());
-      f.remaining = std::max(0.0, f.remaining - f.rate * dt * 1e-12);
-    }
-    f.updated = now;
-    f.rate = next;
-    f.dirty = false;
-    schedule(id, now);
   }
 }
 

@@ -27,6 +27,17 @@
 // (share x 1 is share). The weighted solution is the unweighted solution of the system with the
 // copies spelled out, whenever the copies get equal rates there (max-min fairness is unique).
 //
+// Classes (FlowClass): a flow has a level and a share weight. Levels are strict priorities
+// (the per-layer gradient priorities of DLCP, Wang et al., "Domain-specific Communication
+// Optimization for Distributed DNN Training", arXiv 2020, as strict-priority switch queues
+// serve them): water-filling runs level by level, level 0 first, each level
+// filling only the capacity the more urgent levels left (priority-aware max-min: a level-1 flow
+// gets bandwidth on a link only after every level-0 flow there is frozen at its max-min rate).
+// Within a level, weights give weighted max-min fairness (Bertsekas & Gallager, Data Networks,
+// 6.5.2): a flow of weight w gets w times the fill level of its bottleneck, so on one link
+// flows of weights 3 and 1 get 3/4 and 1/4 of it. Every flow at level 0 and weight 1 (the
+// default, and all that existed before classes) gives the unclassed arithmetic, bit for bit.
+//
 // Time is integer picoseconds. A flow's remaining bytes are tracked lazily (as of its last rate
 // change, plus rate times elapsed time); its completion is the current time plus remaining /
 // rate rounded up to a whole picosecond (never early), kept in a heap with lazy invalidation.
@@ -42,6 +53,13 @@
 
 namespace stratasim::sim {
 
+/// A flow's class: its strict-priority level (0 most urgent) and its share weight (> 0) among
+/// the flows of its level.
+struct FlowClass {
+  int level = 0;
+  double weight = 1;
+};
+
 class MaxMinSolver {
  public:
   /// Adds a link of `capacity` bytes per second (> 0); returns its id (0, 1, ...).
@@ -54,9 +72,9 @@ class MaxMinSolver {
   /// back on completion. Returns the flow's id (ids are reused after completion). A flow of no
   /// bytes or an empty route completes at `now`. `weights` (empty: all 1) gives each route
   /// entry's multiplicity (>= 1): how many copies of the flow cross that link; `bytes` and the
-  /// rate are per copy.
+  /// rate are per copy. `cls`: the flow's level and weight (see the header comment).
   int start_flow(std::span<const int> route, double bytes, Time now, std::uint64_t tag = 0,
-                 std::span<const int> weights = {});
+                 std::span<const int> weights = {}, FlowClass cls = {});
 
   /// Caps an active flow's rate at `factor` x the smallest capacity on its route from the next
   /// settle on (which must be at the time the cap takes effect); factor >= 1 removes the cap.
@@ -117,6 +135,8 @@ class MaxMinSolver {
     double remaining = 0;     // as of `updated`
     double rate = 0;          // bytes per second
     double cap = 0;           // rate cap in bytes per second; 0: none (set_rate_factor)
+    int level = 0;            // FlowClass
+    double share = 1;         // FlowClass::weight
     Time updated;             // when `remaining` was last brought up to date
     Time start;               // when the flow started
     Time completion = Time::infinity();
@@ -140,7 +160,7 @@ class MaxMinSolver {
     std::uint32_t mark = 0;  // component walk epoch
     // Water-filling scratch.
     double left = 0;
-    int unfrozen = 0;  // weight of the unfrozen entries
+    double unfrozen = 0;  // weight of the unfrozen entries (times their flows' share weights)
     std::uint32_t touch = 0;
   };
   struct HeapEntry {
@@ -173,6 +193,11 @@ class MaxMinSolver {
   void schedule(int flow, Time now);
   void finish_flow(int flow, Time at);
   void compact_heap();
+  /// Water-fills the component's unfrozen flows of `level` (every flow when `all`) into what
+  /// their links have left.
+  void fill(int level, bool all);
+  /// Sets each component link's unfrozen weight to its entries' of `level`.
+  void weigh_level(int level);
 
   std::vector<Link> links_;
   std::vector<Flow> flows_;
@@ -191,6 +216,8 @@ class MaxMinSolver {
   std::uint64_t sequence_ = 0;
   std::uint64_t refilled_ = 0;
   std::size_t active_ = 0;
+  bool classed_ = false;     // some flow was started with a level or weight of its own
+  std::vector<int> levels_;  // scratch: a component's levels
 };
 
 }  // namespace stratasim::sim

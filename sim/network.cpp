@@ -192,9 +192,11 @@ Time AnalyticalNetwork::p2p_time(std::int32_t src, std::int32_t dst, Bytes bytes
 }
 
 void AnalyticalNetwork::start(TransferId id, const TransferRequest& request, Time now) {
-  const Time duration =
-      request.collective ? collective_time(request.kind, request.group, request.bytes)
-                         : p2p_time(request.src, request.dst, request.bytes, request.copy_engine);
+  // Bounded loss: only the delivered bytes take time (classes are ignored: no shared links).
+  const Bytes bytes = request.delivered();
+  const Time duration = request.collective
+                            ? collective_time(request.kind, request.group, bytes)
+                            : p2p_time(request.src, request.dst, bytes, request.copy_engine);
   const Time end = now + duration;
   if (rates_) {
     if (id >= rated_.size()) rated_.resize(static_cast<std::size_t>(id) + 1);

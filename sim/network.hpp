@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "sim/collectives.hpp"
 #include "sim/nccl_model.hpp"
 #include "strategies/program.hpp"
+#include "strategies/transport.hpp"
 
 namespace stratasim::sim {
 
@@ -34,6 +36,21 @@ struct TransferRequest {
   /// peers, Transformer Engine's userbuffers), at the link's rate and latency rather than
   /// through NCCL's point-to-point channels.
   bool copy_engine = false;
+  /// Priority class, 0 most urgent (strategies::TransportPolicy::class_of): on the flow-level
+  /// network, its flows' level (strict) or weight (weighted) at every link; the analytical
+  /// network, with no links to share, ignores it.
+  int priority = 0;
+  /// The fraction of `bytes` that may be dropped (bounded loss, strategies/transport.hpp:
+  /// loss_bound for a gradient message, else 0): the transfer completes once the rest is
+  /// delivered, on either network, and the dropped tail takes no time.
+  double droppable = 0;
+  /// The bytes dropped: droppable x bytes, rounded to the nearest byte (0 when droppable is 0).
+  Bytes dropped() const {
+    return droppable > 0 ? Bytes(std::llround(droppable * static_cast<double>(bytes.count())))
+                         : Bytes(0);
+  }
+  /// What the network carries: bytes - dropped().
+  Bytes delivered() const { return bytes - dropped(); }
 };
 
 /// Contract between the program simulator and a network model. The simulator starts
@@ -58,6 +75,9 @@ class Network {
   /// transfers started from now on; false when it does not (the flow-level network without
   /// the cluster's interference.flow_transfers): set_rate is then ignored.
   virtual bool enable_rates() { return false; }
+  /// The transport policy's link scheduling (strict or weighted classes), before any start.
+  /// Networks without shared links ignore it (the analytical one).
+  virtual void set_transport(const strategies::TransportPolicy& policy) { (void)policy; }
   /// From `now` on, transfer `id` (started, not finished) moves at `rate` in (0, 1] of its own
   /// speed: what remains of it takes 1 / rate times longer than it would alone.
   virtual void set_rate(TransferId id, double rate, Time now) {

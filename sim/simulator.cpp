@@ -100,6 +100,10 @@ class Simulator {
       interference_.emplace(program_, cluster_, network_, engine_, matching_,
                             timeline_.interference);
     }
+    if (options.transport.classed()) {
+      network_.set_transport(options.transport);
+      layers_ = layer_count(program);
+    }
   }
 
   Timeline run();
@@ -205,6 +209,22 @@ class Simulator {
   Engine engine_;
   Time now_;
   std::uint32_t done_ = 0;
+
+  // The transport policy's classes need the program's layer count (largest layer_end).
+  static int layer_count(const Program& program) {
+    int layers = 0;
+    for (OpId id = 0; id < program.op_count(); ++id) {
+      layers = std::max(layers, static_cast<int>(program.op(id).layer_end));
+    }
+    return layers;
+  }
+  int layers_ = 0;
+  // A transfer's class and droppable fraction from the op that describes it.
+  void classify(TransferRequest& request, OpId op) const {
+    const Op& o = program_.op(op);
+    request.priority = options_.transport.class_of(o, layers_);
+    request.droppable = options_.transport.droppable(o);
+  }
 
   // Interference (sim/interference_tracker.hpp), with it enabled.
   const bool interfere_;
@@ -547,6 +567,7 @@ void Simulator::start_transfer(std::uint32_t instance) {
     if (ops_[member].flags & kStartEffects) memory_.apply(member, false, now_);
   }
   TransferRequest request;
+  OpId describes = members.front();
   if (matching_.is_collective(instance)) {
     // The lowest rank's call describes the collective.
     const auto& c = std::get<Collective>(program_.op(members.front()).work);
@@ -563,9 +584,12 @@ void Simulator::start_transfer(std::uint32_t instance) {
         request.dst = s->peer;
         request.bytes = s->bytes;
         request.copy_engine = s->sms == 0;
+        describes = member;
       }
     }
   }
+  classify(request, describes);
+  for (Observer* obs : options_.observers) obs->on_transfer(program_.op(describes), request);
   network_.start(instance, request, now_);
   if (interfere_) interference_->begin_transfer(instance, request, now_);
 }

@@ -10,6 +10,10 @@
 // slows only compute). Rates change when a compute op or a transfer starts or ends; the time an
 // op loses is recorded in Timeline::interference. Disabled, every op takes its own time, as
 // before interference was modelled.
+//
+// Transport (SimOptions::transport, docs/priorities.md): each transfer's priority class and
+// droppable fraction come from the op that describes it (stream, phase, layer range), so the
+// Program does not change; observers see each transfer as it starts (on_transfer).
 #pragma once
 
 #include <vector>
@@ -28,6 +32,12 @@ class Observer {
   virtual ~Observer() = default;
   virtual void on_span(const traces::Span& span) { (void)span; }
   virtual void on_memory(const traces::MemorySample& sample) { (void)sample; }
+  /// A transfer as it starts: the op that describes it (a collective's lowest rank's, a
+  /// message's send) and what the network is asked to carry (its class, its dropped bytes).
+  virtual void on_transfer(const strategies::Op& op, const TransferRequest& request) {
+    (void)op;
+    (void)request;
+  }
 };
 
 struct SimOptions {
@@ -49,6 +59,10 @@ struct SimOptions {
   bool stop_on_oom = false;
   /// Extra observers, called in order.
   std::vector<Observer*> observers;
+  /// The experiment's transport policy (strategies/transport.hpp): each transfer's priority
+  /// class and droppable fraction are derived from the op that describes it when it starts;
+  /// the network gets the policy's link scheduling. Default: class 0, nothing dropped.
+  strategies::TransportPolicy transport;
 };
 
 /// Simulates one iteration of `program` on `cluster` with the network model the cluster names

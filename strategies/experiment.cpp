@@ -648,6 +648,10 @@ Experiment read_sections(config::Document& doc, std::int64_t& accumulation) {
       r.fail("embedding_cache", "caches embedding tables: it applies to model.type \"dlrm\"");
     e.embedding_cache = read_embedding_cache(r.object("embedding_cache", "the embedding cache"));
   }
+  if (r.has("transport")) {
+    e.transport = read_transport(r.object("transport", "the transport policy"));
+    doc.validated("transport", [&] { e.transport.validate(); });
+  }
   r.finish();
   return e;
 }

@@ -24,6 +24,7 @@
 #include "strategies/optimizer.hpp"
 #include "strategies/rnn_model.hpp"
 #include "strategies/tp_modes.hpp"
+#include "strategies/transport.hpp"
 
 namespace stratasim::strategies {
 
@@ -305,6 +306,8 @@ struct Experiment {
   ParallelismSpec parallelism;
   TrainingSpec training;
   MemorySettings memory;
+  /// The `transport` section: priority classes and bounded loss (strategies/transport.hpp).
+  TransportPolicy transport;
   /// What the loader accepted but reports (a Hugging Face model's settings that are not
   /// modelled, ...): "note:" lines for the user (strategies/foreign_inputs.hpp).
   std::vector<std::string> notes;

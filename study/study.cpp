@@ -161,6 +161,19 @@ class LastEnd : public sim::Observer {
   Time end;
 };
 
+// Counts gradient messages and what bounded loss dropped of them (strategies/transport.hpp), as
+// the transfers start: the figures of report.json that the transport section adds.
+class LossObserver : public sim::Observer {
+ public:
+  void on_transfer(const st::Op& op, const sim::TransferRequest& request) override {
+    if (!st::is_gradient_message(op)) return;
+    gradient += request.bytes;
+    dropped += request.dropped();
+  }
+  Bytes gradient;
+  Bytes dropped;
+};
+
 // Feeds a report's span figures while the run goes.
 class StatisticsObserver : public sim::Observer {
  public:
@@ -170,6 +183,15 @@ class StatisticsObserver : public sim::Observer {
  private:
   traces::SpanStatistics& stats_;
 };
+
+// report.json's figures of bounded loss, over the gradient messages the run started.
+void add_loss_figures(traces::ReportContext& context, const LossObserver& loss) {
+  const auto gradient = static_cast<double>(loss.gradient.count());
+  const auto dropped = static_cast<double>(loss.dropped.count());
+  context.figures.emplace_back("gradient_bytes_per_iteration", gradient);
+  context.figures.emplace_back("gradient_bytes_dropped_per_iteration", dropped);
+  context.figures.emplace_back("gradient_dropped_fraction", gradient > 0 ? dropped / gradient : 0);
+}
 
 }  // namespace
 
@@ -410,7 +432,9 @@ Result simulate(st::Experiment experiment, const Options& requested) {
   sim_options.overheads = memory_overheads(r.experiment);
   sim_options.stop_on_oom = options.stop_on_oom;
   sim_options.memory_sample_ranks = r.traced_ranks;
+  sim_options.transport = r.experiment.transport;
   std::vector<traces::LinkLoad> links;
+  LossObserver loss;
   if (reduction.symmetry && reduction.reduces() != r.program.mirrored()) {
     reduction.symmetry.reset();  // the Program decides: mirrored or not
     reduction.note = "every replica simulated: the Program is not mirrored";
@@ -420,6 +444,8 @@ Result simulate(st::Experiment experiment, const Options& requested) {
   std::optional<traces::SpanStatistics> stats;
   auto run = [&](const sim::FlowSymmetry* symmetry) {
     sim::SimOptions o = sim_options;
+    loss = LossObserver{};
+    if (r.experiment.transport.loss_bound > 0) o.observers.push_back(&loss);
     std::optional<StatisticsObserver> observer;
     if (options.spans_of_traced_ranks_only) {
       stats.emplace(r.program);
@@ -458,6 +484,7 @@ Result simulate(st::Experiment experiment, const Options& requested) {
     run(nullptr);
   }
   if (!reduction.note.empty()) r.context.setup.emplace_back("flow symmetry", reduction.note);
+  if (r.experiment.transport.loss_bound > 0) add_loss_figures(r.context, loss);
   r.report = stats ? traces::make_report(r.program, r.timeline, *stats, r.context)
                    : traces::make_report(r.program, r.timeline, r.context);
   r.report.links = std::move(links);

@@ -42,6 +42,30 @@ std::string training_extras(const strategies::Experiment& e) {
 
 }  // namespace
 
+namespace {
+
+// The transport section and the fabric's load balancing, when either differs from the default.
+std::string transport_line(const strategies::Experiment& e) {
+  const auto& t = e.transport;
+  std::string line;
+  if (t.priority != strategies::PriorityPolicy::none) {
+    line = "priority " + std::string(strategies::name_of(t.priority)) + " (" +
+           std::to_string(t.classes) + " classes, " +
+           std::string(strategies::name_of(t.scheduling)) + ")";
+  }
+  if (t.loss_bound > 0) {
+    char bound[32];
+    std::snprintf(bound, sizeof bound, "%g", t.loss_bound);
+    line += (line.empty() ? "" : ", ") + std::string("gradient loss bound ") + bound;
+  }
+  if (e.cluster.load_balancing == hw::LoadBalancing::spray) {
+    line += (line.empty() ? "" : ", ") + std::string("per-packet spraying");
+  }
+  return line;
+}
+
+}  // namespace
+
 ReportContext report_context(const strategies::Experiment& experiment) {
   const auto& cluster = experiment.cluster;
   const auto layout = strategies::layout_of(experiment);
@@ -173,6 +197,9 @@ ReportContext report_context(const strategies::Experiment& experiment) {
     memory_line += ")";
   }
   context.setup.emplace_back("memory", memory_line);
+  if (const auto line = transport_line(experiment); !line.empty()) {
+    context.setup.emplace_back("transport", line);
+  }
   if (experiment.dlrm || experiment.rnn) {
     // Their own lines (model, parallelism, training, ...), the cluster's second.
     auto lines =
