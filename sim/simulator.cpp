@@ -219,10 +219,14 @@ class Simulator {
     return layers;
   }
   int layers_ = 0;
-  // A transfer's class and droppable fraction from the op that describes it.
-  void classify(TransferRequest& request, OpId op) const {
+  // A transfer's class and droppable fraction from the op that describes it; under "fifo" its
+  // class is its start order (strategies/transport.hpp).
+  int started_transfers_ = 0;
+  void classify(TransferRequest& request, OpId op) {
     const Op& o = program_.op(op);
-    request.priority = options_.transport.class_of(o, layers_);
+    request.priority = options_.transport.priority == strategies::PriorityPolicy::fifo
+                           ? started_transfers_++
+                           : options_.transport.class_of(o, layers_);
     request.droppable = options_.transport.droppable(o);
   }
 

@@ -8,7 +8,7 @@ namespace stratasim::strategies {
 
 namespace {
 
-constexpr std::string_view kPolicyNames[] = {"none", "layer", "rules"};
+constexpr std::string_view kPolicyNames[] = {"none", "layer", "rules", "fifo"};
 constexpr std::string_view kSchedulingNames[] = {"strict", "weighted"};
 
 /// "dp_comm" and "dp-comm" alike: the report's names use hyphens.
@@ -81,7 +81,7 @@ bool PriorityRule::matches(const Op& op) const {
 }
 
 int TransportPolicy::class_of(const Op& op, int layers) const {
-  if (!classed()) return 0;
+  if (!classed() || priority == PriorityPolicy::fifo) return 0;
   if (priority == PriorityPolicy::rules) {
     for (const auto& rule : rules) {
       if (rule.matches(op)) return rule.klass;
@@ -99,7 +99,10 @@ bool is_gradient_message(const Op& op) {
     return c->kind == CollectiveKind::all_reduce || c->kind == CollectiveKind::reduce_scatter ||
            c->kind == CollectiveKind::reduce;
   }
-  return std::holds_alternative<Send>(op.work) && op.phase != Phase::forward;
+  // A parameter server's pull is sent in the optimizer phase (after the server's update) and
+  // carries parameters, not gradients.
+  return std::holds_alternative<Send>(op.work) && op.phase != Phase::forward &&
+         op.phase != Phase::optimizer;
 }
 
 double TransportPolicy::droppable(const Op& op) const {
@@ -133,6 +136,10 @@ void TransportPolicy::validate() const {
                                     "expected a weight from 0.001 to 1e6");
     }
   }
+  if (priority == PriorityPolicy::fifo && scheduling != LinkScheduling::strict) {
+    throw config::ValidationError(
+        "scheduling", "priority \"fifo\" serves messages in start order: \"strict\" only");
+  }
   if (priority != PriorityPolicy::rules && !rules.empty()) {
     throw config::ValidationError("rules", "apply to priority \"rules\" only");
   }
@@ -150,9 +157,10 @@ void TransportPolicy::validate() const {
 
 TransportPolicy read_transport(config::ObjectReader r) {
   TransportPolicy t;
-  const std::string policy = r.choice_or("priority", {"none", "layer", "rules"}, "none");
+  const std::string policy = r.choice_or("priority", {"none", "layer", "rules", "fifo"}, "none");
   t.priority = policy == "layer"   ? PriorityPolicy::layer
                : policy == "rules" ? PriorityPolicy::rules
+               : policy == "fifo"  ? PriorityPolicy::fifo
                                    : PriorityPolicy::none;
   t.scheduling = r.choice_or("scheduling", {"strict", "weighted"}, "strict") == "weighted"
                      ? LinkScheduling::weighted

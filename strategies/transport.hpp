@@ -16,6 +16,12 @@
 // - "rules": the first rule that matches the op gives its class (a rule matches by stream,
 //   phase and the op's first layer in [layers[0], layers[1]], each optional; streams and
 //   phases by their report names, "dp-comm" or "dp_comm"); no match: the least urgent class.
+// - "fifo": message-level first in, first out, the baseline DLCP and P3 (Jayarajan et al.,
+//   "Priority-based Parameter Propagation for Distributed DNN Training", SysML 2019) compare
+//   with: a framework that sends messages in the order it generates them. Every transfer is
+//   strictly more urgent than each transfer started after it (its class is its start order in
+//   the run, given by the program simulator; `classes` does not apply), so on a shared link the
+//   earliest message is served first and later ones take only what it leaves. Strict only.
 // Scheduling at a link: "strict" (a class gets bandwidth only after every more urgent class's
 // flows there have their max-min rates) or "weighted" (weighted max-min, class c's flows at
 // weight weights[c]). The analytical network has no links to share and ignores classes.
@@ -34,7 +40,7 @@
 
 namespace stratasim::strategies {
 
-enum class PriorityPolicy : std::uint8_t { none, layer, rules };
+enum class PriorityPolicy : std::uint8_t { none, layer, rules, fifo };
 enum class LinkScheduling : std::uint8_t { strict, weighted };
 std::string_view name_of(PriorityPolicy p);
 std::string_view name_of(LinkScheduling s);
@@ -60,8 +66,11 @@ struct TransportPolicy {
   static constexpr int kMaxClasses = 64;
 
   /// Whether any transfer may get a class other than 0.
-  bool classed() const { return priority != PriorityPolicy::none && classes > 1; }
-  /// The class of a transfer op; `layers`: the program's layer count (largest layer_end).
+  bool classed() const {
+    return priority == PriorityPolicy::fifo || (priority != PriorityPolicy::none && classes > 1);
+  }
+  /// The class of a transfer op; `layers`: the program's layer count (largest layer_end). Under
+  /// "fifo" it is the caller's: the transfer's start order.
   int class_of(const Op& op, int layers) const;
   /// The fraction of a transfer that may be dropped: loss_bound for a gradient message, else 0.
   double droppable(const Op& op) const;
@@ -70,8 +79,9 @@ struct TransportPolicy {
 };
 
 /// Data-parallel gradient traffic: on the dp_comm stream, a reducing collective (all-reduce,
-/// reduce-scatter, reduce) or a point-to-point send outside the forward phase (a parameter
-/// server's push; a pull ahead of the forward carries parameters and is not one).
+/// reduce-scatter, reduce) or a point-to-point send outside the forward and optimizer phases (a
+/// parameter server's push; its pull, sent in the optimizer phase after the server's update,
+/// carries parameters and is not one).
 bool is_gradient_message(const Op& op);
 
 /// Reads a `transport` object (strict keys; validate() is the caller's, for the path).

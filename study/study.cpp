@@ -184,10 +184,11 @@ class StatisticsObserver : public sim::Observer {
   traces::SpanStatistics& stats_;
 };
 
-// report.json's figures of bounded loss, over the gradient messages the run started.
-void add_loss_figures(traces::ReportContext& context, const LossObserver& loss) {
-  const auto gradient = static_cast<double>(loss.gradient.count());
-  const auto dropped = static_cast<double>(loss.dropped.count());
+// report.json's figures of bounded loss, over the gradient messages the run started, per
+// iteration (the run's totals divided by the iterations simulated back to back).
+void add_loss_figures(traces::ReportContext& context, const LossObserver& loss, int iterations) {
+  const auto gradient = static_cast<double>(loss.gradient.count()) / iterations;
+  const auto dropped = static_cast<double>(loss.dropped.count()) / iterations;
   context.figures.emplace_back("gradient_bytes_per_iteration", gradient);
   context.figures.emplace_back("gradient_bytes_dropped_per_iteration", dropped);
   context.figures.emplace_back("gradient_dropped_fraction", gradient > 0 ? dropped / gradient : 0);
@@ -484,7 +485,7 @@ Result simulate(st::Experiment experiment, const Options& requested) {
     run(nullptr);
   }
   if (!reduction.note.empty()) r.context.setup.emplace_back("flow symmetry", reduction.note);
-  if (r.experiment.transport.loss_bound > 0) add_loss_figures(r.context, loss);
+  if (r.experiment.transport.loss_bound > 0) add_loss_figures(r.context, loss, options.iterations);
   r.report = stats ? traces::make_report(r.program, r.timeline, *stats, r.context)
                    : traces::make_report(r.program, r.timeline, r.context);
   r.report.links = std::move(links);

@@ -26,7 +26,12 @@ void DataParallelAllReduce::gradients_complete(RankEmitter& rank, std::size_t sl
     const UnitBucket& b = buckets.buckets[i];
     const std::string label = "dp grad all-reduce bucket " + std::to_string(i) +
                               (rank.held.size() > 1 ? " chunk " + std::to_string(chunk) : "");
-    OpInfo info{Stream::dp_comm, Phase::other, -1, -1, -1, label};
+    OpInfo info{Stream::dp_comm,
+                Phase::other,
+                -1,
+                static_cast<std::int16_t>(b.layer_begin),
+                static_cast<std::int16_t>(b.layer_end),
+                label};
     const std::array<OpId, 1> dep = {
         assembly_.spec.dp_overlap ? rank.unit_done[slot][static_cast<std::size_t>(b.last_unit)]
                                   : rank.last_backward[slot]};
@@ -332,7 +337,12 @@ void ExpertGradientSync::gradients_complete(RankEmitter& rank, std::size_t slot)
                                                : "expert grad all-reduce bucket ") +
                               std::to_string(i) +
                               (rank.held.size() > 1 ? " chunk " + std::to_string(chunk) : "");
-    OpInfo info{Stream::dp_comm, Phase::other, -1, -1, -1, label};
+    OpInfo info{Stream::dp_comm,
+                Phase::other,
+                -1,
+                static_cast<std::int16_t>(b.layer_begin),
+                static_cast<std::int16_t>(b.layer_end),
+                label};
     const std::array<OpId, 1> dep = {
         assembly_.spec.dp_overlap ? rank.unit_done[slot][static_cast<std::size_t>(b.last_unit)]
                                   : rank.last_backward[slot]};

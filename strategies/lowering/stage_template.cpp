@@ -61,7 +61,14 @@ UnitBuckets bucket_units(const std::vector<GradUnit>& units, std::int64_t bytes_
     params += units[static_cast<std::size_t>(u)].parameters;
     out.of_unit[static_cast<std::size_t>(u)] = static_cast<int>(out.buckets.size());
     if (params * bytes_per_parameter < limit && u + 1 < static_cast<int>(units.size())) continue;
-    out.buckets.push_back({first, u, params});
+    out.buckets.push_back({first, u, params, -1, -1});
+    for (int v = first; v <= u; ++v) {
+      const int layer = units[static_cast<std::size_t>(v)].layer;
+      if (layer < 0) continue;
+      UnitBucket& b = out.buckets.back();
+      b.layer_begin = b.layer_begin < 0 ? layer : std::min(b.layer_begin, layer);
+      b.layer_end = std::max(b.layer_end, layer + 1);
+    }
     params = 0;
     first = u + 1;
   }

@@ -39,6 +39,10 @@ std::vector<Use> parameter_uses(const std::vector<Segment>& steps,
 struct UnitBucket {
   int first_unit = 0, last_unit = 0;
   std::int64_t parameters = 0;  // per rank, of all its units
+  /// The model layers its units belong to (GradUnit::layer): [lowest, highest + 1), or -1, -1
+  /// when none of its units is a layer's. Bucket ops carry it (transport priorities by layer,
+  /// strategies/transport.hpp).
+  int layer_begin = -1, layer_end = -1;
 };
 struct UnitBuckets {
   std::vector<UnitBucket> buckets;  // in the order backward completes them

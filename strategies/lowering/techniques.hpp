@@ -273,8 +273,8 @@ class CompressedGradients : public TechniqueHook {
 /// ZeRO stage 0: the gradient buffers (g bytes per parameter, in their dtype) all-reduced over
 /// the dp group in buckets of dp_bucket_size bytes (DDP / Megatron overlap_grad_reduce).
 /// gradients_complete: per bucket an all-reduce (dp-comm, "dp grad all-reduce bucket <i>[ chunk
-///   <c>]") after the op completing its last unit in the chunk's last gradient pass
-///   (dp_overlap), or after that pass.
+///   <c>]", with its units' layer range: UnitBucket::layer_begin) after the op completing its last
+///   unit in the chunk's last gradient pass (dp_overlap), or after that pass.
 class DataParallelAllReduce : public TechniqueHook {
  public:
   explicit DataParallelAllReduce(Assembly& assembly);

@@ -319,3 +319,58 @@ TEST_CASE("spraying: the replica symmetry is refused, saying why") {
   CHECK_FALSE(sim::flow_symmetry(cluster, topology, m, sim::FlowSymmetry::Mode::reduce, why));
   CHECK(why.find("load_balancing spray") != std::string::npos);
 }
+
+TEST_CASE(
+    "priorities: fifo serves the message started first; layer lets a later, earlier layer pass") {
+  // Rank 1 sends layer 3's gradient (1e8 B) to rank 2 at once; rank 0 sends layer 0's (1e8 B)
+  // after a measured 1 ms kernel. Both cross rank 2's NIC (10 GB/s, 5 us latency).
+  // fifo: layer 3's message started first and gets the whole link: 5 us + 1e8 / 1e10 =
+  //   10.005 ms; layer 0's waits for it, then takes 10 ms: 20.005 ms (work-conserving).
+  // layer (2 classes, strict): layer 0's message (class 0) takes the link from its start s:
+  //   s + 10.005 ms; layer 3's (class 1) gets what is left, 2e8 B in all: 20.005 ms.
+  using strategies::OpId;
+  strategies::Program p(4);
+  OpId early = 0, late = 0;
+  for (int r = 0; r < 4; ++r) {
+    p.begin_rank(r);
+    for (int layer : {3, 0}) {
+      strategies::OpInfo info;
+      info.stream = strategies::Stream::dp_comm;
+      info.phase = strategies::Phase::backward;
+      info.layer_begin = static_cast<std::int16_t>(layer);
+      info.layer_end = static_cast<std::int16_t>(layer + 1);
+      const int sender = layer == 0 ? 0 : 1;
+      if (r == sender) {
+        std::vector<strategies::OpId> after;
+        if (layer == 0) {
+          strategies::OpInfo wait;
+          const auto kernels =
+              p.add_kernels({strategies::Kernel{strategies::Measured{Time::ms(1)}, "wait"}});
+          after.push_back(p.add(strategies::Compute{kernels}, wait));
+        }
+        (layer == 0 ? early : late) = p.add(strategies::Send{2, Bytes(100'000'000)}, info, after);
+      } else if (r == 2) {
+        if (layer == 0) info.stream = strategies::Stream::pp_recv;
+        p.add(strategies::Recv{sender, Bytes(100'000'000)}, info);
+      }
+    }
+  }
+  p.finish();
+  const auto cluster = two_nodes();
+  auto run = [&](const strategies::TransportPolicy& transport) {
+    sim::SimOptions options;
+    options.transport = transport;
+    auto timeline = sim::simulate(p, cluster, options);
+    REQUIRE(timeline.completed);
+    return timeline;
+  };
+  strategies::TransportPolicy fifo;
+  fifo.priority = PriorityPolicy::fifo;
+  const auto first_in = run(fifo);
+  CHECK(first_in.spans[late].end == Time::us(10'005));
+  CHECK(first_in.spans[early].end == Time::us(20'005));
+  const auto layered = run(policy(LinkScheduling::strict));
+  CHECK(layered.spans[early].end - layered.spans[early].start == Time::us(10'005));
+  CHECK(layered.spans[early].start > Time::ms(1) - Time::us(1));
+  CHECK(layered.spans[late].end == Time::us(20'005));
+}
