@@ -38,11 +38,11 @@
 // ..." (philly: a JSON path) for malformed input, a time that does not parse, a negative run
 // time, and a job larger than the cluster (after rounding).
 //
-// Generator (generate_recorded, write_generated): N jobs with Poisson arrivals (exponential gaps) at the rate that
-// offers `load` x the cluster's GPUs on average (or N / `days` per day when days is given), GPU
-// counts drawn from a format's mix, run times lognormal (clamped to [60 s, 7 days]). The mixes
-// (fractions of jobs by GPUs) and lognormal parameters are this project's approximations of the
-// published figures, not their values:
+// Generator (generate_recorded, write_generated): N jobs with Poisson arrivals (exponential gaps)
+// at the rate that offers `load` x the cluster's GPUs on average (or N / `days` per day when days
+// is given), GPU counts drawn from a format's mix, run times lognormal (clamped to [60 s, 7 days]).
+// The mixes (fractions of jobs by GPUs) and lognormal parameters are this project's approximations
+// of the published figures, not their values:
 //   philly: the ATC'19 paper's and the trace notebook's buckets (1, 2-4, 5-8, > 8 GPUs; Figure 2,
 //     run time per bucket): 1 GPU 0.70, 2 0.10, 4 0.10, 8 0.07, 16 0.02, 32 0.01; run time median
 //     1 h, sigma 1.6 (minutes to days);
