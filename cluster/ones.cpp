@@ -181,8 +181,8 @@ class Ones : public Scheduler {
   Genes random_genes(std::size_t n) {
     Genes genes(n, -1);
     for (std::size_t k = 0; k < n; ++k) {
-      if (rng_.below(2) == 1)
-        genes[k] = static_cast<int>(rng_.below(static_cast<std::uint64_t>(rungs(k))));
+      if (rng_.below_by_scaling(2) == 1)
+        genes[k] = static_cast<int>(rng_.below_by_scaling(static_cast<std::uint64_t>(rungs(k))));
     }
     return genes;
   }
@@ -199,14 +199,14 @@ class Ones : public Scheduler {
 
   const Individual& tournament() {
     const auto size = static_cast<std::uint64_t>(population_.size());
-    const std::size_t a = rng_.below(size), b = rng_.below(size);
+    const std::size_t a = rng_.below_by_scaling(size), b = rng_.below_by_scaling(size);
     return population_[std::min(a, b)];  // sorted: the smaller index is the fitter
   }
 
   void mutate_gene(std::size_t k, int& gene) {
     if (gene < 0) {
-      gene = static_cast<int>(rng_.below(static_cast<std::uint64_t>(rungs(k))));
-    } else if (rng_.below(2) == 0) {
+      gene = static_cast<int>(rng_.below_by_scaling(static_cast<std::uint64_t>(rungs(k))));
+    } else if (rng_.below_by_scaling(2) == 0) {
       gene = std::min(gene + 1, rungs(k) - 1);  // scale the batch up
     } else {
       --gene;  // scale it down (below the lowest rung: queued)
@@ -217,10 +217,11 @@ class Ones : public Scheduler {
     const Genes& a = tournament().genes;
     const Genes& b = tournament().genes;
     Genes child(a.size());
-    for (std::size_t k = 0; k < a.size(); ++k) child[k] = rng_.below(2) == 0 ? a[k] : b[k];
+    for (std::size_t k = 0; k < a.size(); ++k)
+      child[k] = rng_.below_by_scaling(2) == 0 ? a[k] : b[k];
     if (child.empty()) return child;
     const double rate = 1.0 / static_cast<double>(child.size());
-    const std::size_t forced = rng_.below(child.size());
+    const std::size_t forced = rng_.below_by_scaling(child.size());
     for (std::size_t k = 0; k < child.size(); ++k) {
       if (!frozen_[k] && (k == forced || rng_.unit() < rate)) mutate_gene(k, child[k]);
     }

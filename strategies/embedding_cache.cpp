@@ -1,4 +1,5 @@
 #include "strategies/embedding_cache.hpp"
+#include "strategies/random.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -36,55 +37,11 @@ const IdDistribution& EmbeddingCacheSpec::distribution_of(int t) const {
 
 namespace {
 
-// ---- The generator: xoshiro256** (Blackman & Vigna, "Scrambled linear pseudorandom number
-// generators", 2018), its state filled by splitmix64 (Steele et al. 2014) as its authors advise.
+// ---- The generator (strategies/random.hpp), one stream per (seed, table).
 
-std::uint64_t splitmix64(std::uint64_t& x) {
-  std::uint64_t z = (x += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
+Xoshiro256 table_rng(std::uint64_t seed, std::uint64_t stream) {
+  return Xoshiro256(seed ^ (stream * 0xD1342543DE82EF95ULL + 0x2545F4914F6CDD1DULL));
 }
-
-__extension__ using Uint128 = unsigned __int128;  // GCC and Clang
-
-class Rng {
- public:
-  Rng(std::uint64_t seed, std::uint64_t stream) {
-    std::uint64_t x = seed ^ (stream * 0xD1342543DE82EF95ULL + 0x2545F4914F6CDD1DULL);
-    for (auto& word : s_) word = splitmix64(x);
-  }
-  std::uint64_t next() {
-    const std::uint64_t result = std::rotl(s_[1] * 5, 7) * 9;
-    const std::uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = std::rotl(s_[3], 45);
-    return result;
-  }
-  /// Uniform in [0, 1): the top 53 bits.
-  double unit() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  /// Uniform in [0, n), n >= 1: Lemire's multiply-shift, rejecting the biased low products
-  /// ("Fast random integer generation in an interval", ACM TOMACS 29(1), 2019).
-  std::uint64_t below(std::uint64_t n) {
-    Uint128 m = static_cast<Uint128>(next()) * n;
-    auto low = static_cast<std::uint64_t>(m);
-    if (low < n) {
-      const std::uint64_t threshold = (0 - n) % n;
-      while (low < threshold) {
-        m = static_cast<Uint128>(next()) * n;
-        low = static_cast<std::uint64_t>(m);
-      }
-    }
-    return static_cast<std::uint64_t>(m >> 64);
-  }
-
- private:
-  std::uint64_t s_[4];
-};
 
 // ---- Zipf: sums and the rejection-inversion sampler.
 
@@ -141,7 +98,7 @@ class ZipfSampler {
     squeeze_ = 2 - h_integral_inverse(h_integral(2.5) - h(2));
   }
   /// An id in [0, n): k - 1.
-  std::int64_t draw(Rng& rng) const {
+  std::int64_t draw(Xoshiro256& rng) const {
     for (;;) {
       const double u = h_integral_n_ + rng.unit() * (h_integral_x1_ - h_integral_n_);
       const double x = h_integral_inverse(u);
@@ -185,7 +142,7 @@ class IdSampler {
     }
   }
 
-  std::int64_t draw(Rng& rng) const {
+  std::int64_t draw(Xoshiro256& rng) const {
     switch (kind_) {
       case IdDistributionKind::uniform:
         return static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(rows_)));
@@ -684,7 +641,7 @@ class Simulation {
         real_lookups_(lookups),
         drawn_(std::min(lookups, spec.max_lookups_per_batch)),
         sampler_(rows, dist),
-        rng_(spec.seed, static_cast<std::uint64_t>(table)),
+        rng_(table_rng(spec.seed, static_cast<std::uint64_t>(table))),
         cache_(make_cache(spec.policy, rows, capacity, drawn_)),
         batch_map_(static_cast<std::size_t>(drawn_)) {
     ids_.resize(drawn_);
@@ -769,7 +726,7 @@ class Simulation {
 
   std::int64_t capacity_, real_lookups_, drawn_;
   IdSampler sampler_;
-  Rng rng_;
+  Xoshiro256 rng_;
   std::unique_ptr<Resident> cache_;
   IdMap batch_map_;  // id -> index in rows_, for the batch being collected
   std::vector<std::int64_t> ids_;
@@ -861,7 +818,7 @@ std::vector<std::int64_t> sample_ids(std::int64_t rows, const IdDistribution& di
   spec.seed = seed;
   check_simulation_inputs(rows, count, dist, spec);
   const IdSampler sampler(rows, dist);
-  Rng rng(seed, static_cast<std::uint64_t>(table));
+  Xoshiro256 rng = table_rng(seed, static_cast<std::uint64_t>(table));
   std::vector<std::int64_t> ids(static_cast<std::size_t>(count));
   for (auto& id : ids) id = sampler.draw(rng);
   return ids;
