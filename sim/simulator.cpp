@@ -69,6 +69,7 @@ struct Instance {
   bool eager = false;      // an eager send's message (strategies::Send::eager)
   bool started = false;    // its transfer started
   bool delivered = false;  // its transfer ended before the receive started (eager only)
+  bool detached = false;   // its send ends when the transfer starts (strategies::Send)
 };
 
 // An engine event's kind for an eager message's receive that started after its data arrived:
@@ -355,6 +356,8 @@ void Simulator::engine_step() {
   now_ = e.time;
   const OpId id = e.target;
   if (e.kind == kDeliveredKind) {
+    // A detached send whose transfer ended at the time it started was ended with it.
+    if (ops_[id].status == kDone) return;
     finish_op(id, now_);
   } else if (interfere_) {
     Time start;
@@ -509,8 +512,10 @@ void Simulator::build_instances() {
     instances_[i].expected = matching_.expected(i);
     if (matching_.is_collective(i)) continue;
     for (const OpId id : matching_.ops_of(i)) {
-      if (const auto* s = std::get_if<Send>(&program_.op(id).work); s && s->eager) {
+      if (const auto* s = std::get_if<Send>(&program_.op(id).work);
+          s && (s->eager || s->detached)) {
         instances_[i].eager = true;
+        instances_[i].detached = s->detached;
       }
     }
   }
@@ -558,6 +563,8 @@ void Simulator::start_op(OpId id) {
   }
   if (inst.arrived == inst.expected || (inst.eager && st.kind == kSend)) {
     start_transfer(st.payload);
+    // A detached send ends now; its transfer runs on (strategies::Send::detached).
+    if (inst.detached && st.kind == kSend) engine_.schedule(now_, kDeliveredKind, id);
   }
 }
 
@@ -618,11 +625,18 @@ void Simulator::complete_instance(TransferId instance) {
     inst.delivered = true;
   else
     inst.arrived = kNone;  // finished: never again
+  // A detached send ended (and released what follows it) when the transfer started: not again.
+  OpId ended_before = kNone;
+  if (inst.detached) {
+    for (const OpId member : members) {
+      if (ops_[member].status == kDone) ended_before = member;
+    }
+  }
   for (const OpId member : members) {
     if (ops_[member].status == kStarted) finish_op(member, start);
   }
   for (const OpId member : members) {
-    if (ops_[member].status == kDone) release_successors(member);
+    if (ops_[member].status == kDone && member != ended_before) release_successors(member);
   }
 }
 

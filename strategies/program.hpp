@@ -278,11 +278,19 @@ struct Collective {
 /// when the transfer ends, and the receive ends once it has started and the data has arrived
 /// (ASTRA-sim's analytical network: CommonNetworkApi::process_chunk_arrival). The rule is
 /// sim/simulator.cpp's, in one place.
+///
+/// `detached` (eager too; MPI_Ibsend's buffered, non-blocking send; a parameter server's push
+/// and pull, which a framework hands to its communication threads): the send ends as soon as its
+/// transfer starts, so its stream goes on and several detached sends of one rank are in flight
+/// together; the transfer runs on, and its receive ends as an eager message's does. The buffer
+/// is taken to be copied out when the send ends (its memory effects apply then). The CUDA
+/// executor (exec/) runs eager and detached sends as NCCL's rendezvous sends.
 struct Send {
   std::int32_t peer = 0;
   Bytes bytes;
   std::int16_t sms = kNcclSms;
   bool eager = false;
+  bool detached = false;
 };
 
 struct Recv {

@@ -488,7 +488,8 @@ void write_chrome_trace(std::ostream& out, const strategies::Program& program,
       w << R"(,"kind":"send","bytes":)";
       w.integer(s->bytes.count()) << R"(,"peer":)";
       w.integer(s->peer);
-      if (s->eager) w << R"(,"eager":true)";  // strategies::Send::eager (Chakra imports)
+      if (s->eager) w << R"(,"eager":true)";        // strategies::Send::eager (Chakra imports)
+      if (s->detached) w << R"(,"detached":true)";  // strategies::Send::detached
     } else if (const auto* r = std::get_if<Recv>(&op.work)) {
       w << R"(,"kind":"recv","bytes":)";
       w.integer(r->bytes.count()) << R"(,"peer":)";

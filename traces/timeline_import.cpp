@@ -713,6 +713,9 @@ st::Work parse_communication(const ExactOps& x, const json& args, const std::str
     if (const auto e = args.find("eager"); e != args.end()) {
       send.eager = rd.boolean(*e, where + ".args.eager");
     }
+    if (const auto d = args.find("detached"); d != args.end()) {
+      send.detached = rd.boolean(*d, where + ".args.detached");
+    }
     return send;
   }
   if (const auto ck = collective_kind(k)) {

@@ -69,6 +69,15 @@ ParameterServer::ParameterServer(Assembly& assembly) : assembly_(assembly) {
   }
 }
 
+// Pushes and pulls are handed to the framework's communication threads: detached sends, several
+// in flight at once, so that the links' scheduling (strategies/transport.hpp) orders them.
+Send ParameterServer::detached(std::int32_t peer, Bytes bytes) {
+  Send s{peer, bytes};
+  s.eager = true;
+  s.detached = true;
+  return s;
+}
+
 OpInfo ParameterServer::info(const Unit& u, Stream stream, Phase phase, std::uint32_t label) const {
   OpInfo i{stream, phase, -1, u.layer_begin, u.layer_end, {}};
   i.label_id = label;
@@ -84,6 +93,7 @@ void ParameterServer::gradients_complete(RankEmitter& rank, std::size_t slot) {
   const std::vector<GradUnit>& grad_units = rank.chunk_template(rank.held[slot]).plan.grad_units;
   std::size_t next = 0;
   last_pull_.reset();
+  std::vector<const Unit*> pushed;
   for (std::size_t i = 0; i < grad_units.size(); ++i) {
     if (grad_units[i].parameters - grad_units[i].expert_parameters <= 0) continue;
     const Unit& u = units_[next++];
@@ -91,11 +101,41 @@ void ParameterServer::gradients_complete(RankEmitter& rank, std::size_t slot) {
     const std::array<OpId, 1> after = {assembly_.spec.dp_overlap ? rank.unit_done[slot][i]
                                                                  : rank.last_backward[slot]};
     rank.last_dp_comm =
-        rank.program.add(Send{server, Bytes(u.parameters * assembly_.grad_element_size)},
+        rank.program.add(detached(server, Bytes(u.parameters * assembly_.grad_element_size)),
                          info(u, Stream::dp_comm, Phase::other, u.push_label), after);
-    last_pull_ = rank.program.add(Recv{server, Bytes(u.parameters * assembly_.element_size)},
-                                  info(u, Stream::pp_recv, Phase::optimizer, u.pull_label));
+    pushed.push_back(&u);
   }
+  for (const Unit* u : pull_order(pushed)) {
+    last_pull_ =
+        rank.program.add(Recv{workers + u->server, Bytes(u->parameters * assembly_.element_size)},
+                         info(*u, Stream::pp_recv, Phase::optimizer, u->pull_label));
+  }
+}
+
+// The order a worker receives its pulls in: the order the next forward uses them (first layer
+// first), as far as each server's sending order allows (a server sends its units' pulls in
+// backward order, and the messages of one channel are received in the order they are sent):
+// in forward order, a unit is preceded by the units its server sends before it. With one unit
+// per server this is the forward order itself.
+std::vector<const ParameterServer::Unit*> ParameterServer::pull_order(
+    const std::vector<const Unit*>& pushed) const {
+  std::vector<std::vector<std::size_t>> sent(
+      static_cast<std::size_t>(assembly_.spec.parameter_servers));
+  for (std::size_t i = 0; i < pushed.size(); ++i) {
+    sent[static_cast<std::size_t>(pushed[i]->server)].push_back(i);
+  }
+  std::vector<std::size_t> taken(sent.size(), 0);
+  std::vector<bool> done(pushed.size(), false);
+  std::vector<const Unit*> order;
+  for (std::size_t k = pushed.size(); k-- > 0;) {
+    const auto s = static_cast<std::size_t>(pushed[k]->server);
+    while (!done[k]) {
+      const std::size_t i = sent[s][taken[s]++];
+      done[i] = true;
+      order.push_back(pushed[i]);
+    }
+  }
+  return order;
 }
 
 std::optional<OpId> ParameterServer::optimizer_step(RankEmitter&, std::size_t) {
@@ -134,7 +174,7 @@ void ParameterServer::emit_server(int server) {
                     info(u, Stream::compute, Phase::optimizer, u.update_label), pushes, release);
     const std::array<OpId, 1> after = {update};
     for (std::int32_t w = 0; w < workers; ++w) {
-      program.add(Send{w, Bytes(u.parameters * e)},
+      program.add(detached(w, Bytes(u.parameters * e)),
                   info(u, Stream::dp_comm, Phase::optimizer, u.send_label), after);
     }
   }

@@ -471,12 +471,14 @@ class HostOverhead : public TechniqueHook {
 /// the embedding, the head) belongs to one server: units in backward order, the largest first,
 /// each to the server holding the fewest parameters so far (ties: the lowest server).
 /// Per unit u of P parameters, in backward order (units of zero parameters have none):
-/// - worker, gradients_complete: "ps push <unit>", a Send of P g bytes (g: the gradient
-///   buffers' element size) to u's server on the dp-comm stream, Phase::other, u's layer range
-///   (-1 for a unit that is no layer), after the op completing u in the last gradient pass
-///   (with dp_overlap; else after the last backward op); then "ps pull <unit>", a Recv of P e
-///   bytes (e: the parameters' element size) from the server on the pp-recv stream (so that pulls
-///   do not hold up the pushes behind them), Phase::optimizer (it updates the worker's
+/// - worker, gradients_complete: "ps push <unit>", a detached Send (strategies::Send::detached:
+///   several pushes in flight at once, ordered by the links' scheduling) of P g bytes (g: the
+///   gradient buffers' element size) to u's server on the dp-comm stream, Phase::other, u's
+///   layer range (-1 for a unit that is no layer), after the op completing u in the last
+///   gradient pass (with dp_overlap; else after the last backward op); then, once every unit is
+///   pushed, in forward order (the order the next forward needs them), "ps pull <unit>", a Recv
+///   of P e bytes (e: the parameters' element size) from the server on the pp-recv stream (so
+///   that pulls do not hold up the pushes), Phase::optimizer (it updates the worker's
 ///   parameters: the next iteration's forward of u's layers waits for it, strategies/
 ///   iterations.hpp), u's layer range.
 /// - optimizer_step: returns the chunk's last pull (the workers run no optimizer).
@@ -487,8 +489,9 @@ class HostOverhead : public TechniqueHook {
 ///   stream, Phase::optimizer: an elementwise sum of the W pushes (P W elements, P W g bytes
 ///   read, P g written) and the optimizer step of P parameters (as DeviceOptimizerStep costs
 ///   it), releasing the W buffers at its end; then a Send of P e bytes to every worker in worker
-///   order on the dp-comm stream ("ps send <unit>", Phase::optimizer). The server's receives run
-///   one after another: its link is shared by all workers' pushes.
+///   order on the dp-comm stream ("ps send <unit>", Phase::optimizer; detached, all in flight
+///   together). The server's receives end one after another, but the pushes, detached, arrive
+///   side by side: its link is shared by all workers' pushes.
 /// Every Send of the strategy is on the dp-comm stream and carries the unit's layer range.
 class ParameterServer : public TechniqueHook {
  public:
@@ -512,6 +515,8 @@ class ParameterServer : public TechniqueHook {
                   send_label = 0, update_kernels = 0;
   };
   OpInfo info(const Unit& u, Stream stream, Phase phase, std::uint32_t label) const;
+  static Send detached(std::int32_t peer, Bytes bytes);
+  std::vector<const Unit*> pull_order(const std::vector<const Unit*>& pushed) const;
   void emit_server(int server);
 
   Assembly& assembly_;

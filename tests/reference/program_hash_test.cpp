@@ -160,7 +160,8 @@ std::string program_hash(const Program& p) {
       } else if (const auto* s = std::get_if<Send>(&op.work)) {
         h.i64(s->peer);
         h.i64(s->bytes.count());
-        if (s->eager) h.i64(1);  // only imports make eager sends: lowered hashes are unchanged
+        if (s->eager) h.i64(1);     // only imports make eager sends: lowered hashes are unchanged
+        if (s->detached) h.i64(2);  // parameter servers' pushes and pulls only
       } else if (const auto* v = std::get_if<Recv>(&op.work)) {
         h.i64(v->peer);
         h.i64(v->bytes.count());

@@ -374,3 +374,57 @@ TEST_CASE(
   CHECK(layered.spans[early].start > Time::ms(1) - Time::us(1));
   CHECK(layered.spans[late].end == Time::us(20'005));
 }
+
+TEST_CASE("detached sends: one rank's messages in flight together, ordered by the policy") {
+  // Rank 0 sends layer 3's gradient, then layer 0's (1e8 B each) to rank 2 as detached sends
+  // on its one dp_comm stream: both end at once (0 s) and both transfers run together through
+  // rank 2's NIC (10 GB/s, 5 us latency); rank 2 receives them on two streams.
+  // none: they share the link: both arrive at 5 us + 2e8 / 1e10 = 20.005 ms.
+  // layer (2 classes, strict): layer 0 first: 10.005 ms, then layer 3: 20.005 ms.
+  // fifo: layer 3's started first: 10.005 ms, then layer 0's: 20.005 ms.
+  using strategies::OpId;
+  strategies::Program p(4);
+  std::array<OpId, 2> sends{}, receives{};
+  for (int r = 0; r < 4; ++r) {
+    p.begin_rank(r);
+    for (int k = 0; k < 2; ++k) {
+      const int layer = k == 0 ? 3 : 0;
+      strategies::OpInfo info;
+      info.stream = strategies::Stream::dp_comm;
+      info.phase = strategies::Phase::backward;
+      info.layer_begin = static_cast<std::int16_t>(layer);
+      info.layer_end = static_cast<std::int16_t>(layer + 1);
+      if (r == 0) {
+        strategies::Send send{2, Bytes(100'000'000)};
+        send.eager = true;
+        send.detached = true;
+        sends[static_cast<std::size_t>(k)] = p.add(send, info);
+      } else if (r == 2) {
+        if (k == 1) info.stream = strategies::Stream::pp_recv;
+        receives[static_cast<std::size_t>(k)] =
+            p.add(strategies::Recv{0, Bytes(100'000'000)}, info);
+      }
+    }
+  }
+  p.finish();
+  const auto cluster = two_nodes();
+  auto run = [&](const strategies::TransportPolicy& transport) {
+    sim::SimOptions options;
+    options.transport = transport;
+    auto timeline = sim::simulate(p, cluster, options);
+    REQUIRE(timeline.completed);
+    for (OpId s : sends) CHECK(timeline.spans[s].end == Time::zero());
+    return timeline;
+  };
+  const auto shared = run({});
+  CHECK(shared.spans[receives[0]].end == Time::us(20'005));
+  CHECK(shared.spans[receives[1]].end == Time::us(20'005));
+  const auto layered = run(policy(LinkScheduling::strict));
+  CHECK(layered.spans[receives[1]].end == Time::us(10'005));
+  CHECK(layered.spans[receives[0]].end == Time::us(20'005));
+  strategies::TransportPolicy fifo;
+  fifo.priority = PriorityPolicy::fifo;
+  const auto first_in = run(fifo);
+  CHECK(first_in.spans[receives[0]].end == Time::us(10'005));
+  CHECK(first_in.spans[receives[1]].end == Time::us(20'005));
+}
