@@ -75,6 +75,16 @@ std::map<sim::TransferId, Time> two_messages(const strategies::TransportPolicy& 
   return drive(*net);
 }
 
+/// Simulates `p` on two_nodes() under `transport`; the run must complete.
+traces::Timeline simulate_with(const strategies::Program& p,
+                               const strategies::TransportPolicy& transport) {
+  sim::SimOptions options;
+  options.transport = transport;
+  auto timeline = sim::simulate(p, two_nodes(), options);
+  REQUIRE(timeline.completed);
+  return timeline;
+}
+
 }  // namespace
 
 TEST_CASE("max-min: a strict level gets what the more urgent level leaves (work-conserving)") {
@@ -230,13 +240,8 @@ TEST_CASE("priorities: the program simulator derives classes and loss from the o
     }
   }
   p.finish();
-  const auto cluster = two_nodes();
   auto run = [&](const strategies::TransportPolicy& transport) {
-    sim::SimOptions options;
-    options.transport = transport;
-    auto timeline = sim::simulate(p, cluster, options);
-    REQUIRE(timeline.completed);
-    return timeline;
+    return simulate_with(p, transport);
   };
   const auto plain = run({});
   CHECK(plain.spans[early].end == Time::us(20'005));
@@ -356,13 +361,8 @@ TEST_CASE(
     }
   }
   p.finish();
-  const auto cluster = two_nodes();
   auto run = [&](const strategies::TransportPolicy& transport) {
-    sim::SimOptions options;
-    options.transport = transport;
-    auto timeline = sim::simulate(p, cluster, options);
-    REQUIRE(timeline.completed);
-    return timeline;
+    return simulate_with(p, transport);
   };
   strategies::TransportPolicy fifo;
   fifo.priority = PriorityPolicy::fifo;
@@ -409,10 +409,7 @@ TEST_CASE("detached sends: one rank's messages in flight together, ordered by th
   p.finish();
   const auto cluster = two_nodes();
   auto run = [&](const strategies::TransportPolicy& transport) {
-    sim::SimOptions options;
-    options.transport = transport;
-    auto timeline = sim::simulate(p, cluster, options);
-    REQUIRE(timeline.completed);
+    auto timeline = simulate_with(p, transport);
     for (OpId s : sends) CHECK(timeline.spans[s].end == Time::zero());
     return timeline;
   };
