@@ -407,7 +407,6 @@ TEST_CASE("detached sends: one rank's messages in flight together, ordered by th
     }
   }
   p.finish();
-  const auto cluster = two_nodes();
   auto run = [&](const strategies::TransportPolicy& transport) {
     auto timeline = simulate_with(p, transport);
     for (OpId s : sends) CHECK(timeline.spans[s].end == Time::zero());
