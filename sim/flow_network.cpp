@@ -533,7 +533,7 @@ void FlowNetwork::set_transport(const strategies::TransportPolicy& policy) {
   }
 }
 
-FlowClass FlowNetwork::flow_class(int priority) const {
+FlowClass FlowNetwork::flow_class(std::int64_t priority) const {
   if (priority <= 0) return class_weights_.empty() ? FlowClass{} : FlowClass{0, class_weights_[0]};
   if (class_weights_.empty()) return FlowClass{priority, 1.0};
   const auto c = std::min(static_cast<std::size_t>(priority), class_weights_.size() - 1);

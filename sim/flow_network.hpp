@@ -284,7 +284,7 @@ class FlowNetwork final : public Network {
   void start_weighted(int slot, std::span<const int> route, std::span<const int> weights,
                       int copies, double bytes);
   /// The solver class of a transfer of priority class `priority`.
-  FlowClass flow_class(int priority) const;
+  FlowClass flow_class(std::int64_t priority) const;
   /// Spray: the id of the set of every shortest path between two vertices (enumerated once).
   int spray_paths(int src, int dst);
   /// Spray: starts one sub-flow of bytes / paths on each path of set `paths`; returns how many.

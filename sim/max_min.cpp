@@ -215,16 +215,9 @@ void MaxMinSolver::settle(Time now) {
   }
   rate_next_.resize(flows_.size());
   if (!classed_) {
-    fill(0, true);
+    fill({});
   } else {
-    levels_.clear();
-    for (int id : component_flows_) levels_.push_back(flows_[static_cast<std::size_t>(id)].level);
-    std::sort(levels_.begin(), levels_.end());
-    levels_.erase(std::unique(levels_.begin(), levels_.end()), levels_.end());
-    for (int level : levels_) {
-      weigh_level(level);
-      fill(level, false);
-    }
+    fill_levels();
   }
 
   // 3. New completion times for the flows whose rate changed.
@@ -244,31 +237,62 @@ void MaxMinSolver::settle(Time now) {
   }
 }
 
-void MaxMinSolver::weigh_level(int level) {
-  for (int link : component_links_) {
-    Link& l = links_[static_cast<std::size_t>(link)];
-    l.unfrozen = 0;
-    for (const LinkEntry& e : l.flows) {
-      const Flow& f = flows_[static_cast<std::size_t>(e.flow)];
-      if (f.level == level) l.unfrozen += e.weight * f.share;
+void MaxMinSolver::fill_levels() {
+  by_level_.clear();
+  for (int id : component_flows_)
+    by_level_.emplace_back(flows_[static_cast<std::size_t>(id)].level, id);
+  std::sort(by_level_.begin(), by_level_.end());
+  for (int link : component_links_) links_[static_cast<std::size_t>(link)].unfrozen = 0;
+  for (std::size_t i = 0; i < by_level_.size();) {
+    group_.clear();
+    std::size_t j = i;
+    for (; j < by_level_.size() && by_level_[j].first == by_level_[i].first; ++j) {
+      group_.push_back(by_level_[j].second);
+    }
+    weigh_group(group_);
+    fill(group_);
+    for (int link : group_links_) links_[static_cast<std::size_t>(link)].unfrozen = 0;
+    i = j;
+  }
+}
+
+void MaxMinSolver::weigh_group(std::span<const int> group) {
+  ++group_epoch_;
+  group_links_.clear();
+  for (int id : group) {
+    const Flow& f = flows_[static_cast<std::size_t>(id)];
+    for (std::size_t i = 0; i < f.route.size(); ++i) {
+      Link& l = links_[static_cast<std::size_t>(f.route[i])];
+      if (l.group_mark != group_epoch_) {
+        l.group_mark = group_epoch_;
+        l.unfrozen = 0;
+        group_links_.push_back(f.route[i]);
+      }
+      l.unfrozen += (f.weight.empty() ? 1 : f.weight[i]) * f.share;
     }
   }
 }
 
-void MaxMinSolver::fill(int level, bool all) {
+void MaxMinSolver::fill(std::span<const int> group) {
   // Links whose unfrozen weight is below this hold no unfrozen flow (weights are >= 1 copies
   // times share weights well above it; the margin absorbs the rounding of summed weights).
   constexpr double kEmpty = 1e-9;
+  // A level of this many flows or fewer finds a link's flows among its own (a strict level per
+  // transfer, as FIFO gives, has one) rather than among every flow on the link.
+  constexpr std::size_t kScanGroup = 16;
+  const bool all = group.empty();
+  const std::int64_t level = all ? 0 : flows_[static_cast<std::size_t>(group.front())].level;
   shares_.clear();
-  for (int link : component_links_) {
+  for (int link :
+       all ? std::span<const int>(component_links_) : std::span<const int>(group_links_)) {
     const Link& l = links_[static_cast<std::size_t>(link)];
     if (l.unfrozen > kEmpty) shares_.push_back(Share{std::max(l.left, 0.0) / l.unfrozen, link});
   }
   // A capped flow's cap is a private link of its own: an entry with link -1 - flow, its fill
   // level the cap over the flow's share weight.
-  for (int id : component_flows_) {
+  for (int id : all ? std::span<const int>(component_flows_) : group) {
     const Flow& f = flows_[static_cast<std::size_t>(id)];
-    if (f.cap > 0 && (all || f.level == level)) shares_.push_back(Share{f.cap / f.share, -1 - id});
+    if (f.cap > 0) shares_.push_back(Share{f.cap / f.share, -1 - id});
   }
   std::make_heap(shares_.begin(), shares_.end(), ShareLater{});
   double floor = 0;
@@ -313,9 +337,18 @@ void MaxMinSolver::fill(int level, bool all) {
       if (current != top.share) continue;  // stale: a newer entry holds the current share
       const double share = std::max(current, floor);
       floor = share;
-      for (const LinkEntry& e : l.flows) {
-        const Flow& f = flows_[static_cast<std::size_t>(e.flow)];
-        if (!f.frozen && (all || f.level == level)) freeze(e.flow, share);
+      if (!all && group.size() <= kScanGroup) {
+        for (int id : group) {
+          const Flow& f = flows_[static_cast<std::size_t>(id)];
+          if (!f.frozen && std::find(f.route.begin(), f.route.end(), top.link) != f.route.end()) {
+            freeze(id, share);
+          }
+        }
+      } else {
+        for (const LinkEntry& e : l.flows) {
+          const Flow& f = flows_[static_cast<std::size_t>(e.flow)];
+          if (!f.frozen && (all || f.level == level)) freeze(e.flow, share);
+        }
       }
     }
     for (int other : touched_) {

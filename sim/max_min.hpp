@@ -56,7 +56,7 @@ namespace stratasim::sim {
 /// A flow's class: its strict-priority level (0 most urgent) and its share weight (> 0) among
 /// the flows of its level.
 struct FlowClass {
-  int level = 0;
+  std::int64_t level = 0;
   double weight = 1;
 };
 
@@ -135,7 +135,7 @@ class MaxMinSolver {
     double remaining = 0;     // as of `updated`
     double rate = 0;          // bytes per second
     double cap = 0;           // rate cap in bytes per second; 0: none (set_rate_factor)
-    int level = 0;            // FlowClass
+    std::int64_t level = 0;   // FlowClass
     double share = 1;         // FlowClass::weight
     Time updated;             // when `remaining` was last brought up to date
     Time start;               // when the flow started
@@ -162,6 +162,7 @@ class MaxMinSolver {
     double left = 0;
     double unfrozen = 0;  // weight of the unfrozen entries (times their flows' share weights)
     std::uint32_t touch = 0;
+    std::uint32_t group_mark = 0;  // weigh_group's epoch
   };
   struct HeapEntry {
     Time at;
@@ -193,11 +194,14 @@ class MaxMinSolver {
   void schedule(int flow, Time now);
   void finish_flow(int flow, Time at);
   void compact_heap();
-  /// Water-fills the component's unfrozen flows of `level` (every flow when `all`) into what
-  /// their links have left.
-  void fill(int level, bool all);
-  /// Sets each component link's unfrozen weight to its entries' of `level`.
-  void weigh_level(int level);
+  /// Water-fills unfrozen flows into what their links have left: every flow of the component
+  /// (group empty), or the flows of one level (`group`, ids of that level; their links' unfrozen
+  /// weights set by weigh_group).
+  void fill(std::span<const int> group);
+  /// The component's levels one after another, most urgent first (classed flows).
+  void fill_levels();
+  /// Sets the unfrozen weight of the links `group`'s flows cross to theirs (group_links_).
+  void weigh_group(std::span<const int> group);
 
   std::vector<Link> links_;
   std::vector<Flow> flows_;
@@ -216,8 +220,11 @@ class MaxMinSolver {
   std::uint64_t sequence_ = 0;
   std::uint64_t refilled_ = 0;
   std::size_t active_ = 0;
-  bool classed_ = false;     // some flow was started with a level or weight of its own
-  std::vector<int> levels_;  // scratch: a component's levels
+  bool classed_ = false;  // some flow was started with a level or weight of its own
+  std::vector<std::pair<std::int64_t, int>> by_level_;  // scratch: (level, flow) sorted
+  std::vector<int> group_;                              // scratch: one level's flows
+  std::vector<int> group_links_;                        // scratch: the links they cross
+  std::uint32_t group_epoch_ = 0;
 };
 
 }  // namespace stratasim::sim

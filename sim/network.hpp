@@ -39,7 +39,7 @@ struct TransferRequest {
   /// Priority class, 0 most urgent (strategies::TransportPolicy::class_of): on the flow-level
   /// network, its flows' level (strict) or weight (weighted) at every link; the analytical
   /// network, with no links to share, ignores it.
-  int priority = 0;
+  std::int64_t priority = 0;
   /// The fraction of `bytes` that may be dropped (bounded loss, strategies/transport.hpp:
   /// loss_bound for a gradient message, else 0): the transfer completes once the rest is
   /// delivered, on either network, and the dropped tail takes no time.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -180,6 +181,12 @@ class Simulator {
 
   void release_successors(OpId id);
 
+  // Event-driven ranks (Program::event_driven): a stream's compute ops run one at a time (one
+  // device), in the order they became ready, instead of in program order. Whether compute op
+  // `id` may start now (else it waits in its stream's queue), and, when one ends, the next.
+  bool claim_stream(OpId id);
+  void next_on_stream(OpId id);
+
   // ---- Deadlock report.
 
   std::string why_waiting(OpId id) const;
@@ -211,6 +218,14 @@ class Simulator {
   Time now_;
   std::uint32_t done_ = 0;
 
+  // Per (rank, stream) of an event-driven program (empty otherwise): whether a compute op runs,
+  // and the ready ones that wait for it, in the order they became ready.
+  struct ReadyQueue {
+    bool busy = false;
+    std::deque<OpId> waiting;
+  };
+  std::vector<ReadyQueue> ready_;
+
   // The transport policy's classes need the program's layer count (largest layer_end).
   static int layer_count(const Program& program) {
     int layers = 0;
@@ -222,12 +237,10 @@ class Simulator {
   int layers_ = 0;
   // A transfer's class and droppable fraction from the op that describes it; under "fifo" its
   // class is its start order (strategies/transport.hpp).
-  int started_transfers_ = 0;
+  std::int64_t started_transfers_ = 0;
   void classify(TransferRequest& request, OpId op) {
     const Op& o = program_.op(op);
-    request.priority = options_.transport.priority == strategies::PriorityPolicy::fifo
-                           ? started_transfers_++
-                           : options_.transport.class_of(o, layers_);
+    request.priority = options_.transport.level(o, layers_, started_transfers_++);
     request.droppable = options_.transport.droppable(o);
   }
 
@@ -363,10 +376,38 @@ void Simulator::engine_step() {
     Time start;
     if (!interference_->end_compute(id, e.kind, now_, start)) return;  // a rescheduled op's old end
     finish_op(id, start);
+    next_on_stream(id);
   } else {
     finish_op(id, now_ - list_time_[ops_[id].payload]);
+    next_on_stream(id);
   }
   release_successors(id);
+}
+
+bool Simulator::claim_stream(OpId id) {
+  const Op& o = program_.op(id);
+  if (!program_.event_driven(o.rank)) return true;
+  ReadyQueue& q =
+      ready_[static_cast<std::size_t>(o.rank) * kStreamCount + static_cast<std::size_t>(o.stream)];
+  if (q.busy) {
+    q.waiting.push_back(id);
+    return false;
+  }
+  q.busy = true;
+  return true;
+}
+
+void Simulator::next_on_stream(OpId id) {
+  if (ready_.empty()) return;
+  const Op& o = program_.op(id);
+  if (!program_.event_driven(o.rank)) return;
+  ReadyQueue& q =
+      ready_[static_cast<std::size_t>(o.rank) * kStreamCount + static_cast<std::size_t>(o.stream)];
+  q.busy = false;
+  if (q.waiting.empty()) return;
+  const OpId next = q.waiting.front();
+  q.waiting.pop_front();
+  start_op(next);
 }
 
 void Simulator::setup() {
@@ -395,6 +436,9 @@ void Simulator::setup() {
   matching_ = matching.finish(/*index_ops=*/false);
   build_instances();
   build_successors(edges);
+  if (program_.has_event_driven()) {
+    ready_.assign(static_cast<std::size_t>(world_) * kStreamCount, ReadyQueue{});
+  }
 }
 
 void Simulator::check_rank_ranges() const {
@@ -441,6 +485,7 @@ void Simulator::read_rank(int r, const CostClasses& classes,
   matching.begin_rank(r);
   std::array<std::uint32_t, kStreamCount> last;
   last.fill(kNone);
+  const bool stream_order = !program_.event_driven(r);  // Program::event_driven
   for (OpId id = program_.first_op(r); id < rank_end(r); ++id) {
     const Op& o = program_.ops()[id];
     OpState& st = ops_[id];
@@ -449,7 +494,7 @@ void Simulator::read_rank(int r, const CostClasses& classes,
       throw std::invalid_argument(program_.describe(id) + ": stream out of range");
     }
     std::uint32_t pending = o.deps_count;
-    if (last[s] != kNone) {
+    if (stream_order && last[s] != kNone) {
       ops_[last[s]].next = id;
       ++pending;
     }
@@ -534,6 +579,7 @@ void Simulator::build_successors(const Edges& edges) {
 
 void Simulator::start_op(OpId id) {
   OpState& st = ops_[id];
+  if (st.kind == kCompute && !ready_.empty() && !claim_stream(id)) return;
   st.status = kStarted;
   // What this op's end will touch is fetched now, while its work runs: the ops of a thousand
   // ranks advance side by side, too many streams of accesses for the hardware to predict.
@@ -691,6 +737,7 @@ std::string Simulator::why_waiting(OpId id) const {
     }
     return "is ready but never ran";
   }
+  if (st.kind == kCompute) return "started and never ended";
   // Arrived at its rendezvous: name who is missing.
   const std::uint32_t instance = st.payload;
   if (st.kind == kCollective) {

@@ -263,6 +263,12 @@ ParallelismSpec read_parallelism(config::ObjectReader r) {
   }
   p.servers =
       p.parameter_server ? static_cast<int>(r.integer_in_or("servers", 1, kMaxDegree, 1)) : 0;
+  if (r.has("slice_parameters") && !p.parameter_server) {
+    r.fail("slice_parameters",
+           "slices the parameter servers' messages: it applies with data_parallel "
+           "\"parameter_server\" only");
+  }
+  p.slice_parameters = r.integer_in_or("slice_parameters", 0, std::int64_t{1} << 40, 0);
   p.overlap_param_gather = r.boolean_or("overlap_param_gather", false);
   p.grad_compression = read_grad_compression(r);
 

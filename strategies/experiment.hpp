@@ -163,6 +163,11 @@ struct ParallelismSpec {
   /// ParameterServer). The cluster's devices are tp * pp * dp + servers.
   bool parameter_server = false;
   int servers = 0;  // parallelism.servers: 1 by default with a parameter server, else 0
+  /// parallelism.slice_parameters (parameter servers only): 0, each gradient unit (a layer) is
+  /// one push and one pull, held by one server; P > 0, units of more than P parameters are cut
+  /// into slices of P (the last one smaller), each its own push and pull, spread over the
+  /// servers (P3's parameter slicing, docs/parameter-server.md).
+  std::int64_t slice_parameters = 0;
   /// Megatron's --overlap-param-gather (distributed optimizer / ZeRO stage 1 only): the
   /// updated parameters' all-gathers are issued at the iteration's start, bucket by bucket in
   /// layer order, and each bucket's first forward op waits for its gather, instead of after

@@ -79,6 +79,7 @@ void emit_rank(const Program& one, int rank, int n, int layers, Program& out) {
     return;
   }
   for (const ResidentMemory& m : one.initial_memory(rank)) out.add_initial_memory(rank, m);
+  if (one.event_driven(rank)) out.set_event_driven(rank);
   const std::span<const Op> ops = one.ops_of(rank);
   const OpId first = one.first_op(rank);
   const LastUpdates updates = last_updates(ops, layers);

@@ -152,7 +152,8 @@ Program::Program(int world_size)
       rank_begin_(static_cast<std::size_t>(world_size) + 1, 0),
       initial_memory_(static_cast<std::size_t>(world_size)),
       replica_of_(static_cast<std::size_t>(world_size)),
-      multiplicity_(static_cast<std::size_t>(world_size), 1) {
+      multiplicity_(static_cast<std::size_t>(world_size), 1),
+      event_driven_(static_cast<std::size_t>(world_size), 0) {
   for (int r = 0; r < world_size; ++r) replica_of_[static_cast<std::size_t>(r)] = r;
   labels_.emplace_back("");
   label_ids_.emplace("", 0);
@@ -210,6 +211,15 @@ void Program::set_replica(int rank, int representative) {
   multiplicity_[static_cast<std::size_t>(rank)] = 0;
   ++multiplicity_[static_cast<std::size_t>(representative)];
   mirrored_ = true;
+}
+
+void Program::set_event_driven(int rank) {
+  if (rank < 0 || rank >= world_size_) {
+    throw std::logic_error("Program::set_event_driven: rank " + std::to_string(rank) +
+                           " out of range");
+  }
+  event_driven_[static_cast<std::size_t>(rank)] = 1;
+  has_event_driven_ = true;
 }
 
 std::uint32_t Program::add_group(std::vector<std::int32_t> ranks, std::string name) {

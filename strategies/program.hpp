@@ -427,6 +427,21 @@ class Program {
   /// Makes `rank` a mirror of `representative`, a lower rank that issues its own ops.
   void set_replica(int rank, int representative);
 
+  /// Event-driven ranks: a process that handles each request when it arrives (a parameter
+  /// server: ps-lite's server loop, MXNet's dependency engine) rather than a device running its
+  /// streams in order. Such a rank has no stream order: each of its ops starts as soon as its
+  /// dependencies are met (a communication op then meets its peers as any does), whatever the
+  /// ops before it on its stream, and nothing waits for an op because it came earlier in the
+  /// list. Its program order still numbers its messages and collectives (strategies::Matching:
+  /// the k-th message of a channel meets the peer's k-th). The simulator runs it so; the CUDA
+  /// executor (exec/) runs its streams in program order as for any rank, which a lowering that
+  /// sets the property keeps free of deadlock (strategies/lowering/techniques.hpp
+  /// ParameterServer). False for every rank unless set.
+  bool event_driven(int rank) const { return event_driven_[static_cast<std::size_t>(rank)] != 0; }
+  void set_event_driven(int rank);
+  /// Whether any rank is event-driven.
+  bool has_event_driven() const { return has_event_driven_; }
+
   /// "rank 3 op 120 (compute, 'fwd layers 0-5', microbatch 2)": for error messages.
   /// With `as_rank`, the op is described as the mirrored rank `as_rank` issues it (same place
   /// in the rank's program).
@@ -465,6 +480,8 @@ class Program {
   std::vector<std::vector<ResidentMemory>> initial_memory_;
   std::vector<std::int32_t> replica_of_;    // per rank: the rank whose ops it mirrors (itself)
   std::vector<std::int32_t> multiplicity_;  // per rank: ranks it stands for
+  std::vector<std::uint8_t> event_driven_;  // per rank: 1 for an event-driven rank
+  bool has_event_driven_ = false;
   bool mirrored_ = false;
   bool overlapping_iterations_ = false;
   int iterations_ = 1;

@@ -56,6 +56,11 @@ int data_parallel_block(const Program& program, const RetargetOptions& options) 
 Program retarget_data_parallel(const Program& program, int new_world_size,
                                const RetargetOptions& options) {
   const int world = program.world_size();
+  if (program.has_event_driven()) {
+    throw RetargetError(
+        "cannot re-target a program with event-driven ranks (parameter servers): its servers "
+        "are not data-parallel replicas; simulate the experiment at the new size instead");
+  }
   if (new_world_size < world) {
     throw RetargetError("cannot re-target " + std::to_string(world) + " ranks to " +
                         std::to_string(new_world_size) +

@@ -10,6 +10,7 @@ namespace {
 
 constexpr std::string_view kPolicyNames[] = {"none", "layer", "rules", "fifo"};
 constexpr std::string_view kSchedulingNames[] = {"strict", "weighted"};
+constexpr std::string_view kOrderNames[] = {"fair", "fifo"};
 
 /// "dp_comm" and "dp-comm" alike: the report's names use hyphens.
 std::string hyphenated(std::string text) {
@@ -69,6 +70,9 @@ std::string_view name_of(PriorityPolicy p) {
 std::string_view name_of(LinkScheduling s) {
   return kSchedulingNames[static_cast<int>(s)];
 }
+std::string_view name_of(ClassOrder o) {
+  return kOrderNames[static_cast<int>(o)];
+}
 
 bool PriorityRule::matches(const Op& op) const {
   if (stream && op.stream != *stream) return false;
@@ -91,6 +95,15 @@ int TransportPolicy::class_of(const Op& op, int layers) const {
   if (op.layer_begin < 0 || layers <= 0) return classes - 1;
   const std::int64_t c = static_cast<std::int64_t>(op.layer_begin) * classes / layers;
   return static_cast<int>(std::clamp<std::int64_t>(c, 0, classes - 1));
+}
+
+std::int64_t TransportPolicy::level(const Op& op, int layers, std::int64_t start_order) const {
+  if (priority == PriorityPolicy::fifo) return start_order;
+  const std::int64_t c = class_of(op, layers);
+  if (within_class == ClassOrder::fifo && priority != PriorityPolicy::none) {
+    return c * kMaxStarts + start_order;
+  }
+  return c;
 }
 
 bool is_gradient_message(const Op& op) {
@@ -140,6 +153,18 @@ void TransportPolicy::validate() const {
     throw config::ValidationError(
         "scheduling", "priority \"fifo\" serves messages in start order: \"strict\" only");
   }
+  if (within_class == ClassOrder::fifo &&
+      (priority == PriorityPolicy::none || priority == PriorityPolicy::fifo)) {
+    throw config::ValidationError("within_class",
+                                  "orders the transfers of one class: it applies with priority "
+                                  "\"layer\" or \"rules\"");
+  }
+  if (within_class == ClassOrder::fifo && scheduling != LinkScheduling::strict) {
+    throw config::ValidationError(
+        "within_class",
+        "\"fifo\" within a class gives every transfer its own strict level: "
+        "scheduling \"strict\" only");
+  }
   if (priority != PriorityPolicy::rules && !rules.empty()) {
     throw config::ValidationError("rules", "apply to priority \"rules\" only");
   }
@@ -165,6 +190,9 @@ TransportPolicy read_transport(config::ObjectReader r) {
   t.scheduling = r.choice_or("scheduling", {"strict", "weighted"}, "strict") == "weighted"
                      ? LinkScheduling::weighted
                      : LinkScheduling::strict;
+  t.within_class = r.choice_or("within_class", {"fair", "fifo"}, "fair") == "fifo"
+                       ? ClassOrder::fifo
+                       : ClassOrder::fair;
   t.classes = static_cast<int>(r.integer_in_or("classes", 1, TransportPolicy::kMaxClasses, 8));
   if (r.has("weights")) {
     const auto& v =

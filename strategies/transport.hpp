@@ -22,6 +22,12 @@
 //   strictly more urgent than each transfer started after it (its class is its start order in
 //   the run, given by the program simulator; `classes` does not apply), so on a shared link the
 //   earliest message is served first and later ones take only what it leaves. Strict only.
+// Order within a class (`within_class`, with "layer" or "rules" and strict scheduling): "fair"
+// (the default: a class's transfers on a link share it max-min fairly) or "fifo" (the earlier
+// started transfer of a class first, as a sender's priority queue does with equal priorities:
+// P3's and ByteScheduler's queues, FIFO switch queues per priority in DLCP). A transfer's level
+// is then (class, start order): class c's transfers are all more urgent than class c + 1's,
+// and among themselves in start order.
 // Scheduling at a link: "strict" (a class gets bandwidth only after every more urgent class's
 // flows there have their max-min rates) or "weighted" (weighted max-min, class c's flows at
 // weight weights[c]). The analytical network has no links to share and ignores classes.
@@ -42,8 +48,10 @@ namespace stratasim::strategies {
 
 enum class PriorityPolicy : std::uint8_t { none, layer, rules, fifo };
 enum class LinkScheduling : std::uint8_t { strict, weighted };
+enum class ClassOrder : std::uint8_t { fair, fifo };
 std::string_view name_of(PriorityPolicy p);
 std::string_view name_of(LinkScheduling s);
+std::string_view name_of(ClassOrder o);
 
 /// One user rule: which ops it matches (unset: any) and the class it gives them.
 struct PriorityRule {
@@ -58,6 +66,7 @@ struct PriorityRule {
 struct TransportPolicy {
   PriorityPolicy priority = PriorityPolicy::none;
   LinkScheduling scheduling = LinkScheduling::strict;
+  ClassOrder within_class = ClassOrder::fair;
   int classes = 8;              // 1 .. kMaxClasses
   std::vector<double> weights;  // weighted: one per class, each > 0
   std::vector<PriorityRule> rules;
@@ -72,6 +81,11 @@ struct TransportPolicy {
   /// The class of a transfer op; `layers`: the program's layer count (largest layer_end). Under
   /// "fifo" it is the caller's: the transfer's start order.
   int class_of(const Op& op, int layers) const;
+  /// The strict level (0 most urgent) or weight class of a transfer op that is the
+  /// `start_order`-th transfer the run starts (0, 1, ...; below kMaxStarts): its start order
+  /// under "fifo", class x kMaxStarts + start order with within_class "fifo", else its class.
+  std::int64_t level(const Op& op, int layers, std::int64_t start_order) const;
+  static constexpr std::int64_t kMaxStarts = std::int64_t{1} << 40;
   /// The fraction of a transfer that may be dropped: loss_bound for a gradient message, else 0.
   double droppable(const Op& op) const;
   /// Throws config::ValidationError with the offending key's path (relative to the section).

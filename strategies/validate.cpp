@@ -103,6 +103,7 @@ void check_acyclic(const Program& p) {
     auto ops = p.ops_of(r);
     const OpId first = p.first_op(r);
     const std::size_t n = ops.size();
+    const bool stream_order = !p.event_driven(r);  // Program::event_driven
     // Stream-order edges always point forward in issue order; when every dependency does too,
     // each edge goes from a lower to a higher index and there is no cycle (the lowering
     // depends only on ops already added, so this is the usual case and skips the sort).
@@ -123,7 +124,8 @@ void check_acyclic(const Program& p) {
       last_on_stream.fill(-1);
       for (std::size_t i = 0; i < n; ++i) {
         auto s = static_cast<std::size_t>(ops[i].stream);
-        if (last_on_stream[s] >= 0) edge(static_cast<std::uint32_t>(last_on_stream[s]), i);
+        if (stream_order && last_on_stream[s] >= 0)
+          edge(static_cast<std::uint32_t>(last_on_stream[s]), i);
         last_on_stream[s] = static_cast<std::int64_t>(i);
         for (OpId dep : p.deps_of(ops[i])) edge(dep - first, i);
       }

@@ -97,6 +97,7 @@ st::Program with_measured_scaled(const st::Program& program, double x) {
   out.set_overlapping_iterations(program.overlapping_iterations());
   for (int r = 0; r < program.world_size(); ++r) {
     if (!program.issues_ops(r)) out.set_replica(r, program.replica_of(r));
+    if (program.event_driven(r)) out.set_event_driven(r);
   }
   return out;
 }

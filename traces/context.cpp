@@ -51,7 +51,8 @@ std::string transport_line(const strategies::Experiment& e) {
   if (t.priority != strategies::PriorityPolicy::none) {
     line = "priority " + std::string(strategies::name_of(t.priority)) + " (" +
            std::to_string(t.classes) + " classes, " +
-           std::string(strategies::name_of(t.scheduling)) + ")";
+           std::string(strategies::name_of(t.scheduling)) +
+           (t.within_class == strategies::ClassOrder::fifo ? ", fifo within a class" : "") + ")";
   }
   if (t.loss_bound > 0) {
     char bound[32];

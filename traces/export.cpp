@@ -18,6 +18,7 @@
 //   [bytes, category, tier, at_end 0/1]);
 // - after traceEvents, "otherData" (a few readable facts that Perfetto shows) and "stratasim":
 //   {format, world_size, completed, op_counts (per rank), replica_of (when mirrored),
+//   event_driven (the event-driven ranks, when any: strategies::Program::event_driven),
 //   overlapping_iterations, groups [{name, ranks}], kernel_lists (null for lists no exported op
 //   uses), initial_memory (every rank's: [bytes, category, tier]), cluster, context}.
 // The output depends only on its inputs, so equal inputs give byte-identical files.
@@ -343,6 +344,17 @@ void write_replay_info(Writer& w, const strategies::Program& program, const Time
     for (int r = 0; r < program.world_size(); ++r) {
       if (r > 0) w << ',';
       w.integer(program.replica_of(r));
+    }
+    w << ']';
+  }
+  if (program.has_event_driven()) {  // strategies::Program::event_driven
+    w << ",\n\"event_driven\":[";
+    bool first = true;
+    for (int r = 0; r < program.world_size(); ++r) {
+      if (!program.event_driven(r)) continue;
+      if (!first) w << ',';
+      first = false;
+      w.integer(r);
     }
     w << ']';
   }

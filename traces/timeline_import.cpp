@@ -834,6 +834,13 @@ void finish_program(const Reader& rd, const json& info, const OpLayout& layout,
   if (auto it = info.find("overlapping_iterations"); it != info.end()) {
     program.set_overlapping_iterations(rd.boolean(*it, "stratasim.overlapping_iterations"));
   }
+  if (auto it = info.find("event_driven"); it != info.end()) {  // st::Program::event_driven
+    const json& ranks = rd.array(*it, "stratasim.event_driven");
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      program.set_event_driven(static_cast<int>(rd.integer(
+          ranks[i], "stratasim.event_driven[" + std::to_string(i) + "]", 0, layout.world - 1)));
+    }
+  }
   validate_program(rd, program);
 }
 

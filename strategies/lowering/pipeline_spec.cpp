@@ -183,6 +183,7 @@ PipelineSpec pipeline_spec(const Experiment& e, const std::vector<int>& layers_p
   spec.dp_bucket_size = e.parallelism.dp_bucket_size;
   spec.dp_overlap = e.parallelism.dp_overlap;
   spec.parameter_servers = e.parallelism.servers;
+  spec.ps_slice_parameters = e.parallelism.slice_parameters;
   spec.grad_compression = e.parallelism.grad_compression;
   spec.tp_mode = e.parallelism.tp_mode;
   spec.tp_depth = e.parallelism.tp_depth;

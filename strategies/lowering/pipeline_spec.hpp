@@ -207,6 +207,9 @@ struct PipelineSpec {
   /// workers hold no optimizer states. Needs tp = pp = cp = 1, ZeRO 0, no FSDP, compression or
   /// offload, and no mirroring (every worker messages its servers).
   int parameter_servers = 0;
+  /// With parameter servers: units of more than this many parameters are sliced (0: never;
+  /// Parallelism::slice_parameters).
+  std::int64_t ps_slice_parameters = 0;
   /// Tied embeddings split over the first and last stage: their gradients are all-reduced
   /// between the two (Megatron's embedding group), `embedding_sync_bytes` per rank: the rank's
   /// ceil(vocab / tp) rows of the word embeddings in the gradient buffers' dtype (Megatron's

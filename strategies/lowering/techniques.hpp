@@ -467,31 +467,36 @@ class HostOverhead : public TechniqueHook {
 
 /// Data parallelism with parameter servers (PipelineSpec::parameter_servers = S > 0;
 /// docs/parameter-server.md). Workers are the layout's ranks (tp = pp = 1), servers the S ranks
-/// after them. Each gradient unit with parameters (a layer of a layer table or a transformer,
-/// the embedding, the head) belongs to one server: units in backward order, the largest first,
-/// each to the server holding the fewest parameters so far (ties: the lowest server).
-/// Per unit u of P parameters, in backward order (units of zero parameters have none):
+/// after them. The messages are per unit: a gradient unit with parameters (a layer of a layer
+/// table or a transformer, the embedding, the head), or with PipelineSpec::ps_slice_parameters
+/// = P > 0 each of its slices (a unit of more than P parameters is cut into ceil(params / P)
+/// slices of P, the last one smaller: P3's parameter slicing, Jayarajan et al., SysML 2019).
+/// Units, in backward order (a unit's slices in order), each belong to one server: the largest
+/// first, each to the server holding the fewest parameters so far (ties: the lowest server; with
+/// equal slices, round-robin). Per unit u of P parameters (units of zero parameters have none):
 /// - worker, gradients_complete: "ps push <unit>", a detached Send (strategies::Send::detached:
 ///   several pushes in flight at once, ordered by the links' scheduling) of P g bytes (g: the
 ///   gradient buffers' element size) to u's server on the dp-comm stream, Phase::other, u's
-///   layer range (-1 for a unit that is no layer), after the op completing u in the last
-///   gradient pass (with dp_overlap; else after the last backward op); then, once every unit is
-///   pushed, in forward order (the order the next forward needs them), "ps pull <unit>", a Recv
-///   of P e bytes (e: the parameters' element size) from the server on the pp-recv stream (so
-///   that pulls do not hold up the pushes), Phase::optimizer (it updates the worker's
-///   parameters: the next iteration's forward of u's layers waits for it, strategies/
-///   iterations.hpp), u's layer range.
+///   layer range (-1 for a unit that is no layer), after the op completing u's gradient unit in
+///   the last gradient pass (with dp_overlap; else after the last backward op); then, once
+///   every unit is pushed, in forward order (the reverse of the units' order: the order the next
+///   forward needs them), "ps pull <unit>", a Recv of P e bytes (e: the parameters' element
+///   size) from the server on the pp-recv stream (so that pulls do not hold up the pushes),
+///   Phase::optimizer (it updates the worker's parameters: the next iteration's forward of u's
+///   layers waits for it, strategies/iterations.hpp), u's layer range.
 /// - optimizer_step: returns the chunk's last pull (the workers run no optimizer).
-/// - server (emit_servers, after every worker): initial memory, its units' parameters (P e),
-///   gradient sum (P g) and optimizer states (optimizer_state_bytes); per unit, a Recv of the
-///   push from every worker in worker order on its pp-recv stream ("ps receive <unit>", each
-///   holding P g bytes of comm_buffers from its start), then "ps update <unit>" on the compute
-///   stream, Phase::optimizer: an elementwise sum of the W pushes (P W elements, P W g bytes
-///   read, P g written) and the optimizer step of P parameters (as DeviceOptimizerStep costs
-///   it), releasing the W buffers at its end; then a Send of P e bytes to every worker in worker
-///   order on the dp-comm stream ("ps send <unit>", Phase::optimizer; detached, all in flight
-///   together). The server's receives end one after another, but the pushes, detached, arrive
-///   side by side: its link is shared by all workers' pushes.
+/// - server (emit_servers, after every worker): an event-driven rank (Program::event_driven: it
+///   handles each push as it arrives, whatever order the network delivers them in); initial
+///   memory, its units' parameters (P e), gradient sum (P g) and optimizer states
+///   (optimizer_state_bytes); per unit in the workers' push order, a Recv of the push from every
+///   worker in worker order on its pp-recv stream ("ps receive <unit>", each taking P g bytes of
+///   comm_buffers when its data has arrived), then "ps update <unit>" on the compute stream,
+///   Phase::optimizer, after the W receives: an elementwise sum of the W pushes (P W elements,
+///   P W g bytes read, P g written) and the optimizer step of P parameters (as
+///   DeviceOptimizerStep costs it), releasing the W buffers at its end; then per unit in the
+///   workers' pull order, after its update, a detached Send of P e bytes to every worker in
+///   worker order on the dp-comm stream ("ps send <unit>", Phase::optimizer). Program order puts
+///   every receive before every send, so an executor running it in order cannot deadlock.
 /// Every Send of the strategy is on the dp-comm stream and carries the unit's layer range.
 class ParameterServer : public TechniqueHook {
  public:
@@ -505,22 +510,25 @@ class ParameterServer : public TechniqueHook {
   /// The server (0 .. servers - 1) of each gradient unit of `units` (-1 for a unit without
   /// parameters), the rule above.
   static std::vector<int> assign_units(const std::vector<GradUnit>& units, int servers);
+  /// `units` with every unit of more than `slice` parameters cut into slices (the rule above;
+  /// slice <= 0: unchanged). A slice is named "<unit> slice k/n" and keeps its unit's layer.
+  static std::vector<GradUnit> slice_units(const std::vector<GradUnit>& units, std::int64_t slice);
 
  private:
   struct Unit {
     std::int64_t parameters = 0;
     int server = -1;
+    std::size_t grad_unit = 0;  // index of its gradient unit in the stage plan's grad_units
     std::int16_t layer_begin = -1, layer_end = -1;
     std::uint32_t push_label = 0, pull_label = 0, receive_label = 0, update_label = 0,
                   send_label = 0, update_kernels = 0;
   };
   OpInfo info(const Unit& u, Stream stream, Phase phase, std::uint32_t label) const;
   static Send detached(std::int32_t peer, Bytes bytes);
-  std::vector<const Unit*> pull_order(const std::vector<const Unit*>& pushed) const;
   void emit_server(int server);
 
   Assembly& assembly_;
-  std::vector<Unit> units_;  // the template's gradient units, in backward order
+  std::vector<Unit> units_;  // the template's gradient units or their slices, backward order
   std::optional<OpId> last_pull_;
 };
 

@@ -131,6 +131,7 @@ std::string program_hash(const Program& p) {
   for (const auto& g : groups) h.str(g);
   for (int r = 0; r < p.world_size(); ++r) {
     h.i64(p.replica_of(r));
+    if (p.event_driven(r)) h.i64(-3);  // parameter servers only: other hashes are unchanged
     for (const ResidentMemory& m : p.initial_memory(r)) {
       h.i64(static_cast<std::int64_t>(m.category));
       h.i64(static_cast<std::int64_t>(m.tier));
