@@ -85,6 +85,14 @@ TEST_CASE("--iterations and the parameter server: bad input exits 2 naming the k
                   {"parallelism.data_parallel"});
   check_bad_input("simulate vgg16-ps-v100-10 --set parallelism.dp=9",
                   {"parallelism.dp", "besides its 2 parameter servers"});
+  check_bad_input("simulate vgg16-ps-v100-10 --set parallelism.slice_parameters=-1",
+                  {"parallelism.slice_parameters"});
+  check_bad_input("simulate gpt3-1.7b-dp32-oversubscribed --set parallelism.slice_parameters=1000",
+                  {"parallelism.slice_parameters", "parameter_server"});
+  check_bad_input("simulate vgg16-ps-v100-10 --set transport.within_class=fifo",
+                  {"transport.within_class", "layer"});
+  check_bad_input("simulate vgg16-ps-v100-10 --set transport.within_class=lifo",
+                  {"transport.within_class"});
 }
 
 }  // namespace stratasim::testing

@@ -2,9 +2,11 @@
 // (docs/priorities.md): finish times worked out by hand in the comments.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "hw_models/topology.hpp"
@@ -423,4 +425,147 @@ TEST_CASE("detached sends: one rank's messages in flight together, ordered by th
   const auto first_in = run(fifo);
   CHECK(first_in.spans[receives[0]].end == Time::us(10'005));
   CHECK(first_in.spans[receives[1]].end == Time::us(20'005));
+}
+
+namespace {
+
+/// Rank 2 of two_nodes() as an event-driven rank (strategies::Program::event_driven) or not:
+/// rank 0 sends it 1e8 B and rank 1 sends it 1e7 B (detached, at 0 s); rank 2 receives them in
+/// that order on its pp-recv stream, and after each receive runs a compute of `work` (`work_a`
+/// after A, `work_b` after B) on its compute stream. Returns the spans of rank 2's ops:
+/// receive A, receive B, compute A, compute B.
+std::array<traces::Span, 4> receive_and_compute(bool event_driven, Time work_a, Time work_b) {
+  using strategies::OpId;
+  strategies::Program p(4);
+  std::array<OpId, 4> ids{};
+  for (int r = 0; r < 4; ++r) {
+    p.begin_rank(r);
+    strategies::OpInfo info;
+    info.stream = strategies::Stream::dp_comm;
+    if (r < 2) {
+      strategies::Send send{2, Bytes(r == 0 ? 100'000'000 : 10'000'000)};
+      send.eager = true;
+      send.detached = true;
+      p.add(send, info);
+    } else if (r == 2) {
+      if (event_driven) p.set_event_driven(2);
+      info.stream = strategies::Stream::pp_recv;
+      ids[0] = p.add(strategies::Recv{0, Bytes(100'000'000)}, info);
+      ids[1] = p.add(strategies::Recv{1, Bytes(10'000'000)}, info);
+      info.stream = strategies::Stream::compute;
+      const std::array<OpId, 1> after_a = {ids[0]}, after_b = {ids[1]};
+      ids[2] = p.add(testing::measured(p, work_a), info, after_a);
+      ids[3] = p.add(testing::measured(p, work_b), info, after_b);
+    }
+  }
+  p.finish();
+  strategies::validate(p);
+  const auto timeline = simulate_with(p, {});
+  std::array<traces::Span, 4> out;
+  for (std::size_t k = 0; k < 4; ++k) out[k] = timeline.spans[ids[k]];
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("event-driven ranks: no stream order, and a stream's computes one at a time") {
+  // Both messages cross rank 2's NIC (10 GB/s, 5 us latency) together, sharing it: B (1e7 B)
+  // arrives at 5 us + 2e7 / 1e10 s = 2.005 ms; A (1e8 B) gets the whole link after that and
+  // arrives at 5 us + 1.1e8 / 1e10 s = 11.005 ms.
+  SUBCASE("event-driven: B's receive and compute do not wait for A's") {
+    // Receive B ends when its data is in (2.005 ms); compute B (20 ms) runs 2.005 - 22.005 ms.
+    // Compute A is ready at 11.005 ms but its stream is busy with B: 22.005 - 23.005 ms.
+    const auto s = receive_and_compute(true, Time::ms(1), Time::ms(20));
+    CHECK(s[1].end == Time::us(2'005));
+    CHECK(s[0].end == Time::us(11'005));
+    CHECK(s[3].start == Time::us(2'005));
+    CHECK(s[3].end == Time::us(22'005));
+    CHECK(s[2].start == Time::us(22'005));
+    CHECK(s[2].end == Time::us(23'005));
+  }
+  SUBCASE("event-driven: computes run in the order they become ready") {
+    // Compute B (1 ms) runs 2.005 - 3.005 ms; compute A (1 ms) at 11.005 - 12.005 ms.
+    const auto s = receive_and_compute(true, Time::ms(1), Time::ms(1));
+    CHECK(s[3].start == Time::us(2'005));
+    CHECK(s[2].start == Time::us(11'005));
+    CHECK(s[2].end == Time::us(12'005));
+  }
+  SUBCASE("in stream order (the default): B waits behind A") {
+    // Receive B starts when receive A ends (11.005 ms; its data is in: it ends then too);
+    // compute A runs 11.005 - 12.005 ms, compute B after it, 12.005 - 32.005 ms.
+    const auto s = receive_and_compute(false, Time::ms(1), Time::ms(20));
+    CHECK(s[0].end == Time::us(11'005));
+    CHECK(s[1].end == Time::us(11'005));
+    CHECK(s[2].start == Time::us(11'005));
+    CHECK(s[3].start == Time::us(12'005));
+    CHECK(s[3].end == Time::us(32'005));
+  }
+}
+
+TEST_CASE("priorities: FIFO within a class orders one class's transfers by start") {
+  // Rank 0 sends three detached 1e8 B messages to rank 2 at 0 s, in this order: layer 3's,
+  // layer 0's, layer 1's (4 layers, 2 classes: layers 0-1 class 0, layers 2-3 class 1). Rank 2
+  // is event-driven, so its three receives are all posted at 0 s. Each message alone takes
+  // 1e8 / 1e10 s = 10 ms through rank 2's NIC, plus 5 us.
+  // fair within a class: layers 0 and 1 share the link and arrive together at 20.005 ms; then
+  //   layer 3 alone: 30.005 ms.
+  // fifo within a class: layer 0 (started before layer 1) at 10.005 ms, layer 1 at 20.005 ms,
+  //   layer 3 at 30.005 ms.
+  using strategies::OpId;
+  strategies::Program p(4);
+  std::array<OpId, 3> receives{};
+  const std::array<int, 3> layers = {3, 0, 1};
+  for (int r = 0; r < 4; ++r) {
+    p.begin_rank(r);
+    if (r == 2) p.set_event_driven(2);
+    for (std::size_t k = 0; k < 3; ++k) {
+      strategies::OpInfo info;
+      info.stream = strategies::Stream::dp_comm;
+      info.phase = strategies::Phase::backward;
+      info.layer_begin = static_cast<std::int16_t>(layers[k]);
+      info.layer_end = static_cast<std::int16_t>(layers[k] + 1);
+      if (r == 0) {
+        strategies::Send send{2, Bytes(100'000'000)};
+        send.eager = true;
+        send.detached = true;
+        p.add(send, info);
+      } else if (r == 2) {
+        info.stream = strategies::Stream::pp_recv;
+        receives[k] = p.add(strategies::Recv{0, Bytes(100'000'000)}, info);
+      }
+    }
+  }
+  p.finish();
+  auto layered = policy(LinkScheduling::strict);
+  const auto fair = simulate_with(p, layered);
+  CHECK(fair.spans[receives[1]].end == Time::us(20'005));
+  CHECK(fair.spans[receives[2]].end == Time::us(20'005));
+  CHECK(fair.spans[receives[0]].end == Time::us(30'005));
+  layered.within_class = strategies::ClassOrder::fifo;
+  const auto ordered = simulate_with(p, layered);
+  CHECK(ordered.spans[receives[1]].end == Time::us(10'005));
+  CHECK(ordered.spans[receives[2]].end == Time::us(20'005));
+  CHECK(ordered.spans[receives[0]].end == Time::us(30'005));
+}
+
+TEST_CASE("transport: within_class \"fifo\" needs a class policy and strict scheduling") {
+  strategies::TransportPolicy t;
+  t.within_class = strategies::ClassOrder::fifo;
+  auto path_of_error = [&]() -> std::string {
+    try {
+      t.validate();
+    } catch (const config::ValidationError& e) {
+      return e.path();
+    }
+    return "";
+  };
+  for (auto p : {PriorityPolicy::none, PriorityPolicy::fifo}) {
+    t.priority = p;
+    CHECK(path_of_error() == "within_class");
+  }
+  t.priority = PriorityPolicy::layer;
+  CHECK(path_of_error().empty());
+  t.scheduling = LinkScheduling::weighted;
+  t.weights.assign(static_cast<std::size_t>(t.classes), 1.0);
+  CHECK(path_of_error() == "within_class");
 }

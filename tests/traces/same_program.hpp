@@ -87,6 +87,7 @@ inline void check_same_program(const strategies::Program& a, const strategies::P
   REQUIRE(a.op_count() == b.op_count());
   for (int r = 0; r < a.world_size(); ++r) {
     REQUIRE(a.first_op(r) == b.first_op(r));
+    CHECK(a.event_driven(r) == b.event_driven(r));
     const auto& ma = a.initial_memory(r);
     const auto& mb = b.initial_memory(r);
     REQUIRE(ma.size() == mb.size());
