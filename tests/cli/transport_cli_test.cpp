@@ -130,3 +130,33 @@ TEST_CASE("transport: jobs on one cluster, each with its own section") {
         doctest::Approx(0.1).epsilon(1e-6));
   CHECK(second["figures"].empty());
 }
+
+TEST_CASE("transport: a job whose traffic yields lets the other job's pass first") {
+  // Two copies of the 16-GPU data-parallel job, interleaved on racks of 2 nodes with 2:1
+  // oversubscribed uplinks: both jobs' reduce-scatters and all-gathers cross the same leaf
+  // uplinks. With the second job's transfers all in class 1 (strict), the first job's take
+  // those links first: it is faster, and the second no faster than the first.
+  const TempDir tmp("cli");
+  const auto dir = tmp.path();
+  const std::string cluster = " --cluster dgx-a100-32-oversubscribed --placement interleaved";
+  const auto job = (stratasim::testing::configs_dir() / "jobs" / "gpt3-1.7b-dp16.json").string();
+  const auto yielding = job_with_transport(
+      dir, "gpt3-1.7b-dp16", {{"priority", "rules"}, {"classes", 2}, {"rules", {{{"class", 1}}}}});
+  auto times = [&](const std::string& second, const std::string& out) {
+    REQUIRE(
+        run("simulate " + job + " " + second + cluster + " --quiet --out " + (dir / out).string())
+            .status == 0);
+    std::pair<double, double> t;
+    for (int j : {1, 2}) {
+      const auto report = nlohmann::json::parse(
+          read(dir / out / ("job" + std::to_string(j) + "-gpt3-1.7b-dp16") / "report.json"));
+      (j == 1 ? t.first : t.second) = report["iteration_time_s"].get<double>();
+    }
+    return t;
+  };
+  const auto fair = times(job, "fair");
+  const auto ranked = times(yielding.string(), "ranked");
+  CHECK(fair.first == fair.second);
+  CHECK(ranked.first < fair.first);
+  CHECK(ranked.first < ranked.second);
+}
