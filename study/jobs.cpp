@@ -297,6 +297,10 @@ void set_job_transports(sim::SimOptions& options,
   if (transports.size() != placements.size() || transports.size() != names.size()) {
     throw std::invalid_argument("set_job_transports: one placement and name per policy");
   }
+  if (transports.size() > 0xFFFF) {
+    throw BadInput("simulate_jobs: at most 65535 jobs take transport policies, got " +
+                   std::to_string(transports.size()));
+  }
   if (const auto conflict = sim::transport_conflict(transports)) {
     const auto& key = conflict->key;
     const std::string why =
@@ -382,6 +386,7 @@ JobsResult simulate_jobs(const hw::ClusterSpec& cluster, std::vector<strategies:
   out.merged = simulate_program(merged, cluster, options, &links);
   for (std::size_t j = 0; j < out.jobs.size(); ++j) {
     Result& r = out.jobs[j];
+    // Jobs are lowered with one iteration each.
     if (r.experiment.transport.loss_bound > 0) add_loss_figures(r.context, losses.losses[j], 1);
     r.timeline = split_timeline(out.merged, merged, r.program, out.placements[j]);
     // Replicas of one job are not a symmetry of a fabric that other jobs share.
