@@ -102,10 +102,7 @@ class Simulator {
       interference_.emplace(program_, cluster_, network_, engine_, matching_,
                             timeline_.interference);
     }
-    if (options.transport.classed()) {
-      network_.set_transport(options.transport);
-      layers_ = layer_count(program);
-    }
+    setup_transport();
   }
 
   Timeline run();
@@ -226,28 +223,82 @@ class Simulator {
   };
   std::vector<ReadyQueue> ready_;
 
-  // The transport policy's classes need the program's layer count (largest layer_end).
-  static int layer_count(const Program& program) {
-    int layers = 0;
-    for (OpId id = 0; id < program.op_count(); ++id) {
-      layers = std::max(layers, static_cast<int>(program.op(id).layer_end));
-    }
-    return layers;
+  // ---- Transport (SimOptions::transport, or one of SimOptions::transports per rank).
+
+  // Checks SimOptions::transports, gives the network the link scheduling and works out each
+  // classed policy's layer count.
+  void setup_transport();
+
+  // A policy's classes need its layer count: the largest layer_end of the ops of the ranks
+  // that take it (of every rank with one policy).
+  std::vector<int> layers_;  // per policy
+  // The policy of rank r's transfers, and its layer count.
+  struct RankTransport {
+    const strategies::TransportPolicy& policy;
+    int layers;
+  };
+  RankTransport transport_of(std::int32_t rank) const {
+    if (options_.transport_of_rank.empty()) return {options_.transport, layers_.front()};
+    const std::uint16_t p = options_.transport_of_rank[static_cast<std::size_t>(rank)];
+    return {options_.transports[p], layers_[p]};
   }
-  int layers_ = 0;
-  // A transfer's class and droppable fraction from the op that describes it; under "fifo" its
-  // class is its start order (strategies/transport.hpp).
+  // A transfer's class and droppable fraction from the op that describes it, under its rank's
+  // policy; under "fifo" its class is its start order (strategies/transport.hpp).
+  // The start order is one counter over every rank's transfers.
   std::int64_t started_transfers_ = 0;
   void classify(TransferRequest& request, OpId op) {
     const Op& o = program_.op(op);
-    request.priority = options_.transport.level(o, layers_, started_transfers_++);
-    request.droppable = options_.transport.droppable(o);
+    const RankTransport t = transport_of(o.rank);
+    request.priority = t.policy.level(o, t.layers, started_transfers_++);
+    request.droppable = t.policy.droppable(o);
   }
 
   // Interference (sim/interference_tracker.hpp), with it enabled.
   const bool interfere_;
   std::optional<InterferenceTracker> interference_;
 };
+
+void Simulator::setup_transport() {
+  const auto& policies = options_.transports;
+  const auto& of_rank = options_.transport_of_rank;
+  if (policies.empty() && of_rank.empty()) {
+    layers_.assign(1, 0);
+    if (!options_.transport.classed()) return;
+    network_.set_transport(options_.transport);
+    for (OpId id = 0; id < n_; ++id) {
+      layers_[0] = std::max(layers_[0], static_cast<int>(program_.op(id).layer_end));
+    }
+    return;
+  }
+  if (of_rank.size() != static_cast<std::size_t>(world_)) {
+    throw std::invalid_argument("SimOptions::transport_of_rank: expected a policy for each of " +
+                                std::to_string(world_) + " ranks, got " +
+                                std::to_string(of_rank.size()));
+  }
+  for (std::size_t r = 0; r < of_rank.size(); ++r) {
+    if (of_rank[r] >= policies.size()) {
+      throw std::invalid_argument("SimOptions::transport_of_rank: rank " + std::to_string(r) +
+                                  " takes policy " + std::to_string(of_rank[r]) + " of " +
+                                  std::to_string(policies.size()));
+    }
+  }
+  if (const auto conflict = transport_conflict(policies)) {
+    throw std::invalid_argument("SimOptions::transports: policies " +
+                                std::to_string(conflict->first) + " and " +
+                                std::to_string(conflict->second) + " set different " +
+                                conflict->key + " on the links they share");
+  }
+  layers_.assign(policies.size(), 0);
+  const auto classed =
+      std::find_if(policies.begin(), policies.end(), [](const auto& p) { return p.classed(); });
+  if (classed == policies.end()) return;
+  network_.set_transport(*classed);
+  for (OpId id = 0; id < n_; ++id) {
+    const Op& o = program_.op(id);
+    int& layers = layers_[of_rank[static_cast<std::size_t>(o.rank)]];
+    layers = std::max(layers, static_cast<int>(o.layer_end));
+  }
+}
 
 Timeline Simulator::run() {
   setup();
@@ -797,6 +848,33 @@ traces::Timeline simulate(const strategies::Program& program, const hw::ClusterS
                           Network& network, const SimOptions& options) {
   Simulator simulator(program, cluster, network, options);
   return simulator.run();
+}
+
+std::optional<TransportConflict> transport_conflict(
+    std::span<const strategies::TransportPolicy> policies) {
+  using strategies::PriorityPolicy;
+  std::optional<std::size_t> first;
+  for (std::size_t i = 0; i < policies.size(); ++i) {
+    const auto& p = policies[i];
+    if (!p.classed()) continue;
+    if (!first) {
+      first = i;
+      continue;
+    }
+    const auto& f = policies[*first];
+    const auto conflict = [&](std::string key) {
+      return TransportConflict{*first, i, std::move(key)};
+    };
+    if ((f.priority == PriorityPolicy::fifo) != (p.priority == PriorityPolicy::fifo)) {
+      return conflict("priority");
+    }
+    if (f.scheduling != p.scheduling) return conflict("scheduling");
+    if (f.within_class != p.within_class) return conflict("within_class");
+    if (f.scheduling == strategies::LinkScheduling::weighted && f.weights != p.weights) {
+      return conflict("weights");
+    }
+  }
+  return std::nullopt;
 }
 
 bool replicas_behave_alike(const hw::ClusterSpec& cluster) {

@@ -13,9 +13,14 @@
 //
 // Transport (SimOptions::transport, docs/priorities.md): each transfer's priority class and
 // droppable fraction come from the op that describes it (stream, phase, layer range), so the
-// Program does not change; observers see each transfer as it starts (on_transfer).
+// Program does not change; observers see each transfer as it starts (on_transfer). Several
+// jobs merged into one Program take a policy per rank (SimOptions::transports).
 #pragma once
 
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "hw_models/cluster.hpp"
@@ -63,7 +68,37 @@ struct SimOptions {
   /// class and droppable fraction are derived from the op that describes it when it starts;
   /// the network gets the policy's link scheduling. Default: class 0, nothing dropped.
   strategies::TransportPolicy transport;
+  /// Several policies at once (several jobs in one Program, study/jobs.hpp): the transfer
+  /// described by an op of rank r takes transports[transport_of_rank[r]], and `transport` is
+  /// not used. Both empty (the default): `transport` for every rank, exactly as without them.
+  /// - A policy's layer count ("layer": class floor(layer_begin x classes / L)) is the largest
+  ///   layer_end of the ops of the ranks that take it (one job's layers, not the merged
+  ///   Program's); "fifo" numbers the transfers of every rank that takes a "fifo" policy in one
+  ///   start order.
+  /// - Classes are levels of the one fabric: class c of one policy and class c of another are
+  ///   the same level at a link. The classed policies must agree on what links do
+  ///   (transport_conflict); the network gets the first classed policy's link scheduling.
+  /// std::invalid_argument when they do not agree, or transport_of_rank does not give every
+  /// rank a policy.
+  std::vector<strategies::TransportPolicy> transports;
+  std::vector<std::uint16_t> transport_of_rank;
 };
+
+/// Where transport policies simulated together (SimOptions::transports) cannot share links: a
+/// later classed policy (`second`) that disagrees with the first classed one (`first`) on
+/// `key`, relative to the `transport` section: "priority" ("fifo" mixed with a class-based
+/// policy: fifo's levels are the start order of messages, the others' are classes),
+/// "scheduling" (strict or weighted), "within_class" (FIFO within a class makes a level of
+/// (class, start order), fair sharing one of the class alone) or "weights" (weighted: the same
+/// weight per class).
+/// Unclassed policies (priority "none", or one class) take class 0 and never conflict.
+struct TransportConflict {
+  std::size_t first = 0;
+  std::size_t second = 0;
+  std::string key;
+};
+std::optional<TransportConflict> transport_conflict(
+    std::span<const strategies::TransportPolicy> policies);
 
 /// Simulates one iteration of `program` on `cluster` with the network model the cluster names
 /// (cluster.network_model: analytical or flow-level).

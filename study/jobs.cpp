@@ -1,6 +1,7 @@
 #include "study/jobs.hpp"
 
 #include <algorithm>
+#include <sstream>
 #include <stdexcept>
 
 #include "study/errors.hpp"
@@ -21,6 +22,50 @@ std::vector<std::int32_t> parse_ranges(std::string_view text, int world, std::si
     throw std::invalid_argument("--placement: job " + std::to_string(job + 1) + ": " + e.what());
   }
 }
+
+/// Device -> the job placed on it (-1: none).
+std::vector<int> job_of_device(std::span<const Placement> placements, int world) {
+  std::vector<int> job(static_cast<std::size_t>(world), -1);
+  for (std::size_t j = 0; j < placements.size(); ++j) {
+    for (std::int32_t d : placements[j].devices)
+      job[static_cast<std::size_t>(d)] = static_cast<int>(j);
+  }
+  return job;
+}
+
+/// "job 2 (b)": jobs by their number from 1, as the command line and its output count them.
+std::string job_title(std::span<const std::string> names, std::size_t j) {
+  return "job " + std::to_string(j + 1) + " (" + names[j] + ")";
+}
+
+/// The value of transport.`key` in `t`, as the section writes it.
+std::string transport_value(const strategies::TransportPolicy& t, const std::string& key) {
+  if (key == "priority") return "\"" + std::string(name_of(t.priority)) + "\"";
+  if (key == "scheduling") return "\"" + std::string(name_of(t.scheduling)) + "\"";
+  if (key == "within_class") return "\"" + std::string(name_of(t.within_class)) + "\"";
+  std::string list;
+  for (double w : t.weights) {
+    std::ostringstream text;
+    text << w;
+    list += (list.empty() ? "" : ", ") + text.str();
+  }
+  return "[" + list + "]";
+}
+
+/// Each job's LossObserver, fed the transfers its ranks describe.
+class JobLosses : public sim::Observer {
+ public:
+  JobLosses(std::span<const Placement> placements, int world)
+      : losses(placements.size()), job_(job_of_device(placements, world)) {}
+  void on_transfer(const strategies::Op& op, const sim::TransferRequest& request) override {
+    const int j = job_[static_cast<std::size_t>(op.rank)];
+    if (j >= 0) losses[static_cast<std::size_t>(j)].on_transfer(op, request);
+  }
+  std::vector<LossObserver> losses;  // per job
+
+ private:
+  std::vector<int> job_;
+};
 
 }  // namespace
 
@@ -157,6 +202,7 @@ Program merge_programs(std::span<const Program* const> programs,
     const Program& p = *programs[static_cast<std::size_t>(s.job)];
     const auto& devices = placements[static_cast<std::size_t>(s.job)].devices;
     for (const auto& m : p.initial_memory(s.rank)) merged.add_initial_memory(d, m);
+    if (p.event_driven(s.rank)) merged.set_event_driven(d);  // a parameter server
     const OpId old_first = p.first_op(s.rank);
     const OpId new_first = static_cast<OpId>(merged.op_count());
     for (const auto& o : p.ops_of(s.rank)) {
@@ -246,6 +292,39 @@ traces::Timeline split_timeline(const traces::Timeline& merged, const Program& m
   return out;
 }
 
+void set_job_transports(sim::SimOptions& options,
+                        std::span<const strategies::TransportPolicy> transports,
+                        std::span<const Placement> placements, std::span<const std::string> names,
+                        int world) {
+  if (transports.size() != placements.size() || transports.size() != names.size()) {
+    throw std::invalid_argument("set_job_transports: one placement and name per policy");
+  }
+  if (transports.size() > 0xFFFF) {
+    throw BadInput("simulate_jobs: at most 65535 jobs take transport policies, got " +
+                   std::to_string(transports.size()));
+  }
+  if (const auto conflict = sim::transport_conflict(transports)) {
+    const auto& key = conflict->key;
+    const std::string why =
+        key == "priority"
+            ? "\"fifo\" orders every job's messages by start, the others by class: the jobs "
+              "that set classes must all use \"fifo\" or none of them"
+            : "the jobs share the fabric's links, which serve classes one way: the jobs that set "
+              "classes must set the same transport.scheduling, transport.within_class and "
+              "transport.weights";
+    throw BadInput(job_title(names, conflict->second) + ": transport." + key + " " +
+                   transport_value(transports[conflict->second], key) + " differs from " +
+                   job_title(names, conflict->first) + "'s " +
+                   transport_value(transports[conflict->first], key) + "; " + why +
+                   " (a job without classes takes class 0)");
+  }
+  options.transports.assign(transports.begin(), transports.end());
+  options.transport_of_rank.clear();
+  for (int j : job_of_device(placements, world)) {
+    options.transport_of_rank.push_back(static_cast<std::uint16_t>(std::max(j, 0)));
+  }
+}
+
 JobsResult simulate_jobs(const hw::ClusterSpec& cluster, std::vector<strategies::Experiment> jobs,
                          std::string_view placement, bool stop_on_oom) {
   if (jobs.empty()) throw BadInput("simulate_jobs: no jobs");
@@ -283,6 +362,12 @@ JobsResult simulate_jobs(const hw::ClusterSpec& cluster, std::vector<strategies:
                      "jobs simulated together share them");
     }
   }
+  sim::SimOptions options;
+  {
+    std::vector<strategies::TransportPolicy> transports;
+    for (const auto& e : jobs) transports.push_back(e.transport);
+    set_job_transports(options, transports, out.placements, out.names, cluster.world_size());
+  }
   for (auto& e : jobs) {
     Result r;
     r.program = study::lower(e, {.mirror_data_parallel = false});
@@ -293,13 +378,19 @@ JobsResult simulate_jobs(const hw::ClusterSpec& cluster, std::vector<strategies:
   std::vector<const strategies::Program*> pointers;
   for (const auto& r : out.jobs) pointers.push_back(&r.program);
   const auto merged = merge_programs(pointers, out.placements, out.names, cluster.world_size());
-  sim::SimOptions options;
   options.overheads = memory_overheads(out.jobs.front().experiment);
   options.stop_on_oom = stop_on_oom;
+  JobLosses losses(out.placements, cluster.world_size());
+  const bool lossy = std::any_of(out.jobs.begin(), out.jobs.end(), [](const Result& r) {
+    return r.experiment.transport.loss_bound > 0;
+  });
+  if (lossy) options.observers.push_back(&losses);
   std::vector<traces::LinkLoad> links;
   out.merged = simulate_program(merged, cluster, options, &links);
   for (std::size_t j = 0; j < out.jobs.size(); ++j) {
     Result& r = out.jobs[j];
+    // Jobs are lowered with one iteration each.
+    if (r.experiment.transport.loss_bound > 0) add_loss_figures(r.context, losses.losses[j], 1);
     r.timeline = split_timeline(out.merged, merged, r.program, out.placements[j]);
     // Replicas of one job are not a symmetry of a fabric that other jobs share.
     if (cluster.network_model == hw::NetworkModel::flow &&

@@ -2,7 +2,8 @@
 // devices, the Programs are merged into one (ranks renumbered to devices, groups and peers
 // remapped) and simulated together, so that with the flow-level network their transfers share
 // links; the merged Timeline is then split back into one Timeline per job, each reported on
-// its own.
+// its own. Each job's `transport` section classes its own transfers (docs/priorities.md,
+// "Several jobs").
 #pragma once
 
 #include <span>
@@ -11,8 +12,10 @@
 #include <vector>
 
 #include "hw_models/cluster.hpp"
+#include "sim/simulator.hpp"
 #include "strategies/experiment.hpp"
 #include "strategies/program.hpp"
+#include "strategies/transport.hpp"
 #include "study/study.hpp"
 #include "traces/timeline.hpp"
 
@@ -43,6 +46,19 @@ traces::Timeline split_timeline(const traces::Timeline& merged,
                                 const strategies::Program& merged_program,
                                 const strategies::Program& job, const Placement& placement);
 
+/// The jobs' `transport` sections as the simulator takes them (sim::SimOptions::transports):
+/// job j's transfers take transports[j], classed by its own rules and its own layer count, and
+/// lose what its own loss_bound allows (devices no job uses have no ops: they take job 0's).
+/// Classes are levels of the one fabric (class c of every job is one level), so its links have
+/// one scheduling: the jobs that set classes must agree on transport.scheduling and
+/// transport.weights, and "fifo" (levels by start order) does not mix with "layer" or "rules".
+/// A job without a section takes class 0 for all its transfers and loses nothing. BadInput
+/// naming the job (number and name), the key and the job it disagrees with otherwise.
+void set_job_transports(sim::SimOptions& options,
+                        std::span<const strategies::TransportPolicy> transports,
+                        std::span<const Placement> placements, std::span<const std::string> names,
+                        int world);
+
 /// Jobs simulated together on one cluster, each reported on its own.
 struct JobsResult {
   std::vector<std::string> names;  // the experiments' names, "#2", "#3" added to repeats
@@ -54,8 +70,11 @@ struct JobsResult {
 };
 
 /// Places `jobs` on `cluster` by `placement` (place_jobs), checks that each job's devices are
-/// the kind it asks for and that all jobs set the same memory overheads, lowers every job (no
-/// mirroring), merges, simulates and splits. BadInput for a placement or device mismatch.
+/// the kind it asks for, that all jobs set the same memory overheads and that their transport
+/// sections can share the fabric (set_job_transports), lowers every job (no mirroring),
+/// merges, simulates and splits. A job with a loss_bound gets its report's loss figures
+/// (add_loss_figures) from its own gradient messages. BadInput for a placement, device or
+/// transport mismatch.
 JobsResult simulate_jobs(const hw::ClusterSpec& cluster, std::vector<strategies::Experiment> jobs,
                          std::string_view placement, bool stop_on_oom = false);
 

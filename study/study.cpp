@@ -161,19 +161,6 @@ class LastEnd : public sim::Observer {
   Time end;
 };
 
-// Counts gradient messages and what bounded loss dropped of them (strategies/transport.hpp), as
-// the transfers start: the figures of report.json that the transport section adds.
-class LossObserver : public sim::Observer {
- public:
-  void on_transfer(const st::Op& op, const sim::TransferRequest& request) override {
-    if (!st::is_gradient_message(op)) return;
-    gradient += request.bytes;
-    dropped += request.dropped();
-  }
-  Bytes gradient;
-  Bytes dropped;
-};
-
 // Feeds a report's span figures while the run goes.
 class StatisticsObserver : public sim::Observer {
  public:
@@ -184,8 +171,14 @@ class StatisticsObserver : public sim::Observer {
   traces::SpanStatistics& stats_;
 };
 
-// report.json's figures of bounded loss, over the gradient messages the run started, per
-// iteration (the run's totals divided by the iterations simulated back to back).
+}  // namespace
+
+void LossObserver::on_transfer(const st::Op& op, const sim::TransferRequest& request) {
+  if (!st::is_gradient_message(op)) return;
+  gradient += request.bytes;
+  dropped += request.dropped();
+}
+
 void add_loss_figures(traces::ReportContext& context, const LossObserver& loss, int iterations) {
   const auto gradient = static_cast<double>(loss.gradient.count()) / iterations;
   const auto dropped = static_cast<double>(loss.dropped.count()) / iterations;
@@ -193,8 +186,6 @@ void add_loss_figures(traces::ReportContext& context, const LossObserver& loss, 
   context.figures.emplace_back("gradient_bytes_dropped_per_iteration", dropped);
   context.figures.emplace_back("gradient_dropped_fraction", gradient > 0 ? dropped / gradient : 0);
 }
-
-}  // namespace
 
 traces::Timeline simulate_program(const st::Program& program, const hw::ClusterSpec& cluster,
                                   const sim::SimOptions& options,

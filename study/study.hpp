@@ -156,6 +156,22 @@ traces::Timeline simulate_program(const strategies::Program& program,
                                   const sim::FlowSymmetry* symmetry = nullptr,
                                   const hw::Topology* topology = nullptr);
 
+/// Counts gradient messages (strategies::is_gradient_message) and what bounded loss dropped of
+/// them, as the transfers start: the figures of report.json that a `transport` section with a
+/// loss_bound adds (add_loss_figures).
+class LossObserver : public sim::Observer {
+ public:
+  void on_transfer(const strategies::Op& op, const sim::TransferRequest& request) override;
+  Bytes gradient;  // the gradient messages' bytes as the program gives them
+  Bytes dropped;   // what bounded loss dropped of them
+};
+
+/// report.json's figures of bounded loss (docs/priorities.md): gradient_bytes_per_iteration,
+/// gradient_bytes_dropped_per_iteration and gradient_dropped_fraction, over the gradient
+/// messages `loss` saw, per iteration (its totals divided by the `iterations` simulated back to
+/// back).
+void add_loss_figures(traces::ReportContext& context, const LossObserver& loss, int iterations);
+
 /// The allocator and framework overheads of the experiment (memory.fragmentation; memory.reserved,
 /// else the CUDA context and NCCL buffers held back: strategies/framework.hpp).
 sim::MemoryOverheads memory_overheads(const strategies::Experiment& experiment);

@@ -110,9 +110,8 @@ ReportContext report_context(const strategies::Experiment& experiment) {
   for (int r = 0; r < layout.world_size(); ++r) context.stage_of_rank.push_back(layout.stage(r));
   // Parameter servers are ranks after the workers (strategies/lowering/techniques.hpp
   // ParameterServer), outside any pipeline: stage 0, so that every rank has its entry.
-  context.stage_of_rank.resize(context.stage_of_rank.size() +
-                                   static_cast<std::size_t>(experiment.parallelism.servers),
-                               0);
+  context.stage_of_rank.resize(
+      context.stage_of_rank.size() + static_cast<std::size_t>(experiment.parallelism.servers), 0);
   const auto& m = experiment.model;
   const auto& p = experiment.parallelism;
   // A DLRM's or an RNN's model line is its own (below); its `model` has no transformer shape.

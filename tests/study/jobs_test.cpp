@@ -105,6 +105,25 @@ TEST_CASE("merged jobs run as they do alone where they share nothing, and split 
   }
 }
 
+TEST_CASE("an event-driven rank (a parameter server) stays event-driven where it is placed") {
+  const auto cluster = test_cluster(2, 4);
+  Program a = job(2, Time::ms(1), Bytes(1 << 20));
+  Program b(2);
+  b.begin_rank(0);
+  b.begin_rank(1);
+  b.finish();
+  b.set_event_driven(1);
+  const int sizes[] = {2, 2};
+  const auto placements = study::place_jobs(sizes, "0-1;5,6", cluster);
+  const Program* programs[] = {&a, &b};
+  const std::string names[] = {"a", "b"};
+  const Program merged = study::merge_programs(programs, placements, names, cluster.world_size());
+  for (int d = 0; d < cluster.world_size(); ++d) {
+    CAPTURE(d);
+    CHECK(merged.event_driven(d) == (d == 6));
+  }
+}
+
 TEST_CASE("a mirrored program cannot be merged") {
   Program a = job(2, Time::ms(1), Bytes(0));
   Program m(2);
