@@ -78,46 +78,10 @@ class Run {
     }
   }
 
-  ClusterResult go() {
-    check_runnable();
-    for (int i : order_) {
-      push(Time::from_seconds(trace_.jobs[static_cast<std::size_t>(i)].arrival_s),
-           EventKind::arrival, i);
-    }
-    while (!events_.empty()) {
-      const Time now = events_.top().time;
-      bool decide = false;
-      while (!events_.empty() && events_.top().time == now) {
-        const Event e = events_.top();
-        events_.pop();
-        decide = handle(e, now) || decide;
-      }
-      if (decide) decision(now);
-    }
-    for (std::size_t i = 0; i < state_.size(); ++i) {
-      if (!state_[i].done) {
-        throw std::logic_error("cluster: job " + trace_.jobs[i].id + " never finished under " +
-                               scheduler_.name() +
-                               " (the policy left it queued on a idle cluster)");
-      }
-    }
-    summarise();
-    return std::move(result_);
-  }
+  ClusterResult go();
 
  private:
-  void check_runnable() {
-    for (std::size_t i = 0; i < trace_.jobs.size(); ++i) {
-      const Job& j = trace_.jobs[i];
-      const Speed s = speeds_.speed(j, j.gpus);
-      result_.jobs[i].samples_per_s = s.samples_per_s;
-      if (!s.runnable) {
-        throw study::BadInput(trace_.source + ":" + std::to_string(j.line) + ": job " + j.id +
-                              " (" + j.experiment + ") at its " + std::to_string(j.gpus) +
-                              " GPUs: " + s.why_not);
-      }
-    }
-  }
+  void check_runnable();
 
   void push(Time t, EventKind kind, int job = -1, int version = 0) {
     events_.push({t, sequence_++, kind, job, version});
@@ -126,214 +90,32 @@ class Run {
   JobState& at(int i) { return state_[static_cast<std::size_t>(i)]; }
 
   /// Applies one event; true when it calls for a scheduling decision.
-  bool handle(const Event& e, Time now) {
-    switch (e.kind) {
-      case EventKind::arrival:
-        at(e.job).arrived = true;
-        return true;
-      case EventKind::tick:
-        tick_pending_ = false;
-        return true;
-      case EventKind::restart_end:
-        if (e.version != at(e.job).version) return false;
-        close_segment(e.job, now);
-        at(e.job).segment_restarting = false;
-        return false;
-      case EventKind::completion:
-        if (e.version != at(e.job).version) return false;
-        complete(e.job, now);
-        return true;
-    }
-    return false;
-  }
+  bool handle(const Event& e, Time now);
 
   /// Brings attained service and progress of job i up to `now`.
-  void settle(int i, Time now) {
-    JobState& s = at(i);
-    if (s.gpus == 0) return;
-    const double held = (now - s.held_since).seconds();
-    s.attained_gpu_s += s.gpus * held;
-    s.attained_s += held;
-    s.held_since = now;
-    if (now > s.progress_since) {
-      s.remaining = std::max(0.0, s.remaining - s.speed * (now - s.progress_since).seconds());
-      s.progress_since = now;
-    }
-  }
+  void settle(int i, Time now);
 
-  void close_segment(int i, Time now) {
-    const JobState& s = at(i);
-    if (now > s.segment_start) {
-      result_.segments.push_back(
-          {i, s.gpus, s.segment_start.seconds(), now.seconds(), s.segment_restarting, s.batch});
-    }
-    at(i).segment_start = now;
-  }
+  void close_segment(int i, Time now);
 
-  void complete(int i, Time now) {
-    settle(i, now);
-    close_segment(i, now);
-    JobState& s = at(i);
-    s.remaining = 0;
-    s.done = true;
-    s.gpus = 0;
-    JobResult& r = result_.jobs[static_cast<std::size_t>(i)];
-    r.completion_s = now.seconds();
-    r.jct_s = r.completion_s - r.arrival_s;
-    r.gpu_seconds = s.attained_gpu_s;
-  }
+  void complete(int i, Time now);
 
-  std::vector<int> active() const {
-    std::vector<int> out;
-    for (int i : order_) {
-      const JobState& s = state_[static_cast<std::size_t>(i)];
-      if (s.arrived && !s.done) out.push_back(i);
-    }
-    return out;
-  }
+  std::vector<int> active() const;
 
-  void decision(Time now) {
-    const std::vector<int> jobs = active();
-    SchedulerInput input{
-        now.seconds(), options_.total_gpus, {}, &speeds_, options_.restart_cost.seconds()};
-    for (int i : jobs) {
-      settle(i, now);
-      const JobState& s = at(i);
-      const Job& j = trace_.jobs[static_cast<std::size_t>(i)];
-      input.jobs.push_back({&j, s.gpus, s.attained_gpu_s, s.attained_s, s.remaining,
-                            s.gpus > 0 ? s.batch : j.batch, s.last_change_s});
-    }
-    std::vector<Allocation> wanted = scheduler_.decide(input);
-    for (std::size_t k = 0; k < wanted.size() && k < input.jobs.size(); ++k) {
-      if (wanted[k].batch == 0) wanted[k].batch = input.jobs[k].job->batch;
-    }
-    check_allocation(input, wanted);
-    for (std::size_t k = 0; k < jobs.size(); ++k) apply(jobs[k], wanted[k], now);
-    record_utilisation(now);
-    check_progress(jobs);
-    if (const auto tick = scheduler_.tick_s(); tick && !jobs.empty() && !tick_pending_) {
-      tick_pending_ = true;
-      push(now + Time::from_seconds(*tick), EventKind::tick);
-    }
-  }
+  void decision(Time now);
 
   /// A policy that leaves every active job queued on an idle cluster with no arrival to come
   /// would tick forever: a policy bug.
-  void check_progress(const std::vector<int>& jobs) const {
-    if (jobs.empty()) return;
-    for (const JobState& s : state_) {
-      if (s.gpus > 0 || !s.arrived) return;
-    }
-    throw std::logic_error("cluster: scheduler " + scheduler_.name() + " left " +
-                           std::to_string(jobs.size()) + " jobs queued on an idle cluster");
-  }
+  void check_progress(const std::vector<int>& jobs) const;
 
-  void check_allocation(const SchedulerInput& input, const std::vector<Allocation>& wanted) const {
-    const std::string who = "cluster: scheduler " + scheduler_.name() + " ";
-    if (wanted.size() != input.jobs.size()) {
-      throw std::logic_error(who + "returned " + std::to_string(wanted.size()) +
-                             " allocations for " + std::to_string(input.jobs.size()) + " jobs");
-    }
-    long total = 0;
-    for (std::size_t k = 0; k < wanted.size(); ++k) {
-      const Job& j = *input.jobs[k].job;
-      const int n = wanted[k].gpus, batch = wanted[k].batch;
-      if (batch != j.batch && (batch < j.min_batch || batch > j.max_batch)) {
-        throw std::logic_error(who + "gave job " + j.id + " batch " + std::to_string(batch) +
-                               " (outside [" + std::to_string(j.min_batch) + ", " +
-                               std::to_string(j.max_batch) + "])");
-      }
-      if (n != 0 && (n < j.min_gpus || n > j.max_gpus || !speeds_.speed(j, n, batch).runnable)) {
-        throw std::logic_error(who + "gave job " + j.id + " " + std::to_string(n) +
-                               " GPUs (outside its range or not runnable)");
-      }
-      total += n;
-    }
-    if (total > input.total_gpus) {
-      throw std::logic_error(who + "allocated " + std::to_string(total) + " GPUs of " +
-                             std::to_string(input.total_gpus));
-    }
-  }
+  void check_allocation(const SchedulerInput& input, const std::vector<Allocation>& wanted) const;
 
-  void apply(int i, const Allocation& a, Time now) {
-    JobState& s = at(i);
-    const int n = a.gpus;
-    if (n == s.gpus && (n == 0 || a.batch == s.batch)) return;
-    if (s.gpus > 0) {  // preempted or resized: progress is kept, a restart is owed
-      close_segment(i, now);
-      if (n == 0) ++result_.jobs[static_cast<std::size_t>(i)].preemptions;
-      s.needs_restart = true;
-      s.gpus = 0;
-      s.last_change_s = now.seconds();
-      ++s.version;
-    }
-    if (n > 0) start(i, n, a.batch, now);
-  }
+  void apply(int i, const Allocation& a, Time now);
 
-  void start(int i, int n, int batch, Time now) {
-    JobState& s = at(i);
-    JobResult& r = result_.jobs[static_cast<std::size_t>(i)];
-    if (!s.started) {
-      s.started = true;
-      r.start_s = now.seconds();
-      r.queueing_s = r.start_s - r.arrival_s;
-    }
-    s.gpus = n;
-    s.batch = batch;
-    const Job& job = trace_.jobs[static_cast<std::size_t>(i)];
-    s.speed = speeds_.speed(job, n, batch).samples_per_s * job.efficiency(batch);
-    s.held_since = now;
-    s.segment_start = now;
-    s.progress_since = now;
-    ++s.version;
-    s.segment_restarting = s.needs_restart && options_.restart_cost > Time();
-    if (s.needs_restart) {
-      ++r.restarts;
-      s.needs_restart = false;
-      s.progress_since = now + options_.restart_cost;
-      if (s.segment_restarting) push(s.progress_since, EventKind::restart_end, i, s.version);
-    }
-    const double ps = std::ceil(s.remaining / s.speed * 1e12);
-    if (s.progress_since.seconds() + ps * 1e-12 > kMaxTraceSeconds) {
-      const Job& j = trace_.jobs[static_cast<std::size_t>(i)];
-      throw study::BadInput(trace_.source + ":" + std::to_string(j.line) + ": job " + j.id +
-                            " would finish after " +
-                            std::to_string(static_cast<long>(kMaxTraceSeconds)) +
-                            " s, past the simulator's clock (fewer samples, or more GPUs)");
-    }
-    push(s.progress_since + Time::ps(static_cast<std::int64_t>(ps)), EventKind::completion, i,
-         s.version);
-  }
+  void start(int i, int n, int batch, Time now);
 
-  void record_utilisation(Time now) {
-    int busy = 0;
-    for (const JobState& s : state_) busy += s.gpus;
-    auto& steps = result_.utilisation;
-    if (!steps.empty() && steps.back().time_s == now.seconds()) steps.pop_back();
-    if (steps.empty() || steps.back().busy_gpus != busy) steps.push_back({now.seconds(), busy});
-  }
+  void record_utilisation(Time now);
 
-  void summarise() {
-    ClusterSummary& m = result_.summary;
-    std::vector<double> jct;
-    double first_arrival = 1e300, last_completion = 0, gpu_seconds = 0, queueing = 0;
-    for (const JobResult& r : result_.jobs) {
-      jct.push_back(r.jct_s);
-      first_arrival = std::min(first_arrival, r.arrival_s);
-      last_completion = std::max(last_completion, r.completion_s);
-      gpu_seconds += r.gpu_seconds;
-      queueing += r.queueing_s;
-      m.preemptions += r.preemptions;
-    }
-    m.jobs = static_cast<int>(jct.size());
-    m.mean_jct_s = std::accumulate(jct.begin(), jct.end(), 0.0) / m.jobs;
-    m.p50_jct_s = percentile(jct, 50);
-    m.p90_jct_s = percentile(jct, 90);
-    m.p99_jct_s = percentile(jct, 99);
-    m.mean_queueing_s = queueing / m.jobs;
-    m.makespan_s = last_completion - first_arrival;
-    m.mean_utilisation = m.makespan_s > 0 ? gpu_seconds / (result_.total_gpus * m.makespan_s) : 0.0;
-  }
+  void summarise();
 
   const JobTrace& trace_;
   Scheduler& scheduler_;
@@ -346,6 +128,252 @@ class Run {
   bool tick_pending_ = false;
   ClusterResult result_;
 };
+
+ClusterResult Run::go() {
+  check_runnable();
+  for (int i : order_) {
+    push(Time::from_seconds(trace_.jobs[static_cast<std::size_t>(i)].arrival_s), EventKind::arrival,
+         i);
+  }
+  while (!events_.empty()) {
+    const Time now = events_.top().time;
+    bool decide = false;
+    while (!events_.empty() && events_.top().time == now) {
+      const Event e = events_.top();
+      events_.pop();
+      decide = handle(e, now) || decide;
+    }
+    if (decide) decision(now);
+  }
+  for (std::size_t i = 0; i < state_.size(); ++i) {
+    if (!state_[i].done) {
+      throw std::logic_error("cluster: job " + trace_.jobs[i].id + " never finished under " +
+                             scheduler_.name() + " (the policy left it queued on a idle cluster)");
+    }
+  }
+  summarise();
+  return std::move(result_);
+}
+
+void Run::check_runnable() {
+  for (std::size_t i = 0; i < trace_.jobs.size(); ++i) {
+    const Job& j = trace_.jobs[i];
+    const Speed s = speeds_.speed(j, j.gpus);
+    result_.jobs[i].samples_per_s = s.samples_per_s;
+    if (!s.runnable) {
+      throw study::BadInput(trace_.source + ":" + std::to_string(j.line) + ": job " + j.id + " (" +
+                            j.experiment + ") at its " + std::to_string(j.gpus) +
+                            " GPUs: " + s.why_not);
+    }
+  }
+}
+
+bool Run::handle(const Event& e, Time now) {
+  switch (e.kind) {
+    case EventKind::arrival:
+      at(e.job).arrived = true;
+      return true;
+    case EventKind::tick:
+      tick_pending_ = false;
+      return true;
+    case EventKind::restart_end:
+      if (e.version != at(e.job).version) return false;
+      close_segment(e.job, now);
+      at(e.job).segment_restarting = false;
+      return false;
+    case EventKind::completion:
+      if (e.version != at(e.job).version) return false;
+      complete(e.job, now);
+      return true;
+  }
+  return false;
+}
+
+void Run::settle(int i, Time now) {
+  JobState& s = at(i);
+  if (s.gpus == 0) return;
+  const double held = (now - s.held_since).seconds();
+  s.attained_gpu_s += s.gpus * held;
+  s.attained_s += held;
+  s.held_since = now;
+  if (now > s.progress_since) {
+    s.remaining = std::max(0.0, s.remaining - s.speed * (now - s.progress_since).seconds());
+    s.progress_since = now;
+  }
+}
+
+void Run::close_segment(int i, Time now) {
+  const JobState& s = at(i);
+  if (now > s.segment_start) {
+    result_.segments.push_back(
+        {i, s.gpus, s.segment_start.seconds(), now.seconds(), s.segment_restarting, s.batch});
+  }
+  at(i).segment_start = now;
+}
+
+void Run::complete(int i, Time now) {
+  settle(i, now);
+  close_segment(i, now);
+  JobState& s = at(i);
+  s.remaining = 0;
+  s.done = true;
+  s.gpus = 0;
+  JobResult& r = result_.jobs[static_cast<std::size_t>(i)];
+  r.completion_s = now.seconds();
+  r.jct_s = r.completion_s - r.arrival_s;
+  r.gpu_seconds = s.attained_gpu_s;
+}
+
+std::vector<int> Run::active() const {
+  std::vector<int> out;
+  for (int i : order_) {
+    const JobState& s = state_[static_cast<std::size_t>(i)];
+    if (s.arrived && !s.done) out.push_back(i);
+  }
+  return out;
+}
+
+void Run::decision(Time now) {
+  const std::vector<int> jobs = active();
+  SchedulerInput input{
+      now.seconds(), options_.total_gpus, {}, &speeds_, options_.restart_cost.seconds()};
+  for (int i : jobs) {
+    settle(i, now);
+    const JobState& s = at(i);
+    const Job& j = trace_.jobs[static_cast<std::size_t>(i)];
+    input.jobs.push_back({&j, s.gpus, s.attained_gpu_s, s.attained_s, s.remaining,
+                          s.gpus > 0 ? s.batch : j.batch, s.last_change_s});
+  }
+  std::vector<Allocation> wanted = scheduler_.decide(input);
+  for (std::size_t k = 0; k < wanted.size() && k < input.jobs.size(); ++k) {
+    if (wanted[k].batch == 0) wanted[k].batch = input.jobs[k].job->batch;
+  }
+  check_allocation(input, wanted);
+  for (std::size_t k = 0; k < jobs.size(); ++k) apply(jobs[k], wanted[k], now);
+  record_utilisation(now);
+  check_progress(jobs);
+  if (const auto tick = scheduler_.tick_s(); tick && !jobs.empty() && !tick_pending_) {
+    tick_pending_ = true;
+    push(now + Time::from_seconds(*tick), EventKind::tick);
+  }
+}
+
+void Run::check_progress(const std::vector<int>& jobs) const {
+  if (jobs.empty()) return;
+  for (const JobState& s : state_) {
+    if (s.gpus > 0 || !s.arrived) return;
+  }
+  throw std::logic_error("cluster: scheduler " + scheduler_.name() + " left " +
+                         std::to_string(jobs.size()) + " jobs queued on an idle cluster");
+}
+
+void Run::check_allocation(const SchedulerInput& input,
+                           const std::vector<Allocation>& wanted) const {
+  const std::string who = "cluster: scheduler " + scheduler_.name() + " ";
+  if (wanted.size() != input.jobs.size()) {
+    throw std::logic_error(who + "returned " + std::to_string(wanted.size()) + " allocations for " +
+                           std::to_string(input.jobs.size()) + " jobs");
+  }
+  long total = 0;
+  for (std::size_t k = 0; k < wanted.size(); ++k) {
+    const Job& j = *input.jobs[k].job;
+    const int n = wanted[k].gpus, batch = wanted[k].batch;
+    if (batch != j.batch && (batch < j.min_batch || batch > j.max_batch)) {
+      throw std::logic_error(who + "gave job " + j.id + " batch " + std::to_string(batch) +
+                             " (outside [" + std::to_string(j.min_batch) + ", " +
+                             std::to_string(j.max_batch) + "])");
+    }
+    if (n != 0 && (n < j.min_gpus || n > j.max_gpus || !speeds_.speed(j, n, batch).runnable)) {
+      throw std::logic_error(who + "gave job " + j.id + " " + std::to_string(n) +
+                             " GPUs (outside its range or not runnable)");
+    }
+    total += n;
+  }
+  if (total > input.total_gpus) {
+    throw std::logic_error(who + "allocated " + std::to_string(total) + " GPUs of " +
+                           std::to_string(input.total_gpus));
+  }
+}
+
+void Run::apply(int i, const Allocation& a, Time now) {
+  JobState& s = at(i);
+  const int n = a.gpus;
+  if (n == s.gpus && (n == 0 || a.batch == s.batch)) return;
+  if (s.gpus > 0) {  // preempted or resized: progress is kept, a restart is owed
+    close_segment(i, now);
+    if (n == 0) ++result_.jobs[static_cast<std::size_t>(i)].preemptions;
+    s.needs_restart = true;
+    s.gpus = 0;
+    s.last_change_s = now.seconds();
+    ++s.version;
+  }
+  if (n > 0) start(i, n, a.batch, now);
+}
+
+void Run::start(int i, int n, int batch, Time now) {
+  JobState& s = at(i);
+  JobResult& r = result_.jobs[static_cast<std::size_t>(i)];
+  if (!s.started) {
+    s.started = true;
+    r.start_s = now.seconds();
+    r.queueing_s = r.start_s - r.arrival_s;
+  }
+  s.gpus = n;
+  s.batch = batch;
+  const Job& job = trace_.jobs[static_cast<std::size_t>(i)];
+  s.speed = speeds_.speed(job, n, batch).samples_per_s * job.efficiency(batch);
+  s.held_since = now;
+  s.segment_start = now;
+  s.progress_since = now;
+  ++s.version;
+  s.segment_restarting = s.needs_restart && options_.restart_cost > Time();
+  if (s.needs_restart) {
+    ++r.restarts;
+    s.needs_restart = false;
+    s.progress_since = now + options_.restart_cost;
+    if (s.segment_restarting) push(s.progress_since, EventKind::restart_end, i, s.version);
+  }
+  const double ps = std::ceil(s.remaining / s.speed * 1e12);
+  if (s.progress_since.seconds() + ps * 1e-12 > kMaxTraceSeconds) {
+    const Job& j = trace_.jobs[static_cast<std::size_t>(i)];
+    throw study::BadInput(trace_.source + ":" + std::to_string(j.line) + ": job " + j.id +
+                          " would finish after " +
+                          std::to_string(static_cast<long>(kMaxTraceSeconds)) +
+                          " s, past the simulator's clock (fewer samples, or more GPUs)");
+  }
+  push(s.progress_since + Time::ps(static_cast<std::int64_t>(ps)), EventKind::completion, i,
+       s.version);
+}
+
+void Run::record_utilisation(Time now) {
+  int busy = 0;
+  for (const JobState& s : state_) busy += s.gpus;
+  auto& steps = result_.utilisation;
+  if (!steps.empty() && steps.back().time_s == now.seconds()) steps.pop_back();
+  if (steps.empty() || steps.back().busy_gpus != busy) steps.push_back({now.seconds(), busy});
+}
+
+void Run::summarise() {
+  ClusterSummary& m = result_.summary;
+  std::vector<double> jct;
+  double first_arrival = 1e300, last_completion = 0, gpu_seconds = 0, queueing = 0;
+  for (const JobResult& r : result_.jobs) {
+    jct.push_back(r.jct_s);
+    first_arrival = std::min(first_arrival, r.arrival_s);
+    last_completion = std::max(last_completion, r.completion_s);
+    gpu_seconds += r.gpu_seconds;
+    queueing += r.queueing_s;
+    m.preemptions += r.preemptions;
+  }
+  m.jobs = static_cast<int>(jct.size());
+  m.mean_jct_s = std::accumulate(jct.begin(), jct.end(), 0.0) / m.jobs;
+  m.p50_jct_s = percentile(jct, 50);
+  m.p90_jct_s = percentile(jct, 90);
+  m.p99_jct_s = percentile(jct, 99);
+  m.mean_queueing_s = queueing / m.jobs;
+  m.makespan_s = last_completion - first_arrival;
+  m.mean_utilisation = m.makespan_s > 0 ? gpu_seconds / (result_.total_gpus * m.makespan_s) : 0.0;
+}
 
 std::string fmt(double v) {
   char buffer[40];
