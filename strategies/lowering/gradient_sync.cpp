@@ -6,6 +6,27 @@
 
 namespace stratasim::strategies {
 
+namespace {
+
+// A gradient bucket's collective on the dp-comm stream, with the bucket's layer range, after
+// the op that completes its last unit in the last gradient pass (with dp_overlap: DDP's and
+// Megatron's overlap_grad_reduce) or else after the last backward op.
+OpId add_bucket_collective(RankEmitter& rank, std::size_t slot, const UnitBucket& b,
+                           const std::string& label, const Collective& collective) {
+  OpInfo info{Stream::dp_comm,
+              Phase::other,
+              -1,
+              static_cast<std::int16_t>(b.layer_begin),
+              static_cast<std::int16_t>(b.layer_end),
+              label};
+  const std::array<OpId, 1> dep = {rank.assembly.spec.dp_overlap
+                                       ? rank.unit_done[slot][static_cast<std::size_t>(b.last_unit)]
+                                       : rank.last_backward[slot]};
+  return rank.program.add(collective, info, dep);
+}
+
+}  // namespace
+
 // ---- ZeRO stage 0: the dense all-reduce
 
 DataParallelAllReduce::DataParallelAllReduce(Assembly& assembly) : assembly_(assembly) {
@@ -26,19 +47,10 @@ void DataParallelAllReduce::gradients_complete(RankEmitter& rank, std::size_t sl
     const UnitBucket& b = buckets.buckets[i];
     const std::string label = "dp grad all-reduce bucket " + std::to_string(i) +
                               (rank.held.size() > 1 ? " chunk " + std::to_string(chunk) : "");
-    OpInfo info{Stream::dp_comm,
-                Phase::other,
-                -1,
-                static_cast<std::int16_t>(b.layer_begin),
-                static_cast<std::int16_t>(b.layer_end),
-                label};
-    const std::array<OpId, 1> dep = {
-        assembly_.spec.dp_overlap ? rank.unit_done[slot][static_cast<std::size_t>(b.last_unit)]
-                                  : rank.last_backward[slot]};
-    rank.last_dp_comm = rank.program.add(
+    rank.last_dp_comm = add_bucket_collective(
+        rank, slot, b, label,
         Collective{CollectiveKind::all_reduce, dtype, assembly_.groups.dp(rank.rank),
-                   Bytes(b.parameters * assembly_.grad_element_size)},
-        info, dep);
+                   Bytes(b.parameters * assembly_.grad_element_size)});
   }
 }
 
@@ -337,19 +349,11 @@ void ExpertGradientSync::gradients_complete(RankEmitter& rank, std::size_t slot)
                                                : "expert grad all-reduce bucket ") +
                               std::to_string(i) +
                               (rank.held.size() > 1 ? " chunk " + std::to_string(chunk) : "");
-    OpInfo info{Stream::dp_comm,
-                Phase::other,
-                -1,
-                static_cast<std::int16_t>(b.layer_begin),
-                static_cast<std::int16_t>(b.layer_end),
-                label};
-    const std::array<OpId, 1> dep = {
-        assembly_.spec.dp_overlap ? rank.unit_done[slot][static_cast<std::size_t>(b.last_unit)]
-                                  : rank.last_backward[slot]};
-    rank.last_dp_comm = rank.program.add(
+    rank.last_dp_comm = add_bucket_collective(
+        rank, slot, b, label,
         Collective{zero ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce,
-                   assembly_.grad_dtype, *group, Bytes(b.parameters * assembly_.grad_element_size)},
-        info, dep);
+                   assembly_.grad_dtype, *group,
+                   Bytes(b.parameters * assembly_.grad_element_size)});
   }
 }
 
