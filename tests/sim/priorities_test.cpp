@@ -77,6 +77,19 @@ std::map<sim::TransferId, Time> two_messages(const strategies::TransportPolicy& 
   return drive(*net);
 }
 
+/// 4 nodes x 2 devices on a fat-tree of 2 nodes per rack and 2 spines (test_cluster's links),
+/// flow-level.
+hw::ClusterSpec fat_tree_4x2() {
+  auto cluster = testing::test_cluster(4, 2);
+  hw::TopologySpec t;
+  t.kind = hw::TopologyKind::fat_tree;
+  t.nodes_per_rack = 2;
+  t.spines = 2;
+  cluster.topology = t;
+  cluster.network_model = hw::NetworkModel::flow;
+  return cluster;
+}
+
 /// Simulates `p` on two_nodes() under `transport`; the run must complete.
 traces::Timeline simulate_with(const strategies::Program& p,
                                const strategies::TransportPolicy& transport) {
@@ -181,13 +194,7 @@ TEST_CASE("spraying: two messages that ECMP puts on one spine, split over both")
   // 10 GB/s, 100 ms; on the same spine they share its 10 GB/s uplink, 5 GB/s each, 200 ms.
   // Spray splits each into 2 sub-flows of 5e8 B, one per spine: every uplink carries one
   // sub-flow of each message, 5 GB/s each, and every NIC its message's two: 100 ms always.
-  auto cluster = testing::test_cluster(4, 2);
-  hw::TopologySpec t;
-  t.kind = hw::TopologyKind::fat_tree;
-  t.nodes_per_rack = 2;
-  t.spines = 2;
-  cluster.topology = t;
-  cluster.network_model = hw::NetworkModel::flow;
+  auto cluster = fat_tree_4x2();
   strategies::Program program(8);
   const Time apart = Time::us(5) + Time::ms(100);
   const Time collide = Time::us(5) + Time::ms(200);
@@ -306,13 +313,7 @@ TEST_CASE("transport: which ops are gradient messages, and classes by layer") {
 TEST_CASE("spraying: the replica symmetry is refused, saying why") {
   // Two data-parallel replicas on a two-rack fat-tree: with ECMP the symmetry holds; spraying
   // splits flows over paths the symmetry does not follow, so it is refused.
-  auto cluster = testing::test_cluster(4, 2);
-  hw::TopologySpec t;
-  t.kind = hw::TopologyKind::fat_tree;
-  t.nodes_per_rack = 2;
-  t.spines = 2;
-  cluster.topology = t;
-  cluster.network_model = hw::NetworkModel::flow;
+  auto cluster = fat_tree_4x2();
   sim::ReplicaMap m;
   m.replicas = 2;
   for (int r = 0; r < 8; ++r) {
