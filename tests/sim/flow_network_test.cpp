@@ -24,6 +24,7 @@
 using namespace stratasim;
 using hw::CollectiveAlgorithm;
 using strategies::CollectiveKind;
+using testing::drive;
 
 namespace {
 
@@ -31,20 +32,6 @@ std::vector<std::int32_t> iota(int n, int first = 0) {
   std::vector<std::int32_t> r(static_cast<std::size_t>(n));
   std::iota(r.begin(), r.end(), first);
   return r;
-}
-
-/// Runs a network until nothing is left; each transfer's completion time.
-std::map<sim::TransferId, Time> drive(sim::Network& net) {
-  std::map<sim::TransferId, Time> done;
-  std::vector<sim::TransferId> finished;
-  for (;;) {
-    const Time t = net.next_completion();
-    if (t == Time::infinity()) break;
-    finished.clear();
-    net.advance_to(t, finished);
-    for (auto id : finished) done[id] = t;
-  }
-  return done;
 }
 
 sim::TransferRequest collective(std::uint32_t group, Bytes bytes,

@@ -3,9 +3,12 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
+#include <vector>
 
 #include "hw_models/cluster.hpp"
 #include "hw_models/device.hpp"
+#include "sim/network.hpp"
 #include "strategies/program.hpp"
 
 namespace stratasim::testing {
@@ -49,6 +52,39 @@ inline hw::ClusterSpec test_cluster(int nodes = 1, int devices_per_node = 8,
 inline strategies::Compute measured(strategies::Program& p, Time duration) {
   return strategies::Compute{
       p.add_kernels({strategies::Kernel{strategies::Measured{duration}, "measured"}})};
+}
+
+/// Runs a network until nothing is left; each transfer's completion time.
+inline std::map<sim::TransferId, Time> drive(sim::Network& net) {
+  std::map<sim::TransferId, Time> done;
+  std::vector<sim::TransferId> finished;
+  for (;;) {
+    const Time t = net.next_completion();
+    if (t == Time::infinity()) break;
+    finished.clear();
+    net.advance_to(t, finished);
+    for (auto id : finished) done[id] = t;
+  }
+  return done;
+}
+
+/// The provenance of layer `layer`'s gradient message: the dp-comm stream, the backward phase,
+/// layers [layer, layer + 1).
+inline strategies::OpInfo gradient_info(int layer) {
+  strategies::OpInfo info;
+  info.stream = strategies::Stream::dp_comm;
+  info.phase = strategies::Phase::backward;
+  info.layer_begin = static_cast<std::int16_t>(layer);
+  info.layer_end = static_cast<std::int16_t>(layer + 1);
+  return info;
+}
+
+/// A detached send (strategies::Send::detached, eager too) of `bytes` to `peer`.
+inline strategies::Send detached_send(std::int32_t peer, Bytes bytes) {
+  strategies::Send send{peer, bytes};
+  send.eager = true;
+  send.detached = true;
+  return send;
 }
 
 }  // namespace stratasim::testing

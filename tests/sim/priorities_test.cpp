@@ -20,22 +20,9 @@
 using namespace stratasim;
 using strategies::LinkScheduling;
 using strategies::PriorityPolicy;
+using testing::drive;
 
 namespace {
-
-/// Runs a network until nothing is left; each transfer's completion time.
-std::map<sim::TransferId, Time> drive(sim::Network& net) {
-  std::map<sim::TransferId, Time> done;
-  std::vector<sim::TransferId> finished;
-  for (;;) {
-    const Time t = net.next_completion();
-    if (t == Time::infinity()) break;
-    finished.clear();
-    net.advance_to(t, finished);
-    for (auto id : finished) done[id] = t;
-  }
-  return done;
-}
 
 sim::TransferRequest message(std::int32_t src, std::int32_t dst, Bytes bytes, int priority = 0,
                              double droppable = 0) {
@@ -234,11 +221,7 @@ TEST_CASE("priorities: the program simulator derives classes and loss from the o
   for (int r = 0; r < 4; ++r) {
     p.begin_rank(r);
     for (int layer : {0, 3}) {
-      strategies::OpInfo info;
-      info.stream = strategies::Stream::dp_comm;
-      info.phase = strategies::Phase::backward;
-      info.layer_begin = static_cast<std::int16_t>(layer);
-      info.layer_end = static_cast<std::int16_t>(layer + 1);
+      strategies::OpInfo info = testing::gradient_info(layer);
       const int sender = layer == 0 ? 0 : 1;
       if (r == sender) {
         (layer == 0 ? early : late) = p.add(strategies::Send{2, Bytes(100'000'000)}, info);
@@ -342,11 +325,7 @@ TEST_CASE(
   for (int r = 0; r < 4; ++r) {
     p.begin_rank(r);
     for (int layer : {3, 0}) {
-      strategies::OpInfo info;
-      info.stream = strategies::Stream::dp_comm;
-      info.phase = strategies::Phase::backward;
-      info.layer_begin = static_cast<std::int16_t>(layer);
-      info.layer_end = static_cast<std::int16_t>(layer + 1);
+      strategies::OpInfo info = testing::gradient_info(layer);
       const int sender = layer == 0 ? 0 : 1;
       if (r == sender) {
         std::vector<strategies::OpId> after;
@@ -392,15 +371,9 @@ TEST_CASE("detached sends: one rank's messages in flight together, ordered by th
     p.begin_rank(r);
     for (int k = 0; k < 2; ++k) {
       const int layer = k == 0 ? 3 : 0;
-      strategies::OpInfo info;
-      info.stream = strategies::Stream::dp_comm;
-      info.phase = strategies::Phase::backward;
-      info.layer_begin = static_cast<std::int16_t>(layer);
-      info.layer_end = static_cast<std::int16_t>(layer + 1);
+      strategies::OpInfo info = testing::gradient_info(layer);
       if (r == 0) {
-        strategies::Send send{2, Bytes(100'000'000)};
-        send.eager = true;
-        send.detached = true;
+        const strategies::Send send = testing::detached_send(2, Bytes(100'000'000));
         sends[static_cast<std::size_t>(k)] = p.add(send, info);
       } else if (r == 2) {
         if (k == 1) info.stream = strategies::Stream::pp_recv;
@@ -444,9 +417,8 @@ std::array<traces::Span, 4> receive_and_compute(bool event_driven, Time work_a, 
     strategies::OpInfo info;
     info.stream = strategies::Stream::dp_comm;
     if (r < 2) {
-      strategies::Send send{2, Bytes(r == 0 ? 100'000'000 : 10'000'000)};
-      send.eager = true;
-      send.detached = true;
+      const strategies::Send send =
+          testing::detached_send(2, Bytes(r == 0 ? 100'000'000 : 10'000'000));
       p.add(send, info);
     } else if (r == 2) {
       if (event_driven) p.set_event_driven(2);
@@ -520,15 +492,9 @@ TEST_CASE("priorities: FIFO within a class orders one class's transfers by start
     p.begin_rank(r);
     if (r == 2) p.set_event_driven(2);
     for (std::size_t k = 0; k < 3; ++k) {
-      strategies::OpInfo info;
-      info.stream = strategies::Stream::dp_comm;
-      info.phase = strategies::Phase::backward;
-      info.layer_begin = static_cast<std::int16_t>(layers[k]);
-      info.layer_end = static_cast<std::int16_t>(layers[k] + 1);
+      strategies::OpInfo info = testing::gradient_info(layers[k]);
       if (r == 0) {
-        strategies::Send send{2, Bytes(100'000'000)};
-        send.eager = true;
-        send.detached = true;
+        const strategies::Send send = testing::detached_send(2, Bytes(100'000'000));
         p.add(send, info);
       } else if (r == 2) {
         info.stream = strategies::Stream::pp_recv;

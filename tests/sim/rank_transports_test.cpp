@@ -27,11 +27,7 @@ strategies::Program two_senders(OpId (&sends)[2]) {
   for (int r = 0; r < 4; ++r) {
     p.begin_rank(r);
     for (int sender : {0, 1}) {
-      strategies::OpInfo info;
-      info.stream = strategies::Stream::dp_comm;
-      info.phase = strategies::Phase::backward;
-      info.layer_begin = static_cast<std::int16_t>(sender == 0 ? 0 : 3);
-      info.layer_end = static_cast<std::int16_t>(info.layer_begin + 1);
+      strategies::OpInfo info = testing::gradient_info(sender == 0 ? 0 : 3);
       if (r == sender) {
         sends[sender] = p.add(strategies::Send{2, Bytes(100'000'000)}, info);
       } else if (r == 2) {
